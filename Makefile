@@ -1,0 +1,28 @@
+# Set-up is automatic: every target creates .venv and installs the pinned
+# requirements the first time (or when requirements.txt / pyproject.toml change).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint bench clean
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/decentopt compare --out results/compare
+
+test: $(STAMP)
+	$(PY) -m pytest
+	$(PY) -m ruff check src tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_simulator.py
+
+clean:
+	rm -rf $(VENV) results

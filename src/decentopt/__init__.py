@@ -1,0 +1,24 @@
+"""decentopt: decentralized stochastic optimization with EDM and its baselines.
+
+>>> import decentopt as dopt
+>>> topo = dopt.topology.ring(32)
+>>> alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
+>>> prob = dopt.problems.Quadratic.paper(n=32, repetitions=2, seed=0)
+>>> res = dopt.simulate(alg, prob, topo, iterations=100, seed=0)
+"""
+
+from decentopt import algorithms, comm, problems, schedules, topology
+from decentopt.simulate import SimulationResult, simulate
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SimulationResult",
+    "__version__",
+    "algorithms",
+    "comm",
+    "problems",
+    "schedules",
+    "simulate",
+    "topology",
+]

@@ -1,0 +1,52 @@
+"""DecentLaM: decentralized large-batch momentum SGD (Yuan et al., 2021)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import torch
+
+from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
+from decentopt.algorithms.registry import register
+from decentopt.comm.base import Communicator
+from decentopt.schedules import lr_at
+
+
+class DecentLaMState(NamedTuple):
+    x: torch.Tensor
+    m: torch.Tensor
+    t: int = 0
+
+
+@register
+@dataclass(frozen=True)
+class DecentLaM(MomentumHyperParams):
+    """DecentLaM: momentum on the "gossip-corrected" gradient.
+
+    .. math::
+        \\tilde G^{(t)} &= \\big(X^{(t)} - W(X^{(t)} - \\alpha_t G^{(t)})\\big) / \\alpha_t, \\\\
+        M^{(t+1)} &= \\beta M^{(t)} + (1 - \\beta) \\tilde G^{(t)}, \\\\
+        X^{(t+1)} &= X^{(t)} - \\alpha_t M^{(t+1)}, \\qquad M^{(0)} = 0.
+
+    The original paper uses the undampened buffer ``M <- beta M + G~``
+    (``dampening=False`` here); the default follows the EDM paper's convention.
+
+    Reference: K. Yuan et al., "DecentLaM: Decentralized momentum SGD for
+    large-batch deep training", ICCV 2021.
+    """
+
+    name: ClassVar[str] = "decentlam"
+    uses_momentum: ClassVar[bool] = True
+    rounds_per_step: ClassVar[int] = 1
+
+    def init(self, x0: torch.Tensor) -> DecentLaMState:
+        x0 = check_initial_point(x0, "decentlam")
+        return DecentLaMState(x=x0, m=torch.zeros_like(x0))
+
+    def step(self, state: DecentLaMState, grad: torch.Tensor, comm: Communicator) -> DecentLaMState:
+        alpha = lr_at(self.lr, state.t)
+        x = state.x
+        corrected = (x - comm.mix(x - alpha * grad)) / alpha
+        m, direction = momentum_direction(state.m, corrected, self)
+        return DecentLaMState(x=x - alpha * direction, m=m, t=state.t + 1)

@@ -1,0 +1,45 @@
+"""DSGD: decentralized SGD in adapt-then-combine form (Lian et al., 2017)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import torch
+
+from decentopt.algorithms.base import HyperParams, check_initial_point
+from decentopt.algorithms.registry import register
+from decentopt.comm.base import Communicator
+from decentopt.schedules import lr_at
+
+
+class DSGDState(NamedTuple):
+    x: torch.Tensor
+    t: int = 0
+
+
+@register
+@dataclass(frozen=True)
+class DSGD(HyperParams):
+    """Decentralized SGD, adapt then combine.
+
+    .. math::
+        X^{(t+1)} = W\\big(X^{(t)} - \\alpha_t G^{(t)}\\big)
+
+    With heterogeneous data it converges to a neighbourhood of ``x*`` whose
+    radius grows with ``alpha^2 zeta^2 / (1 - lambda)^2``.
+
+    Reference: X. Lian et al., "Can decentralized algorithms outperform
+    centralized algorithms?", NeurIPS 2017.
+    """
+
+    name: ClassVar[str] = "dsgd"
+    uses_momentum: ClassVar[bool] = False
+    rounds_per_step: ClassVar[int] = 1
+
+    def init(self, x0: torch.Tensor) -> DSGDState:
+        return DSGDState(x=check_initial_point(x0, "dsgd"))
+
+    def step(self, state: DSGDState, grad: torch.Tensor, comm: Communicator) -> DSGDState:
+        alpha = lr_at(self.lr, state.t)
+        return DSGDState(x=comm.mix(state.x - alpha * grad), t=state.t + 1)

@@ -1,0 +1,64 @@
+"""ED / D²: Exact Diffusion (Yuan et al., 2019/2020) = D² (Tang et al., 2018)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import torch
+
+from decentopt.algorithms.base import HyperParams, check_initial_point
+from decentopt.algorithms.registry import register
+from decentopt.comm.base import Communicator
+from decentopt.schedules import lr_at
+
+
+class EDState(NamedTuple):
+    x: torch.Tensor
+    psi: torch.Tensor
+    t: int = 0
+
+
+def adapt_correct_combine(
+    x: torch.Tensor, psi: torch.Tensor, direction: torch.Tensor, alpha: float, comm: Communicator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Exact-Diffusion step shared by ED and EDM; returns ``(x_next, psi_next)``.
+
+    ``psi+ = x - alpha d``, ``phi = psi+ + x - psi``, ``x+ = W phi``. Storing
+    ``psi`` (rather than the previous gradient) keeps the correction exact when
+    ``alpha`` changes over time.
+    """
+    psi_next = x - alpha * direction
+    phi = psi_next + (x - psi)
+    return comm.mix(phi), psi_next
+
+
+@register
+@dataclass(frozen=True)
+class ExactDiffusion(HyperParams):
+    """Exact Diffusion / D² (adapt, correct, combine).
+
+    .. math::
+        \\psi^{(t+1)} &= X^{(t)} - \\alpha_t G^{(t)}, \\\\
+        \\phi^{(t+1)} &= \\psi^{(t+1)} + X^{(t)} - \\psi^{(t)}, \\\\
+        X^{(t+1)} &= W \\phi^{(t+1)}, \\qquad \\psi^{(0)} = X^{(0)}.
+
+    Equivalently ``X(t+2) = W(2X(t+1) - X(t) - alpha G(t+1) + alpha G(t))``.
+
+    References: K. Yuan, B. Ying, X. Zhao, A. H. Sayed, "Exact diffusion for
+    distributed optimization and learning", IEEE TSP 2019; H. Tang et al.,
+    "D²: Decentralized training over decentralized data", ICML 2018.
+    """
+
+    name: ClassVar[str] = "ed"
+    uses_momentum: ClassVar[bool] = False
+    rounds_per_step: ClassVar[int] = 1
+
+    def init(self, x0: torch.Tensor) -> EDState:
+        x0 = check_initial_point(x0, "ed")
+        return EDState(x=x0, psi=x0.clone())
+
+    def step(self, state: EDState, grad: torch.Tensor, comm: Communicator) -> EDState:
+        alpha = lr_at(self.lr, state.t)
+        x_next, psi = adapt_correct_combine(state.x, state.psi, grad, alpha, comm)
+        return EDState(x=x_next, psi=psi, t=state.t + 1)

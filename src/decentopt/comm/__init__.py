@@ -1,0 +1,6 @@
+"""Communicators: the only place where agents exchange data."""
+
+from decentopt.comm.base import CommStats, Communicator
+from decentopt.comm.simulated import SimulatedCommunicator
+
+__all__ = ["CommStats", "Communicator", "SimulatedCommunicator"]

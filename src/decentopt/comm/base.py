@@ -1,0 +1,43 @@
+"""The communicator interface: everything that crosses agents goes through it.
+
+Algorithms do only row-wise (per-agent) arithmetic on tensors whose first axis
+is the agent axis, and call :meth:`Communicator.mix` to combine with
+neighbours. In the simulator a tensor holds all ``n`` agents, ``(n, ...)``; on a
+rank of the distributed backend it holds the agents that rank owns, ``(1, ...)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["CommStats", "Communicator"]
+
+
+@dataclass
+class CommStats:
+    """Running totals of communication: gossip rounds and bytes sent over edges."""
+
+    rounds: int = 0
+    bytes_sent: int = 0
+
+    def reset(self) -> None:
+        self.rounds = 0
+        self.bytes_sent = 0
+
+
+@runtime_checkable
+class Communicator(Protocol):
+    """Mixes agent-first tensors with the mixing matrix ``W``."""
+
+    stats: CommStats
+
+    def mix(self, z: torch.Tensor) -> torch.Tensor:
+        """Return ``W z`` for the rows this process owns (one gossip round)."""
+        ...
+
+    def mean(self, z: torch.Tensor) -> torch.Tensor:
+        """Exact average over all agents (for metrics only, not a gossip round)."""
+        ...

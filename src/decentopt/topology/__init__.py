@@ -1,0 +1,68 @@
+"""Communication graphs, mixing matrices and their spectral quantities."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from decentopt.topology.graphs import (
+    complete,
+    erdos_renyi,
+    exponential,
+    from_adjacency,
+    from_matrix,
+    from_networkx,
+    grid,
+    hypercube,
+    max_degree_weights,
+    metropolis_hastings_weights,
+    ring,
+    star,
+    torus,
+)
+from decentopt.topology.topology import AssumptionError, Topology, check_assumption1
+
+#: Graph families by name (used by configuration files and the CLI).
+REGISTRY: dict[str, Callable[..., Topology]] = {
+    "ring": ring,
+    "complete": complete,
+    "star": star,
+    "grid": grid,
+    "torus": torus,
+    "hypercube": hypercube,
+    "exponential": exponential,
+    "erdos_renyi": erdos_renyi,
+}
+
+
+def make(name: str, *args: Any, **kwargs: Any) -> Topology:
+    """Build a registered topology by name, e.g. ``make("ring", 32)``."""
+    try:
+        builder = REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown topology {name!r}; choose one of {', '.join(sorted(REGISTRY))}"
+        ) from None
+    return builder(*args, **kwargs)
+
+
+__all__ = [
+    "REGISTRY",
+    "AssumptionError",
+    "Topology",
+    "check_assumption1",
+    "complete",
+    "erdos_renyi",
+    "exponential",
+    "from_adjacency",
+    "from_matrix",
+    "from_networkx",
+    "grid",
+    "hypercube",
+    "make",
+    "max_degree_weights",
+    "metropolis_hastings_weights",
+    "ring",
+    "star",
+    "torus",
+]

@@ -1,0 +1,206 @@
+"""Graph constructors: a graph becomes a mixing matrix, checked against Assumption 1.
+
+Graphs are generated with networkx; weights are Metropolis--Hastings
+(Xiao & Boyd 2004; default) or max-degree. Graphs such as an even ring with
+Metropolis weights have a negative eigenvalue; with ``lazy="auto"`` (default)
+the lazy transform ``(W + I) / 2`` is applied exactly when ``W`` has a
+negative eigenvalue, and the topology's name says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Literal
+
+import networkx as nx
+import numpy as np
+import torch
+
+from decentopt.topology.topology import AssumptionError, Topology
+
+__all__ = [
+    "complete",
+    "erdos_renyi",
+    "exponential",
+    "from_adjacency",
+    "from_matrix",
+    "from_networkx",
+    "grid",
+    "hypercube",
+    "max_degree_weights",
+    "metropolis_hastings_weights",
+    "ring",
+    "star",
+    "torus",
+]
+
+Weights = Literal["metropolis", "max_degree"]
+Lazy = bool | Literal["auto"]
+
+
+def _require_n(n: int, minimum: int = 1) -> int:
+    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < minimum:
+        raise ValueError(f"the number of agents n must be an integer >= {minimum}; got {n!r}")
+    return int(n)
+
+
+def _adjacency(graph: nx.Graph) -> np.ndarray:
+    A = nx.to_numpy_array(graph, nodelist=sorted(graph.nodes()), weight=None)
+    np.fill_diagonal(A, 0.0)
+    return (A > 0).astype(np.float64)
+
+
+def metropolis_hastings_weights(adjacency: np.ndarray) -> np.ndarray:
+    """w_ij = 1 / (1 + max(d_i, d_j)) on edges, w_ii = 1 - sum_j w_ij."""
+    A = np.asarray(adjacency, dtype=np.float64)
+    deg = A.sum(axis=1)
+    W = np.where(A > 0, 1.0 / (1.0 + np.maximum.outer(deg, deg)), 0.0)
+    np.fill_diagonal(W, 0.0)
+    np.fill_diagonal(W, 1.0 - W.sum(axis=1))
+    return W
+
+
+def max_degree_weights(adjacency: np.ndarray) -> np.ndarray:
+    """w_ij = 1 / (1 + d_max) on edges, w_ii = 1 - d_i / (1 + d_max)."""
+    A = np.asarray(adjacency, dtype=np.float64)
+    deg = A.sum(axis=1)
+    W = A / (1.0 + deg.max(initial=0.0))
+    np.fill_diagonal(W, 1.0 - W.sum(axis=1))
+    return W
+
+
+_WEIGHTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "metropolis": metropolis_hastings_weights,
+    "max_degree": max_degree_weights,
+}
+
+
+def from_adjacency(
+    adjacency: np.ndarray | torch.Tensor,
+    *,
+    weights: Weights = "metropolis",
+    lazy: Lazy = "auto",
+    name: str = "graph",
+) -> Topology:
+    """Mixing matrix of an undirected graph given by its 0/1 adjacency matrix."""
+    if isinstance(adjacency, torch.Tensor):
+        adjacency = adjacency.detach().cpu().numpy()
+    A = np.asarray(adjacency, dtype=np.float64)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"the adjacency matrix must be square; got shape {A.shape}")
+    if not np.array_equal(A != 0, (A != 0).T):
+        raise ValueError("the adjacency matrix must be symmetric (an undirected graph)")
+    if weights not in _WEIGHTS:
+        raise ValueError(f"unknown weights {weights!r}; choose one of {sorted(_WEIGHTS)}")
+    A = (A != 0).astype(np.float64)
+    np.fill_diagonal(A, 0.0)
+    W = _WEIGHTS[weights](A)
+    label = f"{name}[{weights}]"
+    if lazy is True or (lazy == "auto" and np.linalg.eigvalsh(W)[0] < -1e-10):
+        W = (W + np.eye(len(W))) / 2
+        label = f"lazy({label})"
+    return Topology(W, name=label)
+
+
+def from_networkx(
+    graph: nx.Graph, *, weights: Weights = "metropolis", lazy: Lazy = "auto", name: str = "graph"
+) -> Topology:
+    """Mixing matrix of any undirected networkx graph (nodes taken in sorted order)."""
+    if graph.is_directed():
+        raise ValueError("the graph must be undirected; use graph.to_undirected()")
+    return from_adjacency(_adjacency(graph), weights=weights, lazy=lazy, name=name)
+
+
+def from_matrix(W: np.ndarray | torch.Tensor, *, name: str = "custom") -> Topology:
+    """A user-given mixing matrix, checked against Assumption 1."""
+    return Topology(W, name=name)
+
+
+def ring(n: int, *, weights: Literal["paper"] | Weights = "paper", lazy: Lazy = "auto") -> Topology:
+    """Ring of n agents.
+
+    With ``weights="paper"`` (default): ``w_ii = 1/2``, ``w_{i,i+-1} = 1/4`` as in
+    the EDM paper's experiments; positive semi-definite, with eigenvalues
+    ``1/2 + 1/2 cos(2 pi k / n)`` so ``lambda = 1/2 + 1/2 cos(2 pi / n)``.
+    """
+    n = _require_n(n)
+    if weights != "paper":
+        return from_networkx(nx.cycle_graph(n), weights=weights, lazy=lazy, name=f"ring({n})")
+    if n == 1:
+        return Topology(np.ones((1, 1)), name="ring(1)")
+    if n == 2:
+        return Topology(np.full((2, 2), 0.5), name="ring(2)")
+    W = 0.5 * np.eye(n)
+    idx = np.arange(n)
+    W[idx, (idx + 1) % n] += 0.25
+    W[idx, (idx - 1) % n] += 0.25
+    return Topology(W, name=f"ring({n})")
+
+
+def complete(n: int) -> Topology:
+    """Complete graph, W = 11^T / n (exact averaging in one round)."""
+    n = _require_n(n)
+    return Topology(np.full((n, n), 1.0 / n), name=f"complete({n})")
+
+
+def star(n: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Topology:
+    """Star: agent 0 connected to all others."""
+    n = _require_n(n, 2)
+    return from_networkx(nx.star_graph(n - 1), weights=weights, lazy=lazy, name=f"star({n})")
+
+
+def grid(rows: int, cols: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Topology:
+    """2-D grid (no wrap-around) of rows x cols agents."""
+    _require_n(rows)
+    _require_n(cols)
+    g = nx.grid_2d_graph(rows, cols)
+    return from_networkx(g, weights=weights, lazy=lazy, name=f"grid({rows}x{cols})")
+
+
+def torus(rows: int, cols: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Topology:
+    """2-D torus (grid with wrap-around) of rows x cols agents."""
+    _require_n(rows, 3)
+    _require_n(cols, 3)
+    g = nx.grid_2d_graph(rows, cols, periodic=True)
+    return from_networkx(g, weights=weights, lazy=lazy, name=f"torus({rows}x{cols})")
+
+
+def hypercube(dim: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Topology:
+    """Hypercube of 2**dim agents."""
+    _require_n(dim)
+    g = nx.hypercube_graph(dim)
+    return from_networkx(g, weights=weights, lazy=lazy, name=f"hypercube({2**dim})")
+
+
+def exponential(n: int, *, lazy: Lazy = "auto") -> Topology:
+    """Static exponential graph (Ying et al. 2021): i links to i +- 2^k mod n.
+
+    Each agent's neighbours are ``(i + 2^k) mod n`` for ``k = 0 .. floor(log2(n-1))``,
+    made undirected; weights are Metropolis--Hastings.
+    """
+    n = _require_n(n, 2)
+    A = np.zeros((n, n))
+    for k in range(int(math.floor(math.log2(max(n - 1, 1)))) + 1):
+        for i in range(n):
+            j = (i + 2**k) % n
+            if j != i:
+                A[i, j] = A[j, i] = 1.0
+    return from_adjacency(A, weights="metropolis", lazy=lazy, name=f"exponential({n})")
+
+
+def erdos_renyi(
+    n: int, p: float, *, seed: int = 0, weights: Weights = "metropolis", lazy: Lazy = "auto"
+) -> Topology:
+    """Erdős–Rényi G(n, p) graph; redrawn (with the next seed) until connected."""
+    n = _require_n(n)
+    if not 0 < p <= 1:
+        raise ValueError(f"edge probability p must be in (0, 1]; got {p}")
+    for attempt in range(1000):
+        g = nx.gnp_random_graph(n, p, seed=seed + attempt)
+        if nx.is_connected(g):
+            return from_networkx(g, weights=weights, lazy=lazy, name=f"erdos_renyi({n},{p})")
+    raise AssumptionError(
+        f"no connected G({n}, {p}) graph in 1000 draws; increase p above log(n)/n = "
+        f"{math.log(n) / n:.3f}"
+    )

@@ -1,0 +1,185 @@
+"""The :class:`Topology` object and the checks of the paper's Assumption 1.
+
+A topology is a communication graph together with its mixing matrix ``W``.
+Every algorithm in :mod:`decentopt.algorithms` assumes (Assumption 1 of the EDM
+paper):
+
+1. ``w_ii > 0`` for every agent;
+2. ``W`` is symmetric and doubly stochastic (``W 1 = 1``, ``1^T W = 1^T``);
+3. the smallest eigenvalue of ``W`` is positive.
+
+Departure from the paper: condition 3 is checked as ``lambda_min >= 0`` (up to
+round-off). The paper's own ring (``w_ii = 1/2``, ``w_{i,i+-1} = 1/4``) has
+eigenvalues ``1/2 + 1/2 cos(2 pi k / n)``, which include 0 exactly for even
+``n`` (its n = 32 experiments), and Exact Diffusion only needs ``W`` positive
+semi-definite. Matrices with a negative eigenvalue are refused.
+
+Entries must also be non-negative and the graph connected, otherwise
+``lambda = ||W - 11^T/n||_2`` equals one and no consensus is possible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import torch
+
+__all__ = ["AssumptionError", "Topology", "check_assumption1"]
+
+_TOL = 1e-10
+
+
+class AssumptionError(ValueError):
+    """A mixing matrix violates Assumption 1 of the EDM paper."""
+
+
+def _as_numpy(W: object) -> np.ndarray:
+    if isinstance(W, torch.Tensor):
+        W = W.detach().cpu().double().numpy()
+    try:
+        arr = np.asarray(W, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise AssumptionError(
+            f"the mixing matrix must be a square array of numbers; got {type(W).__name__}"
+        ) from exc
+    return arr
+
+
+def check_assumption1(W: object, *, tol: float = _TOL) -> np.ndarray:
+    """Validate a mixing matrix against Assumption 1 and return it as float64.
+
+    Raises :class:`AssumptionError` naming the first failed condition and how to
+    repair it.
+    """
+    arr = _as_numpy(W)
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
+        raise AssumptionError(
+            f"the mixing matrix must be square (n x n) with n >= 1; got shape {arr.shape}"
+        )
+    if not np.all(np.isfinite(arr)):
+        raise AssumptionError("the mixing matrix contains NaN or inf entries")
+    n = arr.shape[0]
+    if np.min(arr) < -tol:
+        i, j = np.unravel_index(np.argmin(arr), arr.shape)
+        raise AssumptionError(
+            f"W[{i}, {j}] = {arr[i, j]:.3g} is negative; mixing weights must be >= 0 "
+            "(use metropolis_hastings_weights or max_degree_weights on the graph)"
+        )
+    asym = np.max(np.abs(arr - arr.T))
+    if asym > tol:
+        raise AssumptionError(
+            f"Assumption 1(2) fails: W is not symmetric (max |W - W^T| = {asym:.3g}); "
+            "build it from an undirected graph with metropolis_hastings_weights"
+        )
+    row_err = np.max(np.abs(arr.sum(axis=1) - 1.0))
+    if row_err > tol:
+        raise AssumptionError(
+            f"Assumption 1(2) fails: W is not doubly stochastic (rows sum to 1 within "
+            f"{row_err:.3g}); normalise it, e.g. with metropolis_hastings_weights"
+        )
+    diag = np.diag(arr)
+    if np.min(diag) <= 0:
+        i = int(np.argmin(diag))
+        raise AssumptionError(
+            f"Assumption 1(1) fails: w_ii = {diag[i]:.3g} <= 0 for agent {i}; "
+            "apply the lazy transform (W + I) / 2 (topology.lazy())"
+        )
+    eig = np.linalg.eigvalsh((arr + arr.T) / 2)
+    if eig[0] < -tol:
+        raise AssumptionError(
+            f"Assumption 1(3) fails: the smallest eigenvalue of W is {eig[0]:.3g} < 0; "
+            "apply the lazy transform (W + I) / 2 (topology.lazy())"
+        )
+    if n > 1 and eig[-2] >= 1 - tol:
+        raise AssumptionError(
+            "the graph of W is not connected (second largest eigenvalue is 1), so the "
+            "agents cannot reach consensus; add edges between the components"
+        )
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """A mixing matrix ``W`` that satisfies Assumption 1, with its spectral quantities.
+
+    Attributes:
+        W: the (n, n) mixing matrix as a float64 tensor.
+        name: a human-readable name, e.g. ``"ring(32)"``.
+    """
+
+    W: torch.Tensor
+    name: str = "custom"
+    _W_np: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        arr = check_assumption1(self.W)
+        object.__setattr__(self, "_W_np", arr)
+        object.__setattr__(self, "W", torch.from_numpy(arr.copy()))
+
+    @property
+    def n(self) -> int:
+        """Number of agents."""
+        return int(self._W_np.shape[0])
+
+    @cached_property
+    def eigenvalues(self) -> np.ndarray:
+        """Eigenvalues of ``W`` in ascending order."""
+        return np.linalg.eigvalsh(self._W_np)
+
+    @cached_property
+    def lam(self) -> float:
+        """lambda = ||W - 11^T/n||_2, the paper's mixing rate (second largest |eigenvalue|)."""
+        J = np.full_like(self._W_np, 1.0 / self.n)
+        return float(np.linalg.norm(self._W_np - J, ord=2))
+
+    @property
+    def spectral_gap(self) -> float:
+        """1 - lambda."""
+        return 1.0 - self.lam
+
+    @property
+    def lam_min(self) -> float:
+        """Smallest eigenvalue of ``W`` (>= 0 here; see the module note)."""
+        return float(self.eigenvalues[0])
+
+    @cached_property
+    def neighbors(self) -> tuple[tuple[int, ...], ...]:
+        """For each agent, the other agents j with w_ij != 0."""
+        return tuple(
+            tuple(int(j) for j in np.flatnonzero(row) if j != i)
+            for i, row in enumerate(self._W_np)
+        )
+
+    @property
+    def degrees(self) -> np.ndarray:
+        """Number of neighbours of each agent (self excluded)."""
+        return np.array([len(nb) for nb in self.neighbors])
+
+    @property
+    def max_degree(self) -> int:
+        return int(self.degrees.max()) if self.n > 1 else 0
+
+    @property
+    def density(self) -> float:
+        """Fraction of non-zero entries of ``W``."""
+        return float(np.count_nonzero(self._W_np)) / self.n**2
+
+    def lazy(self) -> Topology:
+        """The lazy transform (W + I) / 2, which makes every eigenvalue positive."""
+        return Topology((self._W_np + np.eye(self.n)) / 2, name=f"lazy({self.name})")
+
+    def summary(self) -> dict[str, float | int | str]:
+        """The spectral quantities as a plain dict (for tables and the CLI)."""
+        return {
+            "name": self.name,
+            "n": self.n,
+            "lambda": self.lam,
+            "1-lambda": self.spectral_gap,
+            "lambda_min": self.lam_min,
+            "max_degree": self.max_degree,
+        }
+
+    def __repr__(self) -> str:
+        return f"Topology({self.name}, n={self.n}, lambda={self.lam:.6f})"
