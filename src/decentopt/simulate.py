@@ -60,7 +60,9 @@ class SimulationResult:
         return self.history[metric][-1]
 
 
-def record_steps(iterations: int, record: Literal["log", "all"] | int = "log", points: int = 100) -> np.ndarray:
+def record_steps(
+    iterations: int, record: Literal["log", "all"] | int = "log", points: int = 100
+) -> np.ndarray:
     """The step indices at which metrics are recorded (always including 0 and the end).
 
     ``"all"``: every step; an int ``k``: every k-th step; ``"log"``: about
@@ -105,7 +107,7 @@ def _zero_columns(state: AlgorithmState, mask: torch.Tensor) -> AlgorithmState:
     """Zero the repetitions in ``mask`` in every tensor of the state (repetition axis 1)."""
     keep = (~mask).view(1, -1, 1)
     updates = {
-        name: value * keep
+        name: torch.where(keep, value, 0.0)
         for name, value in state._asdict().items()  # type: ignore[attr-defined]
         if isinstance(value, torch.Tensor) and value.ndim == 3
     }
@@ -172,6 +174,8 @@ def simulate(
         if bool(new.any()):
             diverged_at[new.numpy()] = t
             diverged.logical_or_(new)
+        if bool(diverged.any()):
+            # stopped repetitions restart from zero each check so they never overflow
             state = _zero_columns(state, diverged)
 
     def log(t: int) -> None:
@@ -185,7 +189,7 @@ def simulate(
     if progress is True:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=iterations, desc=algorithm.name, leave=False)
+        bar = tqdm(total=iterations, desc=algorithm.name, leave=False, disable=None)
     start = time.perf_counter()
     log(0)
     for t in range(iterations):
@@ -202,6 +206,7 @@ def simulate(
         if bool(diverged.all()):
             break
     wall = time.perf_counter() - start
+    check(iterations)
     if bar is not None:
         bar.close()
     # Steps after an early stop (all repetitions diverged) are NaN.

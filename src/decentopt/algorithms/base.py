@@ -84,7 +84,9 @@ class MomentumHyperParams(HyperParams):
         if isinstance(self.beta, bool) or not isinstance(self.beta, int | float):
             raise TypeError(f"{type(self).__name__}: beta must be a float; got {self.beta!r}")
         if not 0 <= self.beta < 1:
-            raise ValueError(f"{type(self).__name__}: momentum beta must be in [0, 1); got {self.beta}")
+            raise ValueError(
+                f"{type(self).__name__}: momentum beta must be in [0, 1); got {self.beta}"
+            )
 
 
 def momentum_direction(
@@ -110,7 +112,9 @@ def momentum_direction(
 def check_initial_point(x0: torch.Tensor, owner: str) -> torch.Tensor:
     """Reject a non-tensor, integer or non-finite initial point."""
     if not isinstance(x0, torch.Tensor):
-        raise TypeError(f"{owner}: the initial point must be a torch.Tensor; got {type(x0).__name__}")
+        raise TypeError(
+            f"{owner}: the initial point must be a torch.Tensor; got {type(x0).__name__}"
+        )
     if not x0.is_floating_point():
         raise TypeError(f"{owner}: the initial point must be floating point; got {x0.dtype}")
     if x0.ndim < 1:

@@ -20,8 +20,9 @@ class DSGTState(NamedTuple):
     t: int = 0
 
 
-def track(y: torch.Tensor, grad: torch.Tensor, g_prev: torch.Tensor, t: int, atc: bool,
-          comm: Communicator) -> torch.Tensor:
+def track(
+    y: torch.Tensor, grad: torch.Tensor, g_prev: torch.Tensor, t: int, atc: bool, comm: Communicator
+) -> torch.Tensor:
     """Gradient-tracking update ``Y+ = W(Y + G+ - G)`` (or ``W Y + G+ - G``), ``Y0 = G0``.
 
     Keeps ``mean(Y) = mean(G)`` exactly for any doubly stochastic ``W``.

@@ -34,7 +34,9 @@ def make(name: str, **hyperparams: Any) -> Any:
     try:
         cls = REGISTRY[key]
     except KeyError:
-        raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(names())}") from None
+        raise ValueError(
+            f"unknown algorithm {name!r}; choose one of {', '.join(names())}"
+        ) from None
     try:
         return cls(**hyperparams)
     except TypeError as exc:

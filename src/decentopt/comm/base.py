@@ -34,8 +34,11 @@ class Communicator(Protocol):
 
     stats: CommStats
 
-    def mix(self, z: torch.Tensor) -> torch.Tensor:
-        """Return ``W z`` for the rows this process owns (one gossip round)."""
+    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Return ``W z`` for the rows this process owns (one gossip round).
+
+        With ``out`` the result is written into that buffer and returned.
+        """
         ...
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:

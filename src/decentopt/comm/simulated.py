@@ -65,7 +65,12 @@ class SimulatedCommunicator:
             return self.kernel
         return "sparse" if self._sparse_ok and cols >= _SPARSE_MIN_COLS else "dense"
 
-    def mix(self, z: torch.Tensor) -> torch.Tensor:
+    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``W z``; with ``out`` (same shape, contiguous, not ``z``) the result is written there.
+
+        Writing into a caller's buffer avoids allocating (and page-faulting) a
+        fresh tensor per round, which dominates for large models.
+        """
         if z.shape[0] != self.n:
             raise ValueError(
                 f"mix expects a tensor with the agent axis first of size n = {self.n}; "
@@ -73,22 +78,29 @@ class SimulatedCommunicator:
             )
         flat = z.reshape(self.n, -1)
         cols = flat.shape[1]
+        if out is None:
+            target = torch.empty_like(flat)
+        else:
+            if out.shape != z.shape or not out.is_contiguous() or out.data_ptr() == z.data_ptr():
+                raise ValueError(
+                    "mix(z, out=...) needs a contiguous out of the same shape as z that does "
+                    "not share its memory"
+                )
+            target = out.view(self.n, -1)
         self.stats.rounds += 1
         self.stats.bytes_sent += self._edges * cols * z.element_size()
         if self.kernel_for(cols) == "dense":
-            out = torch.mm(self._dense_W(flat), flat)
+            torch.mm(self._dense_W(flat), flat, out=target)
         else:
-            out = self._sparse_mix(flat)
-        return out.reshape(z.shape)
+            self._sparse_mix(flat, target)
+        return target.view(z.shape)
 
-    def _sparse_mix(self, flat: torch.Tensor) -> torch.Tensor:
-        out = torch.empty_like(flat)
+    def _sparse_mix(self, flat: torch.Tensor, target: torch.Tensor) -> None:
         for i, w_ii, nbrs in self._rows:
-            row = out[i]
+            row = target[i]
             torch.mul(flat[i], w_ii, out=row)
             for j, w_ij in nbrs:
                 row.add_(flat[j], alpha=w_ij)
-        return out
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         return z.mean(dim=0, keepdim=True)

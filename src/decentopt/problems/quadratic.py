@@ -10,6 +10,13 @@ its stochastic loss is ``||y_i - A_i x||^2 / (2p)``. So
 
 and the gradient noise is ``-A_i^T eps_i / p`` with covariance ``sigma2 H_i / p``.
 
+Sampling note: the noise is drawn as ``sigma / sqrt(p) * C_i z`` with
+``C_i C_i^T = H_i`` (Cholesky) and ``z ~ N(0, I_d)``, which has exactly the
+distribution of ``A_i^T eps_i / p`` but needs ``d`` instead of ``p`` normal
+draws; when some ``H_i`` is singular the ``p``-dimensional form is used.
+Draws are made in float32 (torch's vectorised sampler, ~6x faster than
+float64) and cast to the problem's dtype.
+
 Scaling note: the paper writes ``f_i = 1/2 E||y - A x||^2``. With ``p = 20``
 Gaussian rows that puts the local curvature near 60 and ``alpha = 0.05``
 diverges for DSGD and ED, so the losses here are divided by ``p`` (curvature
@@ -84,6 +91,12 @@ class Quadratic:
         self.mu = eig_mean[:, 0]  # (R,) strong convexity of f
         self.L = torch.linalg.eigvalsh(self.H)[..., -1].amax(dim=0)  # (R,) max local smoothness
         self.zeta2 = self._heterogeneity()
+        # noise = noise_factor @ z, z ~ N(0, I_k): covariance sigma2 H_i / p either way
+        chol, info = torch.linalg.cholesky_ex(self.H)
+        if p >= d and bool((info == 0).all()):
+            self.noise_factor = chol * (self.sigma2 / p) ** 0.5
+        else:
+            self.noise_factor = A.transpose(-1, -2) * (self.sigma2**0.5 / p)
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -138,11 +151,9 @@ class Quadratic:
     def gradient(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         grad = self.full_gradient(x)
         if self.sigma2 > 0:
-            eps = torch.randn(
-                self.n, self.repetitions, self.p, 1, generator=generator, dtype=self.dtype
-            )
-            noise = (self.A.transpose(-1, -2) @ eps).squeeze(-1)
-            grad = grad - noise * (self.sigma2**0.5 / self.p)
+            k = self.noise_factor.shape[-1]
+            z = torch.randn(self.n, self.repetitions, k, 1, generator=generator)
+            grad = grad + (self.noise_factor @ z.to(self.dtype)).squeeze(-1)
         return grad
 
     def metrics(self, x: torch.Tensor) -> dict[str, torch.Tensor]:

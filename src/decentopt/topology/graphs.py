@@ -158,7 +158,9 @@ def grid(rows: int, cols: int, *, weights: Weights = "metropolis", lazy: Lazy = 
     return from_networkx(g, weights=weights, lazy=lazy, name=f"grid({rows}x{cols})")
 
 
-def torus(rows: int, cols: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Topology:
+def torus(
+    rows: int, cols: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto"
+) -> Topology:
     """2-D torus (grid with wrap-around) of rows x cols agents."""
     _require_n(rows, 3)
     _require_n(cols, 3)
@@ -181,7 +183,7 @@ def exponential(n: int, *, lazy: Lazy = "auto") -> Topology:
     """
     n = _require_n(n, 2)
     A = np.zeros((n, n))
-    for k in range(int(math.floor(math.log2(max(n - 1, 1)))) + 1):
+    for k in range(math.floor(math.log2(max(n - 1, 1))) + 1):
         for i in range(n):
             j = (i + 2**k) % n
             if j != i:

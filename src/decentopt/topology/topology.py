@@ -148,8 +148,7 @@ class Topology:
     def neighbors(self) -> tuple[tuple[int, ...], ...]:
         """For each agent, the other agents j with w_ij != 0."""
         return tuple(
-            tuple(int(j) for j in np.flatnonzero(row) if j != i)
-            for i, row in enumerate(self._W_np)
+            tuple(int(j) for j in np.flatnonzero(row) if j != i) for i, row in enumerate(self._W_np)
         )
 
     @property

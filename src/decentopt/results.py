@@ -1,0 +1,78 @@
+"""Tidy result tables: one row per (algorithm, setting, repetition, recorded step).
+
+Tables are CSV files written atomically (a temporary file in the same folder,
+then ``os.replace``), so an interrupted run never leaves a half-written table.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from decentopt.simulate import SimulationResult
+
+__all__ = ["read_csv", "tidy_rows", "write_csv_atomic"]
+
+
+def tidy_rows(result: SimulationResult, labels: Mapping[str, Any] | None = None) -> list[dict]:
+    """Flatten a simulation into rows ``labels + algorithm, repetition, step, metrics...``."""
+    labels = dict(labels or {})
+    metrics = list(result.history)
+    rows = []
+    R = len(result.diverged)
+    for r in range(R):
+        for k, step in enumerate(result.steps):
+            row = {**labels, "algorithm": result.algorithm, "repetition": r, "step": int(step)}
+            for name in metrics:
+                row[name] = float(result.history[name][k, r])
+            row["diverged_at"] = int(result.diverged_at[r])
+            rows.append(row)
+    return rows
+
+
+def write_csv_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """Write rows (dicts with the same keys) to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = list(rows)
+    if not rows:
+        raise ValueError(f"no rows to write to {path}")
+    fields = list(rows[0])
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _parse(value: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def read_csv(path: str | Path) -> list[dict[str, Any]]:
+    """Read a tidy table back, converting numeric fields."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no result table at {path}; run the experiment first")
+    with path.open(newline="") as fh:
+        return [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def finite(values: Iterable[float]) -> list[float]:
+    return [v for v in values if isinstance(v, int | float) and math.isfinite(v)]

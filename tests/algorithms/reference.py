@@ -1,0 +1,95 @@
+"""Plain per-agent Python loops of every algorithm, written from the update tables.
+
+Each reference keeps one numpy vector per agent and combines with neighbours
+through explicit sums ``sum_j w_ij z_j``; the vectorised implementations must
+agree with them step by step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+Grad = Callable[[int, np.ndarray], np.ndarray]  # (agent, x_i) -> g_i
+
+
+def combine(W: np.ndarray, z: list[np.ndarray], i: int) -> np.ndarray:
+    return sum(W[i, j] * z[j] for j in range(len(z)) if W[i, j] != 0)
+
+
+def mom(m: np.ndarray, g: np.ndarray, beta: float, damp: bool, nesterov: bool = False):
+    """Heavy ball: returns (new buffer, direction)."""
+    s = (1 - beta) if damp else 1.0
+    m_new = beta * m + s * g
+    return m_new, (beta * m_new + s * g if nesterov else m_new)
+
+
+def run_reference(name: str, hp: dict, W: np.ndarray, x0: list[np.ndarray], grad_fn, steps: int):
+    """Returns the list of iterates (one list of agent vectors per step, after the step)."""
+    n = len(x0)
+    alpha = hp["lr"]
+    beta = hp.get("beta", 0.0)
+    damp = hp.get("dampening", True)
+    nest = hp.get("nesterov", False)
+    x = [v.copy() for v in x0]
+    zeros = [np.zeros_like(v) for v in x0]
+    m = [v.copy() for v in zeros]
+    psi = [v.copy() for v in x0]
+    y = [v.copy() for v in zeros]
+    u = [v.copy() for v in zeros]
+    g_prev = [v.copy() for v in zeros]
+    out = []
+    for t in range(steps):
+        g = [grad_fn(t, i, x[i]) for i in range(n)]
+        if name == "dsgd":
+            z = [x[i] - alpha * g[i] for i in range(n)]
+            x = [combine(W, z, i) for i in range(n)]
+        elif name == "dmsgd":
+            md = [mom(m[i], g[i], beta, damp, nest) for i in range(n)]
+            m = [a for a, _ in md]
+            z = [x[i] - alpha * d for i, (_, d) in enumerate(md)]
+            x = [combine(W, z, i) for i in range(n)]
+        elif name == "decentlam":
+            z = [x[i] - alpha * g[i] for i in range(n)]
+            gt = [(x[i] - combine(W, z, i)) / alpha for i in range(n)]
+            md = [mom(m[i], gt[i], beta, damp, nest) for i in range(n)]
+            m = [a for a, _ in md]
+            x = [x[i] - alpha * d for i, (_, d) in enumerate(md)]
+        elif name == "qg_dsgdm":
+            mu = hp.get("mu") or beta
+            d = [mom(m[i], g[i], beta, damp, nest)[1] for i in range(n)]
+            z = [x[i] - alpha * d[i] for i in range(n)]
+            x_new = [combine(W, z, i) for i in range(n)]
+            m = [mu * m[i] + (1 - mu) * (x[i] - x_new[i]) / alpha for i in range(n)]
+            x = x_new
+        elif name in ("dsgt", "dsgt_hb"):
+            if t == 0:
+                y = [gi.copy() for gi in g]
+            else:
+                z = [y[i] + g[i] - g_prev[i] for i in range(n)]
+                y = [combine(W, z, i) for i in range(n)]
+            if name == "dsgt":
+                direction = y
+            else:
+                md = [mom(u[i], y[i], beta, damp, nest) for i in range(n)]
+                u = [a for a, _ in md]
+                direction = [d for _, d in md]
+            z = [x[i] - alpha * direction[i] for i in range(n)]
+            x = [combine(W, z, i) for i in range(n)]
+            g_prev = g
+        elif name in ("ed", "edm"):
+            if name == "edm":
+                md = [mom(m[i], g[i], beta, damp, nest) for i in range(n)]
+                m = [a for a, _ in md]
+                direction = [d for _, d in md]
+            else:
+                direction = g
+            psi_new = [x[i] - alpha * direction[i] for i in range(n)]
+            phi = [psi_new[i] + x[i] - psi[i] for i in range(n)]
+            psi = psi_new
+            x = [combine(W, phi, i) for i in range(n)]
+        else:
+            raise KeyError(name)
+        out.append([v.copy() for v in x])
+    return out

@@ -1,0 +1,174 @@
+"""Checks every registered algorithm must pass (the shared suite)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import decentopt as dopt
+from decentopt.algorithms import REGISTRY, names
+from decentopt.comm import SimulatedCommunicator
+from decentopt.schedules import MultiStep
+from tests.algorithms.reference import run_reference
+
+ALL = names()
+MOMENTUM = [name for name in ALL if REGISTRY[name].uses_momentum]
+
+
+def hyper(name: str, **extra) -> dict:
+    hp = {"lr": 0.05}
+    if REGISTRY[name].uses_momentum:
+        hp["beta"] = 0.8
+    hp.update(extra)
+    return hp
+
+
+class LinearOracle:
+    """g_i(x, t) = H_i x - b_i + noise[t, i]: a deterministic 'stochastic' oracle."""
+
+    def __init__(self, n: int, d: int, steps: int, seed: int = 0, noise: float = 0.3):
+        rng = np.random.default_rng(seed)
+        A = rng.standard_normal((n, 2 * d, d))
+        self.H = A.transpose(0, 2, 1) @ A / (2 * d)
+        self.b = rng.standard_normal((n, d))
+        self.noise = noise * rng.standard_normal((steps, n, d))
+
+    def agent(self, t: int, i: int, x: np.ndarray) -> np.ndarray:
+        return self.H[i] @ x - self.b[i] + self.noise[t, i]
+
+    def stacked(self, t: int, X: torch.Tensor) -> torch.Tensor:
+        H = torch.from_numpy(self.H)
+        g = (H @ X.unsqueeze(-1)).squeeze(-1) - torch.from_numpy(self.b)
+        return g + torch.from_numpy(self.noise[t])
+
+    def mean(self, t: int, x: np.ndarray) -> np.ndarray:
+        return np.mean([self.agent(t, i, x) for i in range(len(self.b))], axis=0)
+
+
+def run_vectorised(alg, W: np.ndarray, x0: np.ndarray, oracle: LinearOracle, steps: int):
+    comm = SimulatedCommunicator(dopt.topology.from_matrix(W))
+    state = alg.init(torch.from_numpy(x0))
+    xs = []
+    for t in range(steps):
+        state = alg.step(state, oracle.stacked(t, state.x), comm)
+        xs.append(state.x.numpy().copy())
+    return xs, comm
+
+
+@pytest.fixture(scope="module")
+def random_W() -> np.ndarray:
+    return dopt.topology.erdos_renyi(7, 0.4, seed=3).W.numpy()
+
+
+VARIANTS = [{}, {"nesterov": True}, {"dampening": False}, {"nesterov": True, "dampening": False}]
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+def test_vectorised_step_equals_per_agent_loop(name, variant, random_W):
+    if variant and name not in MOMENTUM:
+        pytest.skip("switches apply to momentum methods only")
+    n, d, steps = random_W.shape[0], 3, 12
+    oracle = LinearOracle(n, d, steps, seed=1)
+    x0 = np.random.default_rng(2).standard_normal((n, d))
+    hp = hyper(name, **VARIANTS[variant])
+    ref = run_reference(name, hp, random_W, list(x0), oracle.agent, steps)
+    got, _ = run_vectorised(dopt.algorithms.make(name, **hp), random_W, x0, oracle, steps)
+    for t in range(steps):
+        np.testing.assert_allclose(got[t], np.stack(ref[t]), rtol=1e-12, atol=1e-12)
+
+
+def centralized(name: str, hp: dict, x0: np.ndarray, oracle: LinearOracle, steps: int):
+    """What each method reduces to when W = 11^T / n and all agents start equal."""
+    alpha, beta = hp["lr"], hp.get("beta", 0.0)
+    x, m = x0.copy(), np.zeros_like(x0)
+    out = []
+    for t in range(steps):
+        g = oracle.mean(t, x)
+        if name in ("dsgd", "dsgt", "ed"):
+            x = x - alpha * g
+        elif name == "qg_dsgdm":
+            direction = beta * m + (1 - beta) * g
+            x = x - alpha * direction
+            m = beta * m + (1 - beta) * direction
+        else:
+            m = beta * m + (1 - beta) * g
+            x = x - alpha * m
+        out.append(x.copy())
+    return out
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_complete_graph_is_centralized(name):
+    n, d, steps = 5, 4, 25
+    oracle = LinearOracle(n, d, steps, seed=4)
+    x0 = np.tile(np.random.default_rng(5).standard_normal(d), (n, 1))
+    hp = hyper(name)
+    W = dopt.topology.complete(n).W.numpy()
+    got, _ = run_vectorised(dopt.algorithms.make(name, **hp), W, x0, oracle, steps)
+    want = centralized(name, hp, x0[0], oracle, steps)
+    for t in range(steps):
+        np.testing.assert_allclose(got[t], np.tile(want[t], (n, 1)), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_rounds_per_step_counted(name):
+    n, d, steps = 6, 2, 5
+    oracle = LinearOracle(n, d, steps)
+    alg = dopt.algorithms.make(name, **hyper(name))
+    _, comm = run_vectorised(alg, dopt.topology.ring(n).W.numpy(), np.zeros((n, d)), oracle, steps)
+    # gradient trackers skip the tracker's gossip at t = 0 (Y0 = G0)
+    expected = alg.rounds_per_step * steps - (alg.rounds_per_step - 1)
+    assert comm.stats.rounds == expected
+    assert comm.stats.bytes_sent == expected * 2 * n * d * 8
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_schedule_is_followed(name):
+    """A schedule equal to a constant gives the constant-step iterates; a decay differs."""
+    n, d, steps = 5, 3, 8
+    oracle = LinearOracle(n, d, steps)
+    W = dopt.topology.ring(n).W.numpy()
+    x0 = np.ones((n, d))
+    const, _ = run_vectorised(dopt.algorithms.make(name, **hyper(name)), W, x0, oracle, steps)
+    sched = hyper(name, lr=MultiStep(0.05, milestones=[100]))
+    same, _ = run_vectorised(dopt.algorithms.make(name, **sched), W, x0, oracle, steps)
+    np.testing.assert_allclose(same[-1], const[-1], rtol=1e-13)
+    decayed = hyper(name, lr=MultiStep(0.05, milestones=[3], gamma=0.1))
+    other, _ = run_vectorised(dopt.algorithms.make(name, **decayed), W, x0, oracle, steps)
+    np.testing.assert_allclose(other[2], const[2], rtol=1e-13)
+    assert np.abs(other[-1] - const[-1]).max() > 1e-6
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_bad_hyperparameters_and_initial_point(name):
+    with pytest.raises(ValueError, match="step size"):
+        dopt.algorithms.make(name, lr=-0.1)
+    with pytest.raises(ValueError, match="positive finite"):
+        dopt.algorithms.make(name, lr=float("nan"))
+    alg = dopt.algorithms.make(name, **hyper(name))
+    bad = torch.zeros(4, 3)
+    bad[1, 2] = float("inf")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        alg.init(bad)
+    with pytest.raises(TypeError, match="floating point"):
+        alg.init(torch.zeros(4, 3, dtype=torch.int64))
+    with pytest.raises(TypeError, match="Valid hyper-parameters"):
+        dopt.algorithms.make(name, lr=0.1, momentum=0.9)
+
+
+@pytest.mark.parametrize("name", MOMENTUM)
+def test_beta_out_of_range(name):
+    for beta in (1.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="beta"):
+            dopt.algorithms.make(name, lr=0.1, beta=beta)
+
+
+def test_unknown_algorithm():
+    with pytest.raises(ValueError, match=r"unknown algorithm 'adam'.*edm"):
+        dopt.algorithms.make("adam")
+
+
+def test_names_follow_paper_order():
+    assert names()[:8] == ["dsgd", "dmsgd", "decentlam", "qg_dsgdm", "dsgt", "dsgt_hb", "ed", "edm"]

@@ -1,0 +1,3 @@
+import torch
+
+torch.set_default_dtype(torch.float64)
