@@ -14,10 +14,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from decentopt.algorithms.registry import PAPER_ORDER  # noqa: E402
+from decentopt.algorithms.registry import PAPER_ORDER
 
 __all__ = ["LABELS", "plot_curves"]
 
