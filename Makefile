@@ -23,6 +23,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_simulator.py
+	$(PY) benchmarks/bench_fig1.py
 
 clean:
 	rm -rf $(VENV) results

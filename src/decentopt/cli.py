@@ -14,8 +14,19 @@ from pathlib import Path
 import numpy as np
 
 from decentopt import algorithms, problems, topology
+from decentopt.experiments import (
+    PRESETS,
+    ConfigError,
+    check_claims,
+    claims_markdown,
+    load_config,
+    run_sweep,
+    summarise,
+    summary_markdown,
+)
+from decentopt.experiments.summary import stats_zeta
 from decentopt.plotting import LABELS, plot_curves
-from decentopt.results import tidy_rows, write_csv_atomic
+from decentopt.results import tidy_rows, write_csv_atomic, write_text_atomic
 from decentopt.simulate import simulate
 
 __all__ = ["COMMANDS", "main"]
@@ -98,11 +109,67 @@ def _run_compare(args: argparse.Namespace) -> int:
     print(md)
     out = Path(args.out)
     write_csv_atomic(out / "results.csv", rows)
-    (out / "summary.md").write_text(md + "\n")
+    write_text_atomic(out / "summary.md", md + "\n")
     files = plot_curves(
         rows, "dist_to_opt", out / "compare", title=f"Quadratic, ring n={args.n}, c={args.c}"
     )
     print(f"wrote {out / 'results.csv'}, {out / 'summary.md'}, " + ", ".join(map(str, files)))
+    return 0
+
+
+# ------------------------------------------------------------ reproduce / run
+def _configure_sweep(p: argparse.ArgumentParser, *, preset: bool) -> None:
+    if preset:
+        p.add_argument(
+            "source", metavar="FIGURE", choices=PRESETS, help=f"one of {', '.join(PRESETS)}"
+        )
+    else:
+        p.add_argument("source", metavar="CONFIG", help="a TOML file (see docs/experiments.md)")
+    p.add_argument("--quick", action="store_true", help="apply the config's [quick] overrides")
+    p.add_argument("--check", action="store_true", help="check the paper's claims on the results")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set iterations=500 --set algorithms.edm.beta=0.95",
+    )
+    p.add_argument("--out", type=Path, help="output folder (default results/NAME[-quick])")
+    p.add_argument("--force", action="store_true", help="rerun finished runs instead of resuming")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _run_sweep_command(args: argparse.Namespace) -> int:
+    config = load_config(args.source, quick=args.quick, overrides=args.overrides)
+    out = args.out or Path("results") / (config.name + ("-quick" if args.quick else ""))
+    outcome = run_sweep(config, out, force=args.force, progress=not args.no_progress)
+    stats = summarise(outcome.rows, config)
+    md = summary_markdown(stats, config)
+    print(md)
+    report = [f"# {config.name}: {config.description}", "", md]
+    files = plot_curves(
+        outcome.rows,
+        config.metric,
+        out / config.name,
+        panel=config.heterogeneity_param,
+        panel_title="{key} = {value:g}  (ζ² = {zeta2:.3g})",
+        panel_order=sorted({lv for lv, _ in stats}, key=lambda lv: stats_zeta(stats, lv)),
+        title=config.description,
+    )
+    if args.check:
+        verdicts = check_claims(config, stats)
+        claims = claims_markdown(verdicts)
+        print(claims)
+        report += ["## The paper's claims", "", claims]
+        held = sum(v.holds is True for _, v in verdicts)
+        print(f"{held} of {len(verdicts)} claims hold in this run")
+    write_text_atomic(out / "summary.md", "\n".join(report))
+    print(
+        f"{config.name}: {len(outcome.ran)} run(s) computed, {len(outcome.skipped)} resumed, "
+        f"{outcome.seconds:.1f} s; wrote {out / 'results.csv'}, {out / 'summary.md'}, "
+        + ", ".join(map(str, files))
+    )
     return 0
 
 
@@ -113,6 +180,16 @@ COMMANDS: dict[
         "run all algorithms on the paper's quadratic problem; print a table, write a plot",
         _configure_compare,
         _run_compare,
+    ),
+    "reproduce": (
+        "reproduce a figure of the paper (fig1, fig2) from its preset",
+        lambda p: _configure_sweep(p, preset=True),
+        _run_sweep_command,
+    ),
+    "run": (
+        "run the sweep described by a TOML configuration file",
+        lambda p: _configure_sweep(p, preset=False),
+        _run_sweep_command,
     ),
 }
 
@@ -134,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         code = args._run(args)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ConfigError, ValueError, TypeError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"done in {time.perf_counter() - start:.1f} s", file=sys.stderr)

@@ -51,14 +51,19 @@ def plot_curves(
     *,
     panel: str | None = None,
     panel_title: str = "{key} = {value}",
+    panel_order: Sequence[Any] | None = None,
     title: str | None = None,
     formats: Sequence[str] = ("png", "pdf"),
 ) -> list[Path]:
-    """One panel per value of ``panel`` (or a single panel); returns the written files."""
+    """One panel per value of ``panel`` (or a single panel); returns the written files.
+
+    ``panel_title`` is formatted with ``key``, ``value`` and, when rows carry a
+    ``zeta2`` column, ``zeta2`` (its mean in the panel).
+    """
     panels: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         panels[row[panel] if panel else None].append(row)
-    keys = sorted(panels, key=lambda v: (v is None, v))
+    keys = list(panel_order) if panel_order else sorted(panels, key=lambda v: (v is None, v))
     fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
     cmap = plt.get_cmap("tab10")
     for ax, key in zip(axes[0], keys, strict=True):
@@ -79,7 +84,9 @@ def plot_curves(
         ax.set_xlabel("iteration")
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         if panel:
-            ax.set_title(panel_title.format(key=panel, value=key))
+            zetas = [r["zeta2"] for r in panels[key] if "zeta2" in r]
+            zeta2 = float(np.mean(zetas)) if zetas else float("nan")
+            ax.set_title(panel_title.format(key=panel, value=key, zeta2=zeta2))
         ax.grid(alpha=0.3, which="both", lw=0.4)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))

@@ -7,16 +7,16 @@ then ``os.replace``), so an interrupted run never leaves a half-written table.
 from __future__ import annotations
 
 import csv
-import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from decentopt.simulate import SimulationResult
 
-__all__ = ["read_csv", "tidy_rows", "write_csv_atomic"]
+__all__ = ["read_csv", "tidy_rows", "write_csv_atomic", "write_text_atomic"]
 
 
 def tidy_rows(result: SimulationResult, labels: Mapping[str, Any] | None = None) -> list[dict]:
@@ -35,25 +35,38 @@ def tidy_rows(result: SimulationResult, labels: Mapping[str, Any] | None = None)
     return rows
 
 
-def write_csv_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
-    """Write rows (dicts with the same keys) to ``path`` atomically."""
+@contextmanager
+def _atomic(path: str | Path, newline: str | None = None) -> Iterator[TextIO]:
+    """Open a temporary file beside ``path``; on success it replaces ``path`` atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = list(rows)
-    if not rows:
-        raise ValueError(f"no rows to write to {path}")
-    fields = list(rows[0])
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
+        with os.fdopen(fd, "w", newline=newline) as fh:
+            yield fh
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def write_csv_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """Write rows (dicts with the same keys) to ``path`` atomically."""
+    rows = list(rows)
+    if not rows:
+        raise ValueError(f"no rows to write to {path}")
+    with _atomic(path, newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return Path(path)
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write a text file atomically."""
+    with _atomic(path) as fh:
+        fh.write(text)
+    return Path(path)
 
 
 def _parse(value: str) -> Any:
@@ -72,7 +85,3 @@ def read_csv(path: str | Path) -> list[dict[str, Any]]:
         raise FileNotFoundError(f"no result table at {path}; run the experiment first")
     with path.open(newline="") as fh:
         return [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(fh)]
-
-
-def finite(values: Iterable[float]) -> list[float]:
-    return [v for v in values if isinstance(v, int | float) and math.isfinite(v)]

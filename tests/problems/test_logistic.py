@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+import decentopt as dopt
+from decentopt.problems import Logistic
+
+
+@pytest.fixture(scope="module")
+def prob():
+    return Logistic.paper(
+        n=6, d=4, m=50, sigma_h2=[0.1, 2.0], mu=0.05, sigma_s2=0.0, repetitions=2, seed=0
+    )
+
+
+def test_optimum_is_exact(prob):
+    grad = prob.full_gradient(prob.x_star.expand(6, -1, -1)).mean(0)
+    assert grad.abs().max() < 1e-12
+    # and it is the minimiser: f increases in every direction
+    for direction in torch.eye(4):
+        assert torch.all(prob.objective(prob.x_star + 1e-3 * direction) > prob.f_star)
+
+
+def test_gradient_matches_autograd(prob):
+    x = torch.randn(6, 4, 4, requires_grad=True)
+    z = (prob._vU @ x.unsqueeze(-1)).squeeze(-1)
+    loss = torch.nn.functional.softplus(-z).mean(-1).sum() + 0.5 * prob.mu * x.pow(2).sum()
+    (auto,) = torch.autograd.grad(loss, x)
+    torch.testing.assert_close(prob.full_gradient(x.detach()), auto)
+
+
+def test_labels_follow_the_logistic_model():
+    # one agent, many samples: the MLE without penalty recovers x_i = 1 + eps_i
+    prob = Logistic.paper(
+        n=1, d=3, m=40000, sigma_h2=0.0, mu=1e-6, sigma_s2=0.0, repetitions=1, seed=3
+    )
+    torch.testing.assert_close(prob.x_star[0], torch.ones(3), atol=0.05, rtol=0)
+
+
+def test_heterogeneity_grows_with_sigma_h2(prob):
+    assert torch.all(prob.zeta2[2:] > 5 * prob.zeta2[:2])
+
+
+def test_noise_and_float32_path():
+    prob = Logistic.paper(
+        n=3, d=2, m=30, sigma_s2=0.25, repetitions=1, seed=1, compute_dtype=torch.float32
+    )
+    x = torch.zeros(3, 1, 2)
+    gen = torch.Generator().manual_seed(0)
+    exact = prob.full_gradient(x)
+    samples = torch.stack([prob.gradient(x, gen) - exact for _ in range(4000)])
+    assert samples.mean().abs() < 0.02
+    assert samples.var().item() == pytest.approx(0.25, rel=0.1)
+    assert (prob.full_gradient(x, exact=False) - exact).abs().max() < 1e-6
+
+
+def test_bias_corrected_methods_converge_exactly(prob):
+    res = dopt.simulate(
+        dopt.algorithms.make("edm", lr=0.5, beta=0.5), prob, dopt.topology.ring(6), 3000
+    )
+    assert res.final("grad_norm").max() < 1e-20
+    assert res.final("opt_gap").max() < 1e-12
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="mu must be > 0"):
+        Logistic.paper(n=2, m=5, d=2, mu=0.0)
+    with pytest.raises(ValueError, match="labels"):
+        Logistic(torch.zeros(2, 3, 2), torch.zeros(2, 3), mu=0.1)
+    with pytest.raises(ValueError, match="shape"):
+        Logistic(torch.zeros(2, 3, 2), torch.ones(2, 4), mu=0.1)
