@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from decentopt import algorithms, problems, topology
+from decentopt import algorithms, problems, theory, topology
 from decentopt.experiments import (
     PRESETS,
     ConfigError,
@@ -24,6 +23,7 @@ from decentopt.experiments import (
     summarise,
     summary_markdown,
 )
+from decentopt.experiments.scaling import plot_scaling, run_scaling, scaling_markdown
 from decentopt.experiments.summary import stats_zeta
 from decentopt.plotting import LABELS, plot_curves
 from decentopt.results import tidy_rows, write_csv_atomic, write_text_atomic
@@ -75,8 +75,8 @@ def _run_compare(args: argparse.Namespace) -> int:
     names = [s.strip() for s in args.algorithms.split(",") if s.strip()]
     for name in names:
         if name not in algorithms.REGISTRY:
-            raise SystemExit(
-                f"error: unknown algorithm {name!r}; choose from {', '.join(algorithms.names())}"
+            raise ValueError(
+                f"unknown algorithm {name!r}; choose from {', '.join(algorithms.names())}"
             )
     topo = topology.ring(args.n)
     prob = problems.Quadratic.paper(
@@ -117,12 +117,70 @@ def _run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+# -------------------------------------------------------------------- topology
+def _configure_topology(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help=f"one of {', '.join(topology.REGISTRY)}, or 'matrix' with --matrix")
+    p.add_argument("--n", type=int, help="number of agents")
+    p.add_argument("--weights", help="metropolis or max_degree (ring: also 'paper', the default)")
+    p.add_argument("--p", type=float, help="edge probability (erdos_renyi)")
+    p.add_argument("--seed", type=int, default=0, help="graph seed (erdos_renyi)")
+    p.add_argument("--matrix", type=Path, help="a W saved with numpy.save (.npy) or as text")
+    p.add_argument("--L", type=float, default=1.0, help="smoothness constant (default 1)")
+    p.add_argument("--beta", type=float, default=0.9, help="momentum (default 0.9)")
+
+
+def _build_topology(args: argparse.Namespace) -> topology.Topology:
+    if args.name == "matrix":
+        if args.matrix is None:
+            raise ValueError("'matrix' needs --matrix FILE (.npy or a text file of numbers)")
+        if not args.matrix.is_file():
+            raise FileNotFoundError(f"no matrix file at {args.matrix}")
+        loader = np.load if args.matrix.suffix == ".npy" else np.loadtxt
+        return topology.from_matrix(loader(args.matrix), name=args.matrix.name)
+    if args.n is None:
+        raise ValueError(f"give the number of agents: decentopt topology {args.name} --n 32")
+    kwargs: dict[str, object] = {}
+    if args.weights:
+        kwargs["weights"] = args.weights
+    if args.name == "erdos_renyi":
+        kwargs |= {"p": args.p if args.p is not None else 0.2, "seed": args.seed}
+    return topology.make(args.name, args.n, **kwargs)
+
+
+def _run_topology(args: argparse.Namespace) -> int:
+    try:
+        topo = _build_topology(args)
+    except topology.AssumptionError as exc:
+        print(f"Assumption 1: fails -- {exc}")
+        return 1
+    deg = topo.degrees
+    rows = [
+        ("topology", topo.name),
+        ("n", str(topo.n)),
+        ("lambda = ||W - 11^T/n||", f"{topo.lam:.6f}"),
+        ("1 - lambda", f"{topo.spectral_gap:.6g}"),
+        ("lambda_min(W)", f"{topo.lam_min:.6g}"),
+        ("degree (min / mean / max)", f"{deg.min()} / {deg.mean():.2f} / {deg.max()}"),
+        ("Assumption 1", "holds (symmetric, doubly stochastic, w_ii > 0, W >= 0)"),
+    ]
+    if topo.lam < 1:
+        nc = theory.nonconvex_step_size(topo.lam, args.L, args.beta)
+        pl = theory.pl_step_size(topo.lam, args.beta, args.L)
+        rows += [
+            (f"max alpha, Theorem 1 (L={args.L:g}, beta={args.beta:g})", f"{nc:.4g}"),
+            (f"max alpha, Theorem 2 (L={args.L:g}, beta={args.beta:g})", f"{pl:.4g}"),
+        ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    return 0
+
+
 # ------------------------------------------------------------ reproduce / run
 def _configure_sweep(p: argparse.ArgumentParser, *, preset: bool) -> None:
     if preset:
-        p.add_argument(
-            "source", metavar="FIGURE", choices=PRESETS, help=f"one of {', '.join(PRESETS)}"
-        )
+        choices = [*PRESETS, *STUDIES]
+        p.add_argument("source", metavar="TARGET", choices=choices, help=", ".join(choices))
     else:
         p.add_argument("source", metavar="CONFIG", help="a TOML file (see docs/experiments.md)")
     p.add_argument("--quick", action="store_true", help="apply the config's [quick] overrides")
@@ -140,12 +198,48 @@ def _configure_sweep(p: argparse.ArgumentParser, *, preset: bool) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
+def _reproduce_table1(args: argparse.Namespace) -> int:
+    out = args.out or Path("results") / ("table1" + ("-quick" if args.quick else ""))
+    rows = run_scaling(seeds=3 if args.quick else 5, quick=args.quick)
+    md = scaling_markdown(rows)
+    print(md)
+    write_csv_atomic(
+        out / "table1.csv",
+        [
+            {
+                "quantity": r.quantity,
+                "method": r.method,
+                "variable": r.variable,
+                "paper_exponent": r.paper_exponent,
+                "mean": r.mean,
+                "spread": r.spread,
+                **{f"seed{i}": e for i, e in enumerate(r.exponents)},
+            }
+            for r in rows
+        ],
+    )
+    write_text_atomic(out / "table1.md", md)
+    files = plot_scaling(rows, out / "table1")
+    print(f"wrote {out / 'table1.csv'}, {out / 'table1.md'}, " + ", ".join(map(str, files)))
+    return 0
+
+
+#: Reproduction targets that are studies rather than sweeps of a preset.
+STUDIES: dict[str, Callable[[argparse.Namespace], int]] = {"table1": _reproduce_table1}
+
+
 def _run_sweep_command(args: argparse.Namespace) -> int:
+    if args.source in STUDIES:
+        return STUDIES[args.source](args)
     config = load_config(args.source, quick=args.quick, overrides=args.overrides)
     out = args.out or Path("results") / (config.name + ("-quick" if args.quick else ""))
     outcome = run_sweep(config, out, force=args.force, progress=not args.no_progress)
     stats = summarise(outcome.rows, config)
-    md = summary_markdown(stats, config)
+    tables = [summary_markdown(stats, config)] + [
+        summary_markdown(summarise(outcome.rows, config, extra), config, extra)
+        for extra in config.also_report
+    ]
+    md = "\n".join(tables)
     print(md)
     report = [f"# {config.name}: {config.description}", "", md]
     files = plot_curves(
@@ -181,8 +275,13 @@ COMMANDS: dict[
         _configure_compare,
         _run_compare,
     ),
+    "topology": (
+        "print a topology's spectral quantities, Assumption 1 and the theorems' step sizes",
+        _configure_topology,
+        _run_topology,
+    ),
     "reproduce": (
-        "reproduce a figure of the paper (fig1, fig2) from its preset",
+        "reproduce a result of the paper: fig1, fig2 (presets) or table1 (scaling study)",
         lambda p: _configure_sweep(p, preset=True),
         _run_sweep_command,
     ),
@@ -208,14 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    start = time.perf_counter()
     try:
-        code = args._run(args)
+        return int(args._run(args))
     except (ConfigError, ValueError, TypeError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"done in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    return code
 
 
 if __name__ == "__main__":

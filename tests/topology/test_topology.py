@@ -39,7 +39,9 @@ def test_complete_graph_mixes_exactly():
     [
         dopt.topology.torus(4, 4),
         dopt.topology.grid(3, 5),
-        dopt.topology.hypercube(4),
+        dopt.topology.hypercube(16),
+        dopt.topology.torus(12),
+        dopt.topology.grid(7),
         dopt.topology.star(7),
         dopt.topology.exponential(16),
         dopt.topology.erdos_renyi(20, 0.3, seed=1),
@@ -128,6 +130,12 @@ def test_make_and_bad_arguments():
         dopt.topology.make("cube", 5)
     with pytest.raises(ValueError, match="integer >= 1"):
         dopt.topology.ring(0)
+    with pytest.raises(ValueError, match="power of two"):
+        dopt.topology.hypercube(12)
+    with pytest.raises(ValueError, match="at least 3 x 3"):
+        dopt.topology.torus(6)
+    assert "torus(3x4)" in dopt.topology.torus(12).name
+    assert dopt.topology.hypercube(8).n == 8
     with pytest.raises(ValueError, match="undirected"):
         dopt.topology.from_networkx(nx.DiGraph([(0, 1)]))
     with pytest.raises(ValueError, match=r"\(0, 1\]"):

@@ -9,6 +9,7 @@ their hyper-parameters, iterations, repetitions and seeds. Example::
     iterations = 2000
     repetitions = 10
     metric = "dist_to_opt"         # plotted and summarised
+    also_report = ["consensus"]    # further metrics summarised in tables
     threshold = 1e-3               # "iterations to reach" in the summary
 
     [seeds]                        # split by role: all algorithms share data and noise
@@ -79,6 +80,7 @@ _TOP_KEYS = {
     "repetitions": int,
     "record_points": int,
     "metric": str,
+    "also_report": list,
     "threshold": float,
     "seeds": dict,
     "topology": dict,
@@ -112,6 +114,7 @@ class ExperimentConfig:
     seeds: dict[str, int] = field(default_factory=lambda: {"data": 0, "noise": 1, "graph": 0})
     record_points: int = 100
     metric: str = "dist_to_opt"
+    also_report: list[str] = field(default_factory=list)
     threshold: float = 1e-3
     description: str = ""
     source: str = ""
@@ -247,6 +250,9 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> ExperimentConfig:
     metric = raw.get("metric", "dist_to_opt")
     if metric not in _METRICS:
         raise _fail(where, f"unknown metric {metric!r}; choose one of {', '.join(_METRICS)}")
+    for extra in raw.get("also_report", []):
+        if extra not in _METRICS:
+            raise _fail(where, f"'also_report': unknown metric {extra!r}; choose from {_METRICS}")
     if not raw.get("threshold", 1e-3) > 0:
         raise _fail(where, "'threshold' must be > 0")
 
@@ -344,6 +350,7 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> ExperimentConfig:
         seeds=seeds,
         record_points=raw.get("record_points", 100),
         metric=metric,
+        also_report=list(raw.get("also_report", [])),
         threshold=float(raw.get("threshold", 1e-3)),
         source=source,
     )

@@ -95,19 +95,27 @@ def ordered_algorithms(names: Sequence[str]) -> list[str]:
     return sorted(set(names), key=lambda s: (rank.get(s, len(rank)), s))
 
 
-def summary_markdown(stats: dict[tuple[float, str], Stat], config: ExperimentConfig) -> str:
+def summary_markdown(
+    stats: dict[tuple[float, str], Stat], config: ExperimentConfig, metric: str | None = None
+) -> str:
+    """A Markdown table, one row per algorithm and one column per heterogeneity level.
+
+    ``reach`` (the settling iteration) is shown for the main metric only, whose
+    threshold the configuration sets.
+    """
+    metric = metric or config.metric
+    with_reach = metric == config.metric
     param = config.heterogeneity_param
     levels = sorted({level for level, _ in stats}, key=lambda v: stats_zeta(stats, v))
     algs = ordered_algorithms([a for _, a in stats])
-    lines = [
-        f"Steady-state {config.metric} (mean over the last 10 % of iterations and over "
-        f"repetitions, ± spread over repetitions); 'reach' is the iteration from which the "
-        f"mean stays below {config.threshold:g}.",
-        "",
-    ]
+    caption = (
+        f"Steady-state {metric}: mean over the last 10 % of iterations and over repetitions "
+        "(± spread over repetitions)"
+    )
+    if with_reach:
+        caption += f"; reach: the iteration from which the mean stays below {config.threshold:g}"
     header = ["method"] + [f"{param} = {lv:g} (ζ² = {stats_zeta(stats, lv):.3g})" for lv in levels]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "---|" * len(header))
+    lines = [caption + ".", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for alg in algs:
         cells = [LABELS.get(alg, alg)]
         for lv in levels:
@@ -115,9 +123,12 @@ def summary_markdown(stats: dict[tuple[float, str], Stat], config: ExperimentCon
             if np.isnan(s.steady):
                 cells.append(f"diverged ({s.diverged})")
                 continue
-            reach = f"{s.iters}" if s.iters is not None else "never"
-            div = f", {s.diverged} diverged" if s.diverged else ""
-            cells.append(f"{s.steady:.2e} ± {s.steady_spread:.1e}; reach: {reach}{div}")
+            cell = f"{s.steady:.2e} ± {s.steady_spread:.1e}"
+            if with_reach:
+                cell += f"; reach: {s.iters if s.iters is not None else 'never'}"
+            if s.diverged:
+                cell += f", {s.diverged} diverged"
+            cells.append(cell)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

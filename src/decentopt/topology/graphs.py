@@ -150,29 +150,42 @@ def star(n: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Top
     return from_networkx(nx.star_graph(n - 1), weights=weights, lazy=lazy, name=f"star({n})")
 
 
-def grid(rows: int, cols: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Topology:
-    """2-D grid (no wrap-around) of rows x cols agents."""
-    _require_n(rows)
-    _require_n(cols)
+def _factor(n: int, cols: int | None) -> tuple[int, int]:
+    """``(rows, cols)``: as given, or the most nearly square factorisation of ``n``."""
+    if cols is not None:
+        return _require_n(n), _require_n(cols)
+    n = _require_n(n)
+    rows = max(r for r in range(1, math.isqrt(n) + 1) if n % r == 0)
+    return rows, n // rows
+
+
+def grid(
+    rows: int, cols: int | None = None, *, weights: Weights = "metropolis", lazy: Lazy = "auto"
+) -> Topology:
+    """2-D grid (no wrap-around) of rows x cols agents; ``grid(n)`` picks the squarest shape."""
+    rows, cols = _factor(rows, cols)
     g = nx.grid_2d_graph(rows, cols)
     return from_networkx(g, weights=weights, lazy=lazy, name=f"grid({rows}x{cols})")
 
 
 def torus(
-    rows: int, cols: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto"
+    rows: int, cols: int | None = None, *, weights: Weights = "metropolis", lazy: Lazy = "auto"
 ) -> Topology:
-    """2-D torus (grid with wrap-around) of rows x cols agents."""
-    _require_n(rows, 3)
-    _require_n(cols, 3)
+    """2-D torus (grid with wrap-around) of rows x cols agents; ``torus(n)`` picks the squarest."""
+    rows, cols = _factor(rows, cols)
+    if min(rows, cols) < 3:
+        raise ValueError(f"a torus needs at least 3 x 3 agents; got {rows} x {cols}")
     g = nx.grid_2d_graph(rows, cols, periodic=True)
     return from_networkx(g, weights=weights, lazy=lazy, name=f"torus({rows}x{cols})")
 
 
-def hypercube(dim: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Topology:
-    """Hypercube of 2**dim agents."""
-    _require_n(dim)
-    g = nx.hypercube_graph(dim)
-    return from_networkx(g, weights=weights, lazy=lazy, name=f"hypercube({2**dim})")
+def hypercube(n: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Topology:
+    """Hypercube of n = 2^k agents (agents differing in one bit are neighbours)."""
+    n = _require_n(n, 2)
+    if n & (n - 1):
+        raise ValueError(f"a hypercube needs a power of two agents; got n = {n}")
+    g = nx.hypercube_graph(n.bit_length() - 1)
+    return from_networkx(g, weights=weights, lazy=lazy, name=f"hypercube({n})")
 
 
 def exponential(n: int, *, lazy: Lazy = "auto") -> Topology:

@@ -141,8 +141,9 @@ class Topology:
 
     @property
     def lam_min(self) -> float:
-        """Smallest eigenvalue of ``W`` (>= 0 here; see the module note)."""
-        return float(self.eigenvalues[0])
+        """Smallest eigenvalue of ``W`` (>= 0 here; see the module note; round-off clipped)."""
+        value = float(self.eigenvalues[0])
+        return 0.0 if abs(value) < _TOL else value
 
     @cached_property
     def neighbors(self) -> tuple[tuple[int, ...], ...]:

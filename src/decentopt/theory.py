@@ -1,0 +1,204 @@
+"""The EDM paper's theory as code: step-size conditions, constants, rates and bounds.
+
+Symbols: ``lam`` = lambda = ||W - 11^T/n||_2, ``beta`` the momentum, ``L`` the
+smoothness constant, ``mu`` the PL constant, ``sigma2`` the gradient-noise
+variance, ``n`` the number of agents, ``T`` the number of iterations.
+
+Readings chosen where the paper's statement is inconsistent:
+
+1. Theorem 1 defines ``zeta0^2 = (1/n) ||W (I - 11^T/n) grad f(X0)||_F`` with the
+   norm **not squared**, yet calls it zeta0^2 and uses it in place of a squared
+   norm (its proof bounds ``||P_I R0||_F^2 <= n beta^2 zeta0^2``). We use the
+   squared norm: ``zeta0^2 = (1/n) ||W (I - 11^T/n) grad f(X0)||_F^2``.
+2. Theorem 2's step-size condition ``alpha <= min{(1 - sqrt(lam))/10, (1 - beta)/5}``
+   has no ``L`` (every other condition scales as 1/L); we read it as
+   ``min{(1 - sqrt(lam))/(10 L), (1 - beta)/(5 L)}``, which equals the printed
+   condition when ``L = 1``.
+3. Theorem 2 bounds ``E f(xbar)`` by terms that vanish as ``t -> infinity``
+   except the noise terms; its left side must be ``E f(xbar) - f*`` (its right
+   side starts from ``f~(x0) = f(x0) - f*``), which is what
+   :func:`pl_bound` evaluates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = [
+    "C0",
+    "D1",
+    "D2",
+    "Bound",
+    "nonconvex_bound",
+    "nonconvex_step_size",
+    "pl_bound",
+    "pl_step_size",
+    "rho1",
+    "rho2",
+    "zeta0_squared",
+]
+
+
+def _check(lam: float, beta: float) -> None:
+    if not 0 <= lam < 1:
+        raise ValueError(f"lambda must be in [0, 1) (a connected graph); got {lam}")
+    if not 0 <= beta < 1:
+        raise ValueError(f"beta must be in [0, 1); got {beta}")
+
+
+def _positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0; got {value}")
+
+
+def nonconvex_step_size(lam: float, L: float, beta: float) -> float:
+    """Theorem 1: ``alpha <= min{(1 - sqrt(lam)) / (4L), (1 - beta) / (4L)}``."""
+    _check(lam, beta)
+    _positive(L=L)
+    return min((1 - math.sqrt(lam)) / (4 * L), (1 - beta) / (4 * L))
+
+
+def pl_step_size(lam: float, beta: float, L: float = 1.0) -> float:
+    """Theorem 2: ``alpha <= min{(1 - sqrt(lam)) / (10 L), (1 - beta) / (5 L)}`` (reading 2)."""
+    _check(lam, beta)
+    _positive(L=L)
+    return min((1 - math.sqrt(lam)) / (10 * L), (1 - beta) / (5 * L))
+
+
+def C0(lam: float, beta: float) -> float:
+    """Theorem 1: ``C0 = 24(1-b)^2/(1+sqrt(lam)) + 12 b^2 lam (1-sqrt(lam)) + 2 b^3 lam/(1-b)``."""
+    _check(lam, beta)
+    s = math.sqrt(lam)
+    return (
+        24 * (1 - beta) ** 2 / (1 + s)
+        + 12 * beta**2 * lam * (1 - s)
+        + 2 * beta**3 * lam / (1 - beta)
+    )
+
+
+def D1(lam: float, beta: float) -> float:
+    """Theorem 2: ``D1 = 50 lam b^2/(3(1-b)) + 320(1-b)^2/(3(1+sqrt(lam))) + 160/3 lam b^2 (1-sqrt(lam))``."""
+    _check(lam, beta)
+    s = math.sqrt(lam)
+    return (
+        50 * lam * beta**2 / (3 * (1 - beta))
+        + 320 * (1 - beta) ** 2 / (3 * (1 + s))
+        + 160 / 3 * lam * beta**2 * (1 - s)
+    )
+
+
+def D2(lam: float, beta: float) -> float:
+    """Theorem 2: ``D2 = 100/3 (5 lam b^2/(3(1-b)) + 4(1-b)^2 + 2 lam b^2 (1-lam))``."""
+    _check(lam, beta)
+    return (
+        100
+        / 3
+        * (
+            5 * lam * beta**2 / (3 * (1 - beta))
+            + 4 * (1 - beta) ** 2
+            + 2 * lam * beta**2 * (1 - lam)
+        )
+    )
+
+
+def rho1(alpha: float, mu: float) -> float:
+    """Theorem 2: ``rho1 = 1 - alpha mu``."""
+    _positive(alpha=alpha, mu=mu)
+    return 1 - alpha * mu
+
+
+def rho2(lam: float, beta: float) -> float:
+    """Theorem 2: ``rho2 = 1 - min{(1 - sqrt(lam))/5, 2(1 - beta)/5}``."""
+    _check(lam, beta)
+    return 1 - min((1 - math.sqrt(lam)) / 5, 2 * (1 - beta) / 5)
+
+
+def zeta0_squared(W: torch.Tensor | np.ndarray, grad0: torch.Tensor | np.ndarray) -> float:
+    """``zeta0^2 = (1/n) ||W (I - 11^T/n) grad f(X0)||_F^2`` (reading 1: squared norm).
+
+    ``grad0`` holds the agents' local gradients at the initial point, ``(n, d)``.
+    """
+    W = np.asarray(W, dtype=np.float64)
+    G = np.asarray(grad0, dtype=np.float64).reshape(W.shape[0], -1)
+    centred = G - G.mean(axis=0, keepdims=True)  # (I - 11^T/n) G
+    return float(np.sum((W @ centred) ** 2) / W.shape[0])
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A bound's right-hand side, term by term."""
+
+    terms: dict[str, float]
+    step_size_ok: bool
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.terms.values()))
+
+
+def nonconvex_bound(
+    *,
+    alpha: float,
+    T: int,
+    L: float,
+    sigma2: float,
+    n: int,
+    lam: float,
+    beta: float,
+    f_gap0: float,
+    zeta0_sq: float,
+) -> Bound:
+    """Theorem 1: bound on ``(1/T) sum_t (1/4 E||grad f(X_t)||^2 + E||grad f(xbar_t)||^2)``.
+
+    .. math::
+        \\frac{2}{\\alpha T}(f(x_0) - f^\\star) + \\frac{2\\alpha L\\sigma^2}{n}
+        + \\frac{52\\alpha^2L^2\\lambda^2\\sigma^2}{1-\\lambda}
+        + \\frac{8 C_0 \\alpha^2 L^2 \\zeta_0^2}{(1-\\sqrt\\lambda)^2 T}
+    """
+    _positive(alpha=alpha, T=T, L=L, n=n)
+    s = math.sqrt(lam)
+    terms = {
+        "initial gap": 2 * f_gap0 / (alpha * T),
+        "noise (centralized)": 2 * alpha * L * sigma2 / n,
+        "noise (network)": 52 * alpha**2 * L**2 * lam**2 * sigma2 / (1 - lam),
+        "heterogeneity": 8 * C0(lam, beta) * alpha**2 * L**2 * zeta0_sq / ((1 - s) ** 2 * T),
+    }
+    return Bound(terms, alpha <= nonconvex_step_size(lam, L, beta))
+
+
+def pl_bound(
+    *,
+    t: int,
+    alpha: float,
+    L: float,
+    mu: float,
+    sigma2: float,
+    n: int,
+    lam: float,
+    beta: float,
+    f_gap0: float,
+    zeta0_sq: float,
+) -> Bound:
+    """Theorem 2: bound on ``E f(xbar_t) - f*`` (reading 3).
+
+    .. math::
+        \\Big(9\\tilde f(x_0) + \\frac{D_1\\alpha^3L^2\\zeta_0^2}{(1-\\sqrt\\lambda)^2}\\Big)\\rho_1^t
+        + \\frac{D_2\\alpha^2L\\zeta_0^2}{1-\\lambda}\\rho_2^t
+        + \\frac{6\\alpha L\\sigma^2}{n\\mu} + \\frac{169\\alpha^2L^2\\lambda^2\\sigma^2}{\\mu(1-\\lambda)}
+    """
+    _positive(alpha=alpha, L=L, mu=mu, n=n)
+    s = math.sqrt(lam)
+    r1, r2 = rho1(alpha, mu), rho2(lam, beta)
+    terms = {
+        "initial gap": (9 * f_gap0 + D1(lam, beta) * alpha**3 * L**2 * zeta0_sq / (1 - s) ** 2)
+        * r1**t,
+        "heterogeneity": D2(lam, beta) * alpha**2 * L * zeta0_sq / (1 - lam) * r2**t,
+        "noise (centralized)": 6 * alpha * L * sigma2 / (n * mu),
+        "noise (network)": 169 * alpha**2 * L**2 * lam**2 * sigma2 / (mu * (1 - lam)),
+    }
+    return Bound(terms, alpha <= pl_step_size(lam, beta, L))
