@@ -82,7 +82,10 @@ def C0(lam: float, beta: float) -> float:
 
 
 def D1(lam: float, beta: float) -> float:
-    """Theorem 2: ``D1 = 50 lam b^2/(3(1-b)) + 320(1-b)^2/(3(1+sqrt(lam))) + 160/3 lam b^2 (1-sqrt(lam))``."""
+    """Theorem 2: ``D1``.
+
+    ``D1 = 50 lam b^2/(3(1-b)) + 320(1-b)^2/(3(1+sqrt(lam))) + 160/3 lam b^2 (1-sqrt(lam))``.
+    """
     _check(lam, beta)
     s = math.sqrt(lam)
     return (
@@ -187,9 +190,11 @@ def pl_bound(
     """Theorem 2: bound on ``E f(xbar_t) - f*`` (reading 3).
 
     .. math::
-        \\Big(9\\tilde f(x_0) + \\frac{D_1\\alpha^3L^2\\zeta_0^2}{(1-\\sqrt\\lambda)^2}\\Big)\\rho_1^t
+        \\Big(9\\tilde f(x_0)
+            + \\frac{D_1\\alpha^3L^2\\zeta_0^2}{(1-\\sqrt\\lambda)^2}\\Big)\\rho_1^t
         + \\frac{D_2\\alpha^2L\\zeta_0^2}{1-\\lambda}\\rho_2^t
-        + \\frac{6\\alpha L\\sigma^2}{n\\mu} + \\frac{169\\alpha^2L^2\\lambda^2\\sigma^2}{\\mu(1-\\lambda)}
+        + \\frac{6\\alpha L\\sigma^2}{n\\mu}
+        + \\frac{169\\alpha^2L^2\\lambda^2\\sigma^2}{\\mu(1-\\lambda)}
     """
     _positive(alpha=alpha, L=L, mu=mu, n=n)
     s = math.sqrt(lam)
