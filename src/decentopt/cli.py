@@ -25,6 +25,12 @@ from decentopt.experiments import (
 )
 from decentopt.experiments.scaling import plot_scaling, run_scaling, scaling_markdown
 from decentopt.experiments.summary import stats_zeta
+from decentopt.experiments.training_config import (
+    TrainingConfig,
+    plot_training,
+    run_training,
+    training_summary,
+)
 from decentopt.plotting import LABELS, plot_curves
 from decentopt.results import tidy_rows, write_csv_atomic, write_text_atomic
 from decentopt.simulate import simulate
@@ -198,6 +204,21 @@ def _configure_sweep(p: argparse.ArgumentParser, *, preset: bool) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
+def _run_training_command(config: TrainingConfig, out: Path, args: argparse.Namespace) -> int:
+    if args.check:
+        raise ValueError(f"--check has no recorded claims for {config.name}; omit it")
+    rows = run_training(config, out, force=args.force, progress=not args.no_progress)
+    md = training_summary(rows)
+    print(md)
+    write_text_atomic(out / "summary.md", f"# {config.name}: {config.description}\n\n{md}")
+    files = plot_training(rows, out / config.name, title=config.description)
+    print(
+        f"{config.name}: wrote {out / 'results.csv'}, {out / 'summary.md'}, "
+        + ", ".join(map(str, files))
+    )
+    return 0
+
+
 def _reproduce_table1(args: argparse.Namespace) -> int:
     out = args.out or Path("results") / ("table1" + ("-quick" if args.quick else ""))
     rows = run_scaling(seeds=3 if args.quick else 5, quick=args.quick)
@@ -233,6 +254,8 @@ def _run_sweep_command(args: argparse.Namespace) -> int:
         return STUDIES[args.source](args)
     config = load_config(args.source, quick=args.quick, overrides=args.overrides)
     out = args.out or Path("results") / (config.name + ("-quick" if args.quick else ""))
+    if isinstance(config, TrainingConfig):
+        return _run_training_command(config, out, args)
     outcome = run_sweep(config, out, force=args.force, progress=not args.no_progress)
     stats = summarise(outcome.rows, config)
     tables = [summary_markdown(stats, config)] + [

@@ -153,7 +153,7 @@ CLAIMS: dict[str, list[Claim]] = {
         ),
         Claim(
             "EDM enhances ED/D², converging to a narrower region of the optimum.",
-            f"steady ||grad f(xbar)||^2 of EDM <= {MARGIN:g} x ED's at every level",
+            f"steady ‖∇f(x̄)‖² of EDM <= {MARGIN:g} x ED's at every level",
             no_worse("edm", "ed"),
         ),
         Claim(

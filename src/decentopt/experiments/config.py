@@ -222,9 +222,52 @@ def load_config(
     return validate(raw, source)
 
 
-def validate(raw: dict[str, Any], source: str = "<config>") -> ExperimentConfig:
-    """Check every key and value; raise :class:`ConfigError` naming the first problem."""
+def validate_algorithms(raw: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
+    """``[algorithms.NAME]`` tables merged with ``[defaults]``, each instantiated once."""
+    if not isinstance(raw.get("algorithms"), dict):
+        raise _fail(where, "missing table [algorithms]; add e.g. [algorithms.edm]")
+    defaults = dict(raw.get("defaults", {}))
+    algs: dict[str, dict[str, Any]] = {}
+    if not raw["algorithms"]:
+        raise _fail(f"{where} [algorithms]", "list at least one algorithm, e.g. [algorithms.edm]")
+    for name, hp in raw["algorithms"].items():
+        if name not in algorithms.REGISTRY:
+            raise _fail(
+                f"{where} [algorithms]",
+                f"unknown algorithm {name!r}; choose one of {', '.join(algorithms.names())}",
+            )
+        if not isinstance(hp, dict):
+            raise _fail(f"{where} [algorithms.{name}]", "must be a table of hyper-parameters")
+        fields_ = algorithms.REGISTRY[name].__dataclass_fields__
+        merged = {k: v for k, v in defaults.items() if k in fields_} | hp
+        try:
+            algorithms.make(name, **merged)
+        except (TypeError, ValueError) as exc:
+            raise _fail(f"{where} [algorithms.{name}]", str(exc)) from None
+        algs[name] = merged
+    unused = [
+        k
+        for k in defaults
+        if not any(k in algorithms.REGISTRY[a].__dataclass_fields__ for a in algs)
+    ]
+    if unused:
+        raise _fail(f"{where} [defaults]", f"no listed algorithm has the field(s) {unused}")
+
+    return algs
+
+
+def validate(raw: dict[str, Any], source: str = "<config>") -> Any:
+    """Check every key and value; raise :class:`ConfigError` naming the first problem.
+
+    Returns an :class:`ExperimentConfig` for the convex problems and a
+    :class:`~decentopt.experiments.training_config.TrainingConfig` for
+    ``problem = "neural"``.
+    """
     where = source
+    if raw.get("problem") == "neural":
+        from decentopt.experiments.training_config import validate_training
+
+        return validate_training(raw, source)
     for key in raw:
         if key not in _TOP_KEYS:
             raise _fail(where, f"unknown key '{key}'; valid keys: {', '.join(_TOP_KEYS)}")
@@ -310,32 +353,7 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> ExperimentConfig:
             f"'values' must be a non-empty list of numbers (values of {het_param})",
         )
 
-    defaults = dict(raw.get("defaults", {}))
-    algs: dict[str, dict[str, Any]] = {}
-    if not raw["algorithms"]:
-        raise _fail(f"{where} [algorithms]", "list at least one algorithm, e.g. [algorithms.edm]")
-    for name, hp in raw["algorithms"].items():
-        if name not in algorithms.REGISTRY:
-            raise _fail(
-                f"{where} [algorithms]",
-                f"unknown algorithm {name!r}; choose one of {', '.join(algorithms.names())}",
-            )
-        if not isinstance(hp, dict):
-            raise _fail(f"{where} [algorithms.{name}]", "must be a table of hyper-parameters")
-        fields_ = algorithms.REGISTRY[name].__dataclass_fields__
-        merged = {k: v for k, v in defaults.items() if k in fields_} | hp
-        try:
-            algorithms.make(name, **merged)
-        except (TypeError, ValueError) as exc:
-            raise _fail(f"{where} [algorithms.{name}]", str(exc)) from None
-        algs[name] = merged
-    unused = [
-        k
-        for k in defaults
-        if not any(k in algorithms.REGISTRY[a].__dataclass_fields__ for a in algs)
-    ]
-    if unused:
-        raise _fail(f"{where} [defaults]", f"no listed algorithm has the field(s) {unused}")
+    algs = validate_algorithms(raw, where)
 
     return ExperimentConfig(
         name=raw.get("name", Path(source).stem),

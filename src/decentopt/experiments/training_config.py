@@ -1,0 +1,378 @@
+"""Configuration and runner of neural-network training experiments (paper Figures 3-4).
+
+A training configuration (``problem = "neural"``) names a data set, a model, a
+Dirichlet split, the schedule in epochs and the algorithms::
+
+    name = "my-training"
+    problem = "neural"
+    dataset = "digits"            # or "cifar10" (with data_dir)
+    model = "small_cnn"           # or "vgg11"
+    agents = 16
+    phi = 1.0                     # Dirichlet concentration
+    batch_size = 32
+    epochs = 30
+    milestones = [20, 25]         # epochs at which the step is multiplied by gamma
+    runs = 3
+    [topology]
+    name = "ring"
+    [defaults]
+    lr = 0.1
+    beta = 0.9
+    [algorithms.edm]
+
+Each (algorithm, run) trains in its own folder ``OUT/runs/ALG-runK/`` with a
+checkpoint after every epoch; finished units are skipped on a rerun and an
+interrupted one resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from decentopt import algorithms, topology
+from decentopt.data import augment_cifar, dirichlet_split, load_cifar10, load_digits
+from decentopt.data.datasets import Dataset
+from decentopt.experiments.config import ConfigError, _check_type, _fail, validate_algorithms
+from decentopt.models import MODELS, make_model
+from decentopt.problems.neural import NeuralProblem
+from decentopt.results import read_csv, write_csv_atomic, write_text_atomic
+from decentopt.training import epoch_schedule, train
+
+__all__ = [
+    "TrainingConfig",
+    "plot_training",
+    "run_training",
+    "training_summary",
+    "validate_training",
+]
+
+_KEYS: dict[str, type] = {
+    "name": str,
+    "description": str,
+    "problem": str,
+    "dataset": str,
+    "data_dir": str,
+    "model": str,
+    "agents": int,
+    "phi": float,
+    "min_share": int,
+    "batch_size": int,
+    "epochs": int,
+    "milestones": list,
+    "gamma": float,
+    "warmup_epochs": int,
+    "weight_decay": float,
+    "augment": bool,
+    "eval_every": int,
+    "runs": int,
+    "device": str,
+    "backend": str,
+    "dtype": str,
+    "topology": dict,
+    "defaults": dict,
+    "algorithms": dict,
+    "quick": dict,
+}
+DATASETS = ("cifar10", "digits")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    name: str
+    dataset: str
+    model: str
+    agents: int
+    phi: float
+    batch_size: int
+    epochs: int
+    algorithms: dict[str, dict[str, Any]]
+    topology: dict[str, Any]
+    milestones: tuple[int, ...] = ()
+    gamma: float = 0.1
+    warmup_epochs: int = 0
+    weight_decay: float = 0.0
+    augment: bool = False
+    eval_every: int = 1
+    runs: int = 1
+    min_share: int = 0
+    data_dir: str = ""
+    device: str = "cpu"
+    backend: str = "auto"
+    dtype: str = "float32"
+    description: str = ""
+    source: str = ""
+    metric: str = "test_acc"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def fingerprint(self, algorithm: str, run: int) -> str:
+        payload = {
+            k: v
+            for k, v in asdict(self).items()
+            if k not in ("name", "description", "source", "algorithms")
+        }
+        payload |= {"algorithm": algorithm, "hp": self.algorithms[algorithm], "run": run}
+        blob = json.dumps(payload, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def validate_training(raw: dict[str, Any], source: str) -> TrainingConfig:
+    where = source
+    for key in raw:
+        if key not in _KEYS:
+            raise _fail(where, f"unknown key '{key}'; valid keys: {', '.join(_KEYS)}")
+    for key, kind in _KEYS.items():
+        if key in raw:
+            raw[key] = _check_type(where, key, raw[key], kind)
+    for key in ("dataset", "model", "agents", "phi", "batch_size", "epochs", "topology"):
+        if key not in raw:
+            raise _fail(where, f"missing required key '{key}'")
+    if raw["dataset"] not in DATASETS:
+        raise _fail(where, f"unknown dataset {raw['dataset']!r}; choose one of {DATASETS}")
+    if raw["dataset"] == "cifar10" and not raw.get("data_dir"):
+        raise _fail(where, "dataset 'cifar10' needs data_dir = \"path/to/cifar-10-batches-py\"")
+    if raw["model"] not in MODELS:
+        raise _fail(where, f"unknown model {raw['model']!r}; choose one of {', '.join(MODELS)}")
+    for key in ("agents", "batch_size", "epochs", "runs", "eval_every"):
+        if raw.get(key, 1) < 1:
+            raise _fail(where, f"'{key}' must be >= 1, got {raw[key]}")
+    if not raw["phi"] > 0:
+        raise _fail(where, f"'phi' must be > 0, got {raw['phi']}")
+    milestones = raw.get("milestones", [])
+    if not all(isinstance(m, int) and 0 < m < raw["epochs"] for m in milestones):
+        raise _fail(where, f"'milestones' must be epochs between 1 and {raw['epochs'] - 1}")
+    if raw.get("backend", "auto") not in ("auto", "loop", "vmap"):
+        raise _fail(where, "'backend' must be 'auto', 'loop' or 'vmap'")
+    if raw.get("dtype", "float32") not in ("float32", "float64"):
+        raise _fail(where, "'dtype' must be 'float32' or 'float64'")
+    topo = dict(raw["topology"])
+    if topo.get("name") not in topology.REGISTRY:
+        raise _fail(
+            f"{where} [topology]",
+            f"unknown topology {topo.get('name')!r}; choose one of {', '.join(topology.REGISTRY)}",
+        )
+    if "n" in topo:
+        raise _fail(f"{where} [topology]", "the number of agents is the top-level 'agents'")
+    algs = validate_algorithms(raw, where)
+    return TrainingConfig(
+        name=raw.get("name", Path(source).stem),
+        description=raw.get("description", ""),
+        dataset=raw["dataset"],
+        data_dir=raw.get("data_dir", ""),
+        model=raw["model"],
+        agents=raw["agents"],
+        phi=raw["phi"],
+        min_share=raw.get("min_share", raw["batch_size"]),
+        batch_size=raw["batch_size"],
+        epochs=raw["epochs"],
+        milestones=tuple(milestones),
+        gamma=raw.get("gamma", 0.1),
+        warmup_epochs=raw.get("warmup_epochs", 0),
+        weight_decay=raw.get("weight_decay", 0.0),
+        augment=raw.get("augment", False),
+        eval_every=raw.get("eval_every", 1),
+        runs=raw.get("runs", 1),
+        device=raw.get("device", "cpu"),
+        backend=raw.get("backend", "auto"),
+        dtype=raw.get("dtype", "float32"),
+        topology=topo,
+        algorithms=algs,
+        source=source,
+    )
+
+
+def load_dataset(config: TrainingConfig) -> Dataset:
+    if config.dataset == "cifar10":
+        return load_cifar10(config.data_dir)
+    return load_digits()
+
+
+def build_problem(config: TrainingConfig, data: Dataset, run: int) -> NeuralProblem:
+    split = dirichlet_split(
+        data.y_train.numpy(), config.agents, config.phi, seed=run, min_share=config.min_share
+    )
+    in_channels = int(data.x_train.shape[1])
+    model = make_model(config.model, seed=run, num_classes=data.classes, in_channels=in_channels)
+    return NeuralProblem(
+        model.to(getattr(torch, config.dtype)),
+        data,
+        split.indices,
+        batch_size=config.batch_size,
+        weight_decay=config.weight_decay,
+        augment=augment_cifar if config.augment else None,
+        backend=config.backend,  # type: ignore[arg-type]
+        device=config.device,
+        seed=run,
+    )
+
+
+def run_training(
+    config: TrainingConfig,
+    out: str | Path,
+    *,
+    force: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Train every (algorithm, run); resumable. Returns all evaluation rows."""
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"{config.source}: device '{config.device}' but no CUDA GPU is "
+            "available; use --set 'device=\"cpu\"' (slow) or a GPU machine"
+        )
+    out = Path(out)
+    dtype = getattr(torch, config.dtype)
+    data = load_dataset(config)
+    data = Dataset(
+        data.name,
+        data.x_train.to(dtype),
+        data.y_train,
+        data.x_test.to(dtype),
+        data.y_test,
+        data.classes,
+    )
+    topo_spec = dict(config.topology)
+    topo = topology.make(topo_spec.pop("name"), config.agents, **topo_spec)
+    rows: list[dict[str, Any]] = []
+    for run in range(config.runs):
+        for name, hp in config.algorithms.items():
+            unit = out / "runs" / f"{name}-run{run}"
+            table, meta = unit / "rows.csv", unit / "done.json"
+            fingerprint = config.fingerprint(name, run)
+            if not force and meta.is_file() and table.is_file():
+                if json.loads(meta.read_text()).get("fingerprint") == fingerprint:
+                    rows += read_csv(table)
+                    continue
+            if force and (unit / "checkpoint.pt").is_file():
+                (unit / "checkpoint.pt").unlink()
+            problem = build_problem(config, data, run)
+            steps = problem.sampler.steps_per_epoch
+            hp = dict(hp)
+            hp["lr"] = epoch_schedule(
+                hp["lr"],
+                steps,
+                milestones=config.milestones,
+                gamma=config.gamma,
+                warmup_epochs=config.warmup_epochs,
+            )
+            alg = algorithms.make(name, **hp)
+            log(f"{name} run {run}: {problem!r}, {steps} steps per epoch")
+            torch.manual_seed(1000 + run)  # dropout; a resumed unit restores its own RNG state
+            unit_rows = train(
+                alg,
+                problem,
+                topo,
+                epochs=config.epochs,
+                eval_every=config.eval_every,
+                checkpoint_dir=unit,
+                labels={"phi": config.phi, "run": run},
+                progress=progress,
+                log=log,
+            )
+            write_csv_atomic(table, unit_rows)
+            write_text_atomic(
+                meta, json.dumps({"fingerprint": fingerprint, "backend": problem.backend})
+            )
+            rows += unit_rows
+    write_csv_atomic(out / "results.csv", rows)
+    return rows
+
+
+def training_summary(rows: list[dict[str, Any]]) -> str:
+    """Markdown: final metrics per algorithm, mean ± spread over runs."""
+    from decentopt.experiments.summary import ordered_algorithms
+    from decentopt.plotting import LABELS
+
+    last: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["algorithm"], row["run"])
+        if key not in last or row["epoch"] >= last[key]["epoch"]:
+            last[key] = row
+    cols = [
+        ("test_acc", "test acc. (avg model)"),
+        ("agent_test_acc", "test acc. (agents)"),
+        ("test_loss", "test loss"),
+        ("train_loss", "train loss Σ f_i(x_i)"),
+        ("consensus", "consensus"),
+    ]
+    lines = [
+        "| method | " + " | ".join(c for _, c in cols) + " | s / epoch (grad + other) |",
+        "|" + "---|" * (len(cols) + 2),
+    ]
+    for alg in ordered_algorithms([a for a, _ in last]):
+        finals = [r for (a, _), r in last.items() if a == alg]
+        if any(r.get("diverged") == 1 for r in finals):
+            lines.append(f"| {LABELS.get(alg, alg)} | diverged |" + " |" * len(cols))
+            continue
+        cells = []
+        for key, _ in cols:
+            vals = [float(r[key]) for r in finals]
+            cells.append(f"{np.mean(vals):.4g} ± {np.std(vals):.1g}")
+        per_epoch = np.mean([(r["grad_seconds"] + r["other_seconds"]) / r["epoch"] for r in finals])
+        grad = np.mean([r["grad_seconds"] / r["epoch"] for r in finals])
+        lines.append(
+            f"| {LABELS.get(alg, alg)} | "
+            + " | ".join(cells)
+            + f" | {per_epoch:.3g} ({grad:.3g} + {per_epoch - grad:.3g}) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_training(rows: list[dict[str, Any]], out: str | Path, title: str = "") -> list[Path]:
+    """Training loss, test loss and test accuracy against epochs; mean and range over runs."""
+    import matplotlib.pyplot as plt
+
+    from decentopt.experiments.summary import ordered_algorithms
+    from decentopt.plotting import LABELS
+
+    metrics = [
+        ("train_loss", "training loss Σ f_i(x_i)", True),
+        ("test_loss", "test loss", True),
+        ("test_acc", "test accuracy (averaged model)", False),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    good = [r for r in rows if r.get("diverged") != 1]
+    for i, alg in enumerate(ordered_algorithms([r["algorithm"] for r in good])):
+        mine = [r for r in good if r["algorithm"] == alg]
+        epochs = sorted({r["epoch"] for r in mine})
+        color = "black" if alg == "edm" else plt.get_cmap("tab10")(i % 10)
+        for ax, (key, label, log_scale) in zip(axes, metrics, strict=True):
+            vals = [[float(r[key]) for r in mine if r["epoch"] == e] for e in epochs]
+            mean = [np.mean(v) for v in vals]
+            ax.plot(
+                epochs, mean, color=color, lw=2 if alg == "edm" else 1.2, label=LABELS.get(alg, alg)
+            )
+            ax.fill_between(
+                epochs,
+                [min(v) for v in vals],
+                [max(v) for v in vals],
+                color=color,
+                alpha=0.15,
+                lw=0,
+            )
+            ax.set_xlabel("epoch")
+            ax.set_ylabel(label)
+            if log_scale:
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3, lw=0.4)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    files = []
+    for fmt in ("png", "pdf"):
+        path = out.with_suffix(f".{fmt}")
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        files.append(path)
+    plt.close(fig)
+    return files

@@ -1,0 +1,280 @@
+"""A neural network replicated over n agents, each with its own share of the data.
+
+Every agent's parameters are one row of a flat ``(n, P)`` tensor (the
+algorithm's ``state.x``), so mixing is one kernel over all parameters.
+Gradients land in a matching ``(n, P)`` tensor. Two gradient backends:
+
+* ``"loop"``: n module replicas whose parameters are views into the rows of
+  ``x`` and whose ``.grad`` are views into the rows of the gradient buffer;
+  one forward/backward per agent. Buffers (e.g. BatchNorm statistics) live in
+  each replica, so they are per agent and never mixed.
+* ``"vmap"``: ``torch.func.vmap`` of ``grad`` over the stacked parameters, one
+  batched forward/backward for all agents, dropout drawn independently per
+  agent (``randomness="different"``). Models with buffers use ``"loop"``.
+
+``"auto"`` times one gradient evaluation with each backend at start-up and
+keeps the faster one.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from decentopt.data.datasets import Dataset
+
+__all__ = ["AgentSampler", "NeuralProblem"]
+
+Backend = Literal["auto", "loop", "vmap"]
+
+
+@dataclass
+class AgentSampler:
+    """Per-agent mini-batches without replacement within each agent's epoch.
+
+    Each agent walks through a fresh permutation of its own indices and
+    reshuffles when it runs out; the state (generator, permutations, positions)
+    is checkpointed so that a resumed run draws the same batches.
+    """
+
+    indices: tuple[np.ndarray, ...]
+    batch_size: int
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1; got {self.batch_size}")
+        small = [i for i, ix in enumerate(self.indices) if len(ix) < self.batch_size]
+        if small:
+            raise ValueError(
+                f"agents {small[:5]} hold fewer samples than the batch size {self.batch_size}; "
+                "lower the batch size or raise the split's min_share"
+            )
+        self._rng = np.random.default_rng(self.seed)
+        self._perm = [self._rng.permutation(ix) for ix in self.indices]
+        self._pos = [0] * len(self.indices)
+
+    def next(self) -> np.ndarray:
+        """Sample indices ``(n, batch_size)`` for one step of every agent."""
+        out = np.empty((len(self.indices), self.batch_size), dtype=np.int64)
+        for i, ix in enumerate(self.indices):
+            if self._pos[i] + self.batch_size > len(ix):
+                self._perm[i] = self._rng.permutation(ix)
+                self._pos[i] = 0
+            out[i] = self._perm[i][self._pos[i] : self._pos[i] + self.batch_size]
+            self._pos[i] += self.batch_size
+        return out
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Steps for an average agent to see its data once."""
+        mean = float(np.mean([len(ix) for ix in self.indices]))
+        return max(1, int(np.ceil(mean / self.batch_size)))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "rng": self._rng.bit_generator.state,
+            "perm": [p.copy() for p in self._perm],
+            "pos": list(self._pos),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._rng.bit_generator.state = state["rng"]
+        self._perm = [np.asarray(p) for p in state["perm"]]
+        self._pos = list(state["pos"])
+
+
+class NeuralProblem:
+    """``n`` agents of one ``nn.Module`` trained on per-agent data.
+
+    Args:
+        model: the architecture; its current parameters are every agent's start.
+        data: train/test tensors.
+        indices: each agent's training-sample indices (e.g. a Dirichlet split).
+        batch_size: per-agent mini-batch size.
+        weight_decay: added to each gradient as ``wd * x``.
+        augment: optional batch transform ``(images, generator) -> images``.
+        backend: ``"loop"``, ``"vmap"`` or ``"auto"`` (timed at start-up).
+        device: where parameters and data live.
+        seed: mini-batch sampling and augmentation seed.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        data: Dataset,
+        indices: tuple[np.ndarray, ...],
+        *,
+        batch_size: int = 32,
+        weight_decay: float = 0.0,
+        augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+        backend: Backend = "auto",
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ) -> None:
+        if backend not in ("auto", "loop", "vmap"):
+            raise ValueError(f"backend must be 'auto', 'loop' or 'vmap'; got {backend!r}")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0; got {weight_decay}")
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.data = data
+        self.n = len(indices)
+        self.sampler = AgentSampler(tuple(np.asarray(ix) for ix in indices), batch_size, seed)
+        self.weight_decay = float(weight_decay)
+        self.augment = augment
+        self.generator = torch.Generator().manual_seed(seed)
+        self.x_train = data.x_train.to(self.device)
+        self.y_train = data.y_train.to(self.device)
+        self.names = [name for name, _ in model.named_parameters()]
+        self.shapes = [p.shape for _, p in model.named_parameters()]
+        self.sizes = [p.numel() for _, p in model.named_parameters()]
+        self.dim = int(sum(self.sizes))
+        self.has_buffers = any(True for _ in model.buffers())
+        self.replicas = [copy.deepcopy(self.model) for _ in range(self.n)]
+        self._grad = torch.zeros(self.n, self.dim, device=self.device)
+        self._bind_grads()
+        if backend == "vmap" and self.has_buffers:
+            raise ValueError(
+                "the vmap backend needs a model without buffers (e.g. no BatchNorm); "
+                "use backend='loop'"
+            )
+        self.backend = backend if backend != "auto" else self._pick_backend()
+
+    # ---------------------------------------------------------------- layout
+    def initial_point(self) -> torch.Tensor:
+        """Every agent starts from the model's parameters, ``(n, P)``."""
+        flat = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
+        return flat.unsqueeze(0).repeat(self.n, 1)
+
+    def views(self, row: torch.Tensor) -> list[torch.Tensor]:
+        """A flat ``(P,)`` (or ``(n, P)``) tensor cut into parameter-shaped views."""
+        lead = row.shape[:-1]
+        return [
+            chunk.view(*lead, *shape)
+            for chunk, shape in zip(row.split(self.sizes, dim=-1), self.shapes, strict=True)
+        ]
+
+    def _bind_grads(self) -> None:
+        for i, replica in enumerate(self.replicas):
+            for p, g in zip(replica.parameters(), self.views(self._grad[i]), strict=True):
+                p.grad = g
+
+    def _bind_params(self, x: torch.Tensor) -> None:
+        """Point every replica's parameters at the rows of ``x`` (no copy)."""
+        for i, replica in enumerate(self.replicas):
+            for p, v in zip(replica.parameters(), self.views(x[i]), strict=True):
+                p.data = v
+
+    def load_average(self, x: torch.Tensor) -> nn.Module:
+        """The model with the agents' average parameters (a copy)."""
+        model = copy.deepcopy(self.model)
+        with torch.no_grad():
+            for p, v in zip(model.parameters(), self.views(x.mean(0)), strict=True):
+                p.copy_(v)
+        return model
+
+    # ------------------------------------------------------------- gradients
+    def _batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.from_numpy(self.sampler.next()).to(self.device)  # (n, B)
+        images, labels = self.x_train[idx], self.y_train[idx]
+        if self.augment is not None:
+            flat = images.reshape(-1, *images.shape[2:])
+            images = self.augment(flat.cpu(), self.generator).to(self.device).view(images.shape)
+        return images, labels
+
+    def _loop_grads(self, x: torch.Tensor, images: torch.Tensor, labels: torch.Tensor):
+        self._bind_params(x)
+        self._grad.zero_()
+        losses = torch.empty(self.n, device=self.device)
+        for i, replica in enumerate(self.replicas):
+            replica.train()
+            loss = F.cross_entropy(replica(images[i]), labels[i])
+            loss.backward()
+            losses[i] = loss.detach()
+        return self._grad.clone(), losses
+
+    def _vmap_grads(self, x: torch.Tensor, images: torch.Tensor, labels: torch.Tensor):
+        from torch.func import functional_call, grad_and_value, vmap
+
+        model = self.model
+        model.train()
+        names = self.names
+
+        def loss_fn(flat: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            params = dict(zip(names, self.views(flat), strict=True))
+            return F.cross_entropy(functional_call(model, params, (xb,)), yb)
+
+        grads, losses = vmap(grad_and_value(loss_fn), randomness="different")(x, images, labels)
+        return grads, losses
+
+    def gradient_and_loss(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stochastic gradients ``(n, P)`` (with weight decay) and mini-batch losses ``(n,)``."""
+        images, labels = self._batch()
+        if self.backend == "vmap":
+            grads, losses = self._vmap_grads(x, images, labels)
+        else:
+            grads, losses = self._loop_grads(x, images, labels)
+        if self.weight_decay:
+            grads.add_(x, alpha=self.weight_decay)
+        return grads, losses
+
+    def _pick_backend(self) -> Literal["loop", "vmap"]:
+        if self.has_buffers:
+            return "loop"
+        x = self.initial_point()
+        state = self.sampler.state_dict()
+        gen_state = self.generator.get_state()
+        rng_state = torch.get_rng_state()
+        timings = {}
+        for backend in ("loop", "vmap"):
+            self.backend = backend
+            self.gradient_and_loss(x)  # warm-up
+            start = time.perf_counter()
+            self.gradient_and_loss(x)
+            timings[backend] = time.perf_counter() - start
+        # the timing must not change what the run sees
+        self.sampler.load_state_dict(state)
+        self.generator.set_state(gen_state)
+        torch.set_rng_state(rng_state)
+        self.timings = timings
+        return min(timings, key=timings.__getitem__)  # type: ignore[return-value]
+
+    # ------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(
+        self, model: nn.Module, split: Literal["test", "train"] = "test", batch: int = 1000
+    ) -> tuple[float, float]:
+        """Mean cross-entropy and accuracy of one model on a split."""
+        x = self.data.x_test if split == "test" else self.data.x_train
+        y = self.data.y_test if split == "test" else self.data.y_train
+        model.eval()
+        total, correct, count = 0.0, 0, 0
+        for s in range(0, len(y), batch):
+            xb, yb = x[s : s + batch].to(self.device), y[s : s + batch].to(self.device)
+            out = model(xb)
+            total += float(F.cross_entropy(out, yb, reduction="sum"))
+            correct += int((out.argmax(1) == yb).sum())
+            count += len(yb)
+        return total / count, correct / count
+
+    @torch.no_grad()
+    def evaluate_agents(self, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Test loss and accuracy of every agent's own model, ``(n,)`` each."""
+        self._bind_params(x)
+        results = [self.evaluate(replica) for replica in self.replicas]
+        return np.array([r[0] for r in results]), np.array([r[1] for r in results])
+
+    def __repr__(self) -> str:
+        return (
+            f"NeuralProblem(n={self.n}, P={self.dim}, batch={self.sampler.batch_size}, "
+            f"backend={self.backend}, device={self.device})"
+        )

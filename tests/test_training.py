@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import decentopt as dopt
+from decentopt.data import dirichlet_split
+from decentopt.problems.neural import NeuralProblem
+from decentopt.training import epoch_schedule, train
+from tests.problems.test_neural import tiny_cnn, toy_data
+
+
+def setup_module() -> None:
+    torch.set_default_dtype(torch.float32)
+
+
+def teardown_module() -> None:
+    torch.set_default_dtype(torch.float64)
+
+
+def test_one_agent_equals_plain_single_model_training():
+    """n = 1, W = [[1]]: DSGD is SGD and EDM is (dampened) heavy-ball SGD on one model."""
+    data = toy_data()
+    for name, beta in (("dsgd", 0.0), ("edm", 0.8)):
+        problem = NeuralProblem(tiny_cnn(), data, (np.arange(90),), batch_size=10, seed=4)
+        hp = {"lr": 0.1} | ({"beta": beta} if beta else {})
+        alg = dopt.algorithms.make(name, **hp)
+        rows = train(
+            alg, problem, dopt.topology.complete(1), epochs=2, progress=False, log=lambda _: None
+        )
+        # the same mini-batches, drawn by an identical sampler, on a plain model
+        model = tiny_cnn()
+        sampler = NeuralProblem(tiny_cnn(), data, (np.arange(90),), batch_size=10, seed=4).sampler
+        buf = [torch.zeros_like(p) for p in model.parameters()]
+        for _ in range(2 * sampler.steps_per_epoch):
+            ix = torch.from_numpy(sampler.next()[0])
+            loss = F.cross_entropy(model(data.x_train[ix]), data.y_train[ix])
+            grads = torch.autograd.grad(loss, list(model.parameters()))
+            with torch.no_grad():
+                for p, g, b in zip(model.parameters(), grads, buf, strict=True):
+                    b.mul_(beta).add_(g, alpha=1 - beta)
+                    p.sub_(0.1 * b)
+        plain = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        test_loss, _ = problem.evaluate(model)
+        assert abs(rows[-1]["test_loss"] - test_loss) < 1e-4
+        assert rows[-1]["consensus"] == 0.0
+        assert plain.shape[0] == problem.dim
+
+
+def make_problem(seed: int = 0) -> NeuralProblem:
+    data = toy_data()
+    split = dirichlet_split(data.y_train.numpy(), 4, 0.5, seed=seed, min_share=6)
+    model = torch.nn.Sequential(*tiny_cnn(), torch.nn.Dropout(0.3))  # randomness to restore
+    return NeuralProblem(model, data, split.indices, batch_size=6, backend="loop", seed=seed)
+
+
+def test_checkpoint_and_resume_reproduce_the_uninterrupted_run(tmp_path):
+    topo = dopt.topology.ring(4)
+    problem = make_problem()
+    sched = epoch_schedule(0.1, problem.sampler.steps_per_epoch, milestones=(2,), warmup_epochs=1)
+    alg = dopt.algorithms.make("edm", lr=sched, beta=0.9)
+    quiet = {"progress": False, "log": lambda _: None}
+    torch.manual_seed(0)
+    full = train(alg, make_problem(), topo, epochs=4, **quiet)
+    torch.manual_seed(0)
+    train(alg, make_problem(), topo, epochs=4, checkpoint_dir=tmp_path, stop_after_epoch=2, **quiet)
+    torch.manual_seed(123)  # the resumed process starts with another RNG state
+    resumed = train(alg, make_problem(), topo, epochs=4, checkpoint_dir=tmp_path, **quiet)
+    assert len(resumed) == len(full) == 4
+    for a, b in zip(full, resumed, strict=True):
+        for key in ("train_loss", "test_loss", "test_acc", "consensus", "lr"):
+            assert a[key] == b[key], key
+    assert full[0]["lr"] == 0.1 and full[-1]["lr"] == 0.1 * 0.1
+
+
+def test_training_learns_and_records():
+    torch.manual_seed(0)
+    problem = make_problem()
+    alg = dopt.algorithms.make("edm", lr=0.2, beta=0.9)
+    rows = train(
+        alg,
+        problem,
+        dopt.topology.ring(4),
+        epochs=15,
+        eval_every=5,
+        progress=False,
+        log=lambda _: None,
+    )
+    assert [r["epoch"] for r in rows] == [5, 10, 15]
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
+    assert rows[-1]["test_acc"] > 0.4
+    assert {"agent_test_acc", "grad_seconds", "other_seconds"} <= set(rows[0])
