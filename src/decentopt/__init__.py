@@ -7,7 +7,7 @@
 >>> res = dopt.simulate(alg, prob, topo, iterations=100, seed=0)
 """
 
-from decentopt import algorithms, comm, problems, schedules, topology
+from decentopt import algorithms, comm, dist, problems, schedules, topology
 from decentopt.simulate import SimulationResult, simulate
 
 __version__ = "0.1.0"
@@ -17,6 +17,7 @@ __all__ = [
     "__version__",
     "algorithms",
     "comm",
+    "dist",
     "problems",
     "schedules",
     "simulate",

@@ -182,6 +182,40 @@ def _run_topology(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- launch
+def _configure_launch(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--nproc", type=int, required=True, help="processes (agents) to start")
+    p.add_argument("--threads", type=int, default=1, help="OMP threads per process (default 1)")
+    p.add_argument("script", help="a Python script, or -m MODULE")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+
+
+def _run_launch(args: argparse.Namespace) -> int:
+    """Start N local processes through torchrun (rendezvous on 127.0.0.1, a free port)."""
+    import os
+    import socket
+    import subprocess
+
+    if args.nproc < 1:
+        raise ValueError("-n must be >= 1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={args.nproc}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={port}",
+        args.script,
+        *args.args,
+    ]
+    env = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
+    print(" ".join(cmd), file=sys.stderr)
+    return subprocess.call(cmd, env=env)
+
+
 # ------------------------------------------------------------ reproduce / run
 def _configure_sweep(p: argparse.ArgumentParser, *, preset: bool) -> None:
     if preset:
@@ -302,6 +336,11 @@ COMMANDS: dict[
         "print a topology's spectral quantities, Assumption 1 and the theorems' step sizes",
         _configure_topology,
         _run_topology,
+    ),
+    "launch": (
+        "start N local processes (one agent each) of a script, through torchrun",
+        _configure_launch,
+        _run_launch,
     ),
     "reproduce": (
         "reproduce a result of the paper: fig1, fig2 (presets) or table1 (scaling study)",

@@ -1,6 +1,13 @@
 """Communicators: the only place where agents exchange data."""
 
 from decentopt.comm.base import CommStats, Communicator
+from decentopt.comm.distributed import DistributedCommunicator, PeerFailure
 from decentopt.comm.simulated import SimulatedCommunicator
 
-__all__ = ["CommStats", "Communicator", "SimulatedCommunicator"]
+__all__ = [
+    "CommStats",
+    "Communicator",
+    "DistributedCommunicator",
+    "PeerFailure",
+    "SimulatedCommunicator",
+]

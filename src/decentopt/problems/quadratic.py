@@ -144,16 +144,26 @@ class Quadratic:
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.n, self.repetitions, self.dim, dtype=self.dtype)
 
-    def full_gradient(self, x: torch.Tensor) -> torch.Tensor:
-        """Exact local gradients ``H_i x_i - H_i x_i*`` at a stack ``(n, R, d)``."""
-        return (self.H @ x.unsqueeze(-1)).squeeze(-1) - self.b
+    def full_gradient(self, x: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
+        """Exact local gradients ``H_i x_i - H_i x_i*`` at a stack ``(n, R, d)``.
 
-    def gradient(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        grad = self.full_gradient(x)
+        With ``rows``, ``x`` holds only those agents (a distributed rank's share).
+        """
+        return (self.H[rows] @ x.unsqueeze(-1)).squeeze(-1) - self.b[rows]
+
+    def gradient(
+        self, x: torch.Tensor, generator: torch.Generator, rows: slice = slice(None)
+    ) -> torch.Tensor:
+        """Stochastic gradients; with ``rows``, those agents' share of the same draw.
+
+        The noise of all ``n`` agents is drawn either way, so a rank that passes
+        ``rows`` sees exactly the noise the simulator gives those agents.
+        """
+        grad = self.full_gradient(x, rows)
         if self.sigma2 > 0:
             k = self.noise_factor.shape[-1]
-            z = torch.randn(self.n, self.repetitions, k, 1, generator=generator)
-            grad = grad + (self.noise_factor @ z.to(self.dtype)).squeeze(-1)
+            z = torch.randn(self.n, self.repetitions, k, 1, generator=generator)[rows]
+            grad = grad + (self.noise_factor[rows] @ z.to(self.dtype)).squeeze(-1)
         return grad
 
     def metrics(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
