@@ -97,7 +97,8 @@ def main() -> None:
                 acc = eval_model(data.x_test.to(device)).argmax(1) == data.y_test.to(device)
             print(
                 f"epoch {epoch + 1:3d}  train loss {float(local_loss):.4f}  "
-                f"consensus {float(consensus):.2e}  test acc (avg model) {float(acc.float().mean()):.3f}"
+                f"consensus {float(consensus):.2e}  "
+                f"test acc (avg model) {float(acc.float().mean()):.3f}"
             )
         dopt.dist.save_checkpoint(
             args.checkpoints,

@@ -84,7 +84,8 @@ class DistributedCommunicator:
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if z.shape[0] != 1:
             raise ValueError(
-                f"a distributed rank owns one agent: mix expects shape (1, ...); got {tuple(z.shape)}"
+                "a distributed rank owns one agent: mix expects shape (1, ...); "
+                f"got {tuple(z.shape)}"
             )
         flat = z.detach().reshape(-1).contiguous()
         buffers = [torch.empty_like(flat) for _ in self.neighbors]
