@@ -24,6 +24,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_simulator.py
 	$(PY) benchmarks/bench_fig1.py
+	$(PY) benchmarks/bench_neural.py
+	$(PY) benchmarks/bench_comm.py
 
 clean:
 	rm -rf $(VENV) results

@@ -21,6 +21,7 @@ import decentopt as dopt
 from decentopt.comm import SimulatedCommunicator
 from decentopt.data import Dataset
 from decentopt.models import make_model
+from decentopt.perf import keep_freed_memory
 from decentopt.problems.neural import NeuralProblem
 
 
@@ -52,8 +53,9 @@ def bench(
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    grads, _ = problem.gradient_and_loss(state.x)  # warm-up
-    state = alg.step(state, grads, comm)
+    for _ in range(3):  # warm-up: the first steps fault in the process's memory
+        grads, _ = problem.gradient_and_loss(state.x)
+        state = alg.step(state, grads, comm)
     t_grad = t_other = 0.0
     for _ in range(steps):
         sync()
@@ -79,7 +81,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--models", default="small_cnn,vgg11")
+    parser.add_argument(
+        "--no-keep-freed-memory",
+        action="store_true",
+        help="leave glibc's defaults (see decentopt.perf)",
+    )
     args = parser.parse_args()
+    if not args.no_keep_freed_memory:
+        keep_freed_memory()
     torch.set_default_dtype(torch.float32)
     shapes = {"small_cnn": (1, 8, 8), "vgg11": (3, 32, 32)}
     print(

@@ -47,6 +47,6 @@ class DecentLaM(MomentumHyperParams):
     def step(self, state: DecentLaMState, grad: torch.Tensor, comm: Communicator) -> DecentLaMState:
         alpha = lr_at(self.lr, state.t)
         x = state.x
-        corrected = (x - comm.mix(x - alpha * grad)) / alpha
+        corrected = torch.sub(x, comm.mix(torch.add(x, grad, alpha=-alpha))).div_(alpha)
         m, direction = momentum_direction(state.m, corrected, self)
-        return DecentLaMState(x=x - alpha * direction, m=m, t=state.t + 1)
+        return DecentLaMState(x=torch.add(x, direction, alpha=-alpha), m=m, t=state.t + 1)

@@ -47,4 +47,5 @@ class DmSGD(MomentumHyperParams):
     def step(self, state: DmSGDState, grad: torch.Tensor, comm: Communicator) -> DmSGDState:
         alpha = lr_at(self.lr, state.t)
         m, direction = momentum_direction(state.m, grad, self)
-        return DmSGDState(x=comm.mix(state.x - alpha * direction), m=m, t=state.t + 1)
+        x_next = comm.mix(torch.add(state.x, direction, alpha=-alpha))
+        return DmSGDState(x=x_next, m=m, t=state.t + 1)

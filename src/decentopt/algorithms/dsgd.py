@@ -42,4 +42,4 @@ class DSGD(HyperParams):
 
     def step(self, state: DSGDState, grad: torch.Tensor, comm: Communicator) -> DSGDState:
         alpha = lr_at(self.lr, state.t)
-        return DSGDState(x=comm.mix(state.x - alpha * grad), t=state.t + 1)
+        return DSGDState(x=comm.mix(torch.add(state.x, grad, alpha=-alpha)), t=state.t + 1)

@@ -30,8 +30,8 @@ def track(
     if t == 0:
         return grad
     if atc:
-        return comm.mix(y + grad - g_prev)
-    return comm.mix(y) + (grad - g_prev)
+        return comm.mix(torch.add(y, grad).sub_(g_prev))
+    return comm.mix(y).add_(grad).sub_(g_prev)
 
 
 @register
@@ -65,5 +65,5 @@ class DSGT(HyperParams):
     def step(self, state: DSGTState, grad: torch.Tensor, comm: Communicator) -> DSGTState:
         alpha = lr_at(self.lr, state.t)
         y = track(state.y, grad, state.g_prev, state.t, self.atc, comm)
-        x_next = comm.mix(state.x - alpha * y)
+        x_next = comm.mix(torch.add(state.x, y, alpha=-alpha))
         return DSGTState(x=x_next, y=y, g_prev=grad, t=state.t + 1)

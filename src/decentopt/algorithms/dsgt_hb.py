@@ -53,5 +53,5 @@ class DSGTHB(MomentumHyperParams):
         alpha = lr_at(self.lr, state.t)
         y = track(state.y, grad, state.g_prev, state.t, self.atc, comm)
         u, direction = momentum_direction(state.u, y, self)
-        x_next = comm.mix(state.x - alpha * direction)
+        x_next = comm.mix(torch.add(state.x, direction, alpha=-alpha))
         return DSGTHBState(x=x_next, y=y, u=u, g_prev=grad, t=state.t + 1)

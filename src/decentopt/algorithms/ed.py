@@ -28,8 +28,8 @@ def adapt_correct_combine(
     ``psi`` (rather than the previous gradient) keeps the correction exact when
     ``alpha`` changes over time.
     """
-    psi_next = x - alpha * direction
-    phi = psi_next + (x - psi)
+    psi_next = torch.add(x, direction, alpha=-alpha)
+    phi = torch.sub(x, psi).add_(psi_next)  # in place on a fresh temporary: one pass fewer
     return comm.mix(phi), psi_next
 
 

@@ -61,7 +61,7 @@ class QGDSGDm(MomentumHyperParams):
     def step(self, state: QGDSGDmState, grad: torch.Tensor, comm: Communicator) -> QGDSGDmState:
         alpha = lr_at(self.lr, state.t)
         _, direction = momentum_direction(state.m_hat, grad, self)
-        x_next = comm.mix(state.x - alpha * direction)
-        displacement = (state.x - x_next) / alpha
-        m_hat = torch.lerp(displacement, state.m_hat, self.mu_value)
+        x_next = comm.mix(torch.add(state.x, direction, alpha=-alpha))
+        # mu m_hat + (1 - mu) (x - x_next) / alpha, built in one temporary
+        m_hat = torch.sub(state.x, x_next).div_(alpha).lerp_(state.m_hat, self.mu_value)
         return QGDSGDmState(x=x_next, m_hat=m_hat, t=state.t + 1)

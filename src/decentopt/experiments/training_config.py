@@ -42,6 +42,7 @@ from decentopt.data import augment_cifar, dirichlet_split, load_cifar10, load_di
 from decentopt.data.datasets import Dataset
 from decentopt.experiments.config import ConfigError, _check_type, _fail, validate_algorithms
 from decentopt.models import MODELS, make_model
+from decentopt.perf import keep_freed_memory
 from decentopt.problems.neural import NeuralProblem
 from decentopt.results import read_csv, write_csv_atomic, write_text_atomic
 from decentopt.training import epoch_schedule, train
@@ -228,6 +229,7 @@ def run_training(
             "available; use --set 'device=\"cpu\"' (slow) or a GPU machine"
         )
     out = Path(out)
+    keep_freed_memory()
     dtype = getattr(torch, config.dtype)
     data = load_dataset(config)
     data = Dataset(
