@@ -52,10 +52,11 @@ def worker(rank: int, port: int, queue: mp.Queue) -> None:
         z = torch.randn(1, d)
         reps = 20 if d <= 1_000_000 else 5
         timings = {}
-        for name, fn in (
-            ("neighbours", lambda: comm.mix(z)),
-            ("all_gather", lambda: all_gather_mix(z[0], W_row)),
-        ):
+        candidates = (
+            ("neighbours", lambda z=z: comm.mix(z)),
+            ("all_gather", lambda z=z: all_gather_mix(z[0], W_row)),
+        )
+        for name, fn in candidates:
             fn()
             dist.barrier()
             start = time.perf_counter()
