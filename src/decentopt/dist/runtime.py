@@ -1,0 +1,47 @@
+"""Process-group set-up for jobs started by ``torchrun`` (or ``decentopt launch``)."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["device_for_rank", "finalize", "init"]
+
+_REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def init(backend: str = "auto", *, timeout: float = 300.0) -> tuple[int, int]:
+    """Initialise the default process group from torchrun's environment; returns (rank, world).
+
+    ``backend="auto"`` picks NCCL when CUDA is available and gloo otherwise.
+    ``timeout`` bounds start-up and collectives; gossip has its own timeout.
+    """
+    missing = [k for k in _REQUIRED if k not in os.environ]
+    if missing:
+        raise RuntimeError(
+            f"missing {', '.join(missing)} in the environment: start the script with "
+            "`torchrun --nproc-per-node N script.py` or `decentopt launch -n N script.py`"
+        )
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def device_for_rank() -> torch.device:
+    """This rank's GPU (``LOCAL_RANK``) under NCCL, else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
+def finalize() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

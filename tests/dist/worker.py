@@ -1,0 +1,115 @@
+"""A rank of the distributed tests (started by tests/dist/test_distributed.py).
+
+Usage: python worker.py MODE OUT   with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set.
+MODE "equivalence": every registered algorithm on the quadratic problem and on
+a tiny network; each rank saves its final row to OUT/MODE-rank{r}.pt.
+MODE "failure": rank 3 exits during step 5; the others must fail cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import decentopt as dopt
+from decentopt.comm import DistributedCommunicator, PeerFailure
+from decentopt.problems.neural import NeuralProblem
+
+STEPS = 15
+
+
+def hyper(name: str) -> dict:
+    hp = {"lr": 0.05}
+    if dopt.algorithms.REGISTRY[name].uses_momentum:
+        hp["beta"] = 0.8
+    return hp
+
+
+def quadratic() -> dopt.problems.Quadratic:
+    return dopt.problems.Quadratic.paper(n=4, d=3, p=5, c=0.5, sigma2=0.05, repetitions=2, seed=0)
+
+
+def tiny_net(rows: np.ndarray, seed: int = 0) -> NeuralProblem:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(40, 5, generator=g)
+    y = torch.randint(0, 3, (40,), generator=g)
+    data = dopt.data.Dataset("toy", x, y, x[:4], y[:4], 3)
+    shares = np.array_split(np.arange(40), 4)
+    return NeuralProblem(model, data, tuple(shares[i] for i in rows), batch_size=10, backend="loop")
+
+
+def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
+    results = {}
+    rows = slice(rank, rank + 1)
+    for name in dopt.algorithms.names():
+        alg = dopt.algorithms.make(name, **hyper(name))
+        prob = quadratic()
+        gen = torch.Generator().manual_seed(7)
+        state = alg.init(prob.initial_point()[rows])
+        for _ in range(STEPS):
+            state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
+        results[f"quadratic/{name}"] = state.x.clone()
+        net = tiny_net([rank])
+        state = alg.init(net.initial_point())
+        for _ in range(STEPS):
+            grads, _ = net.gradient_and_loss(state.x)
+            state = alg.step(state, grads, comm)
+        results[f"net/{name}"] = state.x.clone()
+        # the same training through the torch.optim-style wrapper on a plain model
+        net = tiny_net([rank])
+        model = net.model
+        opt = dopt.dist.DecentralizedOptimizer(model.parameters(), name, comm, **hyper(name))
+        ix = torch.from_numpy(net.sampler.indices[0])
+        for _ in range(STEPS):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(
+                model(net.data.x_train[ix]), net.data.y_train[ix]
+            )
+            loss.backward()
+            opt.step()
+        results[f"optimizer/{name}"] = torch.cat(
+            [p.detach().reshape(-1) for p in model.parameters()]
+        )[None]
+    results["rounds"] = comm.stats.rounds
+    torch.save(results, out / f"equivalence-rank{rank}.pt")
+
+
+def failure(rank: int, comm: DistributedCommunicator, out: Path) -> None:
+    alg = dopt.algorithms.make("edm", lr=0.05, beta=0.5)
+    prob = quadratic()
+    gen = torch.Generator().manual_seed(7)
+    rows = slice(rank, rank + 1)
+    state = alg.init(prob.initial_point()[rows])
+    for step in range(100):
+        if rank == 3 and step == 5:
+            os._exit(17)  # a peer dies without a word
+        try:
+            state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
+        except PeerFailure as exc:
+            (out / f"failure-rank{rank}.txt").write_text(f"step {step}: {exc}")
+            os._exit(3)
+
+
+def main() -> None:
+    mode, out = sys.argv[1], Path(sys.argv[2])
+    torch.set_default_dtype(torch.float64)
+    rank, world = dopt.dist.init("gloo", timeout=60)
+    comm = DistributedCommunicator(dopt.topology.ring(world), timeout=5.0)
+    comm.check_consistency()
+    try:
+        {"equivalence": equivalence, "failure": failure}[mode](rank, comm, out)
+    except Exception:
+        (out / f"error-rank{rank}.txt").write_text(traceback.format_exc())
+        raise
+    dopt.dist.finalize()
+
+
+if __name__ == "__main__":
+    main()
