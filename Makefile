@@ -19,7 +19,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
-	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks examples
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_simulator.py
