@@ -19,7 +19,7 @@ import numpy as np
 
 from decentopt.algorithms.registry import PAPER_ORDER
 
-__all__ = ["LABELS", "plot_curves"]
+__all__ = ["LABELS", "plot_curves", "save_figure"]
 
 LABELS = {
     "dsgd": "DSGD",
@@ -93,6 +93,13 @@ def plot_curves(
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    return save_figure(fig, out, formats)
+
+
+def save_figure(
+    fig: plt.Figure, out: str | Path, formats: Sequence[str] = ("png", "pdf")
+) -> list[Path]:
+    """Write ``fig`` as ``out.<fmt>`` for each format, close it, return the paths."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     written = []

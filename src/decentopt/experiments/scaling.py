@@ -243,7 +243,7 @@ def scaling_markdown(rows: Sequence[ScalingRow]) -> str:
 def plot_scaling(rows: Sequence[ScalingRow], out: str | Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
-    from decentopt.plotting import LABELS
+    from decentopt.plotting import LABELS, save_figure
 
     fig, axes = plt.subplots(1, 5, figsize=(21, 3.8))
     panels = [r for r in rows if r.quantity.startswith("DmSGD")]
@@ -268,12 +268,4 @@ def plot_scaling(rows: Sequence[ScalingRow], out: str | Path) -> list[Path]:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both", lw=0.4)
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    files = []
-    for fmt in ("png", "pdf"):
-        path = out.with_suffix(f".{fmt}")
-        fig.savefig(path, dpi=120)
-        files.append(path)
-    plt.close(fig)
-    return files
+    return save_figure(fig, out)

@@ -332,7 +332,7 @@ def plot_training(rows: list[dict[str, Any]], out: str | Path, title: str = "") 
     import matplotlib.pyplot as plt
 
     from decentopt.experiments.summary import ordered_algorithms
-    from decentopt.plotting import LABELS
+    from decentopt.plotting import LABELS, save_figure
 
     metrics = [
         ("train_loss", "training loss Σ f_i(x_i)", True),
@@ -369,12 +369,4 @@ def plot_training(rows: list[dict[str, Any]], out: str | Path, title: str = "") 
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    files = []
-    for fmt in ("png", "pdf"):
-        path = out.with_suffix(f".{fmt}")
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        files.append(path)
-    plt.close(fig)
-    return files
+    return save_figure(fig, out)
