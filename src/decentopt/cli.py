@@ -6,6 +6,7 @@ Commands are registered in :data:`COMMANDS` (name -> (configure, run)).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -186,13 +187,18 @@ def _run_topology(args: argparse.Namespace) -> int:
 def _configure_launch(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--nproc", type=int, required=True, help="processes (agents) to start")
     p.add_argument("--threads", type=int, default=1, help="OMP threads per process (default 1)")
-    p.add_argument("script", help="a Python script, or -m MODULE")
+    p.add_argument(
+        "-m",
+        "--module",
+        action="store_true",
+        help="run SCRIPT as a module, e.g. -m decentopt reproduce fig3 --quick",
+    )
+    p.add_argument("script", help="a Python script (or a module with -m)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
 
 
 def _run_launch(args: argparse.Namespace) -> int:
     """Start N local processes through torchrun (rendezvous on 127.0.0.1, a free port)."""
-    import os
     import socket
     import subprocess
 
@@ -208,6 +214,7 @@ def _run_launch(args: argparse.Namespace) -> int:
         f"--nproc-per-node={args.nproc}",
         "--master-addr=127.0.0.1",
         f"--master-port={port}",
+        *(["-m"] if args.module else []),
         args.script,
         *args.args,
     ]
@@ -242,6 +249,8 @@ def _run_training_command(config: TrainingConfig, out: Path, args: argparse.Name
     if args.check:
         raise ValueError(f"--check has no recorded claims for {config.name}; omit it")
     rows = run_training(config, out, force=args.force, progress=not args.no_progress)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
+        return 0
     md = training_summary(rows)
     print(md)
     write_text_atomic(out / "summary.md", f"# {config.name}: {config.description}\n\n{md}")

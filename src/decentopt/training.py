@@ -1,4 +1,4 @@
-"""Training loop for simulated agents of a neural network, with exact checkpoint/resume.
+"""Training loop for agents of a neural network, with exact checkpoint/resume.
 
 One call trains one algorithm for a number of epochs on a
 :class:`~decentopt.problems.neural.NeuralProblem`, evaluating every
@@ -13,16 +13,16 @@ Recorded per evaluation (tidy rows):
   ``agent_test_loss``/``agent_test_acc`` of their own models;
 * ``consensus``: ``(1/n) sum_i ||x_i - xbar||^2``.
 
-Checkpoints (``checkpoint.pt`` in the run folder, written atomically after
-each epoch) hold the algorithm state, the sampler and random-number states and
-the rows so far; a rerun resumes from the last complete epoch and produces
-exactly the rows of an uninterrupted run.
+Checkpoints (``step-EPOCH/rankR.pt`` in the run folder, written atomically
+after each epoch and marked complete once every rank has written its part)
+hold the algorithm state, the sampler and random-number states and the rows
+so far; a rerun resumes from the last complete epoch and produces exactly the
+rows of an uninterrupted run. The same loop runs all agents in one process or
+one agent per process (``comm``).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +31,9 @@ from typing import Any
 import torch
 
 from decentopt.algorithms.base import Algorithm
+from decentopt.comm.base import Communicator
 from decentopt.comm.simulated import SimulatedCommunicator
+from decentopt.dist.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from decentopt.problems.neural import NeuralProblem
 from decentopt.schedules import MultiStep
 from decentopt.topology.topology import Topology
@@ -56,18 +58,6 @@ def epoch_schedule(
     )
 
 
-def _save_atomic(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ckpt.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def train(
     algorithm: Algorithm[Any],
     problem: NeuralProblem,
@@ -79,28 +69,39 @@ def train(
     labels: dict[str, Any] | None = None,
     progress: bool = True,
     stop_after_epoch: int | None = None,
+    comm: Communicator | None = None,
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """Train and return one row per evaluation (see the module docstring).
 
-    ``stop_after_epoch`` ends the call early (as an interruption would), for tests.
+    ``comm`` defaults to a simulated communicator over all of ``problem``'s
+    agents; with a :class:`~decentopt.comm.DistributedCommunicator` the problem
+    holds this rank's agent only and every metric is averaged across ranks
+    through ``comm.mean``. ``stop_after_epoch`` ends the call early (as an
+    interruption would), for tests.
     """
-    if topology.n != problem.n:
-        raise ValueError(
-            f"the topology has n = {topology.n} agents but the problem has n = {problem.n}"
-        )
+    if comm is None:
+        if topology.n != problem.n:
+            raise ValueError(
+                f"the topology has n = {topology.n} agents but the problem has n = {problem.n}"
+            )
+        comm = SimulatedCommunicator(topology)
     if epochs < 1 or eval_every < 1:
         raise ValueError("epochs and eval_every must be >= 1")
-    comm = SimulatedCommunicator(topology)
+    n_total = topology.n
     steps = problem.sampler.steps_per_epoch
     labels = dict(labels or {})
-    ckpt = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
+
+    def across_agents(values: torch.Tensor) -> float:
+        """Mean over all agents of per-local-agent values (exact, collective)."""
+        return float(comm.mean(values.reshape(-1, 1).to(problem.device).float()).reshape(-1)[0])
 
     state = algorithm.init(problem.initial_point())
     rows: list[dict[str, Any]] = []
     start_epoch = 0
-    if ckpt is not None and ckpt.is_file():
-        saved = torch.load(ckpt, weights_only=False)
+    last = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
+    if last is not None:
+        saved = load_checkpoint(checkpoint_dir, last)  # type: ignore[arg-type]
         state = type(state)(**saved["state"])
         problem.sampler.load_state_dict(saved["sampler"])
         problem.generator.set_state(saved["generator"])
@@ -136,13 +137,15 @@ def train(
             grad_time += t1 - t0
             other_time += time.perf_counter() - t1
             bar.update(1)
-        if not bool(torch.isfinite(state.x).all()):
+        finite = bool(torch.isfinite(state.x).all())
+        if across_agents(torch.tensor([0.0 if finite else 1.0])) > 0:  # every rank agrees
             log(f"{algorithm.name} diverged in epoch {epoch + 1}; stopping this run")
             rows.append({**labels, "algorithm": algorithm.name, "epoch": epoch + 1, "diverged": 1})
             break
         if (epoch + 1) % eval_every == 0 or epoch + 1 == epochs:
             x = state.x
-            test_loss, test_acc = problem.evaluate(problem.load_average(x))
+            average = comm.mean(x)
+            test_loss, test_acc = problem.evaluate(problem.load_average(average))
             agent_loss, agent_acc = problem.evaluate_agents(x)
             lr = algorithm.lr(state.t - 1) if callable(algorithm.lr) else algorithm.lr
             rows.append(
@@ -152,29 +155,31 @@ def train(
                     "epoch": epoch + 1,
                     "step": state.t,
                     "lr": float(lr),
-                    "train_loss": float((losses / steps).sum()),
+                    "train_loss": n_total * across_agents(losses / steps),
                     "test_loss": test_loss,
                     "test_acc": test_acc,
-                    "agent_test_loss": float(agent_loss.mean()),
-                    "agent_test_acc": float(agent_acc.mean()),
-                    "consensus": float((x - x.mean(0)).pow(2).sum(1).mean()),
+                    "agent_test_loss": across_agents(torch.from_numpy(agent_loss)),
+                    "agent_test_acc": across_agents(torch.from_numpy(agent_acc)),
+                    "consensus": across_agents((x - average).pow(2).sum(1)),
                     "grad_seconds": grad_time,
                     "other_seconds": other_time,
                     "diverged": 0,
                 }
             )
             bar.set_postfix_str(f"test acc {test_acc:.3f}")
-        if ckpt is not None:
-            _save_atomic(
+        if checkpoint_dir is not None:
+            save_checkpoint(
+                checkpoint_dir,
+                epoch + 1,
                 {
-                    "state": {k: v for k, v in state._asdict().items()},
+                    "state": dict(state._asdict()),
                     "sampler": problem.sampler.state_dict(),
                     "generator": problem.generator.get_state(),
                     "torch_rng": torch.get_rng_state(),
                     "rows": rows,
                     "epoch": epoch + 1,
                 },
-                ckpt,
+                keep=1,
             )
         if stop_after_epoch is not None and epoch + 1 >= stop_after_epoch:
             break

@@ -115,3 +115,47 @@ def test_killed_peer_stops_the_others_with_a_clear_error(tmp_path):
         text = (tmp_path / f"failure-rank{rank}.txt").read_text()
         assert f"rank {rank}: gossip round" in text and "neighbour" in text
     assert elapsed < 45
+
+
+TINY_TRAINING = """
+name = "tiny-dist"
+problem = "neural"
+dataset = "digits"
+model = "small_cnn"
+agents = 4
+phi = 0.5
+batch_size = 16
+epochs = 2
+runs = 1
+backend = "loop"
+timeout = 30
+[topology]
+name = "ring"
+[defaults]
+lr = 0.1
+beta = 0.9
+[algorithms.edm]
+"""
+
+
+def test_training_preset_runs_one_agent_per_process(tmp_path):
+    """`decentopt launch -n 4 -m decentopt run CONFIG`: torchrun, one agent per rank."""
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_TRAINING)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "decentopt", "launch", "-n", "4", "-m", "decentopt", "run",
+           str(config), "--out", str(out), "--no-progress"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "| EDM |" in done.stdout
+    rows = (out / "results.csv").read_text().splitlines()
+    assert len(rows) == 3  # header + 2 epochs
+    assert list((out / "runs" / "edm-run0").glob("step-*/rank3.pt"))  # every rank checkpoints
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "edm run 0" not in again.stdout  # finished: not retrained
+    wrong = subprocess.run(
+        [sys.executable, "-m", "decentopt", "launch", "-n", "2", "-m", "decentopt", "run",
+         str(config), "--out", str(tmp_path / "o2"), "--no-progress"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert wrong.returncode != 0 and "4 agents but 2 processes" in wrong.stderr + wrong.stdout

@@ -81,7 +81,7 @@ def test_cli_trains_resumes_and_reports(tiny, tmp_path, capsys):
         assert main(["run", str(tiny), "--out", str(out), "--no-progress"]) == 0
         text = capsys.readouterr().out
         assert "| EDM |" in text and (out / "tiny-train.png").is_file()
-        assert (out / "runs" / "edm-run0" / "checkpoint.pt").is_file()
+        assert list((out / "runs" / "edm-run0").glob("step-*/rank0.pt"))
         assert main(["run", str(tiny), "--out", str(out), "--no-progress"]) == 0
         assert "run 0:" not in capsys.readouterr().out  # nothing retrained
     finally:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,8 +40,10 @@ import numpy as np
 import torch
 
 from decentopt import algorithms, topology
+from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.data import augment_cifar, dirichlet_split, load_cifar10, load_digits
 from decentopt.data.datasets import Dataset
+from decentopt.dist import runtime as dist_runtime
 from decentopt.experiments.config import ConfigError, _check_type, _fail, validate_algorithms
 from decentopt.models import MODELS, make_model
 from decentopt.perf import keep_freed_memory
@@ -77,6 +81,7 @@ _KEYS: dict[str, type] = {
     "device": str,
     "backend": str,
     "dtype": str,
+    "timeout": float,
     "topology": dict,
     "defaults": dict,
     "algorithms": dict,
@@ -108,6 +113,7 @@ class TrainingConfig:
     device: str = "cpu"
     backend: str = "auto"
     dtype: str = "float32"
+    timeout: float = 120.0
     description: str = ""
     source: str = ""
     metric: str = "test_acc"
@@ -183,6 +189,7 @@ def validate_training(raw: dict[str, Any], source: str) -> TrainingConfig:
         device=raw.get("device", "cpu"),
         backend=raw.get("backend", "auto"),
         dtype=raw.get("dtype", "float32"),
+        timeout=raw.get("timeout", 120.0),
         topology=topo,
         algorithms=algs,
         source=source,
@@ -195,22 +202,32 @@ def load_dataset(config: TrainingConfig) -> Dataset:
     return load_digits()
 
 
-def build_problem(config: TrainingConfig, data: Dataset, run: int) -> NeuralProblem:
+def build_problem(
+    config: TrainingConfig,
+    data: Dataset,
+    run: int,
+    rank: int | None = None,
+    device: str | torch.device | None = None,
+) -> NeuralProblem:
+    """All agents (simulation), or only agent ``rank`` (one process per agent)."""
     split = dirichlet_split(
         data.y_train.numpy(), config.agents, config.phi, seed=run, min_share=config.min_share
     )
     in_channels = int(data.x_train.shape[1])
     model = make_model(config.model, seed=run, num_classes=data.classes, in_channels=in_channels)
+    indices = split.indices if rank is None else (split.indices[rank],)
     return NeuralProblem(
         model.to(getattr(torch, config.dtype)),
         data,
-        split.indices,
+        indices,
         batch_size=config.batch_size,
         weight_decay=config.weight_decay,
         augment=augment_cifar if config.augment else None,
         backend=config.backend,  # type: ignore[arg-type]
-        device=config.device,
+        device=device or config.device,
         seed=run,
+        agent_ids=None if rank is None else (rank,),
+        mean_share=float(np.mean(split.sizes)),
     )
 
 
@@ -222,7 +239,22 @@ def run_training(
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
-    """Train every (algorithm, run); resumable. Returns all evaluation rows."""
+    """Train every (algorithm, run); resumable. Returns all evaluation rows.
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) each process trains its own agent
+    and gossips with its neighbours; ``agents`` must equal the number of
+    processes, and rank 0 writes the results.
+    """
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    rank = 0
+    comm = None
+    if distributed:
+        rank, world = dist_runtime.init()
+        if world != config.agents:
+            raise ConfigError(
+                f"{config.source}: {config.agents} agents but {world} processes; launch with "
+                f"--nproc-per-node {config.agents} (one agent per process)"
+            )
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"{config.source}: device '{config.device}' but no CUDA GPU is "
@@ -242,6 +274,10 @@ def run_training(
     )
     topo_spec = dict(config.topology)
     topo = topology.make(topo_spec.pop("name"), config.agents, **topo_spec)
+    if distributed:
+        comm = DistributedCommunicator(topo, timeout=config.timeout)
+    device = dist_runtime.device_for_rank() if distributed else None
+    say = log if rank == 0 else (lambda _: None)
     rows: list[dict[str, Any]] = []
     for run in range(config.runs):
         for name, hp in config.algorithms.items():
@@ -252,9 +288,13 @@ def run_training(
                 if json.loads(meta.read_text()).get("fingerprint") == fingerprint:
                     rows += read_csv(table)
                     continue
-            if force and (unit / "checkpoint.pt").is_file():
-                (unit / "checkpoint.pt").unlink()
-            problem = build_problem(config, data, run)
+            if force and rank == 0:
+                shutil.rmtree(unit, ignore_errors=True)
+            if distributed:
+                torch.distributed.barrier()
+            problem = build_problem(config, data, run, rank if distributed else None, device)
+            if comm is not None:
+                comm.check_consistency(extra=f"{name}:{run}:{problem.dim}")
             steps = problem.sampler.steps_per_epoch
             hp = dict(hp)
             hp["lr"] = epoch_schedule(
@@ -265,8 +305,8 @@ def run_training(
                 warmup_epochs=config.warmup_epochs,
             )
             alg = algorithms.make(name, **hp)
-            log(f"{name} run {run}: {problem!r}, {steps} steps per epoch")
-            torch.manual_seed(1000 + run)  # dropout; a resumed unit restores its own RNG state
+            say(f"{name} run {run}: {problem!r}, {steps} steps per epoch")
+            torch.manual_seed(1000 + run + 7919 * rank)  # dropout; a resume restores its RNG
             unit_rows = train(
                 alg,
                 problem,
@@ -275,15 +315,28 @@ def run_training(
                 eval_every=config.eval_every,
                 checkpoint_dir=unit,
                 labels={"phi": config.phi, "run": run},
-                progress=progress,
-                log=log,
+                progress=progress and rank == 0,
+                comm=comm,
+                log=say,
             )
-            write_csv_atomic(table, unit_rows)
-            write_text_atomic(
-                meta, json.dumps({"fingerprint": fingerprint, "backend": problem.backend})
-            )
+            if rank == 0:
+                write_csv_atomic(table, unit_rows)
+                processes = config.agents if distributed else 1
+                write_text_atomic(
+                    meta,
+                    json.dumps(
+                        {
+                            "fingerprint": fingerprint,
+                            "backend": problem.backend,
+                            "processes": processes,
+                        }
+                    ),
+                )
             rows += unit_rows
-    write_csv_atomic(out / "results.csv", rows)
+    if rank == 0:
+        write_csv_atomic(out / "results.csv", rows)
+    if distributed:
+        torch.distributed.barrier()
     return rows
 
 

@@ -41,13 +41,20 @@ class AgentSampler:
     """Per-agent mini-batches without replacement within each agent's epoch.
 
     Each agent walks through a fresh permutation of its own indices and
-    reshuffles when it runs out; the state (generator, permutations, positions)
-    is checkpointed so that a resumed run draws the same batches.
+    reshuffles when it runs out. Agent ``a`` draws from its own generator seeded
+    by ``(seed, a)``, so a distributed rank holding agent ``a`` alone draws the
+    same batches as the simulator does for it. The state (generators,
+    permutations, positions) is checkpointed so that a resumed run draws the
+    same batches.
     """
 
     indices: tuple[np.ndarray, ...]
     batch_size: int
     seed: int = 0
+    agent_ids: tuple[int, ...] | None = None
+    #: mean samples per agent over *all* agents (a rank holding one agent passes it,
+    #: so that every rank takes the same number of steps per epoch)
+    mean_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -58,8 +65,9 @@ class AgentSampler:
                 f"agents {small[:5]} hold fewer samples than the batch size {self.batch_size}; "
                 "lower the batch size or raise the split's min_share"
             )
-        self._rng = np.random.default_rng(self.seed)
-        self._perm = [self._rng.permutation(ix) for ix in self.indices]
+        ids = self.agent_ids if self.agent_ids is not None else range(len(self.indices))
+        self._rngs = [np.random.default_rng([self.seed, int(a)]) for a in ids]
+        self._perm = [rng.permutation(ix) for rng, ix in zip(self._rngs, self.indices, strict=True)]
         self._pos = [0] * len(self.indices)
 
     def next(self) -> np.ndarray:
@@ -67,7 +75,7 @@ class AgentSampler:
         out = np.empty((len(self.indices), self.batch_size), dtype=np.int64)
         for i, ix in enumerate(self.indices):
             if self._pos[i] + self.batch_size > len(ix):
-                self._perm[i] = self._rng.permutation(ix)
+                self._perm[i] = self._rngs[i].permutation(ix)
                 self._pos[i] = 0
             out[i] = self._perm[i][self._pos[i] : self._pos[i] + self.batch_size]
             self._pos[i] += self.batch_size
@@ -76,18 +84,19 @@ class AgentSampler:
     @property
     def steps_per_epoch(self) -> int:
         """Steps for an average agent to see its data once."""
-        mean = float(np.mean([len(ix) for ix in self.indices]))
+        mean = self.mean_share or float(np.mean([len(ix) for ix in self.indices]))
         return max(1, int(np.ceil(mean / self.batch_size)))
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "rng": self._rng.bit_generator.state,
+            "rng": [rng.bit_generator.state for rng in self._rngs],
             "perm": [p.copy() for p in self._perm],
             "pos": list(self._pos),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._rng.bit_generator.state = state["rng"]
+        for rng, saved in zip(self._rngs, state["rng"], strict=True):
+            rng.bit_generator.state = saved
         self._perm = [np.asarray(p) for p in state["perm"]]
         self._pos = list(state["pos"])
 
@@ -105,6 +114,8 @@ class NeuralProblem:
         backend: ``"loop"``, ``"vmap"`` or ``"auto"`` (timed at start-up).
         device: where parameters and data live.
         seed: mini-batch sampling and augmentation seed.
+        agent_ids: the global ids of these agents (a distributed rank passes its own).
+        mean_share: mean samples per agent over all agents (sets the epoch length).
     """
 
     def __init__(
@@ -119,6 +130,8 @@ class NeuralProblem:
         backend: Backend = "auto",
         device: str | torch.device = "cpu",
         seed: int = 0,
+        agent_ids: tuple[int, ...] | None = None,
+        mean_share: float | None = None,
     ) -> None:
         if backend not in ("auto", "loop", "vmap"):
             raise ValueError(f"backend must be 'auto', 'loop' or 'vmap'; got {backend!r}")
@@ -128,7 +141,9 @@ class NeuralProblem:
         self.model = model.to(self.device)
         self.data = data
         self.n = len(indices)
-        self.sampler = AgentSampler(tuple(np.asarray(ix) for ix in indices), batch_size, seed)
+        self.sampler = AgentSampler(
+            tuple(np.asarray(ix) for ix in indices), batch_size, seed, agent_ids, mean_share
+        )
         self.weight_decay = float(weight_decay)
         self.augment = augment
         self.generator = torch.Generator().manual_seed(seed)

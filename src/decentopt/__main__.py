@@ -1,0 +1,5 @@
+"""``python -m decentopt ...`` (also under ``torchrun -m decentopt ...``)."""
+
+from decentopt.cli import main
+
+raise SystemExit(main())
