@@ -117,6 +117,17 @@ def test_killed_peer_stops_the_others_with_a_clear_error(tmp_path):
     assert elapsed < 45
 
 
+def test_silent_peer_makes_its_neighbours_time_out(tmp_path):
+    start = time.monotonic()
+    procs = launch("hang", tmp_path)
+    codes = wait_all(procs, timeout=90)
+    assert codes[0] == 3 and codes[2] == 3, [p.stdout.read().decode()[-2000:] for p in procs]
+    for rank in (0, 2):  # rank 3's neighbours on the ring wait 5 s, then fail clearly
+        text = (tmp_path / f"failure-rank{rank}.txt").read_text()
+        assert f"rank {rank}: gossip round" in text and "timeout 5 s" in text
+    assert time.monotonic() - start < 60
+
+
 TINY_TRAINING = """
 name = "tiny-dist"
 problem = "neural"

@@ -4,12 +4,14 @@ Usage: python worker.py MODE OUT   with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PO
 MODE "equivalence": every registered algorithm on the quadratic problem and on
 a tiny network; each rank saves its final row to OUT/MODE-rank{r}.pt.
 MODE "failure": rank 3 exits during step 5; the others must fail cleanly.
+MODE "hang": rank 3 stops answering at step 5; its neighbours must time out.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -81,7 +83,7 @@ def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
     torch.save(results, out / f"equivalence-rank{rank}.pt")
 
 
-def failure(rank: int, comm: DistributedCommunicator, out: Path) -> None:
+def failure(rank: int, comm: DistributedCommunicator, out: Path, hang: bool = False) -> None:
     alg = dopt.algorithms.make("edm", lr=0.05, beta=0.5)
     prob = quadratic()
     gen = torch.Generator().manual_seed(7)
@@ -89,6 +91,8 @@ def failure(rank: int, comm: DistributedCommunicator, out: Path) -> None:
     state = alg.init(prob.initial_point()[rows])
     for step in range(100):
         if rank == 3 and step == 5:
+            if hang:  # a peer stays alive but stops talking
+                time.sleep(8)  # longer than the 5 s gossip timeout
             os._exit(17)  # a peer dies without a word
         try:
             state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
@@ -104,7 +108,12 @@ def main() -> None:
     comm = DistributedCommunicator(dopt.topology.ring(world), timeout=5.0)
     comm.check_consistency()
     try:
-        {"equivalence": equivalence, "failure": failure}[mode](rank, comm, out)
+        modes = {
+            "equivalence": equivalence,
+            "failure": failure,
+            "hang": lambda r, c, o: failure(r, c, o, hang=True),
+        }
+        modes[mode](rank, comm, out)
     except Exception:
         (out / f"error-rank{rank}.txt").write_text(traceback.format_exc())
         raise
