@@ -16,6 +16,7 @@ import torch
 import decentopt as dopt
 from decentopt.comm import SimulatedCommunicator
 from tests.dist import worker
+from tests.experiments.test_training_config import TINY
 
 WORKER = Path(__file__).with_name("worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,25 +129,14 @@ def test_silent_peer_makes_its_neighbours_time_out(tmp_path):
     assert time.monotonic() - start < 60
 
 
-TINY_TRAINING = """
-name = "tiny-dist"
-problem = "neural"
-dataset = "digits"
-model = "small_cnn"
-agents = 4
-phi = 0.5
-batch_size = 16
-epochs = 2
-runs = 1
-backend = "loop"
-timeout = 30
-[topology]
-name = "ring"
-[defaults]
-lr = 0.1
-beta = 0.9
-[algorithms.edm]
-"""
+# the small training config of the experiment tests, with 2 epochs and EDM only
+TINY_TRAINING = (
+    TINY.replace('name = "tiny-train"', 'name = "tiny-dist"')
+    .replace("epochs = 3", "epochs = 2")
+    .replace("milestones = [2]\n", "")
+    .replace("[algorithms.ed]\n", "")
+    .replace('backend = "loop"\n', 'backend = "loop"\ntimeout = 30\n')
+)
 
 
 def test_training_preset_runs_one_agent_per_process(tmp_path):

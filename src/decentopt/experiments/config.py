@@ -222,6 +222,21 @@ def load_config(
     return validate(raw, source)
 
 
+def check_keys(
+    raw: dict[str, Any], schema: dict[str, type], required: tuple[str, ...], where: str
+) -> None:
+    """Unknown keys, wrong types (ints accepted as floats) and missing keys, in place."""
+    for key in raw:
+        if key not in schema:
+            raise _fail(where, f"unknown key '{key}'; valid keys: {', '.join(schema)}")
+    for key, kind in schema.items():
+        if key in raw:
+            raw[key] = _check_type(where, key, raw[key], kind)
+    for key in required:
+        if key not in raw:
+            raise _fail(where, f"missing required key '{key}'")
+
+
 def validate_algorithms(raw: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
     """``[algorithms.NAME]`` tables merged with ``[defaults]``, each instantiated once."""
     if not isinstance(raw.get("algorithms"), dict):
@@ -268,15 +283,9 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> Any:
         from decentopt.experiments.training_config import validate_training
 
         return validate_training(raw, source)
-    for key in raw:
-        if key not in _TOP_KEYS:
-            raise _fail(where, f"unknown key '{key}'; valid keys: {', '.join(_TOP_KEYS)}")
-    for key, kind in _TOP_KEYS.items():
-        if key in raw:
-            raw[key] = _check_type(where, key, raw[key], kind)
-    for key in ("problem", "iterations", "repetitions", "topology", "algorithms"):
-        if key not in raw:
-            raise _fail(where, f"missing required key '{key}'")
+    check_keys(
+        raw, _TOP_KEYS, ("problem", "iterations", "repetitions", "topology", "algorithms"), where
+    )
 
     problem = raw["problem"]
     if problem not in PAPER_PROBLEMS:

@@ -44,7 +44,7 @@ from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.data import augment_cifar, dirichlet_split, load_cifar10, load_digits
 from decentopt.data.datasets import Dataset
 from decentopt.dist import runtime as dist_runtime
-from decentopt.experiments.config import ConfigError, _check_type, _fail, validate_algorithms
+from decentopt.experiments.config import ConfigError, _fail, check_keys, validate_algorithms
 from decentopt.models import MODELS, make_model
 from decentopt.perf import keep_freed_memory
 from decentopt.problems.neural import NeuralProblem
@@ -132,15 +132,8 @@ class TrainingConfig:
 
 def validate_training(raw: dict[str, Any], source: str) -> TrainingConfig:
     where = source
-    for key in raw:
-        if key not in _KEYS:
-            raise _fail(where, f"unknown key '{key}'; valid keys: {', '.join(_KEYS)}")
-    for key, kind in _KEYS.items():
-        if key in raw:
-            raw[key] = _check_type(where, key, raw[key], kind)
-    for key in ("dataset", "model", "agents", "phi", "batch_size", "epochs", "topology"):
-        if key not in raw:
-            raise _fail(where, f"missing required key '{key}'")
+    required = ("dataset", "model", "agents", "phi", "batch_size", "epochs", "topology")
+    check_keys(raw, _KEYS, required, where)
     if raw["dataset"] not in DATASETS:
         raise _fail(where, f"unknown dataset {raw['dataset']!r}; choose one of {DATASETS}")
     if raw["dataset"] == "cifar10" and not raw.get("data_dir"):
