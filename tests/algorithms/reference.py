@@ -66,9 +66,11 @@ def run_reference(name: str, hp: dict, W: np.ndarray, x0: list[np.ndarray], grad
         elif name in ("dsgt", "dsgt_hb"):
             if t == 0:
                 y = [gi.copy() for gi in g]
-            else:
+            elif hp.get("atc", True):
                 z = [y[i] + g[i] - g_prev[i] for i in range(n)]
                 y = [combine(W, z, i) for i in range(n)]
+            else:  # Pu & Nedic: y+ = W y + g+ - g
+                y = [combine(W, y, i) + g[i] - g_prev[i] for i in range(n)]
             if name == "dsgt":
                 direction = y
             else:

@@ -53,3 +53,14 @@ def test_mean_is_exact_average():
     comm = SimulatedCommunicator(dopt.topology.ring(5))
     Z = torch.randn(5, 3)
     torch.testing.assert_close(comm.mean(Z), Z.mean(0, keepdim=True))
+
+
+def test_mix_many_is_one_round_of_separate_mixes():
+    topo = dopt.topology.erdos_renyi(70, 0.05, seed=1)
+    for kernel in ("dense", "sparse"):
+        comm = SimulatedCommunicator(topo, kernel=kernel)
+        a, b = torch.randn(70, 3, 4), torch.randn(70, 2000)
+        ma, mb = comm.mix_many([a, b])
+        torch.testing.assert_close(ma, (topo.W @ a.reshape(70, -1)).reshape(a.shape))
+        torch.testing.assert_close(mb, topo.W @ b)
+        assert comm.stats.rounds == 1

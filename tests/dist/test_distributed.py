@@ -75,10 +75,11 @@ def equivalence_results(tmp_path_factory):
     return [torch.load(out / f"equivalence-rank{r}.pt") for r in range(4)]
 
 
-def simulated(name: str, kind: str) -> torch.Tensor:
+def simulated(variant: str, kind: str) -> torch.Tensor:
+    name, extra = worker.VARIANTS[variant]
     topo = dopt.topology.ring(4)
     comm = SimulatedCommunicator(topo)
-    alg = dopt.algorithms.make(name, **worker.hyper(name))
+    alg = dopt.algorithms.make(name, **worker.hyper(name), **extra)
     if kind == "quadratic":
         prob = worker.quadratic()
         gen = torch.Generator().manual_seed(7)
@@ -95,7 +96,7 @@ def simulated(name: str, kind: str) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("kind", ["quadratic", "net", "optimizer"])
-@pytest.mark.parametrize("name", dopt.algorithms.names())
+@pytest.mark.parametrize("name", list(worker.VARIANTS))
 def test_distributed_matches_simulator(equivalence_results, name, kind):
     """Every algorithm: 4 ranks reproduce the simulator's iterates (optimizer: the wrapper)."""
     torch.set_default_dtype(torch.float64)

@@ -25,6 +25,13 @@ from decentopt.problems.neural import NeuralProblem
 STEPS = 15
 
 
+#: registered algorithms, plus the tracking methods in their packed one-round form
+VARIANTS = {name: (name, {}) for name in dopt.algorithms.names()} | {
+    "dsgt/packed": ("dsgt", {"atc": False}),
+    "dsgt_hb/packed": ("dsgt_hb", {"atc": False}),
+}
+
+
 def hyper(name: str) -> dict:
     hp = {"lr": 0.05}
     if dopt.algorithms.REGISTRY[name].uses_momentum:
@@ -50,24 +57,26 @@ def tiny_net(rows: np.ndarray, seed: int = 0) -> NeuralProblem:
 def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
     results = {}
     rows = slice(rank, rank + 1)
-    for name in dopt.algorithms.names():
-        alg = dopt.algorithms.make(name, **hyper(name))
+    for variant, (name, extra) in VARIANTS.items():
+        alg = dopt.algorithms.make(name, **hyper(name), **extra)
         prob = quadratic()
         gen = torch.Generator().manual_seed(7)
         state = alg.init(prob.initial_point()[rows])
         for _ in range(STEPS):
             state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
-        results[f"quadratic/{name}"] = state.x.clone()
+        results[f"quadratic/{variant}"] = state.x.clone()
         net = tiny_net([rank])
         state = alg.init(net.initial_point())
         for _ in range(STEPS):
             grads, _ = net.gradient_and_loss(state.x)
             state = alg.step(state, grads, comm)
-        results[f"net/{name}"] = state.x.clone()
+        results[f"net/{variant}"] = state.x.clone()
         # the same training through the torch.optim-style wrapper on a plain model
         net = tiny_net([rank])
         model = net.model
-        opt = dopt.dist.DecentralizedOptimizer(model.parameters(), name, comm, **hyper(name))
+        opt = dopt.dist.DecentralizedOptimizer(
+            model.parameters(), name, comm, **hyper(name), **extra
+        )
         ix = torch.from_numpy(net.sampler.indices[0])
         for _ in range(STEPS):
             opt.zero_grad()
@@ -76,7 +85,7 @@ def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
             )
             loss.backward()
             opt.step()
-        results[f"optimizer/{name}"] = torch.cat(
+        results[f"optimizer/{variant}"] = torch.cat(
             [p.detach().reshape(-1) for p in model.parameters()]
         )[None]
     results["rounds"] = comm.stats.rounds

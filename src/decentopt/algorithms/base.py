@@ -47,7 +47,7 @@ class Algorithm(Protocol[S]):
     name: ClassVar[str]
     uses_momentum: ClassVar[bool]
     #: Gossip rounds per iteration (after the first), for fair comparisons.
-    rounds_per_step: ClassVar[int]
+    rounds_per_step: int
 
     def init(self, x0: torch.Tensor) -> S: ...
 

@@ -8,7 +8,7 @@ from typing import ClassVar, NamedTuple
 import torch
 
 from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
-from decentopt.algorithms.dsgt import track
+from decentopt.algorithms.dsgt import combine, track
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
 from decentopt.schedules import lr_at
@@ -19,6 +19,7 @@ class DSGTHBState(NamedTuple):
     y: torch.Tensor
     u: torch.Tensor
     g_prev: torch.Tensor
+    wy: torch.Tensor  # W y of the previous step (atc=False only)
     t: int = 0
 
 
@@ -32,7 +33,8 @@ class DSGTHB(MomentumHyperParams):
         U^{(t)} &= \\beta U^{(t-1)} + (1 - \\beta) Y^{(t)}, \\qquad U^{(-1)} = 0, \\\\
         X^{(t+1)} &= W\\big(X^{(t)} - \\alpha_t U^{(t)}\\big).
 
-    So ``U^(0) = (1 - beta) Y^(0)``. ``atc=False`` tracks with ``W Y + G+ - G``.
+    So ``U^(0) = (1 - beta) Y^(0)``. ``atc=False`` tracks with ``W Y + G+ - G``
+    and sends its two messages packed in one round per iteration (two with ATC).
 
     Reference: J. Gao, S. A. Alghunaim, K. Yuan, "Distributed stochastic
     momentum tracking with local updates" / heavy-ball gradient tracking, 2023.
@@ -40,18 +42,20 @@ class DSGTHB(MomentumHyperParams):
 
     name: ClassVar[str] = "dsgt_hb"
     uses_momentum: ClassVar[bool] = True
-    rounds_per_step: ClassVar[int] = 2
-
     atc: bool = True
+
+    @property
+    def rounds_per_step(self) -> int:
+        return 2 if self.atc else 1
 
     def init(self, x0: torch.Tensor) -> DSGTHBState:
         x0 = check_initial_point(x0, "dsgt_hb")
         zeros = torch.zeros_like(x0)
-        return DSGTHBState(x=x0, y=zeros, u=zeros, g_prev=zeros)
+        return DSGTHBState(x=x0, y=zeros, u=zeros, g_prev=zeros, wy=zeros)
 
     def step(self, state: DSGTHBState, grad: torch.Tensor, comm: Communicator) -> DSGTHBState:
         alpha = lr_at(self.lr, state.t)
-        y = track(state.y, grad, state.g_prev, state.t, self.atc, comm)
+        y = track(state.y, state.wy, grad, state.g_prev, state.t, self.atc, comm)
         u, direction = momentum_direction(state.u, y, self)
-        x_next = comm.mix(torch.add(state.x, direction, alpha=-alpha))
-        return DSGTHBState(x=x_next, y=y, u=u, g_prev=grad, t=state.t + 1)
+        x_next, wy = combine(state.x, direction, y, state.wy, alpha, self.atc, comm)
+        return DSGTHBState(x=x_next, y=y, u=u, g_prev=grad, wy=wy, t=state.t + 1)

@@ -8,6 +8,7 @@ rank of the distributed backend it holds the agents that rank owns, ``(1, ...)``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -39,6 +40,10 @@ class Communicator(Protocol):
 
         With ``out`` the result is written into that buffer and returned.
         """
+        ...
+
+    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """``[W z for z in zs]`` in one gossip round (the tensors travel packed together)."""
         ...
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ verifies that every rank uses the same W and world size.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from datetime import timedelta
 
 import numpy as np
@@ -118,6 +119,15 @@ class DistributedCommunicator:
             out.copy_(result.view(z.shape))
             return out
         return result.view(z.shape)
+
+    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """One round for several tensors: one flat message per neighbour carries them all."""
+        if len(zs) == 1:
+            return [self.mix(zs[0])]
+        flats = [z.detach().reshape(1, -1) for z in zs]
+        mixed = self.mix(torch.cat(flats, dim=1))
+        parts = mixed.split([f.shape[1] for f in flats], dim=1)
+        return [p.reshape(z.shape) for p, z in zip(parts, zs, strict=True)]
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         total = z.detach().clone()

@@ -14,6 +14,7 @@ Two kernels compute ``W Z`` for ``Z`` of shape ``(n, ...)`` folded to ``(n, k)``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -94,6 +95,15 @@ class SimulatedCommunicator:
         else:
             self._sparse_mix(flat, target)
         return target.view(z.shape)
+
+    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """One round for several tensors: packed column-wise into a single ``W Z``."""
+        if len(zs) == 1:
+            return [self.mix(zs[0])]
+        flats = [z.reshape(self.n, -1) for z in zs]
+        mixed = self.mix(torch.cat(flats, dim=1))
+        parts = mixed.split([f.shape[1] for f in flats], dim=1)
+        return [p.reshape(z.shape) for p, z in zip(parts, zs, strict=True)]
 
     def _sparse_mix(self, flat: torch.Tensor, target: torch.Tensor) -> None:
         for i, w_ii, nbrs in self._rows:
