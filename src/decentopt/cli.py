@@ -1,6 +1,6 @@
 """Command-line interface: ``decentopt COMMAND [options]``.
 
-Commands are registered in :data:`COMMANDS` (name -> (configure, run)).
+Commands are registered in :data:`COMMANDS` (name -> (help, configure, run)).
 """
 
 from __future__ import annotations
