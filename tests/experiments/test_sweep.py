@@ -109,6 +109,12 @@ def test_claims_are_decided_by_the_numbers():
     verdicts = {c.test: v for c, v in check_claims(cfg, bad)}
     failed = [t for t, v in verdicts.items() if v.holds is False]
     assert len(failed) == 4  # EDM no longer flat, worse than ED, slower than ED and DSGT-HB
+    moving = dict(good)
+    moving[(0.25, "dsgt")] = Stat(1e-3, 0.0, 1e-3, 100, 0, 16.0, trend=0.3)
+    evidence = {c.test: v for c, v in check_claims(cfg, moving)}
+    assert any(
+        "still decreasing at the end of the run: DSGT" in v.evidence for v in evidence.values()
+    )
     with pytest.raises(ValueError, match="no claims"):
         check_claims(load_config("fig1", overrides=['name="mine"']), good)
 

@@ -70,7 +70,13 @@ def grows_with_heterogeneity(algs: Sequence[str], expect: bool) -> Callable[[Sta
         ok = ok and all(np.isfinite(r) for r in ratios.values())
         zetas = [stats[(lv, present[0])].zeta2 for lv in (_levels(stats)[0], _levels(stats)[-1])]
         text = ", ".join(f"{_name(a)} x{r:.3g}" for a, r in ratios.items())
-        return Verdict(ok, f"steady error ratio from ζ² = {zetas[0]:.3g} to {zetas[1]:.3g}: {text}")
+        moving = sorted(
+            {_name(a) for (_, a), s in stats.items() if a in present and s.still_decreasing}
+        )
+        note = f" (still decreasing at the end of the run: {', '.join(moving)})" if moving else ""
+        return Verdict(
+            ok, f"steady error ratio from ζ² = {zetas[0]:.3g} to {zetas[1]:.3g}: {text}{note}"
+        )
 
     return check
 

@@ -8,7 +8,10 @@ For each (heterogeneity level, algorithm):
 * ``iters``: the iteration from which the mean over repetitions stays at or
   below the threshold (momentum methods can dip below it and come back),
   interpolated log-linearly between recorded steps; ``None`` if it ends above;
-* ``diverged``: how many repetitions were stopped.
+* ``diverged``: how many repetitions were stopped;
+* ``trend``: the mean at the last step over the mean at 80 % of the run --
+  well below 1 means the method is still converging, so its "steady" value
+  is an upper bound on where it settles.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ class Stat:
     iters: int | None
     diverged: int
     zeta2: float
+    trend: float = 1.0
+
+    @property
+    def still_decreasing(self) -> bool:
+        return self.trend < 0.8
 
 
 def summarise(
@@ -70,6 +78,7 @@ def summarise(
                 iters=settling_step(steps, mean_curve, config.threshold),
                 diverged=int((~alive).sum()),
                 zeta2=float(np.mean(zetas[key])),
+                trend=float(mean_curve[-1] / mean_curve[np.searchsorted(steps, 0.8 * steps[-1])]),
             )
         else:
             stat = Stat(np.nan, np.nan, np.nan, None, len(values), float(np.mean(zetas[key])))
