@@ -29,3 +29,5 @@ def test_compare_command(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "| EDM |" in text and (out / "compare.png").is_file()
     assert main([*args, "--algorithms", "adam"]) == 2
+    assert main([*args, "--algorithms", "edm", "--topology", "exponential"]) == 0
+    assert "exponential(8)" in capsys.readouterr().out

@@ -62,7 +62,13 @@ def _fmt(values: np.ndarray) -> str:
 
 # --------------------------------------------------------------------- compare
 def _configure_compare(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n", type=int, default=32, help="agents on the paper's ring (default 32)")
+    p.add_argument("--n", type=int, default=32, help="number of agents (default 32)")
+    p.add_argument(
+        "--topology",
+        default="ring",
+        choices=sorted(topology.REGISTRY),
+        help="graph (default: the paper's ring)",
+    )
     p.add_argument("--c", type=float, default=1.0, help="heterogeneity scale c (default 1)")
     p.add_argument("--sigma2", type=float, default=0.05, help="response noise (default 0.05)")
     p.add_argument("--lr", type=float, default=0.05, help="step size alpha (default 0.05)")
@@ -85,7 +91,7 @@ def _run_compare(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"unknown algorithm {name!r}; choose from {', '.join(algorithms.names())}"
             )
-    topo = topology.ring(args.n)
+    topo = topology.make(args.topology, args.n)
     prob = problems.Quadratic.paper(
         n=args.n, c=args.c, sigma2=args.sigma2, repetitions=args.repetitions, seed=args.seed
     )
@@ -118,7 +124,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     write_csv_atomic(out / "results.csv", rows)
     write_text_atomic(out / "summary.md", md + "\n")
     files = plot_curves(
-        rows, "dist_to_opt", out / "compare", title=f"Quadratic, ring n={args.n}, c={args.c}"
+        rows, "dist_to_opt", out / "compare", title=f"Quadratic, {topo.name}, c={args.c}"
     )
     print(f"wrote {out / 'results.csv'}, {out / 'summary.md'}, " + ", ".join(map(str, files)))
     return 0
