@@ -50,6 +50,22 @@ class ScalingRow:
     xs: tuple[float, ...]
     ys: tuple[tuple[float, ...], ...]  # per x, per seed
 
+    @classmethod
+    def fitted(
+        cls,
+        quantity: str,
+        method: str,
+        variable: str,
+        paper: float,
+        xs: Sequence[float],
+        ys: np.ndarray,
+    ) -> ScalingRow:
+        """A row whose exponents are fitted per seed to ``ys`` (shape (len(xs), seeds))."""
+        ys = np.asarray(ys)
+        return cls(
+            quantity, method, variable, paper, _fit(xs, ys), tuple(xs), tuple(map(tuple, ys))
+        )
+
     @property
     def mean(self) -> float:
         return float(np.mean(self.exponents))
@@ -94,17 +110,7 @@ def dmsgd_bias_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list
     for a in alphas:
         T = _iterations(a / (1 - base["beta"]), mu, topo.spectral_gap)
         ys.append(_steady_bias("dmsgd", base | {"lr": a}, prob, topo, T))
-    rows.append(
-        ScalingRow(
-            "DmSGD bias",
-            "dmsgd",
-            "alpha",
-            2.0,
-            _fit(alphas, np.array(ys)),
-            tuple(alphas),
-            tuple(map(tuple, ys)),
-        )
-    )
+    rows.append(ScalingRow.fitted("DmSGD bias", "dmsgd", "alpha", 2.0, alphas, np.array(ys)))
     log(f"  DmSGD bias vs alpha: {rows[-1].mean:.2f}")
 
     cs = [2.0, 1.0, 0.5, 0.25]
@@ -125,17 +131,7 @@ def dmsgd_bias_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list
         T = _iterations(base["lr"] / (1 - b), mu, topo.spectral_gap)
         ys.append(_steady_bias("dmsgd", base | {"beta": b}, prob, topo, T))
     gaps_beta = [1 - b for b in betas]
-    rows.append(
-        ScalingRow(
-            "DmSGD bias",
-            "dmsgd",
-            "1 - beta",
-            -2.0,
-            _fit(gaps_beta, np.array(ys)),
-            tuple(gaps_beta),
-            tuple(map(tuple, ys)),
-        )
-    )
+    rows.append(ScalingRow.fitted("DmSGD bias", "dmsgd", "1 - beta", -2.0, gaps_beta, np.array(ys)))
     log(f"  DmSGD bias vs 1 - beta: {rows[-1].mean:.2f}")
 
     sizes = [6, 8, 12, 16, 24] if not quick else [6, 8, 12]
@@ -146,15 +142,7 @@ def dmsgd_bias_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list
         ys.append(_steady_bias("dmsgd", base, pm, tm, T) / pm.zeta2.numpy())
         gaps.append(tm.spectral_gap)
     rows.append(
-        ScalingRow(
-            "DmSGD bias / zeta^2",
-            "dmsgd",
-            "1 - lambda",
-            -2.0,
-            _fit(gaps, np.array(ys)),
-            tuple(gaps),
-            tuple(map(tuple, ys)),
-        )
+        ScalingRow.fitted("DmSGD bias / zeta^2", "dmsgd", "1 - lambda", -2.0, gaps, np.array(ys))
     )
     log(f"  DmSGD bias vs 1 - lambda: {rows[-1].mean:.2f}")
     return rows
@@ -191,14 +179,13 @@ def transient_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list[
             sums[name].append(cumulative / zeta0)
         log(f"  transient, ring({m}), 1 - lambda = {topo.spectral_gap:.4g}, {T} iterations")
     return [
-        ScalingRow(
+        ScalingRow.fitted(
             "heterogeneity transient",
             name,
             "1 - lambda",
             TRANSIENT_EXPONENT[name],
-            _fit(gaps, np.array(sums[name])),
-            tuple(gaps),
-            tuple(map(tuple, sums[name])),
+            gaps,
+            np.array(sums[name]),
         )
         for name in hps
     ]
