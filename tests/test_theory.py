@@ -14,8 +14,8 @@ LAM, BETA, L = 0.25, 0.5, 2.0
 
 
 def test_step_sizes():
-    assert theory.nonconvex_step_size(LAM, L, BETA) == pytest.approx(0.0625)  # min(.5/8, .5/8)
-    assert theory.nonconvex_step_size(0.81, 1.0, 0.5) == pytest.approx(0.025)  # (1-.9)/4
+    assert theory.nonconvex_step_size(LAM, BETA, L=L) == pytest.approx(0.0625)  # min(.5/8, .5/8)
+    assert theory.nonconvex_step_size(0.81, 0.5, L=1.0) == pytest.approx(0.025)  # (1-.9)/4
     assert theory.pl_step_size(LAM, BETA) == pytest.approx(0.05)  # min(.5/10, .5/5)
     assert theory.pl_step_size(LAM, 0.9, L=2.0) == pytest.approx(0.01)  # (1-.9)/(5*2)
 
@@ -82,4 +82,4 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="beta"):
         theory.D1(0.5, 1.0)
     with pytest.raises(ValueError, match="L must be > 0"):
-        theory.nonconvex_step_size(0.5, 0.0, 0.5)
+        theory.nonconvex_step_size(0.5, 0.5, L=0.0)

@@ -177,8 +177,8 @@ def _run_topology(args: argparse.Namespace) -> int:
         ("Assumption 1", "holds (symmetric, doubly stochastic, w_ii > 0, W >= 0)"),
     ]
     if topo.lam < 1:
-        nc = theory.nonconvex_step_size(topo.lam, args.L, args.beta)
-        pl = theory.pl_step_size(topo.lam, args.beta, args.L)
+        nc = theory.nonconvex_step_size(topo.lam, args.beta, L=args.L)
+        pl = theory.pl_step_size(topo.lam, args.beta, L=args.L)
         rows += [
             (f"max alpha, Theorem 1 (L={args.L:g}, beta={args.beta:g})", f"{nc:.4g}"),
             (f"max alpha, Theorem 2 (L={args.L:g}, beta={args.beta:g})", f"{pl:.4g}"),

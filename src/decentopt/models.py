@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from decentopt._checks import unknown_name
+
 __all__ = ["MODELS", "SmallCNN", "make_model", "vgg11"]
 
 _VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
@@ -63,7 +65,7 @@ MODELS = {"vgg11": vgg11, "small_cnn": SmallCNN}
 def make_model(name: str, *, seed: int = 0, **kwargs: object) -> nn.Module:
     """A registered model with parameters initialised from ``seed``."""
     if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+        raise ValueError(unknown_name("model", name, MODELS))
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return MODELS[name](**kwargs)  # type: ignore[operator]

@@ -7,8 +7,13 @@ experiments (multi-step decay with linear warm-up).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import torch
+
+from decentopt._checks import as_real
 
 __all__ = ["LearningRate", "MultiStep", "Schedule", "lr_at", "validate_lr"]
 
@@ -51,21 +56,33 @@ class MultiStep:
         return self.base * self.gamma**decays * scale
 
 
-def validate_lr(lr: LearningRate, owner: str) -> None:
-    """Reject a non-positive or non-finite constant step size with a clear message."""
-    if callable(lr):
-        return
-    if isinstance(lr, bool) or not isinstance(lr, int | float):
-        raise TypeError(f"{owner}: lr must be a float or a schedule t -> float; got {lr!r}")
-    if not (lr > 0 and lr < float("inf")):
-        raise ValueError(f"{owner}: the step size lr must be a positive finite number; got {lr}")
+def validate_lr(lr: object, owner: str) -> LearningRate:
+    """A constant step size as a positive finite float, or a schedule (callable) unchanged.
+
+    Any real number is accepted (``np.float32``, a 0-d tensor); a non-positive or
+    non-finite step is refused with a clear message.
+    """
+    if callable(lr) and not isinstance(lr, torch.Tensor):
+        return lr  # type: ignore[return-value]
+    try:
+        value = as_real(lr, f"{owner}: lr", finite=False)
+    except TypeError:
+        raise TypeError(
+            f"{owner}: lr must be a real number or a schedule t -> float; got {lr!r}"
+        ) from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{owner}: the step size lr must be a positive finite number; got {value}")
+    return value
 
 
 def lr_at(lr: LearningRate, t: int) -> float:
-    """The step size at iteration ``t``."""
+    """The step size at iteration ``t``; a schedule's value must be positive and finite."""
     if callable(lr):
         value = float(lr(t))
-        if not value > 0:
-            raise ValueError(f"the step-size schedule returned {value} at t = {t}; it must be > 0")
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(
+                f"the step-size schedule returned {value} at t = {t}; it must be positive and "
+                "finite"
+            )
         return value
     return float(lr)

@@ -18,13 +18,14 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from decentopt._checks import as_count
 from decentopt.algorithms.base import Algorithm, AlgorithmState
 from decentopt.comm.base import CommStats
 from decentopt.comm.simulated import Kernel, SimulatedCommunicator
 from decentopt.problems.base import StackedProblem
 from decentopt.topology.topology import Topology
 
-__all__ = ["SimulationResult", "record_steps", "simulate"]
+__all__ = ["SimulationResult", "check_gradient", "record_steps", "simulate"]
 
 #: How often (in steps) divergence is checked between recorded steps.
 _CHECK_EVERY = 50
@@ -103,6 +104,22 @@ def _broadcast_x0(x0: torch.Tensor | None, problem: StackedProblem) -> torch.Ten
     return x0.clone()
 
 
+def check_gradient(grad: object, x: torch.Tensor, owner: str) -> None:
+    """Refuse a gradient whose shape or dtype differs from the iterate's.
+
+    Every algorithm would otherwise broadcast an ``(n, R, 1)`` gradient over an
+    ``(n, R, d)`` state and return silently wrong results.
+    """
+    if not isinstance(grad, torch.Tensor):
+        raise TypeError(f"{owner}.gradient returned {type(grad).__name__}; it must return a tensor")
+    if grad.shape != x.shape or grad.dtype != x.dtype:
+        raise ValueError(
+            f"{owner}.gradient returned shape {tuple(grad.shape)} and dtype {grad.dtype} for "
+            f"iterates of shape {tuple(x.shape)} and dtype {x.dtype}; it must return one "
+            "gradient per agent and repetition, of the iterates' shape and dtype"
+        )
+
+
 def _zero_columns(state: AlgorithmState, mask: torch.Tensor) -> AlgorithmState:
     """Zero the repetitions in ``mask`` in every tensor of the state (repetition axis 1)."""
     keep = (~mask).view(1, -1, 1)
@@ -148,8 +165,8 @@ def simulate(
             f"the topology has n = {topology.n} agents but the problem has n = {problem.n}; "
             "build both with the same number of agents"
         )
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
-        raise ValueError(f"iterations must be an integer >= 0; got {iterations!r}")
+    iterations = as_count(iterations, "simulate: iterations")
+    seed = as_count(seed, "simulate: seed")
     if not blowup > 1:
         raise ValueError(f"blowup must be > 1; got {blowup}")
     steps = record_steps(iterations, record, points)
@@ -194,6 +211,8 @@ def simulate(
     log(0)
     for t in range(iterations):
         grad = problem.gradient(state.x, generator)
+        if t == 0:
+            check_gradient(grad, state.x, type(problem).__name__)
         state = algorithm.step(state, grad, comm)
         if t + 1 in recorded:
             log(t + 1)

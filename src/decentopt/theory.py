@@ -56,14 +56,18 @@ def _positive(**values: float) -> None:
             raise ValueError(f"{name} must be > 0; got {value}")
 
 
-def nonconvex_step_size(lam: float, L: float, beta: float) -> float:
-    """Theorem 1: ``alpha <= min{(1 - sqrt(lam)) / (4L), (1 - beta) / (4L)}``."""
+def nonconvex_step_size(lam: float, beta: float, *, L: float = 1.0) -> float:
+    """Theorem 1: ``alpha <= min{(1 - sqrt(lam)) / (4L), (1 - beta) / (4L)}``.
+
+    Both step-size functions take ``(lam, beta, *, L)``; ``L`` is keyword-only
+    so that no call can swap it with ``beta``.
+    """
     _check(lam, beta)
     _positive(L=L)
     return min((1 - math.sqrt(lam)) / (4 * L), (1 - beta) / (4 * L))
 
 
-def pl_step_size(lam: float, beta: float, L: float = 1.0) -> float:
+def pl_step_size(lam: float, beta: float, *, L: float = 1.0) -> float:
     """Theorem 2: ``alpha <= min{(1 - sqrt(lam)) / (10 L), (1 - beta) / (5 L)}`` (reading 2)."""
     _check(lam, beta)
     _positive(L=L)
@@ -171,7 +175,7 @@ def nonconvex_bound(
         "noise (network)": 52 * alpha**2 * L**2 * lam**2 * sigma2 / (1 - lam),
         "heterogeneity": 8 * C0(lam, beta) * alpha**2 * L**2 * zeta0_sq / ((1 - s) ** 2 * T),
     }
-    return Bound(terms, alpha <= nonconvex_step_size(lam, L, beta))
+    return Bound(terms, alpha <= nonconvex_step_size(lam, beta, L=L))
 
 
 def pl_bound(
@@ -206,4 +210,4 @@ def pl_bound(
         "noise (centralized)": 6 * alpha * L * sigma2 / (n * mu),
         "noise (network)": 169 * alpha**2 * L**2 * lam**2 * sigma2 / (mu * (1 - lam)),
     }
-    return Bound(terms, alpha <= pl_step_size(lam, beta, L))
+    return Bound(terms, alpha <= pl_step_size(lam, beta, L=L))

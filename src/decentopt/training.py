@@ -147,7 +147,7 @@ def train(
             average = comm.mean(x)
             test_loss, test_acc = problem.evaluate(problem.load_average(average))
             agent_loss, agent_acc = problem.evaluate_agents(x)
-            lr = algorithm.lr(state.t - 1) if callable(algorithm.lr) else algorithm.lr
+            lr = algorithm.lr_at(state.t - 1)
             rows.append(
                 {
                     **labels,

@@ -154,7 +154,7 @@ def test_bad_hyperparameters_and_initial_point(name):
         alg.init(bad)
     with pytest.raises(TypeError, match="floating point"):
         alg.init(torch.zeros(4, 3, dtype=torch.int64))
-    with pytest.raises(TypeError, match="Valid hyper-parameters"):
+    with pytest.raises(TypeError, match="unknown hyper-parameter"):
         dopt.algorithms.make(name, lr=0.1, momentum=0.9)
 
 

@@ -102,7 +102,7 @@ def test_quick_and_overrides(tmp_path):
         (("lr = 0.05", "lr = -1.0"), r"\[algorithms.ed\].*step size"),
         (("beta = 0.8", "beta = 1.5"), r"\[algorithms.edm\].*beta"),
         (("[quick]", "[quick]\nfoo = 1\n[seeds]\nshuffle = 3"), r"\[seeds\]: unknown key"),
-        (("[algorithms.edm]", "[algorithms.edm]\nmomentum = 0.9"), "Valid hyper-parameters"),
+        (("[algorithms.edm]", "[algorithms.edm]\nmomentum = 0.9"), "unknown hyper-parameter"),
         (("n = 6", "n = 6\nweight = 2"), r"\[topology\]: unknown key 'weight'"),
     ],
 )

@@ -19,7 +19,14 @@ from decentopt.algorithms.dsgt_hb import DSGTHB, DSGTHBState
 from decentopt.algorithms.ed import EDState, ExactDiffusion
 from decentopt.algorithms.edm import EDM, EDMState
 from decentopt.algorithms.qg_dsgdm import QGDSGDm, QGDSGDmState
-from decentopt.algorithms.registry import REGISTRY, make, names, register
+from decentopt.algorithms.registry import (
+    REGISTRY,
+    hyperparameters,
+    make,
+    names,
+    register,
+    resolve,
+)
 
 __all__ = [
     "DSGD",
@@ -43,8 +50,10 @@ __all__ = [
     "MomentumHyperParams",
     "QGDSGDm",
     "QGDSGDmState",
+    "hyperparameters",
     "make",
     "momentum_direction",
     "names",
     "register",
+    "resolve",
 ]

@@ -8,13 +8,15 @@ stochastic gradient evaluated at ``state.x``; all tensors are agent-first
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
+from decentopt._checks import as_real
 from decentopt.comm.base import Communicator
-from decentopt.schedules import LearningRate, validate_lr
+from decentopt.schedules import LearningRate, lr_at, validate_lr
 
 __all__ = [
     "Algorithm",
@@ -48,10 +50,17 @@ class Algorithm(Protocol[S]):
     uses_momentum: ClassVar[bool]
     #: Gossip rounds per iteration (after the first), for fair comparisons.
     rounds_per_step: int
+    #: The step size: a float or a schedule ``t -> float``.
+    lr: LearningRate
+
+    def lr_at(self, t: int) -> float: ...
 
     def init(self, x0: torch.Tensor) -> S: ...
 
     def step(self, state: S, grad: torch.Tensor, comm: Communicator) -> S: ...
+
+
+H = TypeVar("H", bound="HyperParams")
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,19 @@ class HyperParams:
     lr: LearningRate = 0.05
 
     def __post_init__(self) -> None:
-        validate_lr(self.lr, type(self).__name__)
+        object.__setattr__(self, "lr", validate_lr(self.lr, type(self).__name__))
+
+    def lr_at(self, t: int) -> float:
+        """The step size of iteration ``t`` (``lr`` itself, or the schedule's value)."""
+        return lr_at(self.lr, t)
+
+    def with_hyperparams(self: H, **changes: Any) -> H:
+        """A copy with some hyper-parameters changed (validated as at construction).
+
+        This is the one path by which wrappers (the optimizer's parameter groups
+        and learning-rate schedulers) change an algorithm's step size or momentum.
+        """
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)
@@ -81,8 +102,7 @@ class MomentumHyperParams(HyperParams):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.beta, bool) or not isinstance(self.beta, int | float):
-            raise TypeError(f"{type(self).__name__}: beta must be a float; got {self.beta!r}")
+        object.__setattr__(self, "beta", as_real(self.beta, f"{type(self).__name__}: beta"))
         if not 0 <= self.beta < 1:
             raise ValueError(
                 f"{type(self).__name__}: momentum beta must be in [0, 1); got {self.beta}"

@@ -10,7 +10,6 @@ import torch
 from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
-from decentopt.schedules import lr_at
 
 
 class DecentLaMState(NamedTuple):
@@ -45,7 +44,7 @@ class DecentLaM(MomentumHyperParams):
         return DecentLaMState(x=x0, m=torch.zeros_like(x0))
 
     def step(self, state: DecentLaMState, grad: torch.Tensor, comm: Communicator) -> DecentLaMState:
-        alpha = lr_at(self.lr, state.t)
+        alpha = self.lr_at(state.t)
         x = state.x
         corrected = torch.sub(x, comm.mix(torch.add(x, grad, alpha=-alpha))).div_(alpha)
         m, direction = momentum_direction(state.m, corrected, self)

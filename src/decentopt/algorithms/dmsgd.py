@@ -10,7 +10,6 @@ import torch
 from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
-from decentopt.schedules import lr_at
 
 
 class DmSGDState(NamedTuple):
@@ -45,7 +44,7 @@ class DmSGD(MomentumHyperParams):
         return DmSGDState(x=x0, m=torch.zeros_like(x0))
 
     def step(self, state: DmSGDState, grad: torch.Tensor, comm: Communicator) -> DmSGDState:
-        alpha = lr_at(self.lr, state.t)
+        alpha = self.lr_at(state.t)
         m, direction = momentum_direction(state.m, grad, self)
         x_next = comm.mix(torch.add(state.x, direction, alpha=-alpha))
         return DmSGDState(x=x_next, m=m, t=state.t + 1)

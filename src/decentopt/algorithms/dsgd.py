@@ -10,7 +10,6 @@ import torch
 from decentopt.algorithms.base import HyperParams, check_initial_point
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
-from decentopt.schedules import lr_at
 
 
 class DSGDState(NamedTuple):
@@ -41,5 +40,5 @@ class DSGD(HyperParams):
         return DSGDState(x=check_initial_point(x0, "dsgd"))
 
     def step(self, state: DSGDState, grad: torch.Tensor, comm: Communicator) -> DSGDState:
-        alpha = lr_at(self.lr, state.t)
+        alpha = self.lr_at(state.t)
         return DSGDState(x=comm.mix(torch.add(state.x, grad, alpha=-alpha)), t=state.t + 1)

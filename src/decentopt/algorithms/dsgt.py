@@ -10,7 +10,6 @@ import torch
 from decentopt.algorithms.base import HyperParams, check_initial_point
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
-from decentopt.schedules import lr_at
 
 
 class DSGTState(NamedTuple):
@@ -94,7 +93,7 @@ class DSGT(HyperParams):
         return DSGTState(x=x0, y=zeros, g_prev=zeros, wy=zeros)
 
     def step(self, state: DSGTState, grad: torch.Tensor, comm: Communicator) -> DSGTState:
-        alpha = lr_at(self.lr, state.t)
+        alpha = self.lr_at(state.t)
         y = track(state.y, state.wy, grad, state.g_prev, state.t, self.atc, comm)
         x_next, wy = combine(state.x, y, y, state.wy, alpha, self.atc, comm)
         return DSGTState(x=x_next, y=y, g_prev=grad, wy=wy, t=state.t + 1)

@@ -11,7 +11,6 @@ from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, 
 from decentopt.algorithms.dsgt import combine, track
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
-from decentopt.schedules import lr_at
 
 
 class DSGTHBState(NamedTuple):
@@ -54,7 +53,7 @@ class DSGTHB(MomentumHyperParams):
         return DSGTHBState(x=x0, y=zeros, u=zeros, g_prev=zeros, wy=zeros)
 
     def step(self, state: DSGTHBState, grad: torch.Tensor, comm: Communicator) -> DSGTHBState:
-        alpha = lr_at(self.lr, state.t)
+        alpha = self.lr_at(state.t)
         y = track(state.y, state.wy, grad, state.g_prev, state.t, self.atc, comm)
         u, direction = momentum_direction(state.u, y, self)
         x_next, wy = combine(state.x, direction, y, state.wy, alpha, self.atc, comm)

@@ -10,7 +10,6 @@ import torch
 from decentopt.algorithms.base import HyperParams, check_initial_point
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
-from decentopt.schedules import lr_at
 
 
 class EDState(NamedTuple):
@@ -59,6 +58,6 @@ class ExactDiffusion(HyperParams):
         return EDState(x=x0, psi=x0.clone())
 
     def step(self, state: EDState, grad: torch.Tensor, comm: Communicator) -> EDState:
-        alpha = lr_at(self.lr, state.t)
+        alpha = self.lr_at(state.t)
         x_next, psi = adapt_correct_combine(state.x, state.psi, grad, alpha, comm)
         return EDState(x=x_next, psi=psi, t=state.t + 1)

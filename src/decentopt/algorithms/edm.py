@@ -11,7 +11,6 @@ from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, 
 from decentopt.algorithms.ed import adapt_correct_combine
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
-from decentopt.schedules import lr_at
 
 
 class EDMState(NamedTuple):
@@ -51,7 +50,7 @@ class EDM(MomentumHyperParams):
         return EDMState(x=x0, psi=x0.clone(), m=torch.zeros_like(x0))
 
     def step(self, state: EDMState, grad: torch.Tensor, comm: Communicator) -> EDMState:
-        alpha = lr_at(self.lr, state.t)
+        alpha = self.lr_at(state.t)
         m, direction = momentum_direction(state.m, grad, self)
         x_next, psi = adapt_correct_combine(state.x, state.psi, direction, alpha, comm)
         return EDMState(x=x_next, psi=psi, m=m, t=state.t + 1)

@@ -7,10 +7,10 @@ from typing import ClassVar, NamedTuple
 
 import torch
 
+from decentopt._checks import as_real
 from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
-from decentopt.schedules import lr_at
 
 
 class QGDSGDmState(NamedTuple):
@@ -47,6 +47,8 @@ class QGDSGDm(MomentumHyperParams):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.mu is not None:
+            object.__setattr__(self, "mu", as_real(self.mu, "QGDSGDm: mu"))
         if self.mu is not None and not 0 <= self.mu < 1:
             raise ValueError(f"QGDSGDm: mu must be in [0, 1); got {self.mu}")
 
@@ -59,7 +61,7 @@ class QGDSGDm(MomentumHyperParams):
         return QGDSGDmState(x=x0, m_hat=torch.zeros_like(x0))
 
     def step(self, state: QGDSGDmState, grad: torch.Tensor, comm: Communicator) -> QGDSGDmState:
-        alpha = lr_at(self.lr, state.t)
+        alpha = self.lr_at(state.t)
         _, direction = momentum_direction(state.m_hat, grad, self)
         x_next = comm.mix(torch.add(state.x, direction, alpha=-alpha))
         # mu m_hat + (1 - mu) (x - x_next) / alpha, built in one temporary

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, TypeVar
 
-__all__ = ["PAPER_ORDER", "REGISTRY", "make", "names", "register"]
+from decentopt._checks import unknown_name
+
+__all__ = ["PAPER_ORDER", "REGISTRY", "hyperparameters", "make", "names", "register", "resolve"]
 
 REGISTRY: dict[str, type] = {}
 T = TypeVar("T", bound=type)
@@ -28,17 +31,29 @@ def names() -> list[str]:
     return known + [name for name in REGISTRY if name not in PAPER_ORDER]
 
 
+def resolve(name: str) -> type:
+    """The registered class of ``name`` (case and ``-``/``_`` insensitive)."""
+    key = str(name).lower().replace("-", "_")
+    try:
+        return REGISTRY[key]
+    except KeyError:
+        raise ValueError(unknown_name("algorithm", name, names())) from None
+
+
+def hyperparameters(name_or_cls: str | type) -> tuple[str, ...]:
+    """The hyper-parameters an algorithm accepts (its dataclass fields, not class constants)."""
+    cls = resolve(name_or_cls) if isinstance(name_or_cls, str) else name_or_cls
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+
 def make(name: str, **hyperparams: Any) -> Any:
     """Instantiate a registered algorithm with the given hyper-parameters."""
-    key = name.lower().replace("-", "_")
-    try:
-        cls = REGISTRY[key]
-    except KeyError:
-        raise ValueError(
-            f"unknown algorithm {name!r}; choose one of {', '.join(names())}"
-        ) from None
-    try:
-        return cls(**hyperparams)
-    except TypeError as exc:
-        fields = ", ".join(cls.__dataclass_fields__)
-        raise TypeError(f"{name}: {exc}. Valid hyper-parameters: {fields}") from None
+    cls = resolve(name)
+    valid = hyperparameters(cls)
+    for key in hyperparams:
+        if key not in valid:
+            alias = ""
+            if key == "momentum" and "beta" in valid:
+                alias = " (momentum is called beta here)"
+            raise TypeError(f"{name}: {unknown_name('hyper-parameter', key, valid)}{alias}")
+    return cls(**hyperparams)

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from decentopt._checks import as_count, as_real, check_problem_dtype
+
 __all__ = ["Logistic"]
 
 
@@ -49,6 +51,11 @@ class Logistic:
         dtype: torch.dtype = torch.float64,
         compute_dtype: torch.dtype | None = None,
     ) -> None:
+        check_problem_dtype(dtype, "Logistic")
+        if compute_dtype is not None:
+            check_problem_dtype(compute_dtype, "Logistic (compute_dtype)")
+        mu = as_real(mu, "Logistic: mu")
+        sigma_s2 = as_real(sigma_s2, "Logistic: sigma_s2")
         U = torch.as_tensor(U, dtype=dtype)
         v = torch.as_tensor(v, dtype=dtype)
         if U.ndim == 3:
@@ -101,13 +108,15 @@ class Logistic:
         value, in order; the same ``u``, ``z`` and direction of ``eps_i`` are
         used for every value (only the scale ``sqrt(sigma_h2)`` changes).
         """
-        hs = (
-            [float(sigma_h2)] if isinstance(sigma_h2, int | float) else [float(s) for s in sigma_h2]
-        )
+        check_problem_dtype(dtype, "Logistic.paper")
+        levels = sigma_h2 if isinstance(sigma_h2, Sequence) else [sigma_h2]
+        hs = [as_real(h, "Logistic.paper: sigma_h2") for h in levels]
         if not hs or any(h < 0 for h in hs):
-            raise ValueError(f"sigma_h2 must be >= 0; got {sigma_h2}")
-        if min(n, d, m, repetitions) < 1:
-            raise ValueError("n, d, m and repetitions must all be >= 1")
+            raise ValueError(f"Logistic.paper: sigma_h2 must be >= 0; got {sigma_h2}")
+        n, d, m, repetitions = (
+            as_count(v, f"Logistic.paper: {k}", minimum=1)
+            for k, v in (("n", n), ("d", d), ("m", m), ("repetitions", repetitions))
+        )
         gen = torch.Generator().manual_seed(int(seed))
         U = torch.randn(n, repetitions, m, d, generator=gen, dtype=dtype)
         eps = torch.randn(n, repetitions, d, generator=gen, dtype=dtype)

@@ -30,6 +30,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from decentopt._checks import as_count, as_real, check_problem_dtype
+
 __all__ = ["Quadratic"]
 
 
@@ -51,6 +53,8 @@ class Quadratic:
         *,
         dtype: torch.dtype = torch.float64,
     ) -> None:
+        check_problem_dtype(dtype, "Quadratic")
+        sigma2 = as_real(sigma2, "Quadratic: sigma2")
         A = torch.as_tensor(A, dtype=dtype)
         x_local = torch.as_tensor(x_local, dtype=dtype)
         if A.ndim == 3:
@@ -122,11 +126,14 @@ class Quadratic:
         gives ``repetitions`` columns per value, in order, all sharing the same
         draws of ``A`` and ``u`` per repetition index.
         """
-        if repetitions < 1 or n < 1 or d < 1 or p < 1:
-            raise ValueError("n, d, p and repetitions must all be >= 1")
-        cs = [float(c)] if isinstance(c, int | float) else [float(v) for v in c]
+        check_problem_dtype(dtype, "Quadratic.paper")
+        n, d, p, repetitions = (
+            as_count(v, f"Quadratic.paper: {k}", minimum=1)
+            for k, v in (("n", n), ("d", d), ("p", p), ("repetitions", repetitions))
+        )
+        cs = [as_real(v, "Quadratic.paper: c") for v in (c if isinstance(c, Sequence) else [c])]
         if not cs or any(not v > 0 for v in cs):
-            raise ValueError(f"heterogeneity scale c must be > 0; got {c}")
+            raise ValueError(f"Quadratic.paper: the heterogeneity scale c must be > 0; got {c}")
         gen = torch.Generator().manual_seed(int(seed))
         A = torch.randn(n, repetitions, p, d, generator=gen, dtype=dtype)
         u = torch.randn(n, repetitions, d, generator=gen, dtype=dtype)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from decentopt._checks import unknown_name
 from decentopt.topology.graphs import (
     complete,
     erdos_renyi,
@@ -40,9 +41,7 @@ def make(name: str, *args: Any, **kwargs: Any) -> Topology:
     try:
         builder = REGISTRY[name]
     except KeyError:
-        raise ValueError(
-            f"unknown topology {name!r}; choose one of {', '.join(sorted(REGISTRY))}"
-        ) from None
+        raise ValueError(unknown_name("topology", name, sorted(REGISTRY))) from None
     return builder(*args, **kwargs)
 
 

@@ -17,6 +17,7 @@ import networkx as nx
 import numpy as np
 import torch
 
+from decentopt._checks import unknown_name
 from decentopt.topology.topology import AssumptionError, Topology
 
 __all__ = [
@@ -92,7 +93,7 @@ def from_adjacency(
     if not np.array_equal(A != 0, (A != 0).T):
         raise ValueError("the adjacency matrix must be symmetric (an undirected graph)")
     if weights not in _WEIGHTS:
-        raise ValueError(f"unknown weights {weights!r}; choose one of {sorted(_WEIGHTS)}")
+        raise ValueError(unknown_name("weights", weights, sorted(_WEIGHTS)))
     A = (A != 0).astype(np.float64)
     np.fill_diagonal(A, 0.0)
     W = _WEIGHTS[weights](A)
@@ -112,8 +113,19 @@ def from_networkx(
     return from_adjacency(_adjacency(graph), weights=weights, lazy=lazy, name=name)
 
 
-def from_matrix(W: np.ndarray | torch.Tensor, *, name: str = "custom") -> Topology:
-    """A user-given mixing matrix, checked against Assumption 1."""
+def from_matrix(
+    W: np.ndarray | torch.Tensor, *, name: str = "custom", lazy: bool = False
+) -> Topology:
+    """A user-given mixing matrix, checked against Assumption 1.
+
+    With ``lazy=True`` the lazy transform ``(W + I) / 2`` is applied first, which
+    repairs a zero diagonal entry or a negative eigenvalue (the error for such a
+    ``W`` suggests it).
+    """
+    if lazy:
+        arr = np.asarray(W.detach().cpu().double() if isinstance(W, torch.Tensor) else W, float)
+        if arr.ndim == 2 and arr.shape[0] == arr.shape[1]:
+            return Topology((arr + np.eye(arr.shape[0])) / 2, name=f"lazy({name})")
     return Topology(W, name=name)
 
 

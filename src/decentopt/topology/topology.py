@@ -84,13 +84,13 @@ def check_assumption1(W: object, *, tol: float = _TOL) -> np.ndarray:
         i = int(np.argmin(diag))
         raise AssumptionError(
             f"Assumption 1(1) fails: w_ii = {diag[i]:.3g} <= 0 for agent {i}; "
-            "apply the lazy transform (W + I) / 2 (topology.lazy())"
+            "apply the lazy transform (W + I) / 2: topology.from_matrix(W, lazy=True)"
         )
     eig = np.linalg.eigvalsh((arr + arr.T) / 2)
     if eig[0] < -tol:
         raise AssumptionError(
             f"Assumption 1(3) fails: the smallest eigenvalue of W is {eig[0]:.3g} < 0; "
-            "apply the lazy transform (W + I) / 2 (topology.lazy())"
+            "apply the lazy transform (W + I) / 2: topology.from_matrix(W, lazy=True)"
         )
     if n > 1 and eig[-2] >= 1 - tol:
         raise AssumptionError(
