@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from decentopt import algorithms, problems, theory, topology
+from decentopt import __version__, algorithms, problems, theory, topology
 from decentopt.experiments import (
     PRESETS,
     ConfigError,
@@ -77,6 +77,9 @@ def _configure_compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repetitions", type=int, default=20, help="independent runs (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of data and noise (default 0)")
     p.add_argument(
+        "--p", type=float, default=None, help="edge probability (erdos_renyi; default 0.2)"
+    )
+    p.add_argument(
         "--algorithms",
         default=",".join(algorithms.names()),
         help="comma-separated names (default: all)",
@@ -85,13 +88,13 @@ def _configure_compare(p: argparse.ArgumentParser) -> None:
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    names = [s.strip() for s in args.algorithms.split(",") if s.strip()]
-    for name in names:
-        if name not in algorithms.REGISTRY:
-            raise ValueError(
-                f"unknown algorithm {name!r}; choose from {', '.join(algorithms.names())}"
-            )
-    topo = topology.make(args.topology, args.n)
+    names = [algorithms.resolve(s.strip()).name for s in args.algorithms.split(",") if s.strip()]
+    topo_kwargs: dict[str, object] = {}
+    if args.topology == "erdos_renyi":
+        topo_kwargs = {"p": 0.2 if args.p is None else args.p, "seed": args.seed}
+    elif args.p is not None:
+        raise ValueError("--p is the edge probability of erdos_renyi; drop it for other graphs")
+    topo = topology.make(args.topology, args.n, **topo_kwargs)
     prob = problems.Quadratic.paper(
         n=args.n, c=args.c, sigma2=args.sigma2, repetitions=args.repetitions, seed=args.seed
     )
@@ -259,8 +262,9 @@ def _run_training_command(config: TrainingConfig, out: Path, args: argparse.Name
         return 0
     md = training_summary(rows)
     print(md)
-    write_text_atomic(out / "summary.md", f"# {config.name}: {config.description}\n\n{md}")
-    files = plot_training(rows, out / config.name, title=config.description)
+    title = config.title(modified=args.quick or bool(args.overrides))
+    write_text_atomic(out / "summary.md", f"# {config.name}: {title}\n\n{md}")
+    files = plot_training(rows, out / config.name, title=title)
     print(
         f"{config.name}: wrote {out / 'results.csv'}, {out / 'summary.md'}, "
         + ", ".join(map(str, files))
@@ -313,7 +317,8 @@ def _run_sweep_command(args: argparse.Namespace) -> int:
     ]
     md = "\n".join(tables)
     print(md)
-    report = [f"# {config.name}: {config.description}", "", md]
+    title = config.title(modified=args.quick or bool(args.overrides))
+    report = [f"# {config.name}: {title}", "", md]
     files = plot_curves(
         outcome.rows,
         config.metric,
@@ -321,7 +326,7 @@ def _run_sweep_command(args: argparse.Namespace) -> int:
         panel=config.heterogeneity_param,
         panel_title="{key} = {value:g}  (ζ² = {zeta2:.3g})",
         panel_order=sorted({lv for lv, _ in stats}, key=lambda lv: stats_zeta(stats, lv)),
-        title=config.description,
+        title=title,
     )
     if args.check:
         verdicts = check_claims(config, stats)
@@ -358,7 +363,9 @@ COMMANDS: dict[
         _run_launch,
     ),
     "reproduce": (
-        "reproduce a result of the paper: fig1, fig2 (presets) or table1 (scaling study)",
+        "reproduce a result of the paper: "
+        + ", ".join([*PRESETS, "table1"])
+        + " (fig3/fig4 train VGG-11 on CIFAR-10; --quick: digits on the CPU)",
         lambda p: _configure_sweep(p, preset=True),
         _run_sweep_command,
     ),
@@ -374,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="decentopt", description="Decentralized stochastic optimization: EDM and baselines."
     )
+    parser.add_argument("--version", action="version", version=f"decentopt {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, configure, run) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -389,6 +397,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError, TypeError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            "\ninterrupted; finished runs are saved and a rerun of the same command resumes",
+            file=sys.stderr,
+        )
+        return 130
 
 
 if __name__ == "__main__":

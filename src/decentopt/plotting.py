@@ -1,7 +1,10 @@
 """Figures from saved result tables; plotting never runs training.
 
 Curves show, for each algorithm, the mean over repetitions with a band from
-the 10th to the 90th percentile, on a log scale.
+the 10th to the 90th percentile, on a log scale. Every method has its own
+colour, line style and marker, so curves that coincide stay visible, and the
+legend says which coincide. The x axis is logarithmic when the records are
+log-spaced (the default), so the transient is not squeezed into the margin.
 """
 
 from __future__ import annotations
@@ -11,15 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
 from decentopt.algorithms.registry import PAPER_ORDER
 
-__all__ = ["LABELS", "plot_curves", "save_figure"]
+__all__ = ["LABELS", "coincident_groups", "plot_curves", "save_figure", "style_for", "x_scale"]
 
 LABELS = {
     "dsgd": "DSGD",
@@ -39,9 +39,48 @@ METRIC_LABELS = {
 }
 
 
+_LINESTYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
+
+
 def _order(names: Sequence[str]) -> list[str]:
     rank = {name: i for i, name in enumerate(PAPER_ORDER)}
     return sorted(set(names), key=lambda s: (rank.get(s, len(rank)), s))
+
+
+def style_for(name: str, index: int) -> dict[str, Any]:
+    """Colour, line style and marker of a method (EDM: thick black solid line)."""
+    if name == "edm":
+        return {"color": "black", "lw": 2.2, "ls": "-", "marker": "o", "ms": 4}
+    return {
+        "color": plt.get_cmap("tab10")(index % 10),
+        "lw": 1.3,
+        "ls": _LINESTYLES[index % len(_LINESTYLES)],
+        "marker": _MARKERS[index % len(_MARKERS)],
+        "ms": 4,
+    }
+
+
+def x_scale(steps: Sequence[int]) -> str:
+    """``"symlog"`` when recorded steps are log-spaced (gaps grow), else ``"linear"``."""
+    gaps = np.diff(np.asarray(sorted(set(steps)), dtype=float))
+    if len(gaps) < 4:
+        return "linear"
+    return "symlog" if gaps[-1] > 4 * max(gaps[1], 1.0) else "linear"
+
+
+def coincident_groups(curves: dict[str, np.ndarray], rtol: float = 1e-3) -> list[list[str]]:
+    """Methods whose mean curves agree within ``rtol`` at every step, in order."""
+    groups: list[list[str]] = []
+    for name, curve in curves.items():
+        for group in groups:
+            ref = curves[group[0]]
+            if ref.shape == curve.shape and np.allclose(curve, ref, rtol=rtol, equal_nan=True):
+                group.append(name)
+                break
+        else:
+            groups.append([name])
+    return groups
 
 
 def plot_curves(
@@ -53,43 +92,67 @@ def plot_curves(
     panel_title: str = "{key} = {value}",
     panel_order: Sequence[Any] | None = None,
     title: str | None = None,
+    xscale: str = "auto",
     formats: Sequence[str] = ("png", "pdf"),
 ) -> list[Path]:
     """One panel per value of ``panel`` (or a single panel); returns the written files.
 
     ``panel_title`` is formatted with ``key``, ``value`` and, when rows carry a
-    ``zeta2`` column, ``zeta2`` (its mean in the panel).
+    ``zeta2`` column, ``zeta2`` (its mean in the panel). ``xscale``: ``"auto"``
+    (log when records are log-spaced), ``"log"`` or ``"linear"``.
     """
     panels: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         panels[row[panel] if panel else None].append(row)
     keys = list(panel_order) if panel_order else sorted(panels, key=lambda v: (v is None, v))
     fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
-    cmap = plt.get_cmap("tab10")
+    legend: dict[str, Any] = {}
     for ax, key in zip(axes[0], keys, strict=True):
         curves: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         for row in panels[key]:
             curves[row["algorithm"]][row["step"]].append(row[metric])
-        for i, alg in enumerate(_order(list(curves))):
+        means: dict[str, np.ndarray] = {}
+        order = _order(list(curves))
+        all_steps: list[int] = []
+        for i, alg in enumerate(order):
             steps = np.array(sorted(curves[alg]))
+            all_steps += steps.tolist()
             vals = np.array([curves[alg][s] for s in steps], dtype=float)  # (steps, R)
             with np.errstate(all="ignore"):
                 mean = np.nanmean(vals, axis=1)
                 lo, hi = np.nanpercentile(vals, [10, 90], axis=1)
-            style = {"lw": 2.2} if alg == "edm" else {"lw": 1.3}
-            color = "black" if alg == "edm" else cmap(i % 10)
-            ax.plot(steps, mean, label=LABELS.get(alg, alg), color=color, **style)
-            ax.fill_between(steps, lo, hi, color=color, alpha=0.15, lw=0)
+            means[alg] = mean
+            style = style_for(alg, i)
+            (line,) = ax.plot(
+                steps, mean, markevery=max(1, len(steps) // 8), zorder=3 if alg == "edm" else 2,
+                **style,
+            )
+            ax.fill_between(steps, lo, hi, color=style["color"], alpha=0.12, lw=0)
+            legend.setdefault(alg, line)
+        scale = x_scale(all_steps) if xscale == "auto" else xscale
+        if scale in ("log", "symlog"):
+            ax.set_xscale("symlog", linthresh=1.0)
         ax.set_yscale("log")
-        ax.set_xlabel("iteration")
+        ax.set_xlabel("iteration" + (" (log scale)" if scale != "linear" else ""))
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         if panel:
             zetas = [r["zeta2"] for r in panels[key] if "zeta2" in r]
             zeta2 = float(np.mean(zetas)) if zetas else float("nan")
             ax.set_title(panel_title.format(key=panel, value=key, zeta2=zeta2))
         ax.grid(alpha=0.3, which="both", lw=0.4)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        coincide = [g for g in coincident_groups(means) if len(g) > 1]
+        if coincide:
+            note = "; ".join(" = ".join(LABELS.get(a, a) for a in g) for g in coincide)
+            ax.text(0.02, 0.02, f"coincide: {note}", transform=ax.transAxes, fontsize=7,
+                    va="bottom", ha="left", bbox={"fc": "white", "alpha": 0.7, "lw": 0})
+    names = _order(list(legend))
+    fig.legend(
+        [legend[a] for a in names],
+        [LABELS.get(a, a) for a in names],
+        fontsize=8,
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+    )
     if title:
         fig.suptitle(title)
     fig.tight_layout()

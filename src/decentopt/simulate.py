@@ -157,7 +157,8 @@ def simulate(
         record: ``"log"`` (about ``points`` log-spaced steps), ``"all"``, or every k.
         kernel: mixing kernel, see :class:`~decentopt.comm.SimulatedCommunicator`.
         blowup: a repetition diverges when ``mean_i ||x_i||^2`` exceeds
-            ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)`` or is not finite.
+            ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)`` (``x*`` where known)
+            or is not finite.
         progress: ``True`` for a progress bar, or a callable receiving the step.
     """
     if topology.n != problem.n:
@@ -177,7 +178,10 @@ def simulate(
     state = algorithm.init(x)
     R = problem.repetitions
 
-    limit = blowup * (1.0 + x.pow(2).sum(-1).mean(0) + problem.x_star.pow(2).sum(-1))
+    scale = 1.0 + x.pow(2).sum(-1).mean(0)
+    if problem.x_star is not None:
+        scale = scale + problem.x_star.pow(2).sum(-1)
+    limit = blowup * scale
 
     history: dict[str, list[np.ndarray]] = {}
     diverged = torch.zeros(R, dtype=torch.bool)

@@ -75,6 +75,7 @@ PRESETS = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 _TOP_KEYS = {
     "name": str,
     "description": str,
+    "reproduces": str,
     "problem": str,
     "iterations": int,
     "repetitions": int,
@@ -117,7 +118,34 @@ class ExperimentConfig:
     also_report: list[str] = field(default_factory=list)
     threshold: float = 1e-3
     description: str = ""
+    reproduces: str = ""
     source: str = ""
+
+    def title(self, modified: bool = False) -> str:
+        """A title built from what runs (not from the preset's prose).
+
+        ``modified``: the run was changed by ``--quick`` or ``--set``, so it is
+        not the paper's experiment and the title does not claim to be.
+        """
+        label = {"quadratic": "Quadratic", "logistic": "Logistic regression"}[self.problem]
+        params = ", ".join(
+            f"{k} = {v}" for k, v in self.problem_params.items() if k not in ("dtype", "compute_dtype")
+        )
+        topo = ", ".join(f"{k} = {v}" for k, v in self.topology.items() if k not in ("name", "n"))
+        topo_text = f"{self.topology['name']} n = {self.topology['n']}" + (f" ({topo})" if topo else "")
+        hp = []
+        for key, sym in (("lr", "α"), ("beta", "β")):
+            values = sorted({str(h[key]) for h in self.algorithms.values() if key in h})
+            if values:
+                hp.append(f"{sym} = {'/'.join(values)}")
+        text = (
+            f"{label}" + (f" ({params})" if params else "") + f", {topo_text}, "
+            f"{self.iterations} iterations × {self.repetitions} repetitions"
+            + (", " + ", ".join(hp) if hp else "")
+        )
+        if self.reproduces and not modified:
+            text += f" — the paper's {self.reproduces}"
+        return text
 
     @property
     def heterogeneity_param(self) -> str:
@@ -367,6 +395,7 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> Any:
     return ExperimentConfig(
         name=raw.get("name", Path(source).stem),
         description=raw.get("description", ""),
+        reproduces=raw.get("reproduces", ""),
         problem=problem,
         iterations=raw["iterations"],
         repetitions=raw["repetitions"],

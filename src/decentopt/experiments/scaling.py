@@ -227,10 +227,15 @@ def scaling_markdown(rows: Sequence[ScalingRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ring_sizes(gaps: Sequence[float]) -> list[int]:
+    """Invert 1 - lambda = (1 - cos(2 pi / n)) / 2 of the paper's ring."""
+    return [round(2 * math.pi / math.acos(1 - 2 * g)) for g in gaps]
+
+
 def plot_scaling(rows: Sequence[ScalingRow], out: str | Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
-    from decentopt.plotting import LABELS, save_figure
+    from decentopt.plotting import LABELS, save_figure, style_for
 
     fig, axes = plt.subplots(1, 5, figsize=(21, 3.8))
     panels = [r for r in rows if r.quantity.startswith("DmSGD")]
@@ -239,19 +244,23 @@ def plot_scaling(rows: Sequence[ScalingRow], out: str | Path) -> list[Path]:
         ax.loglog(r.xs, y, "o-", color="tab:blue", alpha=0.4, lw=0.8)
         ax.set_title(f"DmSGD bias vs {r.variable}: {r.mean:+.2f} (paper {r.paper_exponent:+g})")
         ax.set_xlabel(r.variable)
+        ax.set_ylabel(r.quantity + " (one line per seed)")
         ax.grid(alpha=0.3, which="both", lw=0.4)
     ax = axes[4]
-    for i, r in enumerate(x for x in rows if x.quantity == "heterogeneity transient"):
+    transient = [x for x in rows if x.quantity == "heterogeneity transient"]
+    for i, r in enumerate(transient):
         y = np.array(r.ys).mean(axis=1)
         ax.loglog(
             r.xs,
             y,
-            "o-",
-            color=plt.get_cmap("tab10")(i),
             label=f"{LABELS.get(r.method, r.method)}: {r.mean:+.2f} (paper {r.paper_exponent:+g})",
+            **style_for(r.method, i),
         )
-    ax.set_xlabel("1 - lambda (rings of 8 ... 64 agents)")
-    ax.set_title("cumulative consensus error / zeta0^2")
+    if transient:
+        sizes = _ring_sizes(transient[0].xs)
+        ax.set_xlabel(f"1 - lambda (rings of {', '.join(map(str, sorted(sizes)))} agents)")
+    ax.set_ylabel("sum_t consensus error / zeta0^2 (mean over seeds)")
+    ax.set_title("heterogeneity transient")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both", lw=0.4)
     fig.tight_layout()

@@ -62,6 +62,7 @@ __all__ = [
 _KEYS: dict[str, type] = {
     "name": str,
     "description": str,
+    "reproduces": str,
     "problem": str,
     "dataset": str,
     "data_dir": str,
@@ -115,15 +116,31 @@ class TrainingConfig:
     dtype: str = "float32"
     timeout: float = 120.0
     description: str = ""
+    reproduces: str = ""
     source: str = ""
     metric: str = "test_acc"
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def title(self, modified: bool = False) -> str:
+        """A title built from what runs: model, data set, split, topology, schedule."""
+        model = {"vgg11": "VGG-11", "small_cnn": "small CNN"}.get(self.model, self.model)
+        data = {"cifar10": "CIFAR-10", "digits": "digits (scikit-learn)"}.get(
+            self.dataset, self.dataset
+        )
+        text = (
+            f"{model} / {data}, Dirichlet φ = {self.phi:g}, {self.topology['name']} of "
+            f"{self.agents} agents, batch {self.batch_size}, {self.epochs} epochs × "
+            f"{self.runs} run(s)"
+        )
+        if self.reproduces and not modified:
+            text += f" — the paper's {self.reproduces}"
+        return text
 
     def fingerprint(self, algorithm: str, run: int) -> str:
         payload = {
             k: v
             for k, v in asdict(self).items()
-            if k not in ("name", "description", "source", "algorithms")
+            if k not in ("name", "description", "reproduces", "source", "algorithms")
         }
         payload |= {"algorithm": algorithm, "hp": self.algorithms[algorithm], "run": run}
         blob = json.dumps(payload, sort_keys=True, default=str)
@@ -164,6 +181,7 @@ def validate_training(raw: dict[str, Any], source: str) -> TrainingConfig:
     return TrainingConfig(
         name=raw.get("name", Path(source).stem),
         description=raw.get("description", ""),
+        reproduces=raw.get("reproduces", ""),
         dataset=raw["dataset"],
         data_dir=raw.get("data_dir", ""),
         model=raw["model"],
@@ -378,7 +396,7 @@ def plot_training(rows: list[dict[str, Any]], out: str | Path, title: str = "") 
     import matplotlib.pyplot as plt
 
     from decentopt.experiments.summary import ordered_algorithms
-    from decentopt.plotting import LABELS, save_figure
+    from decentopt.plotting import LABELS, save_figure, style_for
 
     metrics = [
         ("train_loss", "training loss Σ f_i(x_i)", True),
@@ -390,13 +408,12 @@ def plot_training(rows: list[dict[str, Any]], out: str | Path, title: str = "") 
     for i, alg in enumerate(ordered_algorithms([r["algorithm"] for r in good])):
         mine = [r for r in good if r["algorithm"] == alg]
         epochs = sorted({r["epoch"] for r in mine})
-        color = "black" if alg == "edm" else plt.get_cmap("tab10")(i % 10)
+        style = style_for(alg, i)
+        color = style["color"]
         for ax, (key, label, log_scale) in zip(axes, metrics, strict=True):
             vals = [[float(r[key]) for r in mine if r["epoch"] == e] for e in epochs]
             mean = [np.mean(v) for v in vals]
-            ax.plot(
-                epochs, mean, color=color, lw=2 if alg == "edm" else 1.2, label=LABELS.get(alg, alg)
-            )
+            ax.plot(epochs, mean, label=LABELS.get(alg, alg), **style)
             ax.fill_between(
                 epochs,
                 [min(v) for v in vals],

@@ -23,8 +23,8 @@ class StackedProblem(Protocol):
     repetitions: int
     dim: int
     dtype: torch.dtype
-    #: The exact minimiser of f = mean_i f_i for each repetition, ``(R, d)``.
-    x_star: torch.Tensor
+    #: The exact minimiser of f = mean_i f_i for each repetition, ``(R, d)``; None if unknown.
+    x_star: torch.Tensor | None
 
     def gradient(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Stochastic gradients of every agent at its own iterate, shape ``(n, R, d)``."""
