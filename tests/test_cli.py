@@ -31,3 +31,53 @@ def test_compare_command(tmp_path, capsys):
     assert main([*args, "--algorithms", "adam"]) == 2
     assert main([*args, "--algorithms", "edm", "--topology", "exponential"]) == 0
     assert "exponential(8)" in capsys.readouterr().out
+
+
+def test_version_and_help_list_every_target(capsys):
+    import pytest
+
+    import decentopt
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"decentopt {decentopt.__version__}"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert all(t in text for t in ("fig1", "fig2", "fig3", "fig4", "table1"))
+
+
+def test_compare_on_erdos_renyi_and_did_you_mean(tmp_path, capsys):
+    args = ["compare", "--n", "8", "--iterations", "20", "--repetitions", "1"]
+    args += ["--out", str(tmp_path), "--algorithms", "edm", "--topology", "erdos_renyi"]
+    assert main(args) == 0
+    assert main([*args, "--p", "0.5"]) == 0
+    assert main([*args[:-2], "--algorithms", "edmm"]) == 2
+    assert "did you mean 'edm'?" in capsys.readouterr().err
+
+
+def test_ctrl_c_prints_a_message_not_a_traceback(monkeypatch, capsys):
+    import decentopt.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "compare", (*cli.COMMANDS["compare"][:2], interrupted))
+    assert main(["compare"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err
+
+
+def test_titles_say_what_ran():
+    from decentopt.experiments import load_config
+
+    cfg = load_config("fig1")
+    assert cfg.title().endswith("the paper's Figure 1") and "ring n = 32" in cfg.title()
+    torus = load_config("fig1", overrides=['topology.name="torus"', "topology.n=36"])
+    assert "torus n = 36" in torus.title(modified=True)
+    assert "Figure" not in torus.title(modified=True)
+    quick = load_config("fig3", quick=True)
+    title = quick.title(modified=True)
+    assert "small CNN / digits" in title and "VGG" not in title and "CIFAR" not in title
+    assert "VGG-11 / CIFAR-10" in load_config("fig3").title()

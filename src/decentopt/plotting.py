@@ -124,7 +124,10 @@ def plot_curves(
             means[alg] = mean
             style = style_for(alg, i)
             (line,) = ax.plot(
-                steps, mean, markevery=max(1, len(steps) // 8), zorder=3 if alg == "edm" else 2,
+                steps,
+                mean,
+                markevery=max(1, len(steps) // 8),
+                zorder=3 if alg == "edm" else 2,
                 **style,
             )
             ax.fill_between(steps, lo, hi, color=style["color"], alpha=0.12, lw=0)
@@ -143,8 +146,16 @@ def plot_curves(
         coincide = [g for g in coincident_groups(means) if len(g) > 1]
         if coincide:
             note = "; ".join(" = ".join(LABELS.get(a, a) for a in g) for g in coincide)
-            ax.text(0.02, 0.02, f"coincide: {note}", transform=ax.transAxes, fontsize=7,
-                    va="bottom", ha="left", bbox={"fc": "white", "alpha": 0.7, "lw": 0})
+            ax.text(
+                0.02,
+                0.02,
+                f"coincide: {note}",
+                transform=ax.transAxes,
+                fontsize=7,
+                va="bottom",
+                ha="left",
+                bbox={"fc": "white", "alpha": 0.7, "lw": 0},
+            )
     names = _order(list(legend))
     fig.legend(
         [legend[a] for a in names],

@@ -91,7 +91,7 @@ def test_quick_and_overrides(tmp_path):
     ("change", "pattern"),
     [
         (("iterations = 50", "iteratons = 50"), "unknown key 'iteratons'"),
-        (("iterations = 50", 'iterations = "many"'), "'iterations' must be int"),
+        (("iterations = 50", 'iterations = "many"'), "'iterations' must be a whole number"),
         (("iterations = 50", "iterations = 0"), "'iterations' must be >= 1"),
         (('problem = "quadratic"', 'problem = "lasso"'), "unknown problem 'lasso'"),
         (('name = "ring"', 'name = "mesh"'), "unknown topology 'mesh'"),

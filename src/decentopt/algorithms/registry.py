@@ -37,7 +37,7 @@ def resolve(name: str) -> type:
     try:
         return REGISTRY[key]
     except KeyError:
-        raise ValueError(unknown_name("algorithm", name, names())) from None
+        raise ValueError(unknown_name("algorithm", key, names())) from None
 
 
 def hyperparameters(name_or_cls: str | type) -> tuple[str, ...]:

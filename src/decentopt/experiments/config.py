@@ -57,6 +57,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from decentopt import algorithms, topology
+from decentopt._checks import as_count, unknown_name
 from decentopt.problems import PAPER_PROBLEMS
 
 __all__ = [
@@ -129,10 +130,14 @@ class ExperimentConfig:
         """
         label = {"quadratic": "Quadratic", "logistic": "Logistic regression"}[self.problem]
         params = ", ".join(
-            f"{k} = {v}" for k, v in self.problem_params.items() if k not in ("dtype", "compute_dtype")
+            f"{k} = {v}"
+            for k, v in self.problem_params.items()
+            if k not in ("dtype", "compute_dtype")
         )
         topo = ", ".join(f"{k} = {v}" for k, v in self.topology.items() if k not in ("name", "n"))
-        topo_text = f"{self.topology['name']} n = {self.topology['n']}" + (f" ({topo})" if topo else "")
+        topo_text = f"{self.topology['name']} n = {self.topology['n']}" + (
+            f" ({topo})" if topo else ""
+        )
         hp = []
         for key, sym in (("lr", "α"), ("beta", "β")):
             values = sorted({str(h[key]) for h in self.algorithms.values() if key in h})
@@ -179,8 +184,11 @@ def _fail(where: str, message: str) -> ConfigError:
 def _check_type(where: str, key: str, value: Any, kind: type) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if kind is int and isinstance(value, bool):
-        raise _fail(where, f"'{key}' must be an integer, got {value!r}")
+    if kind is int:
+        try:
+            return as_count(value, f"'{key}'", minimum=-(2**63))
+        except TypeError:
+            raise _fail(where, f"'{key}' must be a whole number, got {value!r}") from None
     if not isinstance(value, kind):
         raise _fail(where, f"'{key}' must be {kind.__name__}, got {type(value).__name__} {value!r}")
     return value
@@ -256,7 +264,7 @@ def check_keys(
     """Unknown keys, wrong types (ints accepted as floats) and missing keys, in place."""
     for key in raw:
         if key not in schema:
-            raise _fail(where, f"unknown key '{key}'; valid keys: {', '.join(schema)}")
+            raise _fail(where, unknown_name("key", key, schema))
     for key, kind in schema.items():
         if key in raw:
             raw[key] = _check_type(where, key, raw[key], kind)
@@ -276,23 +284,18 @@ def validate_algorithms(raw: dict[str, Any], where: str) -> dict[str, dict[str, 
     for name, hp in raw["algorithms"].items():
         if name not in algorithms.REGISTRY:
             raise _fail(
-                f"{where} [algorithms]",
-                f"unknown algorithm {name!r}; choose one of {', '.join(algorithms.names())}",
+                f"{where} [algorithms]", unknown_name("algorithm", name, algorithms.names())
             )
         if not isinstance(hp, dict):
             raise _fail(f"{where} [algorithms.{name}]", "must be a table of hyper-parameters")
-        fields_ = algorithms.REGISTRY[name].__dataclass_fields__
+        fields_ = algorithms.hyperparameters(name)
         merged = {k: v for k, v in defaults.items() if k in fields_} | hp
         try:
             algorithms.make(name, **merged)
         except (TypeError, ValueError) as exc:
             raise _fail(f"{where} [algorithms.{name}]", str(exc)) from None
         algs[name] = merged
-    unused = [
-        k
-        for k in defaults
-        if not any(k in algorithms.REGISTRY[a].__dataclass_fields__ for a in algs)
-    ]
+    unused = [k for k in defaults if not any(k in algorithms.hyperparameters(a) for a in algs)]
     if unused:
         raise _fail(f"{where} [defaults]", f"no listed algorithm has the field(s) {unused}")
 
@@ -317,9 +320,7 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> Any:
 
     problem = raw["problem"]
     if problem not in PAPER_PROBLEMS:
-        raise _fail(
-            where, f"unknown problem {problem!r}; choose one of {', '.join(PAPER_PROBLEMS)}"
-        )
+        raise _fail(where, unknown_name("problem", problem, PAPER_PROBLEMS))
     generator, het_param = PAPER_PROBLEMS[problem]
     if raw["iterations"] < 1:
         raise _fail(where, f"'iterations' must be >= 1, got {raw['iterations']}")
@@ -329,18 +330,18 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> Any:
         raise _fail(where, "'record_points' must be >= 2")
     metric = raw.get("metric", "dist_to_opt")
     if metric not in _METRICS:
-        raise _fail(where, f"unknown metric {metric!r}; choose one of {', '.join(_METRICS)}")
+        raise _fail(where, unknown_name("metric", metric, _METRICS))
     for extra in raw.get("also_report", []):
         if extra not in _METRICS:
-            raise _fail(where, f"'also_report': unknown metric {extra!r}; choose from {_METRICS}")
+            raise _fail(where, "'also_report': " + unknown_name("metric", extra, _METRICS))
     if not raw.get("threshold", 1e-3) > 0:
         raise _fail(where, "'threshold' must be > 0")
 
     seeds = dict(raw.get("seeds", {}))
     for key, value in seeds.items():
         if key not in _SEED_KEYS:
-            raise _fail(f"{where} [seeds]", f"unknown key '{key}'; valid: {', '.join(_SEED_KEYS)}")
-        _check_type(f"{where} [seeds]", key, value, int)
+            raise _fail(f"{where} [seeds]", unknown_name("key", key, _SEED_KEYS))
+        seeds[key] = _check_type(f"{where} [seeds]", key, value, int)
     seeds = {"data": 0, "noise": 1, "graph": 0} | seeds
 
     topo = dict(raw["topology"])
@@ -349,9 +350,9 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> Any:
     if topo["name"] not in topology.REGISTRY:
         raise _fail(
             f"{where} [topology]",
-            f"unknown topology {topo['name']!r}; choose one of {', '.join(topology.REGISTRY)}",
+            unknown_name("topology", topo["name"], topology.REGISTRY),
         )
-    _check_type(f"{where} [topology]", "n", topo["n"], int)
+    topo["n"] = _check_type(f"{where} [topology]", "n", topo["n"], int)
     builder = topology.REGISTRY[topo["name"]]
     params = inspect.signature(builder).parameters
     for key in topo:

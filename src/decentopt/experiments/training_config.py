@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from decentopt import algorithms, topology
+from decentopt._checks import unknown_name
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.data import augment_cifar, dirichlet_split, load_cifar10, load_digits
 from decentopt.data.datasets import Dataset
@@ -152,11 +153,11 @@ def validate_training(raw: dict[str, Any], source: str) -> TrainingConfig:
     required = ("dataset", "model", "agents", "phi", "batch_size", "epochs", "topology")
     check_keys(raw, _KEYS, required, where)
     if raw["dataset"] not in DATASETS:
-        raise _fail(where, f"unknown dataset {raw['dataset']!r}; choose one of {DATASETS}")
+        raise _fail(where, unknown_name("dataset", raw["dataset"], DATASETS))
     if raw["dataset"] == "cifar10" and not raw.get("data_dir"):
         raise _fail(where, "dataset 'cifar10' needs data_dir = \"path/to/cifar-10-batches-py\"")
     if raw["model"] not in MODELS:
-        raise _fail(where, f"unknown model {raw['model']!r}; choose one of {', '.join(MODELS)}")
+        raise _fail(where, unknown_name("model", raw["model"], MODELS))
     for key in ("agents", "batch_size", "epochs", "runs", "eval_every"):
         if raw.get(key, 1) < 1:
             raise _fail(where, f"'{key}' must be >= 1, got {raw[key]}")
@@ -173,7 +174,7 @@ def validate_training(raw: dict[str, Any], source: str) -> TrainingConfig:
     if topo.get("name") not in topology.REGISTRY:
         raise _fail(
             f"{where} [topology]",
-            f"unknown topology {topo.get('name')!r}; choose one of {', '.join(topology.REGISTRY)}",
+            unknown_name("topology", topo.get("name"), topology.REGISTRY),
         )
     if "n" in topo:
         raise _fail(f"{where} [topology]", "the number of agents is the top-level 'agents'")
