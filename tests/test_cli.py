@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from decentopt.cli import main
 
@@ -9,8 +10,16 @@ def test_topology_command(capsys):
     assert main(["topology", "ring", "--n", "32", "--L", "2", "--beta", "0.9"]) == 0
     out = capsys.readouterr().out
     assert "0.990393" in out and "holds" in out
-    # Theorem 1: min((1 - sqrt(0.990393)) / 8, 0.1 / 8)
-    assert f"{(1 - 0.990393**0.5) / 8:.4g}"[:5] in out
+    values = {
+        line.split("  ")[0].strip(): line.rsplit(None, 1)[-1] for line in out.splitlines()
+    }
+    lam = 0.5 + 0.5 * np.cos(2 * np.pi / 32)
+    # Theorem 1: min((1 - sqrt(lam)) / (4 L), (1 - beta) / (4 L)) with L = 2
+    theorem1 = next(v for k, v in values.items() if k.startswith("max alpha, Theorem 1"))
+    assert float(theorem1) == pytest.approx((1 - lam**0.5) / 8, rel=1e-3)
+    # Theorem 2: min((1 - sqrt(lam)) / (10 L), (1 - beta) / (5 L))
+    theorem2 = next(v for k, v in values.items() if k.startswith("max alpha, Theorem 2"))
+    assert float(theorem2) == pytest.approx((1 - lam**0.5) / 20, rel=1e-3)
 
 
 def test_topology_command_reports_a_violation(tmp_path, capsys):
@@ -34,8 +43,6 @@ def test_compare_command(tmp_path, capsys):
 
 
 def test_version_and_help_list_every_target(capsys):
-    import pytest
-
     import decentopt
 
     with pytest.raises(SystemExit) as info:

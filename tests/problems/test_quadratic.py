@@ -75,3 +75,18 @@ def test_custom_problem_and_errors():
         Quadratic(A=torch.zeros(4, 6, 3), x_local=torch.randn(4, 3))
     with pytest.raises(ValueError, match="c must be > 0"):
         Quadratic.paper(n=4, c=0.0)
+
+
+@pytest.mark.parametrize(("p", "d"), [(20, 4), (3, 5)])
+def test_gradient_noise_has_covariance_sigma2_H_over_p(p, d):
+    """Both sampling branches (Cholesky of H_i; A_i^T eps when p < d, H_i singular)."""
+    prob = Quadratic.paper(n=2, d=d, p=p, sigma2=0.5, repetitions=1, seed=3)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.zeros(2, 1, d, dtype=torch.float64)
+    exact = prob.full_gradient(x)
+    draws = torch.stack([prob.gradient(x, gen) - exact for _ in range(20000)])  # (S, n, 1, d)
+    for i in range(2):
+        noise = draws[:, i, 0]
+        cov = noise.T @ noise / len(noise)
+        want = 0.5 * prob.H[i, 0] / p
+        torch.testing.assert_close(cov, want, rtol=0.0, atol=0.06 * float(want.diagonal().max()))
