@@ -333,8 +333,11 @@ def _run_sweep_command(args: argparse.Namespace) -> int:
         claims = claims_markdown(verdicts)
         print(claims)
         report += ["## The paper's claims", "", claims]
-        held = sum(v.holds is True for _, v in verdicts)
-        print(f"{held} of {len(verdicts)} claims hold in this run")
+        counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
+        print(
+            f"{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
+            f"{counts[2]} inconclusive"
+        )
     write_text_atomic(out / "summary.md", "\n".join(report))
     print(
         f"{config.name}: {len(outcome.ran)} run(s) computed, {len(outcome.skipped)} resumed, "

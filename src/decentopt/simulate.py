@@ -27,6 +27,8 @@ from decentopt.topology.topology import Topology
 
 __all__ = ["SimulationResult", "check_gradient", "record_steps", "simulate"]
 
+#: Recorded steps spread evenly over the last 10 % of a log-spaced record.
+TAIL_POINTS = 21
 #: How often (in steps) divergence is checked between recorded steps.
 _CHECK_EVERY = 50
 
@@ -67,7 +69,8 @@ def record_steps(
     """The step indices at which metrics are recorded (always including 0 and the end).
 
     ``"all"``: every step; an int ``k``: every k-th step; ``"log"``: about
-    ``points`` log-spaced steps.
+    ``points`` log-spaced steps plus ``TAIL_POINTS`` evenly spaced over the last
+    10 % of iterations, where steady-state statistics are taken.
     """
     if iterations < 0:
         raise ValueError(f"iterations must be >= 0; got {iterations}")
@@ -79,7 +82,9 @@ def record_steps(
         steps = np.arange(0, iterations + 1, record)
     elif record == "log":
         grid = np.unique(np.round(np.logspace(0, np.log10(max(iterations, 1)), points)).astype(int))
-        steps = np.concatenate([[0], grid[grid <= iterations]])
+        # a dense final window, so that steady-state statistics rest on many points
+        tail = np.round(np.linspace(0.9 * iterations, iterations, TAIL_POINTS)).astype(int)
+        steps = np.concatenate([[0], grid[grid <= iterations], tail])
     else:
         raise ValueError(f"record must be 'log', 'all' or a positive int; got {record!r}")
     return np.unique(np.append(steps, iterations))

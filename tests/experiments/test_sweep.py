@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 
 from decentopt.cli import main
 from decentopt.experiments import load_config, run_sweep, summarise
-from decentopt.experiments.claims import CLAIMS, check_claims
+from decentopt.experiments.claims import CLAIMS, check_claims, compare, compare_settling
 from decentopt.experiments.summary import Stat, settling_step
 from decentopt.results import read_csv
 from tests.experiments.test_config import BASE, write
@@ -78,45 +79,78 @@ def test_settling_step():
     assert settling_step(steps, np.array([1.0, 0.5, 0.4, 0.3, 0.2]), 0.01) is None
 
 
-def fake_stats(values: dict[str, tuple[float, float]], iters=None) -> dict:
+def fake_stats(values: dict[str, tuple[float, float]], settle=None, se=0.0) -> dict:
+    """Two levels (ζ² = 1 and 16), 10 settled repetitions per method at ``settle``."""
     stats = {}
     for alg, (low, high) in values.items():
         for level, zeta, val in ((1.0, 1.0, low), (0.25, 16.0, high)):
-            it = (iters or {}).get(alg, 100)
-            stats[(level, alg)] = Stat(val, 0.0, val, it, 0, zeta)
+            it = (settle or {}).get(alg, 100.0)
+            reps = tuple(it + k for k in range(-2, 3)) * 2
+            stats[(level, alg)] = Stat(val, se * val, val, int(it), 0, zeta, settle=reps, rate=-0.1)
     return stats
+
+
+GOOD = {
+    "dmsgd": (0.1, 1.6),
+    "decentlam": (0.1, 1.6),
+    "qg_dsgdm": (0.01, 0.16),
+    "ed": (1e-4, 1e-4),
+    "edm": (5e-5, 5e-5),
+    "dsgt": (1e-4, 1.1e-4),
+    "dsgt_hb": (1e-4, 1e-4),
+}
+FAST = {"edm": 50.0, "ed": 100.0, "dsgt_hb": 200.0, "dsgt": 200.0}
 
 
 def test_claims_are_decided_by_the_numbers():
     cfg = load_config("fig1")
-    good = fake_stats(
-        {
-            "dmsgd": (0.1, 1.6),
-            "decentlam": (0.1, 1.6),
-            "qg_dsgdm": (0.01, 0.16),
-            "ed": (1e-4, 1e-4),
-            "edm": (5e-5, 5e-5),
-            "dsgt": (1e-4, 1.1e-4),
-            "dsgt_hb": (1e-4, 1e-4),
-        },
-        iters={"edm": 50, "ed": 100, "dsgt_hb": 200},
-    )
-    verdicts = check_claims(cfg, good)
+    verdicts = check_claims(cfg, fake_stats(GOOD, FAST))
     assert len(verdicts) == len(CLAIMS["fig1"])
-    assert all(v.holds for _, v in verdicts)
-    bad = dict(good)
-    bad[(0.25, "edm")] = Stat(1e-3, 0.0, 1e-3, None, 0, 16.0)
+    assert all(v.holds is True for _, v in verdicts)
+    bad = fake_stats(GOOD, FAST)
+    bad[(0.25, "edm")] = replace(bad[(0.25, "edm")], steady=1e-3, settle=(float("inf"),) * 10)
     verdicts = {c.test: v for c, v in check_claims(cfg, bad)}
     failed = [t for t, v in verdicts.items() if v.holds is False]
     assert len(failed) == 4  # EDM no longer flat, worse than ED, slower than ED and DSGT-HB
-    moving = dict(good)
-    moving[(0.25, "dsgt")] = Stat(1e-3, 0.0, 1e-3, 100, 0, 16.0, trend=0.3)
-    evidence = {c.test: v for c, v in check_claims(cfg, moving)}
-    assert any(
-        "still decreasing at the end of the run: DSGT" in v.evidence for v in evidence.values()
-    )
+
+
+def test_three_verdicts_with_a_gap_between_thresholds():
+    cfg = load_config("fig1")
+    by_claim = lambda stats: [v.holds for _, v in check_claims(cfg, stats)]  # noqa: E731
+    # growth x1.5 over the ζ² range: neither trapped (slope 0.15) nor unaffected (> x1.2)
+    between = fake_stats(GOOD | {"ed": (1e-4, 1.5e-4)}, FAST)
+    assert by_claim(between)[2] is None
+    # DmSGD growing x2 over ζ² x16 (slope 0.25) is not "trapped": inconclusive, not a pass
+    weak = fake_stats(GOOD | {"dmsgd": (0.1, 0.2)}, FAST)
+    assert by_claim(weak)[1] is None
+    # a method still decreasing at the end gets no verdict on its growth
+    moving = fake_stats(GOOD, FAST)
+    moving[(0.25, "dsgt")] = replace(moving[(0.25, "dsgt")], steady=1e-3, decreasing=True)
+    verdicts = check_claims(cfg, moving)
+    assert verdicts[2][1].holds is None and "DSGT slope" in verdicts[2][1].evidence
+    assert verdicts[0][1].holds is None  # its convergence is not finished either
+    # within two standard errors: "EDM below ED" is not established, "no worse" still holds
+    noisy = fake_stats(GOOD | {"edm": (9e-5, 9e-5)}, FAST, se=0.2)
+    fig2 = check_claims(load_config("fig2"), noisy)
+    assert fig2[1][1].holds is None and "equal within noise" in fig2[1][1].evidence
+    assert check_claims(cfg, noisy)[3][1].holds is True
+    # equal settling within noise: "faster" is inconclusive
+    tie = fake_stats(GOOD, FAST | {"edm": 100.0})
+    assert by_claim(tie)[4] is None
+    # a transient that does not fall: not linear convergence
+    flat = fake_stats(GOOD, FAST)
+    flat[(1.0, "dsgd")] = replace(fake_stats({"dsgd": (0.1, 0.1)})[(1.0, "dsgd")], rate=0.01)
+    assert by_claim(flat)[0] is False
+
+
+def test_compare_uses_two_standard_errors():
+    assert compare(1.0, 0.1, 1.3, 0.1) == -1  # 0.3 > 2 * 0.141
+    assert compare(1.0, 0.1, 1.2, 0.1) == 0
+    assert compare(1.3, 0.1, 1.0, 0.1) == 1
+    assert compare_settling([10, 11, 12], [20, 21, 22]) == -1
+    assert compare_settling([10, float("inf")], [20, 21]) == 1
     with pytest.raises(ValueError, match="no claims"):
-        check_claims(load_config("fig1", overrides=['name="mine"']), good)
+        check_claims(load_config("fig1", overrides=['name="mine"']), fake_stats(GOOD))
 
 
 def test_cli_run_writes_results_figure_and_summary(cfg_path, tmp_path, capsys):
@@ -135,7 +169,16 @@ def test_cli_check_and_errors(cfg_path, tmp_path, capsys):
     args = ["run", str(cfg_path), "--out", str(out), "--no-progress", "--set", 'name="fig1"']
     assert main([*args, "--check"]) == 0
     text = capsys.readouterr().out
-    assert "claims hold in this run" in text and "| claim (paper) |" in text
+    # the printed tally is the verdicts of the saved results, whatever they are
+    cfg = load_config(cfg_path, overrides=['name="fig1"'])
+    verdicts = check_claims(cfg, summarise(read_csv(out / "results.csv"), cfg))
+    tally = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
+    assert (
+        f"{tally[0]} of {len(verdicts)} claims hold in this run, {tally[1]} do not, "
+        f"{tally[2]} inconclusive"
+    ) in text
+    assert text.count("| holds |") == tally[0]
+    assert text.count("| **does not hold** |") == tally[1]
     assert main(["run", str(tmp_path / "nope.toml")]) == 2
     assert "no configuration file" in capsys.readouterr().err
     assert main(["run", str(cfg_path), "--set", "iterations=-3"]) == 2

@@ -2,16 +2,25 @@
 
 For each (heterogeneity level, algorithm):
 
-* ``steady``: the metric averaged over the last 10 % of the recorded steps
-  and over repetitions (diverged repetitions excluded);
+* ``steady`` and ``steady_se``: the metric averaged over the recorded steps of
+  the last 10 % of iterations (a dense window, see
+  :func:`~decentopt.simulate.record_steps`), then its mean and standard error
+  over repetitions (diverged repetitions excluded);
 * ``final``: the mean at the last step;
 * ``iters``: the iteration from which the mean over repetitions stays at or
   below the threshold (momentum methods can dip below it and come back),
   interpolated log-linearly between recorded steps; ``None`` if it ends above;
 * ``diverged``: how many repetitions were stopped;
-* ``trend``: the mean at the last step over the mean at 80 % of the run --
-  well below 1 means the method is still converging, so its "steady" value
-  is an upper bound on where it settles.
+* ``trend`` and ``decreasing``: the mean over the second half of that window
+  over the mean over its first half, and whether the method is still
+  converging (:func:`still_decreasing`) -- then its "steady" value is an upper
+  bound on where it settles;
+* ``settle``: each repetition's own settling iteration (``inf``: never);
+* ``rate``: the fitted slope of ``log |mean error - limit|`` against the
+  iteration over the transient (:func:`transient_rate`); negative means linear
+  convergence to the limit;
+* ``repetitions``, ``tail_points``, ``tail_from``, ``tail_to``: what the
+  steady state rests on.
 """
 
 from __future__ import annotations
@@ -33,16 +42,63 @@ __all__ = ["Stat", "summarise", "summary_markdown"]
 @dataclass(frozen=True)
 class Stat:
     steady: float
-    steady_spread: float
+    steady_se: float
     final: float
     iters: int | None
     diverged: int
     zeta2: float
     trend: float = 1.0
+    decreasing: bool = False
+    settle: tuple[float, ...] = ()
+    rate: float = float("nan")
+    repetitions: int = 0
+    tail_points: int = 0
+    tail_from: int = 0
+    tail_to: int = 0
 
     @property
     def still_decreasing(self) -> bool:
-        return self.trend < 0.8
+        return self.decreasing
+
+
+def transient_rate(steps: np.ndarray, curve: np.ndarray, tail: np.ndarray) -> float:
+    """Slope of ``log |curve - limit|`` against the step, before the curve reaches its limit.
+
+    The limit is the tail mean; only points whose distance to it exceeds three
+    times the tail's own fluctuation enter the fit (the noise floor is not
+    part of the transient). Linear convergence to a neighbourhood gives a
+    negative slope whether the error falls to its limit or rises to it (a
+    biased method started nearer the optimum than its fixed point).
+    """
+    limit = float(curve[tail].mean())
+    noise = float(np.abs(curve[tail] - limit).max())
+    dev = np.abs(curve - limit)
+    keep = (dev > 3 * noise + 1e-12 * abs(limit)) & ~tail
+    if keep.sum() < 3:
+        return float("nan")
+    return float(np.polyfit(steps[keep], np.log(dev[keep]), 1)[0])
+
+
+def still_decreasing(
+    steps: np.ndarray, values: np.ndarray, tail: np.ndarray, rate: float
+) -> tuple[float, bool]:
+    """(ratio of the second half of the tail window to its first half, still converging).
+
+    Still converging: over the window the error keeps falling at a quarter or
+    more of its own transient rate, by more than 5 % and by more than two
+    standard errors over repetitions. Noise at a floor moves the halves by a
+    few percent either way but not at the transient's rate.
+    """
+    idx = np.flatnonzero(tail)
+    first, second = idx[: len(idx) // 2], idx[len(idx) // 2 :]
+    a, b = values[:, first].mean(axis=1), values[:, second].mean(axis=1)
+    ratio = float(b.mean() / a.mean()) if a.mean() > 0 else 1.0
+    drop = a - b
+    se = drop.std(ddof=1) / np.sqrt(len(drop)) if len(drop) > 1 else 0.0
+    gap = float(steps[second].mean() - steps[first].mean())
+    tail_rate = np.log(ratio) / gap if ratio > 0 and gap > 0 else 0.0
+    fast = np.isfinite(rate) and rate < 0 and tail_rate <= 0.25 * rate
+    return ratio, bool(fast and ratio < 0.95 and drop.mean() > 2 * se)
 
 
 def summarise(
@@ -68,20 +124,34 @@ def summarise(
         values = np.array(curves, dtype=float)  # (R, steps)
         alive = np.all(np.isfinite(values), axis=1)
         tail = steps >= steps[-1] - 0.1 * (steps[-1] - steps[0])
+        zeta2 = float(np.mean(zetas[key]))
         if alive.any():
             per_rep = values[alive][:, tail].mean(axis=1)
             mean_curve = values[alive].mean(axis=0)
+            steady = float(per_rep.mean())
+            settle = [settling_step(steps, c, config.threshold) for c in values[alive]]
+            rate = transient_rate(steps, mean_curve, tail)
+            trend, decreasing = still_decreasing(steps, values[alive], tail, rate)
             stat = Stat(
-                steady=float(per_rep.mean()),
-                steady_spread=float(per_rep.std()),
+                steady=steady,
+                steady_se=float(per_rep.std(ddof=1) / np.sqrt(len(per_rep)))
+                if len(per_rep) > 1
+                else float("nan"),
                 final=float(values[alive][:, -1].mean()),
                 iters=settling_step(steps, mean_curve, config.threshold),
                 diverged=int((~alive).sum()),
-                zeta2=float(np.mean(zetas[key])),
-                trend=float(mean_curve[-1] / mean_curve[np.searchsorted(steps, 0.8 * steps[-1])]),
+                zeta2=zeta2,
+                trend=trend,
+                decreasing=decreasing,
+                settle=tuple(float("inf") if v is None else float(v) for v in settle),
+                rate=rate,
+                repetitions=int(alive.sum()),
+                tail_points=int(tail.sum()),
+                tail_from=int(steps[tail][0]),
+                tail_to=int(steps[-1]),
             )
         else:
-            stat = Stat(np.nan, np.nan, np.nan, None, len(values), float(np.mean(zetas[key])))
+            stat = Stat(np.nan, np.nan, np.nan, None, len(values), zeta2)
         stats[key] = stat
     return stats
 
@@ -117,9 +187,11 @@ def summary_markdown(
     param = config.heterogeneity_param
     levels = sorted({level for level, _ in stats}, key=lambda v: stats_zeta(stats, v))
     algs = ordered_algorithms([a for _, a in stats])
+    some = next(iter(stats.values()))
     caption = (
-        f"Steady-state {metric}: mean over the last 10 % of iterations and over repetitions "
-        "(± spread over repetitions)"
+        f"Steady-state {metric}: mean over the last 10 % of iterations ({some.tail_points} "
+        f"recorded steps, iterations {some.tail_from}-{some.tail_to}) and over "
+        f"{some.repetitions + some.diverged} repetitions, ± standard error over repetitions"
     )
     if with_reach:
         caption += f"; reach: the iteration from which the mean stays below {config.threshold:g}"
@@ -132,7 +204,7 @@ def summary_markdown(
             if np.isnan(s.steady):
                 cells.append(f"diverged ({s.diverged})")
                 continue
-            cell = f"{s.steady:.2e} ± {s.steady_spread:.1e}"
+            cell = f"{s.steady:.2e} ± {s.steady_se:.1e}"
             if with_reach:
                 cell += f"; reach: {s.iters if s.iters is not None else 'never'}"
             if s.diverged:
