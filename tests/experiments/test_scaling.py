@@ -4,7 +4,6 @@ import numpy as np
 
 from decentopt.experiments.scaling import TRANSIENT_EXPONENT, run_scaling, scaling_markdown
 
-
 #: Mean fitted exponent of ``run_scaling(seeds=2, quick=True)`` for each (method, variable).
 #: The quick study runs with larger steps than the full one (see the module), so its
 #: DmSGD exponents sit below the full study's +1.84 / -1.87 / -1.52.
