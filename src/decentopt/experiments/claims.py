@@ -165,8 +165,34 @@ def heterogeneity_effect(algs: Sequence[str], expect: str) -> Callable[[Stats], 
     return check
 
 
-def steady_order(alg: str, others: Sequence[str], strict: bool) -> Callable[[Stats], Verdict]:
-    """``alg``'s steady error is lower than (``strict``) or not higher than each of ``others``."""
+@dataclass(frozen=True)
+class Measure:
+    """A quantity two methods are ordered by: steady error or settling iterations."""
+
+    order: Callable[[Stat, Stat], int]
+    describe: Callable[[Stat], str]
+    words: tuple[str, str, str]  # for order -1, 0, +1
+    heading: str
+
+
+STEADY = Measure(
+    lambda a, b: compare(a.steady, a.steady_se, b.steady, b.steady_se),
+    lambda s: f"{s.steady:.3g} ± {s.steady_se:.1g}",
+    ("lower", "equal within noise", "higher"),
+    "{alg} per level (low to high ζ²)",
+)
+SETTLING = Measure(
+    lambda a, b: compare_settling(a.settle, b.settle),
+    _settle_text,
+    ("sooner", "same within noise", "later"),
+    "iterations to settle below the threshold, {alg} per level",
+)
+
+
+def ordered(
+    measure: Measure, alg: str, others: Sequence[str], strict: bool
+) -> Callable[[Stats], Verdict]:
+    """``alg`` is below (``strict``) or not above each of ``others`` in ``measure``, per level."""
 
     def check(stats: Stats) -> Verdict:
         if not {alg, *others} <= _algs(stats):
@@ -175,39 +201,14 @@ def steady_order(alg: str, others: Sequence[str], strict: bool) -> Callable[[Sta
         for other in others:
             for lv in _levels(stats):
                 a, b = stats[(lv, alg)], stats[(lv, other)]
-                order = compare(a.steady, a.steady_se, b.steady, b.steady_se)
+                order = measure.order(a, b)
                 verdicts.append(_ordered(order, strict))
-                word = {-1: "lower", 0: "equal within noise", 1: "higher"}[order]
                 parts.append(
-                    f"{a.steady:.3g} ± {a.steady_se:.1g} vs {_name(other)} "
-                    f"{b.steady:.3g} ± {b.steady_se:.1g} ({word})"
+                    f"{measure.describe(a)} vs {_name(other)} {measure.describe(b)} "
+                    f"({measure.words[order + 1]})"
                 )
-        return Verdict(
-            _combine(verdicts), f"{_name(alg)} per level (low to high ζ²): " + "; ".join(parts)
-        )
-
-    return check
-
-
-def settles_order(alg: str, others: Sequence[str], strict: bool) -> Callable[[Stats], Verdict]:
-    """``alg`` settles sooner than (``strict``) or not later than each of ``others``."""
-
-    def check(stats: Stats) -> Verdict:
-        if not {alg, *others} <= _algs(stats):
-            return Verdict(None, f"needs {_name(alg)} and {', '.join(map(_name, others))}")
-        verdicts, parts = [], []
-        for other in others:
-            for lv in _levels(stats):
-                a, b = stats[(lv, alg)], stats[(lv, other)]
-                order = compare_settling(a.settle, b.settle)
-                verdicts.append(_ordered(order, strict))
-                word = {-1: "sooner", 0: "same within noise", 1: "later"}[order]
-                parts.append(f"{_settle_text(a)} vs {_name(other)} {_settle_text(b)} ({word})")
-        return Verdict(
-            _combine(verdicts),
-            f"iterations to settle below the threshold, {_name(alg)} per level: "
-            + "; ".join(parts),
-        )
+        heading = measure.heading.format(alg=_name(alg))
+        return Verdict(_combine(verdicts), f"{heading}: " + "; ".join(parts))
 
     return check
 
@@ -216,8 +217,8 @@ def held_back_by_tracking(stats: Stats) -> Verdict:
     """EDM settles sooner than DSGT-HB, and DSGT-HB's momentum does not speed up DSGT."""
     if not {"edm", "dsgt_hb", "dsgt"} <= _algs(stats):
         return Verdict(None, "needs EDM, DSGT-HB and DSGT")
-    ahead = settles_order("edm", ["dsgt_hb"], strict=True)(stats)
-    no_gain = settles_order("dsgt", ["dsgt_hb"], strict=False)(stats)
+    ahead = ordered(SETTLING, "edm", ["dsgt_hb"], strict=True)(stats)
+    no_gain = ordered(SETTLING, "dsgt", ["dsgt_hb"], strict=False)(stats)
     return Verdict(
         _combine([ahead.holds, no_gain.holds]),
         f"{ahead.evidence}. Momentum's gain on DSGT -- {no_gain.evidence}",
@@ -275,12 +276,12 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim(
             "EDM retains ED/D²'s accuracy: its final error is no worse than ED's.",
             f"EDM's steady error not above ED's {_SIG}, at every level",
-            steady_order("edm", ["ed"], strict=False),
+            ordered(STEADY, "edm", ["ed"], strict=False),
         ),
         Claim(
             "Momentum improves the convergence rate of ED/D².",
             f"EDM's repetitions settle below the threshold sooner than ED's {_SIG}",
-            settles_order("edm", ["ed"], strict=True),
+            ordered(SETTLING, "edm", ["ed"], strict=True),
         ),
         Claim(
             "DSGT-HB's momentum is held back by DSGT's gradient-consensus phase, while EDM is not.",
@@ -298,7 +299,7 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim(
             "EDM enhances ED/D², converging to a narrower region of the optimum.",
             f"EDM's steady ‖∇f(x̄)‖² below ED's {_SIG}, at every level",
-            steady_order("edm", ["ed"], strict=True),
+            ordered(STEADY, "edm", ["ed"], strict=True),
         ),
         Claim(
             "EDM experiences minimal influence from data heterogeneity.",
@@ -313,7 +314,7 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim(
             "EDM converges at least as fast as the momentum-free bias-corrected methods.",
             f"EDM settles no later than ED/D² and DSGT {_SIG}, at every level",
-            settles_order("edm", ["ed", "dsgt"], strict=False),
+            ordered(SETTLING, "edm", ["ed", "dsgt"], strict=False),
         ),
     ],
 }
