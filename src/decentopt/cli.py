@@ -127,7 +127,13 @@ def _run_compare(args: argparse.Namespace) -> int:
     write_csv_atomic(out / "results.csv", rows)
     write_text_atomic(out / "summary.md", md + "\n")
     files = plot_curves(
-        rows, "dist_to_opt", out / "compare", title=f"Quadratic, {topo.name}, c={args.c}"
+        rows,
+        "dist_to_opt",
+        out / "compare",
+        title=(
+            f"Quadratic, {topo.name}, c = {args.c:g}, σ² = {args.sigma2:g}, α = {args.lr:g}, "
+            f"β = {args.beta:g}, {args.repetitions} repetitions"
+        ),
     )
     print(f"wrote {out / 'results.csv'}, {out / 'summary.md'}, " + ", ".join(map(str, files)))
     return 0
