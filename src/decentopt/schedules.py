@@ -11,8 +11,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-
 from decentopt._checks import as_real
 
 __all__ = ["LearningRate", "MultiStep", "Schedule", "lr_at", "validate_lr"]
@@ -62,7 +60,7 @@ def validate_lr(lr: object, owner: str) -> LearningRate:
     Any real number is accepted (``np.float32``, a 0-d tensor); a non-positive or
     non-finite step is refused with a clear message.
     """
-    if callable(lr) and not isinstance(lr, torch.Tensor):
+    if callable(lr):
         return lr  # type: ignore[return-value]
     try:
         value = as_real(lr, f"{owner}: lr", finite=False)

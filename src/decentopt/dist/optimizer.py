@@ -142,7 +142,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._flats.append(packed)
 
     def _algorithm_for(self, group: dict[str, Any]) -> Any:
-        """The algorithm with this group's current hyper-parameters (rebuilt only on change)."""
+        """The algorithm with this group's current hyper-parameters (the base one if unchanged)."""
         changes = {k: group[k] for k in self._tunable if group[k] != getattr(self.algorithm, k)}
         return self.algorithm.with_hyperparams(**changes) if changes else self.algorithm
 
@@ -175,8 +175,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             grad = self._gather_grad(packed)
             if group["weight_decay"]:
                 grad.add_(packed.state.x, alpha=group["weight_decay"])
-            if any(group[k] != getattr(packed.algorithm, k) for k in self._tunable):
-                packed.algorithm = self._algorithm_for(group)
+            packed.algorithm = self._algorithm_for(group)  # follows schedulers' changes
             packed.state = packed.algorithm.step(packed.state, grad, self.comm)
             packed.bind()
         return loss
