@@ -43,7 +43,7 @@ def worker(rank: int, port: int, queue: mp.Queue) -> None:
         "MASTER_PORT": str(port),
     }
     torch.set_num_threads(1)
-    dopt.dist.init("gloo")
+    dopt.distributed.init("gloo")
     topo = dopt.topology.ring(WORLD)
     comm = DistributedCommunicator(topo, timeout=120)
     W_row = topo.W[rank].float()
@@ -67,7 +67,7 @@ def worker(rank: int, port: int, queue: mp.Queue) -> None:
         results[label] = timings
     if rank == 0:
         queue.put(results)
-    dopt.dist.finalize()
+    dopt.distributed.finalize()
 
 
 def main() -> None:

@@ -36,8 +36,8 @@ def main() -> None:
     parser.add_argument("--checkpoints", default="results/example-checkpoints")
     args = parser.parse_args()
 
-    rank, world = dopt.dist.init()
-    device = dopt.dist.device_for_rank()
+    rank, world = dopt.distributed.init()
+    device = dopt.distributed.device_for_rank()
     topo = dopt.topology.ring(world)
     comm = dopt.comm.DistributedCommunicator(topo, timeout=args.timeout)
 
@@ -56,14 +56,14 @@ def main() -> None:
     hp = {"lr": args.lr} | (
         {"beta": args.beta} if dopt.algorithms.REGISTRY[args.algorithm].uses_momentum else {}
     )
-    opt = dopt.dist.DecentralizedOptimizer(model.parameters(), args.algorithm, comm, **hp)
+    opt = dopt.distributed.DecentralizedOptimizer(model.parameters(), args.algorithm, comm, **hp)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(
         opt, milestones=[int(0.6 * args.epochs), int(0.8 * args.epochs)], gamma=0.1
     )
     start = 0
-    last = dopt.dist.latest_checkpoint(args.checkpoints)
+    last = dopt.distributed.latest_checkpoint(args.checkpoints)
     if last is not None:
-        saved = dopt.dist.load_checkpoint(args.checkpoints, last)
+        saved = dopt.distributed.load_checkpoint(args.checkpoints, last)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
@@ -100,7 +100,7 @@ def main() -> None:
                 f"consensus {float(consensus):.2e}  "
                 f"test acc (avg model) {float(acc.float().mean()):.3f}"
             )
-        dopt.dist.save_checkpoint(
+        dopt.distributed.save_checkpoint(
             args.checkpoints,
             epoch + 1,
             {
@@ -116,7 +116,7 @@ def main() -> None:
             f"done: {comm.stats.rounds} gossip rounds, {comm.stats.bytes_sent / 1e6:.1f} MB sent "
             "by rank 0"
         )
-    dopt.dist.finalize()
+    dopt.distributed.finalize()
 
 
 if __name__ == "__main__":

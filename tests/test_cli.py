@@ -10,9 +10,7 @@ def test_topology_command(capsys):
     assert main(["topology", "ring", "--n", "32", "--L", "2", "--beta", "0.9"]) == 0
     out = capsys.readouterr().out
     assert "0.990393" in out and "holds" in out
-    values = {
-        line.split("  ")[0].strip(): line.rsplit(None, 1)[-1] for line in out.splitlines()
-    }
+    values = {line.split("  ")[0].strip(): line.rsplit(None, 1)[-1] for line in out.splitlines()}
     lam = 0.5 + 0.5 * np.cos(2 * np.pi / 32)
     # Theorem 1: min((1 - sqrt(lam)) / (4 L), (1 - beta) / (4 L)) with L = 2
     theorem1 = next(v for k, v in values.items() if k.startswith("max alpha, Theorem 1"))
@@ -31,14 +29,16 @@ def test_topology_command_reports_a_violation(tmp_path, capsys):
     assert "--n" in capsys.readouterr().err
 
 
-def test_compare_command(tmp_path, capsys):
+def test_compare_is_the_compare_preset_with_overrides(tmp_path, capsys):
     out = tmp_path / "cmp"
-    args = ["compare", "--n", "8", "--iterations", "50", "--repetitions", "2", "--out", str(out)]
-    assert main([*args, "--algorithms", "ed,edm"]) == 0
+    args = ["compare", "--quick", "--set", "agents=8", "--set", "iterations=50", "--set", "runs=2"]
+    args += ["--out", str(out), "--no-progress"]
+    assert main([*args, "--only", "ed,edm"]) == 0
     text = capsys.readouterr().out
-    assert "| EDM |" in text and (out / "compare.png").is_file()
-    assert main([*args, "--algorithms", "adam"]) == 2
-    assert main([*args, "--algorithms", "edm", "--topology", "exponential"]) == 0
+    assert "| EDM |" in text and "DSGD" not in text and (out / "compare.png").is_file()
+    assert main([*args, "--only", "adam"]) == 2
+    assert "unknown algorithm 'adam'" in capsys.readouterr().err
+    assert main([*args, "--only", "edm", "--set", 'topology.name="exponential"']) == 0
     assert "exponential(8)" in capsys.readouterr().out
 
 
@@ -56,11 +56,12 @@ def test_version_and_help_list_every_target(capsys):
 
 
 def test_compare_on_erdos_renyi_and_did_you_mean(tmp_path, capsys):
-    args = ["compare", "--n", "8", "--iterations", "20", "--repetitions", "1"]
-    args += ["--out", str(tmp_path), "--algorithms", "edm", "--topology", "erdos_renyi"]
-    assert main(args) == 0
-    assert main([*args, "--p", "0.5"]) == 0
-    assert main([*args[:-2], "--algorithms", "edmm"]) == 2
+    args = ["compare", "--set", "agents=8", "--set", "iterations=20", "--set", "runs=1"]
+    args += ["--out", str(tmp_path), "--only", "edm", "--set", 'topology.name="erdos_renyi"']
+    assert main(args) == 2
+    assert "[topology]: erdos_renyi needs 'p'" in capsys.readouterr().err
+    assert main([*args, "--set", "topology.p=0.5"]) == 0
+    assert main([*args[:-4], "--only", "edmm"]) == 2
     assert "did you mean 'edm'?" in capsys.readouterr().err
 
 
@@ -74,17 +75,3 @@ def test_ctrl_c_prints_a_message_not_a_traceback(monkeypatch, capsys):
     assert main(["compare"]) == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "Traceback" not in err
-
-
-def test_titles_say_what_ran():
-    from decentopt.experiments import load_config
-
-    cfg = load_config("fig1")
-    assert cfg.title().endswith("the paper's Figure 1") and "ring n = 32" in cfg.title()
-    torus = load_config("fig1", overrides=['topology.name="torus"', "topology.n=36"])
-    assert "torus n = 36" in torus.title(modified=True)
-    assert "Figure" not in torus.title(modified=True)
-    quick = load_config("fig3", quick=True)
-    title = quick.title(modified=True)
-    assert "small CNN / digits" in title and "VGG" not in title and "CIFAR" not in title
-    assert "VGG-11 / CIFAR-10" in load_config("fig3").title()

@@ -46,7 +46,11 @@ def test_snippets_run(doc, tmp_path):
         "MPLBACKEND": "Agg",
     }
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, f"{doc.name}:\n{proc.stderr[-3000:]}"

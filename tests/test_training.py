@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import decentopt as dopt
 from decentopt.data import dirichlet_split
-from decentopt.dist.checkpoint import latest_checkpoint, load_checkpoint
+from decentopt.distributed.checkpoint import latest_checkpoint, load_checkpoint
 from decentopt.problems.neural import NeuralProblem
 from decentopt.training import epoch_schedule, train
 from tests.problems.test_neural import tiny_cnn, toy_data

@@ -5,29 +5,37 @@
 >>> alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
 >>> prob = dopt.problems.Quadratic.paper(n=32, repetitions=2, seed=0)
 >>> res = dopt.simulate(alg, prob, topo, iterations=100, seed=0)
+
+Importing the package changes no process settings (environment variables,
+matplotlib backend, thread counts).
 """
 
-import os
-
-# Large CPU tensors (an (n, P) stack of model parameters is hundreds of MB) are
-# allocated afresh at every step; transparent huge pages cut the page faults of
-# those allocations about 500-fold, which halves the non-gradient time of a
-# VGG-11 step on a CPU. Opt out with THP_MEM_ALLOC_ENABLE=0.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
-from decentopt import algorithms, comm, dist, problems, schedules, topology
+from decentopt import algorithms, comm, distributed, problems, schedules, topology
 from decentopt.simulate import SimulationResult, simulate
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "SimulationResult",
     "__version__",
     "algorithms",
     "comm",
-    "dist",
+    "distributed",
     "problems",
     "schedules",
     "simulate",
     "topology",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "dist":  # renamed in 0.2: "dist/" is the folder Python tooling builds into
+        import warnings
+
+        warnings.warn(
+            "decentopt.dist is now decentopt.distributed; the old name goes in 0.3",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return distributed
+    raise AttributeError(f"module 'decentopt' has no attribute {name!r}")

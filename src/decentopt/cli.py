@@ -13,130 +13,21 @@ from pathlib import Path
 
 import numpy as np
 
-from decentopt import __version__, algorithms, problems, theory, topology
+from decentopt import __version__, theory, topology
 from decentopt.experiments import (
-    PRESETS,
+    CLAIMS,
     ConfigError,
     check_claims,
     claims_markdown,
-    load_config,
-    run_sweep,
-    summarise,
-    summary_markdown,
+    load_spec,
+    run_spec,
+    write_report,
 )
-from decentopt.experiments.scaling import plot_scaling, run_scaling, scaling_markdown
-from decentopt.experiments.summary import stats_zeta
-from decentopt.experiments.training_config import (
-    TrainingConfig,
-    plot_training,
-    run_training,
-    training_summary,
-)
-from decentopt.plotting import LABELS, plot_curves
-from decentopt.results import tidy_rows, write_csv_atomic, write_text_atomic
-from decentopt.simulate import simulate
+from decentopt.experiments.scaling import plot_scaling, run_scaling, scaling_markdown, scaling_table
+from decentopt.experiments.spec import PAPER_PRESETS
+from decentopt.results import write_csv_atomic, write_text_atomic
 
 __all__ = ["COMMANDS", "main"]
-
-
-def hyperparams_for(name: str, lr: float, beta: float) -> dict[str, float]:
-    """``lr`` for every method and ``beta`` for those with momentum."""
-    hp = {"lr": lr}
-    if algorithms.REGISTRY[name].uses_momentum:
-        hp["beta"] = beta
-    return hp
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _fmt(values: np.ndarray) -> str:
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return "diverged"
-    return f"{finite.mean():.3e} ± {finite.std():.1e}"
-
-
-# --------------------------------------------------------------------- compare
-def _configure_compare(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n", type=int, default=32, help="number of agents (default 32)")
-    p.add_argument(
-        "--topology",
-        default="ring",
-        choices=sorted(topology.REGISTRY),
-        help="graph (default: the paper's ring)",
-    )
-    p.add_argument("--c", type=float, default=1.0, help="heterogeneity scale c (default 1)")
-    p.add_argument("--sigma2", type=float, default=0.05, help="response noise (default 0.05)")
-    p.add_argument("--lr", type=float, default=0.05, help="step size alpha (default 0.05)")
-    p.add_argument("--beta", type=float, default=0.9, help="momentum (default 0.9)")
-    p.add_argument("--iterations", type=int, default=3000, help="steps (default 3000)")
-    p.add_argument("--repetitions", type=int, default=20, help="independent runs (default 20)")
-    p.add_argument("--seed", type=int, default=0, help="seed of data and noise (default 0)")
-    p.add_argument(
-        "--p", type=float, default=None, help="edge probability (erdos_renyi; default 0.2)"
-    )
-    p.add_argument(
-        "--algorithms",
-        default=",".join(algorithms.names()),
-        help="comma-separated names (default: all)",
-    )
-    p.add_argument("--out", type=Path, default=Path("results/compare"), help="output folder")
-
-
-def _run_compare(args: argparse.Namespace) -> int:
-    names = [algorithms.resolve(s.strip()).name for s in args.algorithms.split(",") if s.strip()]
-    topo_kwargs: dict[str, object] = {}
-    if args.topology == "erdos_renyi":
-        topo_kwargs = {"p": 0.2 if args.p is None else args.p, "seed": args.seed}
-    elif args.p is not None:
-        raise ValueError("--p is the edge probability of erdos_renyi; drop it for other graphs")
-    topo = topology.make(args.topology, args.n, **topo_kwargs)
-    prob = problems.Quadratic.paper(
-        n=args.n, c=args.c, sigma2=args.sigma2, repetitions=args.repetitions, seed=args.seed
-    )
-    print(
-        f"Quadratic (paper, Figure 1): {topo!r}, d=10, p=20, c={args.c}, sigma2={args.sigma2}, "
-        f"zeta2={float(prob.zeta2.mean()):.3g}, alpha={args.lr}, beta={args.beta}, "
-        f"{args.iterations} iterations x {args.repetitions} repetitions"
-    )
-    rows, table = [], []
-    from tqdm.auto import tqdm
-
-    for name in tqdm(names, desc="algorithms", disable=None):
-        alg = algorithms.make(name, **hyperparams_for(name, args.lr, args.beta))
-        res = simulate(alg, prob, topo, args.iterations, seed=args.seed + 1, progress=True)
-        rows += tidy_rows(res, {"c": args.c})
-        table.append(
-            [
-                LABELS.get(name, name),
-                _fmt(res.final("dist_to_opt")),
-                _fmt(res.final("grad_norm")),
-                _fmt(res.final("consensus")),
-                str(int(res.diverged.sum())),
-                f"{res.wall_time:.2f}",
-            ]
-        )
-    header = ["method", "final dist. to x*", "final ‖∇f(x̄)‖²", "consensus", "diverged", "s"]
-    md = markdown_table(header, table)
-    print(md)
-    out = Path(args.out)
-    write_csv_atomic(out / "results.csv", rows)
-    write_text_atomic(out / "summary.md", md + "\n")
-    files = plot_curves(
-        rows,
-        "dist_to_opt",
-        out / "compare",
-        title=(
-            f"Quadratic, {topo.name}, c = {args.c:g}, σ² = {args.sigma2:g}, α = {args.lr:g}, "
-            f"β = {args.beta:g}, {args.repetitions} repetitions"
-        ),
-    )
-    print(f"wrote {out / 'results.csv'}, {out / 'summary.md'}, " + ", ".join(map(str, files)))
-    return 0
 
 
 # -------------------------------------------------------------------- topology
@@ -233,18 +124,20 @@ def _run_launch(args: argparse.Namespace) -> int:
         args.script,
         *args.args,
     ]
+    # transparent huge pages for large CPU tensors: they cut the page faults of
+    # allocating an (n, P) parameter stack every step (opt out by setting it to 0)
     env = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
+    env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     print(" ".join(cmd), file=sys.stderr)
     return subprocess.call(cmd, env=env)
 
 
 # ------------------------------------------------------------ reproduce / run
-def _configure_sweep(p: argparse.ArgumentParser, *, preset: bool) -> None:
-    if preset:
-        choices = [*PRESETS, *STUDIES]
-        p.add_argument("source", metavar="TARGET", choices=choices, help=", ".join(choices))
-    else:
+def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> None:
+    if choices is None:
         p.add_argument("source", metavar="CONFIG", help="a TOML file (see docs/experiments.md)")
+    elif choices:
+        p.add_argument("source", metavar="TARGET", choices=choices, help=", ".join(choices))
     p.add_argument("--quick", action="store_true", help="apply the config's [quick] overrides")
     p.add_argument("--check", action="store_true", help="check the paper's claims on the results")
     p.add_argument(
@@ -255,27 +148,10 @@ def _configure_sweep(p: argparse.ArgumentParser, *, preset: bool) -> None:
         metavar="KEY=VALUE",
         help="override a config value, e.g. --set iterations=500 --set algorithms.edm.beta=0.95",
     )
+    p.add_argument("--only", metavar="A,B", help="run only these algorithms (their labels)")
     p.add_argument("--out", type=Path, help="output folder (default results/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of resuming")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-
-def _run_training_command(config: TrainingConfig, out: Path, args: argparse.Namespace) -> int:
-    if args.check:
-        raise ValueError(f"--check has no recorded claims for {config.name}; omit it")
-    rows = run_training(config, out, force=args.force, progress=not args.no_progress)
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
-        return 0
-    md = training_summary(rows)
-    print(md)
-    title = config.title(modified=args.quick or bool(args.overrides))
-    write_text_atomic(out / "summary.md", f"# {config.name}: {title}\n\n{md}")
-    files = plot_training(rows, out / config.name, title=title)
-    print(
-        f"{config.name}: wrote {out / 'results.csv'}, {out / 'summary.md'}, "
-        + ", ".join(map(str, files))
-    )
-    return 0
 
 
 def _reproduce_table1(args: argparse.Namespace) -> int:
@@ -283,72 +159,52 @@ def _reproduce_table1(args: argparse.Namespace) -> int:
     rows = run_scaling(seeds=3 if args.quick else 5, quick=args.quick)
     md = scaling_markdown(rows)
     print(md)
-    write_csv_atomic(
-        out / "table1.csv",
-        [
-            {
-                "quantity": r.quantity,
-                "method": r.method,
-                "variable": r.variable,
-                "paper_exponent": r.paper_exponent,
-                "mean": r.mean,
-                "spread": r.spread,
-                **{f"seed{i}": e for i, e in enumerate(r.exponents)},
-            }
-            for r in rows
-        ],
-    )
+    write_csv_atomic(out / "table1.csv", scaling_table(rows))
     write_text_atomic(out / "table1.md", md)
     files = plot_scaling(rows, out / "table1")
     print(f"wrote {out / 'table1.csv'}, {out / 'table1.md'}, " + ", ".join(map(str, files)))
     return 0
 
 
-#: Reproduction targets that are studies rather than sweeps of a preset.
+#: Reproduction targets that are studies rather than run specifications.
 STUDIES: dict[str, Callable[[argparse.Namespace], int]] = {"table1": _reproduce_table1}
 
 
-def _run_sweep_command(args: argparse.Namespace) -> int:
+def _claims(name: str) -> Callable[[dict], str]:
+    def render(stats: dict) -> str:
+        verdicts = check_claims(name, stats)
+        counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
+        return claims_markdown(verdicts) + (
+            f"\n{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
+            f"{counts[2]} inconclusive\n"
+        )
+
+    return render
+
+
+def _run_command(args: argparse.Namespace) -> int:
     if args.source in STUDIES:
         return STUDIES[args.source](args)
-    config = load_config(args.source, quick=args.quick, overrides=args.overrides)
-    out = args.out or Path("results") / (config.name + ("-quick" if args.quick else ""))
-    if isinstance(config, TrainingConfig):
-        return _run_training_command(config, out, args)
-    outcome = run_sweep(config, out, force=args.force, progress=not args.no_progress)
-    stats = summarise(outcome.rows, config)
-    tables = [summary_markdown(stats, config)] + [
-        summary_markdown(summarise(outcome.rows, config, extra), config, extra)
-        for extra in config.also_report
-    ]
-    md = "\n".join(tables)
-    print(md)
-    title = config.title(modified=args.quick or bool(args.overrides))
-    report = [f"# {config.name}: {title}", "", md]
-    files = plot_curves(
+    spec = load_spec(args.source, quick=args.quick, overrides=args.overrides)
+    if args.only:
+        spec = spec.select([s.strip() for s in args.only.split(",") if s.strip()])
+    if args.check and spec.name not in CLAIMS:
+        raise ValueError(f"--check has no recorded claims for {spec.name}; omit it")
+    out = args.out or Path("results") / (spec.name + ("-quick" if args.quick else ""))
+    outcome = run_spec(spec, out, force=args.force, progress=not args.no_progress)
+    if not outcome.main:  # under torchrun, rank 0 reports
+        return 0
+    modified = args.quick or bool(args.overrides)
+    files = write_report(
+        spec,
         outcome.rows,
-        config.metric,
-        out / config.name,
-        panel=config.heterogeneity_param,
-        panel_title="{key} = {value:g}  (ζ² = {zeta2:.3g})",
-        panel_order=sorted({lv for lv, _ in stats}, key=lambda lv: stats_zeta(stats, lv)),
-        title=title,
+        out,
+        modified=modified,
+        claims=_claims(spec.name) if args.check else None,
     )
-    if args.check:
-        verdicts = check_claims(config, stats)
-        claims = claims_markdown(verdicts)
-        print(claims)
-        report += ["## The paper's claims", "", claims]
-        counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
-        print(
-            f"{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
-            f"{counts[2]} inconclusive"
-        )
-    write_text_atomic(out / "summary.md", "\n".join(report))
     print(
-        f"{config.name}: {len(outcome.ran)} run(s) computed, {len(outcome.skipped)} resumed, "
-        f"{outcome.seconds:.1f} s; wrote {out / 'results.csv'}, {out / 'summary.md'}, "
-        + ", ".join(map(str, files))
+        f"{spec.name}: {len(outcome.ran)} unit(s) computed, {len(outcome.kept)} resumed, "
+        f"{outcome.seconds:.1f} s; wrote " + ", ".join(map(str, files))
     )
     return 0
 
@@ -357,9 +213,10 @@ COMMANDS: dict[
     str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 ] = {
     "compare": (
-        "run all algorithms on the paper's quadratic problem; print a table, write a plot",
-        _configure_compare,
-        _run_compare,
+        "run every algorithm on the paper's quadratic problem (the 'compare' preset; "
+        "change it with --set, e.g. --set agents=64 --set problem_params.c=[0.5])",
+        lambda p: _configure_run(p, choices=[]),
+        lambda args: _run_command(argparse.Namespace(**vars(args), source="compare")),
     ),
     "topology": (
         "print a topology's spectral quantities, Assumption 1 and the theorems' step sizes",
@@ -373,15 +230,15 @@ COMMANDS: dict[
     ),
     "reproduce": (
         "reproduce a result of the paper: "
-        + ", ".join([*PRESETS, "table1"])
+        + ", ".join([*PAPER_PRESETS, *STUDIES])
         + " (fig3/fig4 train VGG-11 on CIFAR-10; --quick: digits on the CPU)",
-        lambda p: _configure_sweep(p, preset=True),
-        _run_sweep_command,
+        lambda p: _configure_run(p, choices=[*PAPER_PRESETS, *STUDIES]),
+        _run_command,
     ),
     "run": (
-        "run the sweep described by a TOML configuration file",
-        lambda p: _configure_sweep(p, preset=False),
-        _run_sweep_command,
+        "run the experiment described by a TOML specification file",
+        lambda p: _configure_run(p, choices=None),
+        _run_command,
     ),
 }
 

@@ -19,7 +19,16 @@ import numpy as np
 
 from decentopt.algorithms.registry import PAPER_ORDER
 
-__all__ = ["LABELS", "coincident_groups", "plot_curves", "save_figure", "style_for", "x_scale"]
+__all__ = [
+    "LABELS",
+    "coincident_groups",
+    "ordered",
+    "plot_curves",
+    "plot_epochs",
+    "save_figure",
+    "style_for",
+    "x_scale",
+]
 
 LABELS = {
     "dsgd": "DSGD",
@@ -36,6 +45,9 @@ METRIC_LABELS = {
     "grad_norm": r"$\|\nabla f(\bar x)\|^2$",
     "consensus": r"$\frac{1}{n}\sum_i \|x_i - \bar x\|^2$",
     "opt_gap": r"$f(\bar x) - f^\star$",
+    "train_loss": r"training loss $\sum_i f_i(x_i)$",
+    "test_loss": "test loss (averaged model)",
+    "test_acc": "test accuracy (averaged model)",
 }
 
 
@@ -43,7 +55,8 @@ _LINESTYLES = ("-", "--", "-.", ":")
 _MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
 
 
-def _order(names: Sequence[str]) -> list[str]:
+def ordered(names: Sequence[str]) -> list[str]:
+    """Distinct method labels: the paper's methods in its order, then the rest sorted."""
     rank = {name: i for i, name in enumerate(PAPER_ORDER)}
     return sorted(set(names), key=lambda s: (rank.get(s, len(rank)), s))
 
@@ -112,7 +125,7 @@ def plot_curves(
         for row in panels[key]:
             curves[row["algorithm"]][row["step"]].append(row[metric])
         means: dict[str, np.ndarray] = {}
-        order = _order(list(curves))
+        order = ordered(list(curves))
         all_steps: list[int] = []
         for i, alg in enumerate(order):
             steps = np.array(sorted(curves[alg]))
@@ -156,7 +169,7 @@ def plot_curves(
                 ha="left",
                 bbox={"fc": "white", "alpha": 0.7, "lw": 0},
             )
-    names = _order(list(legend))
+    names = ordered(list(legend))
     fig.legend(
         [legend[a] for a in names],
         [LABELS.get(a, a) for a in names],
@@ -168,6 +181,36 @@ def plot_curves(
         fig.suptitle(title)
     fig.tight_layout()
     return save_figure(fig, out, formats)
+
+
+def plot_epochs(
+    rows: Sequence[dict[str, Any]], metrics: Sequence[str], out: str | Path, title: str = ""
+) -> list[Path]:
+    """One panel per metric against epochs (or steps); mean and range over runs; diverged
+    runs left out."""
+    x = "epoch" if rows and "epoch" in rows[0] else "step"
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.3 * len(metrics), 3.6), squeeze=False)
+    good = [r for r in rows if r.get("diverged_at", -1) < 0]
+    for i, alg in enumerate(ordered([r["algorithm"] for r in good])):
+        mine = [r for r in good if r["algorithm"] == alg]
+        epochs = sorted({r[x] for r in mine})
+        style = style_for(alg, i)
+        for ax, key in zip(axes[0], metrics, strict=True):
+            vals = [[float(r[key]) for r in mine if r[x] == e] for e in epochs]
+            ax.plot(epochs, [np.mean(v) for v in vals], label=LABELS.get(alg, alg), **style)
+            lo, hi = [min(v) for v in vals], [max(v) for v in vals]
+            ax.fill_between(epochs, lo, hi, color=style["color"], alpha=0.15, lw=0)
+            ax.set_xlabel(x)
+            ax.set_ylabel(METRIC_LABELS.get(key, key))
+            if "acc" not in key:
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3, lw=0.4)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return save_figure(fig, out)
 
 
 def save_figure(

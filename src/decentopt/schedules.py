@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from decentopt._checks import as_real
 
-__all__ = ["LearningRate", "MultiStep", "Schedule", "lr_at", "validate_lr"]
+__all__ = ["LearningRate", "MultiStep", "Schedule", "epoch_schedule", "lr_at", "validate_lr"]
 
 Schedule = Callable[[int], float]
 LearningRate = float | Schedule
@@ -84,3 +84,20 @@ def lr_at(lr: LearningRate, t: int) -> float:
             )
         return value
     return float(lr)
+
+
+def epoch_schedule(
+    lr: float,
+    steps_per_epoch: int,
+    *,
+    milestones: Sequence[int] = (),
+    gamma: float = 0.1,
+    warmup_epochs: int = 0,
+) -> MultiStep:
+    """A step-indexed :class:`MultiStep` from epoch milestones and warm-up epochs."""
+    return MultiStep(
+        lr,
+        milestones=tuple(m * steps_per_epoch for m in milestones),
+        gamma=gamma,
+        warmup=warmup_epochs * steps_per_epoch,
+    )

@@ -2,15 +2,14 @@
 
 Iterates are ``(n, R, d)``; each step draws stochastic gradients for every agent
 and repetition, applies the algorithm's pure ``step`` and mixes through a
-:class:`~decentopt.comm.SimulatedCommunicator`. Metrics are recorded on a grid
-of steps. A repetition whose iterates become non-finite or blow up is stopped
-(its columns are zeroed so they cannot overflow), reported as diverged with
-its step, and recorded as NaN from then on; the other repetitions go on.
+:class:`~decentopt.comm.SimulatedCommunicator`. :func:`simulate` is the entry
+point for convex problems over the one loop, :func:`decentopt.driver.run_loop`,
+which records metrics on a grid of steps and stops a diverging repetition
+(reported with its step, NaN from then on) while the others go on.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -19,18 +18,14 @@ import numpy as np
 import torch
 
 from decentopt._checks import as_count
-from decentopt.algorithms.base import Algorithm, AlgorithmState
+from decentopt.algorithms.base import Algorithm
 from decentopt.comm.base import CommStats
 from decentopt.comm.simulated import Kernel, SimulatedCommunicator
+from decentopt.driver import TAIL_POINTS, check_gradient, record_steps, run_loop
 from decentopt.problems.base import StackedProblem
 from decentopt.topology.topology import Topology
 
-__all__ = ["SimulationResult", "check_gradient", "record_steps", "simulate"]
-
-#: Recorded steps spread evenly over the last 10 % of a log-spaced record.
-TAIL_POINTS = 21
-#: How often (in steps) divergence is checked between recorded steps.
-_CHECK_EVERY = 50
+__all__ = ["TAIL_POINTS", "SimulationResult", "check_gradient", "record_steps", "simulate"]
 
 
 @dataclass
@@ -63,77 +58,23 @@ class SimulationResult:
         return self.history[metric][-1]
 
 
-def record_steps(
-    iterations: int, record: Literal["log", "all"] | int = "log", points: int = 100
-) -> np.ndarray:
-    """The step indices at which metrics are recorded (always including 0 and the end).
-
-    ``"all"``: every step; an int ``k``: every k-th step; ``"log"``: about
-    ``points`` log-spaced steps plus ``TAIL_POINTS`` evenly spaced over the last
-    10 % of iterations, where steady-state statistics are taken.
-    """
-    if iterations < 0:
-        raise ValueError(f"iterations must be >= 0; got {iterations}")
-    if record == "all":
-        steps = np.arange(iterations + 1)
-    elif isinstance(record, int) and not isinstance(record, bool):
-        if record < 1:
-            raise ValueError(f"record every k steps needs k >= 1; got {record}")
-        steps = np.arange(0, iterations + 1, record)
-    elif record == "log":
-        grid = np.unique(np.round(np.logspace(0, np.log10(max(iterations, 1)), points)).astype(int))
-        # a dense final window, so that steady-state statistics rest on many points
-        tail = np.round(np.linspace(0.9 * iterations, iterations, TAIL_POINTS)).astype(int)
-        steps = np.concatenate([[0], grid[grid <= iterations], tail])
-    else:
-        raise ValueError(f"record must be 'log', 'all' or a positive int; got {record!r}")
-    return np.unique(np.append(steps, iterations))
-
-
 def _broadcast_x0(x0: torch.Tensor | None, problem: StackedProblem) -> torch.Tensor:
-    target = (problem.n, problem.repetitions, problem.dim)
     if x0 is None:
         return problem.initial_point()
+    target = tuple(problem.initial_point().shape)
     x0 = torch.as_tensor(x0, dtype=problem.dtype)
-    if x0.shape == (problem.dim,):
+    if x0.shape == target[-1:]:
         x0 = x0.expand(target)
-    elif x0.shape == (problem.n, problem.dim):
+    elif x0.shape == (target[0], target[-1]):
         x0 = x0.unsqueeze(1).expand(target)
     if tuple(x0.shape) != target:
         raise ValueError(
-            f"x0 must have shape (d,) = ({problem.dim},), (n, d) or (n, R, d) = {target}; "
+            f"x0 must have shape (d,) = ({target[-1]},), (n, d) or (n, R, d) = {target}; "
             f"got {tuple(x0.shape)}"
         )
     if not bool(torch.isfinite(x0).all()):
         raise ValueError("x0 contains NaN or inf entries; start from a finite point")
     return x0.clone()
-
-
-def check_gradient(grad: object, x: torch.Tensor, owner: str) -> None:
-    """Refuse a gradient whose shape or dtype differs from the iterate's.
-
-    Every algorithm would otherwise broadcast an ``(n, R, 1)`` gradient over an
-    ``(n, R, d)`` state and return silently wrong results.
-    """
-    if not isinstance(grad, torch.Tensor):
-        raise TypeError(f"{owner}.gradient returned {type(grad).__name__}; it must return a tensor")
-    if grad.shape != x.shape or grad.dtype != x.dtype:
-        raise ValueError(
-            f"{owner}.gradient returned shape {tuple(grad.shape)} and dtype {grad.dtype} for "
-            f"iterates of shape {tuple(x.shape)} and dtype {x.dtype}; it must return one "
-            "gradient per agent and repetition, of the iterates' shape and dtype"
-        )
-
-
-def _zero_columns(state: AlgorithmState, mask: torch.Tensor) -> AlgorithmState:
-    """Zero the repetitions in ``mask`` in every tensor of the state (repetition axis 1)."""
-    keep = (~mask).view(1, -1, 1)
-    updates = {
-        name: torch.where(keep, value, 0.0)
-        for name, value in state._asdict().items()  # type: ignore[attr-defined]
-        if isinstance(value, torch.Tensor) and value.ndim == 3
-    }
-    return state._replace(**updates)
 
 
 def simulate(
@@ -154,7 +95,9 @@ def simulate(
 
     Args:
         algorithm: a registered algorithm instance (``algorithms.make``).
-        problem: a stacked problem such as :class:`~decentopt.problems.Quadratic`.
+        problem: a stacked problem such as :class:`~decentopt.problems.Quadratic`, or
+            any object with ``gradient(x, generator)``, ``metrics(x)``,
+            ``initial_point()`` and ``x_star`` (:class:`~decentopt.problems.StackedProblem`).
         topology: the graph; its ``n`` must equal the problem's.
         iterations: number of steps.
         seed: seed of the gradient noise (the problem's data has its own seed).
@@ -176,78 +119,27 @@ def simulate(
     if not blowup > 1:
         raise ValueError(f"blowup must be > 1; got {blowup}")
     steps = record_steps(iterations, record, points)
-    recorded = set(steps.tolist())
     comm = SimulatedCommunicator(topology, kernel=kernel)
-    generator = torch.Generator().manual_seed(int(seed))
-    x = _broadcast_x0(x0, problem)
-    state = algorithm.init(x)
-    R = problem.repetitions
-
-    scale = 1.0 + x.pow(2).sum(-1).mean(0)
-    if problem.x_star is not None:
-        scale = scale + problem.x_star.pow(2).sum(-1)
-    limit = blowup * scale
-
-    history: dict[str, list[np.ndarray]] = {}
-    diverged = torch.zeros(R, dtype=torch.bool)
-    diverged_at = np.full(R, -1, dtype=np.int64)
-
-    def check(t: int) -> None:
-        nonlocal state
-        sq = state.x.pow(2).sum(-1).mean(0)
-        bad = ~torch.isfinite(sq) | (sq > limit)
-        new = bad & ~diverged
-        if bool(new.any()):
-            diverged_at[new.numpy()] = t
-            diverged.logical_or_(new)
-        if bool(diverged.any()):
-            # stopped repetitions restart from zero each check so they never overflow
-            state = _zero_columns(state, diverged)
-
-    def log(t: int) -> None:
-        check(t)
-        for name, value in problem.metrics(state.x).items():
-            row = value.detach().to(torch.float64).cpu().numpy().copy()
-            row[diverged.numpy()] = np.nan
-            history.setdefault(name, []).append(row)
-
-    bar = None
-    if progress is True:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=iterations, desc=algorithm.name, leave=False, disable=None)
-    start = time.perf_counter()
-    log(0)
-    for t in range(iterations):
-        grad = problem.gradient(state.x, generator)
-        if t == 0:
-            check_gradient(grad, state.x, type(problem).__name__)
-        state = algorithm.step(state, grad, comm)
-        if t + 1 in recorded:
-            log(t + 1)
-        elif (t + 1) % _CHECK_EVERY == 0:
-            check(t + 1)
-        if bar is not None:
-            bar.update(1)
-        elif callable(progress):
-            progress(t + 1)
-        if bool(diverged.all()):
-            break
-    wall = time.perf_counter() - start
-    check(iterations)
-    if bar is not None:
-        bar.close()
-    # Steps after an early stop (all repetitions diverged) are NaN.
-    n_rec = len(next(iter(history.values())))
-    for name in history:
-        history[name].extend([np.full(R, np.nan)] * (len(steps) - n_rec))
+    run = run_loop(
+        algorithm,
+        problem,
+        comm,
+        iterations=iterations,
+        record=steps.tolist(),
+        gradient=lambda x, generator: (problem.gradient(x, generator), None),
+        metrics=problem.metrics,
+        seed=seed,
+        x0=_broadcast_x0(x0, problem),
+        blowup=blowup,
+        progress=progress,
+    )
     return SimulationResult(
         algorithm=algorithm.name,
         steps=steps,
-        history={k: np.stack(v) for k, v in history.items()},
-        diverged=diverged.numpy().copy(),
-        diverged_at=diverged_at,
-        final_state=state,
+        history={k: np.stack([r.metrics[k] for r in run.records]) for k in run.records[0].metrics},
+        diverged=run.diverged.copy(),
+        diverged_at=run.diverged_at,
+        final_state=run.final_state,
         comm=comm.stats,
-        wall_time=wall,
+        wall_time=run.wall_time,
     )

@@ -40,7 +40,7 @@ class DecentLaM(MomentumHyperParams):
     rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> DecentLaMState:
-        x0 = check_initial_point(x0, "decentlam")
+        x0 = check_initial_point(x0, self.name)
         return DecentLaMState(x=x0, m=torch.zeros_like(x0))
 
     def step(self, state: DecentLaMState, grad: torch.Tensor, comm: Communicator) -> DecentLaMState:

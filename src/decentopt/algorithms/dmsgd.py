@@ -40,7 +40,7 @@ class DmSGD(MomentumHyperParams):
     rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> DmSGDState:
-        x0 = check_initial_point(x0, "dmsgd")
+        x0 = check_initial_point(x0, self.name)
         return DmSGDState(x=x0, m=torch.zeros_like(x0))
 
     def step(self, state: DmSGDState, grad: torch.Tensor, comm: Communicator) -> DmSGDState:

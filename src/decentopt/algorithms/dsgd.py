@@ -37,7 +37,7 @@ class DSGD(HyperParams):
     rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> DSGDState:
-        return DSGDState(x=check_initial_point(x0, "dsgd"))
+        return DSGDState(x=check_initial_point(x0, self.name))
 
     def step(self, state: DSGDState, grad: torch.Tensor, comm: Communicator) -> DSGDState:
         alpha = self.lr_at(state.t)

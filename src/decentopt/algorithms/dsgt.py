@@ -88,7 +88,7 @@ class DSGT(HyperParams):
         return 2 if self.atc else 1
 
     def init(self, x0: torch.Tensor) -> DSGTState:
-        x0 = check_initial_point(x0, "dsgt")
+        x0 = check_initial_point(x0, self.name)
         zeros = torch.zeros_like(x0)
         return DSGTState(x=x0, y=zeros, g_prev=zeros, wy=zeros)
 

@@ -48,7 +48,7 @@ class DSGTHB(MomentumHyperParams):
         return 2 if self.atc else 1
 
     def init(self, x0: torch.Tensor) -> DSGTHBState:
-        x0 = check_initial_point(x0, "dsgt_hb")
+        x0 = check_initial_point(x0, self.name)
         zeros = torch.zeros_like(x0)
         return DSGTHBState(x=x0, y=zeros, u=zeros, g_prev=zeros, wy=zeros)
 

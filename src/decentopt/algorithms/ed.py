@@ -54,7 +54,7 @@ class ExactDiffusion(HyperParams):
     rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> EDState:
-        x0 = check_initial_point(x0, "ed")
+        x0 = check_initial_point(x0, self.name)
         return EDState(x=x0, psi=x0.clone())
 
     def step(self, state: EDState, grad: torch.Tensor, comm: Communicator) -> EDState:

@@ -46,7 +46,7 @@ class EDM(MomentumHyperParams):
     rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> EDMState:
-        x0 = check_initial_point(x0, "edm")
+        x0 = check_initial_point(x0, self.name)
         return EDMState(x=x0, psi=x0.clone(), m=torch.zeros_like(x0))
 
     def step(self, state: EDMState, grad: torch.Tensor, comm: Communicator) -> EDMState:

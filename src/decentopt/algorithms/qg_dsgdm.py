@@ -57,7 +57,7 @@ class QGDSGDm(MomentumHyperParams):
         return self.beta if self.mu is None else float(self.mu)
 
     def init(self, x0: torch.Tensor) -> QGDSGDmState:
-        x0 = check_initial_point(x0, "qg_dsgdm")
+        x0 = check_initial_point(x0, self.name)
         return QGDSGDmState(x=x0, m_hat=torch.zeros_like(x0))
 
     def step(self, state: QGDSGDmState, grad: torch.Tensor, comm: Communicator) -> QGDSGDmState:

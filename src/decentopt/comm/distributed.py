@@ -47,7 +47,7 @@ class DistributedCommunicator:
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError(
                 "torch.distributed is not initialised; start with torchrun (or "
-                "decentopt launch) and call decentopt.dist.init() first"
+                "decentopt launch) and call decentopt.distributed.init() first"
             )
         self.group = group
         self.rank = dist.get_rank(group)

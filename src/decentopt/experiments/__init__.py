@@ -1,28 +1,33 @@
-"""Experiments: configuration files, presets for the paper's figures, sweeps, checks."""
+"""Experiments: one run specification, one result store, one runner, reports and claims.
+
+``load_spec`` reads a TOML file or preset into a :class:`RunSpec`; ``run_spec``
+computes (or resumes) every unit through the store and the one loop;
+``write_report`` turns the rows into tables and figures; ``check_claims``
+judges the paper's claims on a finished sweep.
+"""
 
 from decentopt.experiments.claims import CLAIMS, check_claims, claims_markdown
-from decentopt.experiments.config import (
-    PRESETS,
-    ConfigError,
-    ExperimentConfig,
-    load_config,
-    validate,
-)
-from decentopt.experiments.summary import summarise, summary_markdown
-from decentopt.experiments.sweep import build_problem, build_topology, run_sweep
+from decentopt.experiments.reports import markdown_table, summary_markdown, write_report
+from decentopt.experiments.runner import Outcome, run_spec
+from decentopt.experiments.spec import PRESETS, ConfigError, RunSpec, load_spec, validate
+from decentopt.experiments.store import ResultStore, Unit
+from decentopt.experiments.summary import summarise
 
 __all__ = [
     "CLAIMS",
     "PRESETS",
     "ConfigError",
-    "ExperimentConfig",
-    "build_problem",
-    "build_topology",
+    "Outcome",
+    "ResultStore",
+    "RunSpec",
+    "Unit",
     "check_claims",
     "claims_markdown",
-    "load_config",
-    "run_sweep",
+    "load_spec",
+    "markdown_table",
+    "run_spec",
     "summarise",
     "summary_markdown",
     "validate",
+    "write_report",
 ]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from decentopt.experiments.config import ExperimentConfig
+from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.summary import Stat
 from decentopt.plotting import LABELS
 
@@ -320,17 +320,18 @@ CLAIMS: dict[str, list[Claim]] = {
 }
 
 
-def check_claims(config: ExperimentConfig, stats: Stats) -> list[tuple[Claim, Verdict]]:
-    if config.name not in CLAIMS:
+def check_claims(name: str, stats: Stats) -> list[tuple[Claim, Verdict]]:
+    """The verdict on every claim recorded for the preset ``name``."""
+    if name not in CLAIMS:
         raise ValueError(
-            f"no claims are recorded for {config.name!r}; --check works for {', '.join(CLAIMS)}"
+            f"no claims are recorded for {name!r}; --check works for {', '.join(CLAIMS)}"
         )
-    return [(claim, claim.check(stats)) for claim in CLAIMS[config.name]]
+    return [(claim, claim.check(stats)) for claim in CLAIMS[name]]
 
 
 def claims_markdown(results: list[tuple[Claim, Verdict]]) -> str:
-    lines = ["| claim (paper) | test | measured | verdict |", "|---|---|---|---|"]
-    for claim, verdict in results:
-        mark = {True: "holds", False: "**does not hold**", None: "inconclusive"}[verdict.holds]
-        lines.append(f"| {claim.text} | {claim.test} | {verdict.evidence} | {mark} |")
-    return "\n".join(lines) + "\n"
+    marks = {True: "holds", False: "**does not hold**", None: "inconclusive"}
+    return markdown_table(
+        ["claim (paper)", "test", "measured", "verdict"],
+        [(c.text, c.test, v.evidence, marks[v.holds]) for c, v in results],
+    )

@@ -34,10 +34,11 @@ import numpy as np
 import torch
 
 from decentopt import algorithms, theory, topology
+from decentopt.experiments.reports import markdown_table
 from decentopt.problems import Quadratic
 from decentopt.simulate import simulate
 
-__all__ = ["ScalingRow", "run_scaling", "scaling_markdown"]
+__all__ = ["ScalingRow", "plot_scaling", "run_scaling", "scaling_markdown", "scaling_table"]
 
 
 @dataclass(frozen=True)
@@ -215,16 +216,44 @@ def _verdict(row: ScalingRow) -> str:
 
 
 def scaling_markdown(rows: Sequence[ScalingRow]) -> str:
-    lines = [
-        "| quantity | method | against | fitted exponent (mean ± spread over seeds) | paper | |",
-        "|---|---|---|---|---|---|",
+    header = [
+        "quantity",
+        "method",
+        "against",
+        "fitted exponent (mean ± spread over seeds)",
+        "paper",
+        "",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r.quantity} | {r.method} | {r.variable} | {r.mean:+.2f} ± {r.spread:.2f} | "
-            f"{r.paper_exponent:+g} | {_verdict(r)} |"
-        )
-    return "\n".join(lines) + "\n"
+    return markdown_table(
+        header,
+        [
+            (
+                r.quantity,
+                r.method,
+                r.variable,
+                f"{r.mean:+.2f} ± {r.spread:.2f}",
+                f"{r.paper_exponent:+g}",
+                _verdict(r),
+            )
+            for r in rows
+        ],
+    )
+
+
+def scaling_table(rows: Sequence[ScalingRow]) -> list[dict[str, object]]:
+    """Tidy rows of the study, one per fitted exponent (seeds as columns)."""
+    return [
+        {
+            "quantity": r.quantity,
+            "method": r.method,
+            "variable": r.variable,
+            "paper_exponent": r.paper_exponent,
+            "mean": r.mean,
+            "spread": r.spread,
+            **{f"seed{i}": e for i, e in enumerate(r.exponents)},
+        }
+        for r in rows
+    ]
 
 
 def _ring_sizes(gaps: Sequence[float]) -> list[int]:

@@ -1,25 +1,25 @@
-"""Summary statistics of a sweep, computed from its tidy result rows.
+"""Summary statistics of a panel sweep, computed from its tidy result rows.
 
 For each (heterogeneity level, algorithm):
 
 * ``steady`` and ``steady_se``: the metric averaged over the recorded steps of
   the last 10 % of iterations (a dense window, see
   :func:`~decentopt.simulate.record_steps`), then its mean and standard error
-  over repetitions (diverged repetitions excluded);
+  over runs (diverged runs excluded);
 * ``final``: the mean at the last step;
-* ``iters``: the iteration from which the mean over repetitions stays at or
+* ``iters``: the iteration from which the mean over runs stays at or
   below the threshold (momentum methods can dip below it and come back),
   interpolated log-linearly between recorded steps; ``None`` if it ends above;
-* ``diverged``: how many repetitions were stopped;
+* ``diverged``: how many runs were stopped;
 * ``trend`` and ``decreasing``: the mean over the second half of that window
   over the mean over its first half, and whether the method is still
   converging (:func:`still_decreasing`) -- then its "steady" value is an upper
   bound on where it settles;
-* ``settle``: each repetition's own settling iteration (``inf``: never);
+* ``settle``: each run's own settling iteration (``inf``: never);
 * ``rate``: the fitted slope of ``log |mean error - limit|`` against the
   iteration over the transient (:func:`transient_rate`); negative means linear
   convergence to the limit;
-* ``repetitions``, ``tail_points``, ``tail_from``, ``tail_to``: what the
+* ``runs``, ``tail_points``, ``tail_from``, ``tail_to``: what the
   steady state rests on.
 """
 
@@ -32,11 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from decentopt.algorithms.registry import PAPER_ORDER
-from decentopt.experiments.config import ExperimentConfig
-from decentopt.plotting import LABELS
+from decentopt.experiments.spec import RunSpec
 
-__all__ = ["Stat", "summarise", "summary_markdown"]
+__all__ = ["Stat", "settling_step", "stats_zeta", "summarise"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +49,7 @@ class Stat:
     decreasing: bool = False
     settle: tuple[float, ...] = ()
     rate: float = float("nan")
-    repetitions: int = 0
+    runs: int = 0
     tail_points: int = 0
     tail_from: int = 0
     tail_to: int = 0
@@ -86,7 +84,7 @@ def still_decreasing(
 
     Still converging: over the window the error keeps falling at a quarter or
     more of its own transient rate, by more than 5 % and by more than two
-    standard errors over repetitions. Noise at a floor moves the halves by a
+    standard errors over runs. Noise at a floor moves the halves by a
     few percent either way but not at the transient's rate.
     """
     idx = np.flatnonzero(tail)
@@ -102,17 +100,18 @@ def still_decreasing(
 
 
 def summarise(
-    rows: Sequence[dict[str, Any]], config: ExperimentConfig, metric: str | None = None
+    rows: Sequence[dict[str, Any]], spec: RunSpec, metric: str | None = None
 ) -> dict[tuple[float, str], Stat]:
-    metric = metric or config.metric
-    param = config.heterogeneity_param
+    """Statistics per (panel level, algorithm) of a panel sweep (see the module docstring)."""
+    metric = metric or spec.metric
+    param = spec.panel
     grouped: dict[tuple[float, str], dict[int, list[tuple[int, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
     zetas: dict[tuple[float, str], list[float]] = defaultdict(list)
     for row in rows:
         key = (float(row[param]), row["algorithm"])
-        grouped[key][row["repetition"]].append((row["step"], row[metric]))
+        grouped[key][row["run"]].append((row["step"], row[metric]))
         zetas[key].append(row["zeta2"])
     stats = {}
     for key, reps in grouped.items():
@@ -129,7 +128,7 @@ def summarise(
             per_rep = values[alive][:, tail].mean(axis=1)
             mean_curve = values[alive].mean(axis=0)
             steady = float(per_rep.mean())
-            settle = [settling_step(steps, c, config.threshold) for c in values[alive]]
+            settle = [settling_step(steps, c, spec.threshold) for c in values[alive]]
             rate = transient_rate(steps, mean_curve, tail)
             trend, decreasing = still_decreasing(steps, values[alive], tail, rate)
             stat = Stat(
@@ -138,14 +137,14 @@ def summarise(
                 if len(per_rep) > 1
                 else float("nan"),
                 final=float(values[alive][:, -1].mean()),
-                iters=settling_step(steps, mean_curve, config.threshold),
+                iters=settling_step(steps, mean_curve, spec.threshold),
                 diverged=int((~alive).sum()),
                 zeta2=zeta2,
                 trend=trend,
                 decreasing=decreasing,
                 settle=tuple(float("inf") if v is None else float(v) for v in settle),
                 rate=rate,
-                repetitions=int(alive.sum()),
+                runs=int(alive.sum()),
                 tail_points=int(tail.sum()),
                 tail_from=int(steps[tail][0]),
                 tail_to=int(steps[-1]),
@@ -167,51 +166,6 @@ def settling_step(steps: np.ndarray, curve: np.ndarray, threshold: float) -> int
     hi, lo = np.log(curve[k - 1]), np.log(max(curve[k], 1e-300))
     frac = (hi - np.log(threshold)) / (hi - lo) if hi > lo else 1.0
     return int(np.ceil(steps[k - 1] + frac * (steps[k] - steps[k - 1])))
-
-
-def ordered_algorithms(names: Sequence[str]) -> list[str]:
-    rank = {name: i for i, name in enumerate(PAPER_ORDER)}
-    return sorted(set(names), key=lambda s: (rank.get(s, len(rank)), s))
-
-
-def summary_markdown(
-    stats: dict[tuple[float, str], Stat], config: ExperimentConfig, metric: str | None = None
-) -> str:
-    """A Markdown table, one row per algorithm and one column per heterogeneity level.
-
-    ``reach`` (the settling iteration) is shown for the main metric only, whose
-    threshold the configuration sets.
-    """
-    metric = metric or config.metric
-    with_reach = metric == config.metric
-    param = config.heterogeneity_param
-    levels = sorted({level for level, _ in stats}, key=lambda v: stats_zeta(stats, v))
-    algs = ordered_algorithms([a for _, a in stats])
-    some = next(iter(stats.values()))
-    caption = (
-        f"Steady-state {metric}: mean over the last 10 % of iterations ({some.tail_points} "
-        f"recorded steps, iterations {some.tail_from}-{some.tail_to}) and over "
-        f"{some.repetitions + some.diverged} repetitions, ± standard error over repetitions"
-    )
-    if with_reach:
-        caption += f"; reach: the iteration from which the mean stays below {config.threshold:g}"
-    header = ["method"] + [f"{param} = {lv:g} (ζ² = {stats_zeta(stats, lv):.3g})" for lv in levels]
-    lines = [caption + ".", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for alg in algs:
-        cells = [LABELS.get(alg, alg)]
-        for lv in levels:
-            s = stats[(lv, alg)]
-            if np.isnan(s.steady):
-                cells.append(f"diverged ({s.diverged})")
-                continue
-            cell = f"{s.steady:.2e} ± {s.steady_se:.1e}"
-            if with_reach:
-                cell += f"; reach: {s.iters if s.iters is not None else 'never'}"
-            if s.diverged:
-                cell += f", {s.diverged} diverged"
-            cells.append(cell)
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def stats_zeta(stats: dict[tuple[float, str], Stat], level: float) -> float:

@@ -1,13 +1,38 @@
-"""Problems: stochastic gradients at stacked iterates, metrics and optima."""
+"""Problems: stochastic gradients at stacked iterates, metrics and optima.
 
-from decentopt.problems.base import StackedProblem
-from decentopt.problems.logistic import Logistic
-from decentopt.problems.quadratic import Quadratic
+:data:`KINDS` maps the ``problem`` of a run specification to the dataclass of
+its ``[problem_params]`` section (:class:`~decentopt.problems.base.ProblemSpec`).
+"""
 
-#: Paper problem generators by name, with the parameter that sets heterogeneity.
-PAPER_PROBLEMS = {
-    "quadratic": (Quadratic.paper, "c"),
-    "logistic": (Logistic.paper, "sigma_h2"),
+from decentopt.problems.base import Plan, Problem, ProblemSpec, StackedProblem
+from decentopt.problems.logistic import Logistic, LogisticSpec
+from decentopt.problems.neural import NeuralProblem, NeuralSpec
+from decentopt.problems.quadratic import Quadratic, QuadraticSpec
+
+#: Problem kinds of run specifications: ``problem = NAME`` -> its section's dataclass.
+KINDS: dict[str, type] = {
+    "quadratic": QuadraticSpec,
+    "logistic": LogisticSpec,
+    "neural": NeuralSpec,
 }
 
-__all__ = ["PAPER_PROBLEMS", "Logistic", "Quadratic", "StackedProblem"]
+
+def register_kind(name: str, spec: type) -> type:
+    """Make ``problem = name`` in a run specification build problems through ``spec``."""
+    if name in KINDS:
+        raise ValueError(f"a problem kind named {name!r} is already registered")
+    KINDS[name] = spec
+    return spec
+
+
+__all__ = [
+    "KINDS",
+    "Logistic",
+    "NeuralProblem",
+    "Plan",
+    "Problem",
+    "ProblemSpec",
+    "Quadratic",
+    "StackedProblem",
+    "register_kind",
+]

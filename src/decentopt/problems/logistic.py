@@ -21,16 +21,21 @@ by Newton's method to machine precision, so ``f(xbar) - f*`` and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 
 from decentopt._checks import as_count, as_real, check_problem_dtype
+from decentopt._schema import bounded
+from decentopt.comm.base import Communicator
+from decentopt.problems.base import ConvexSpec, StatelessProblem
 
-__all__ = ["Logistic"]
+__all__ = ["Logistic", "LogisticSpec"]
 
 
-class Logistic:
+class Logistic(StatelessProblem):
     """Heterogeneous l2-regularised logistic regression over ``n`` agents, ``R`` repetitions.
 
     Args:
@@ -197,7 +202,7 @@ class Logistic:
             grad = grad + self.sigma_s2**0.5 * noise
         return grad
 
-    def metrics(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, torch.Tensor]:
         xbar = x.mean(0)
         return {
             "dist_to_opt": (x - self.x_star).pow(2).sum(-1).mean(0),
@@ -210,4 +215,41 @@ class Logistic:
         return (
             f"Logistic(n={self.n}, R={self.repetitions}, m={self.m}, d={self.dim}, "
             f"mu={self.mu}, sigma_s2={self.sigma_s2})"
+        )
+
+
+@dataclass(frozen=True)
+class LogisticSpec(ConvexSpec):
+    """``problem = "logistic"``: the paper's Figure 2 problem (see :meth:`Logistic.paper`).
+
+    ``sigma_h2`` lists the heterogeneity levels, one panel each.
+    """
+
+    panel: ClassVar[str] = "sigma_h2"
+
+    d: int = bounded(20, minimum=1)
+    m: int = bounded(2000, minimum=1)
+    sigma_h2: tuple[float, ...] = (1.0,)
+    mu: float = bounded(0.01, minimum=0)
+    sigma_s2: float = bounded(0.01, minimum=0)
+    dtype: Literal["float32", "float64"] = "float64"
+    compute_dtype: Literal["float32", "float64"] | None = None
+
+    def describe(self) -> str:
+        return f"Logistic regression ({self.describe_params()})"
+
+    def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Logistic:
+        self.refuse_rank(rank)
+        compute = None if self.compute_dtype is None else getattr(torch, self.compute_dtype)
+        return Logistic.paper(
+            n=agents,
+            d=self.d,
+            m=self.m,
+            sigma_h2=list(self.sigma_h2),
+            mu=self.mu,
+            sigma_s2=self.sigma_s2,
+            repetitions=runs,
+            seed=seed,
+            dtype=getattr(torch, self.dtype),
+            compute_dtype=compute,
         )

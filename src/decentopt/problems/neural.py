@@ -19,19 +19,27 @@ keeps the faster one.
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from decentopt._checks import unknown_name
+from decentopt._schema import bounded
+from decentopt.comm.base import Communicator
+from decentopt.data import augment_cifar, dirichlet_split, load_cifar10, load_digits
 from decentopt.data.datasets import Dataset
+from decentopt.models import MODELS, make_model
+from decentopt.problems.base import Plan
+from decentopt.schedules import epoch_schedule
 
-__all__ = ["AgentSampler", "NeuralProblem"]
+__all__ = ["AgentSampler", "NeuralProblem", "NeuralSpec"]
 
 Backend = Literal["auto", "loop", "vmap"]
 
@@ -153,6 +161,8 @@ class NeuralProblem:
         self.shapes = [p.shape for _, p in model.named_parameters()]
         self.sizes = [p.numel() for _, p in model.named_parameters()]
         self.dim = int(sum(self.sizes))
+        self.dtype = next(model.parameters()).dtype
+        self.x_star = None  # no known optimum
         self.has_buffers = any(True for _ in model.buffers())
         self.replicas = [copy.deepcopy(self.model) for _ in range(self.n)]
         self._grad = torch.zeros(self.n, self.dim, device=self.device)
@@ -198,12 +208,12 @@ class NeuralProblem:
         return model
 
     # ------------------------------------------------------------- gradients
-    def _batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _batch(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.from_numpy(self.sampler.next()).to(self.device)  # (n, B)
         images, labels = self.x_train[idx], self.y_train[idx]
         if self.augment is not None:
             flat = images.reshape(-1, *images.shape[2:])
-            images = self.augment(flat.cpu(), self.generator).to(self.device).view(images.shape)
+            images = self.augment(flat.cpu(), generator).to(self.device).view(images.shape)
         return images, labels
 
     def _loop_grads(self, x: torch.Tensor, images: torch.Tensor, labels: torch.Tensor):
@@ -231,9 +241,15 @@ class NeuralProblem:
         grads, losses = vmap(grad_and_value(loss_fn), randomness="different")(x, images, labels)
         return grads, losses
 
-    def gradient_and_loss(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stochastic gradients ``(n, P)`` (with weight decay) and mini-batch losses ``(n,)``."""
-        images, labels = self._batch()
+    def gradient_and_loss(
+        self, x: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stochastic gradients ``(n, P)`` (with weight decay) and mini-batch losses ``(n,)``.
+
+        ``generator`` drives the augmentation (the problem's own if omitted);
+        mini-batches come from the per-agent sampler, dropout from torch's RNG.
+        """
+        images, labels = self._batch(self.generator if generator is None else generator)
         if self.backend == "vmap":
             grads, losses = self._vmap_grads(x, images, labels)
         else:
@@ -288,8 +304,152 @@ class NeuralProblem:
         results = [self.evaluate(replica) for replica in self.replicas]
         return np.array([r[0] for r in results]), np.array([r[1] for r in results])
 
+    def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, float]:
+        """Test loss/accuracy of the averaged model and (mean over agents) of each agent's
+        own model, and the consensus error ``(1/n) sum_i ||x_i - xbar||^2``."""
+
+        def mean(z: torch.Tensor) -> torch.Tensor:
+            return z.mean(0, keepdim=True) if comm is None else comm.mean(z)
+
+        def across(values: Any) -> float:
+            values = torch.as_tensor(values)
+            return float(mean(values.reshape(-1, 1).to(self.device).float()).reshape(-1)[0])
+
+        average = mean(x)
+        test_loss, test_acc = self.evaluate(self.load_average(average))
+        agent_loss, agent_acc = self.evaluate_agents(x)
+        return {
+            "test_loss": test_loss,
+            "test_acc": test_acc,
+            "agent_test_loss": across(agent_loss),
+            "agent_test_acc": across(agent_acc),
+            "consensus": across((x - average).pow(2).sum(1)),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+
     def __repr__(self) -> str:
         return (
             f"NeuralProblem(n={self.n}, P={self.dim}, batch={self.sampler.batch_size}, "
             f"backend={self.backend}, device={self.device})"
         )
+
+
+@functools.lru_cache(maxsize=2)
+def _dataset(name: str, folder: str, dtype: str) -> Dataset:
+    data = load_cifar10(folder) if name == "cifar10" else load_digits()
+    cast = getattr(torch, dtype)
+    return Dataset(
+        data.name,
+        data.x_train.to(cast),
+        data.y_train,
+        data.x_test.to(cast),
+        data.y_test,
+        data.classes,
+    )
+
+
+@dataclass(frozen=True)
+class NeuralSpec:
+    """``problem = "neural"``: a model trained by every agent on its Dirichlet share.
+
+    One unit of work per (algorithm, run); a run is sized in epochs, the step
+    size decays by ``gamma`` at the ``milestones`` epochs after a linear warm-up,
+    and metrics are evaluated every ``eval_every`` epochs.
+    """
+
+    panel: ClassVar[str | None] = None
+    metrics: ClassVar[tuple[str, ...]] = (
+        "test_acc",
+        "test_loss",
+        "train_loss",
+        "agent_test_acc",
+        "agent_test_loss",
+        "consensus",
+    )
+    batch_runs: ClassVar[bool] = False
+
+    dataset: Literal["cifar10", "digits"]
+    model: str
+    phi: float = bounded(above=0)
+    batch_size: int = bounded(minimum=1)
+    epochs: int = bounded(minimum=1)
+    data_dir: str = ""
+    min_share: int | None = None
+    milestones: tuple[int, ...] = ()
+    gamma: float = bounded(0.1, above=0)
+    warmup_epochs: int = bounded(0, minimum=0)
+    weight_decay: float = bounded(0.0, minimum=0)
+    augment: bool = False
+    eval_every: int = bounded(1, minimum=1)
+    device: str = "cpu"
+    backend: Literal["auto", "loop", "vmap"] = "auto"
+    dtype: Literal["float32", "float64"] = "float32"
+
+    def describe(self) -> str:
+        model = {"vgg11": "VGG-11", "small_cnn": "small CNN"}.get(self.model, self.model)
+        data = {"cifar10": "CIFAR-10", "digits": "digits (scikit-learn)"}[self.dataset]
+        return (
+            f"{model} / {data}, Dirichlet φ = {self.phi:g}, batch {self.batch_size}, "
+            f"{self.epochs} epochs"
+        )
+
+    def check(self, iterations: int | None) -> None:
+        if iterations is not None:
+            raise ValueError("a neural run is sized in epochs: drop 'iterations', set 'epochs'")
+        if self.model not in MODELS:
+            raise ValueError(unknown_name("model", self.model, MODELS))
+        if self.dataset == "cifar10" and not self.data_dir:
+            raise ValueError("dataset 'cifar10' needs data_dir = \"path/to/cifar-10-batches-py\"")
+        if not all(0 < m < self.epochs for m in self.milestones):
+            raise ValueError(f"'milestones' must be epochs between 1 and {self.epochs - 1}")
+
+    def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> NeuralProblem:
+        from decentopt.distributed.runtime import device_for_rank
+
+        device = torch.device(self.device) if rank is None else device_for_rank()
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"device '{self.device}' but no CUDA GPU is available; use "
+                "--set 'problem_params.device=\"cpu\"' (slow) or a GPU machine"
+            )
+        data = _dataset(self.dataset, self.data_dir, self.dtype)
+        share = self.batch_size if self.min_share is None else self.min_share
+        split = dirichlet_split(data.y_train.numpy(), agents, self.phi, seed=seed, min_share=share)
+        model = make_model(
+            self.model, seed=seed, num_classes=data.classes, in_channels=int(data.x_train.shape[1])
+        )
+        return NeuralProblem(
+            model.to(getattr(torch, self.dtype)),
+            data,
+            split.indices if rank is None else (split.indices[rank],),
+            batch_size=self.batch_size,
+            weight_decay=self.weight_decay,
+            augment=augment_cifar if self.augment else None,
+            backend=self.backend,
+            device=device,
+            seed=seed,
+            agent_ids=None if rank is None else (rank,),
+            mean_share=float(np.mean(split.sizes)),
+        )
+
+    def plan(self, problem: NeuralProblem, iterations: int | None, points: int) -> Plan:
+        spe = problem.sampler.steps_per_epoch
+        evals = [e for e in range(1, self.epochs + 1) if e % self.eval_every == 0]
+        return Plan(self.epochs * spe, tuple(sorted(e * spe for e in {*evals, self.epochs})), spe)
+
+    def step_size(self, lr: Any, problem: NeuralProblem) -> Any:
+        return epoch_schedule(
+            lr,
+            problem.sampler.steps_per_epoch,
+            milestones=self.milestones,
+            gamma=self.gamma,
+            warmup_epochs=self.warmup_epochs,
+        )
+
+    def columns(self, problem: NeuralProblem) -> list[dict[str, Any]]:
+        return [{"phi": self.phi}]

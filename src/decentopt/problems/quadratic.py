@@ -26,16 +26,21 @@ near 1-3), which is what makes the paper's ``alpha = 0.05`` stable.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
 
 from decentopt._checks import as_count, as_real, check_problem_dtype
+from decentopt._schema import bounded
+from decentopt.comm.base import Communicator
+from decentopt.problems.base import ConvexSpec, StatelessProblem
 
-__all__ = ["Quadratic"]
+__all__ = ["Quadratic", "QuadraticSpec"]
 
 
-class Quadratic:
+class Quadratic(StatelessProblem):
     """Heterogeneous least squares over ``n`` agents and ``R`` repetitions.
 
     Args:
@@ -173,7 +178,7 @@ class Quadratic:
             grad = grad + (self.noise_factor[rows] @ z.to(self.dtype)).squeeze(-1)
         return grad
 
-    def metrics(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, torch.Tensor]:
         xbar = x.mean(dim=0)  # (R, d)
         err = xbar - self.x_star
         grad_f = (self.H_mean @ xbar.unsqueeze(-1)).squeeze(-1) - self.b_mean
@@ -188,4 +193,36 @@ class Quadratic:
         return (
             f"Quadratic(n={self.n}, R={self.repetitions}, p={self.p}, d={self.dim}, "
             f"sigma2={self.sigma2})"
+        )
+
+
+@dataclass(frozen=True)
+class QuadraticSpec(ConvexSpec):
+    """``problem = "quadratic"``: the paper's Figure 1 problem (see :meth:`Quadratic.paper`).
+
+    ``c`` lists the heterogeneity scales, one panel each (``zeta^2 ~ 1/c^2``).
+    """
+
+    panel: ClassVar[str] = "c"
+
+    d: int = bounded(10, minimum=1)
+    p: int = bounded(20, minimum=1)
+    sigma2: float = bounded(0.05, minimum=0)
+    c: tuple[float, ...] = (1.0,)
+    dtype: Literal["float32", "float64"] = "float64"
+
+    def describe(self) -> str:
+        return f"Quadratic ({self.describe_params()})"
+
+    def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Quadratic:
+        self.refuse_rank(rank)
+        return Quadratic.paper(
+            n=agents,
+            d=self.d,
+            p=self.p,
+            c=list(self.c),
+            sigma2=self.sigma2,
+            repetitions=runs,
+            seed=seed,
+            dtype=getattr(torch, self.dtype),
         )

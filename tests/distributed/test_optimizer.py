@@ -6,7 +6,7 @@ import torch
 
 import decentopt as dopt
 from decentopt.comm import SimulatedCommunicator
-from decentopt.dist import DecentralizedOptimizer
+from decentopt.distributed import DecentralizedOptimizer
 
 
 def model_and_data(seed: int = 0):
@@ -36,8 +36,9 @@ def test_single_agent_is_heavy_ball_sgd_with_schedulers():
     buf = [torch.zeros_like(p) for p in ref.parameters()]
     for t in range(6):
         lr = 0.1 * 0.5 ** (t // 3)
-        grads = torch.autograd.grad(torch.nn.functional.cross_entropy(ref(x), y),
-                                    list(ref.parameters()))
+        grads = torch.autograd.grad(
+            torch.nn.functional.cross_entropy(ref(x), y), list(ref.parameters())
+        )
         with torch.no_grad():
             for p, g, b in zip(ref.parameters(), grads, buf, strict=True):
                 b.mul_(0.5).add_(g, alpha=0.5)
@@ -52,8 +53,10 @@ def test_state_dict_round_trip_resumes_exactly():
     model, x, y = model_and_data()
     opt = DecentralizedOptimizer(model.parameters(), "dsgt_hb", comm, lr=0.05, beta=0.9)
     run(opt, model, x, y, 4)
-    saved = {"model": {k: v.clone() for k, v in model.state_dict().items()},
-             "opt": opt.state_dict()}
+    saved = {
+        "model": {k: v.clone() for k, v in model.state_dict().items()},
+        "opt": opt.state_dict(),
+    }
     run(opt, model, x, y, 3)
     uninterrupted = [p.detach().clone() for p in model.parameters()]
 
@@ -76,8 +79,9 @@ def test_errors():
     with pytest.raises(ValueError, match="empty parameter list"):
         DecentralizedOptimizer([], "edm", comm, lr=0.1)
     with pytest.raises(ValueError, match="lr_scheduler"):
-        DecentralizedOptimizer(model.parameters(), "edm", comm,
-                               lr=dopt.schedules.MultiStep(0.1, [5]))
+        DecentralizedOptimizer(
+            model.parameters(), "edm", comm, lr=dopt.schedules.MultiStep(0.1, [5])
+        )
     with pytest.raises(RuntimeError, match="torchrun"):
         dopt.comm.DistributedCommunicator(dopt.topology.ring(4))
 
@@ -119,7 +123,9 @@ def test_one_agent_equals_torch_sgd_with_groups_decay_frozen_and_scheduler(neste
         for p, q in zip(ours.parameters(), ref.parameters(), strict=True):
             torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
     start = model_and_data()[0].parameters()
-    moved = sum(float((p - q).detach().abs().sum()) for p, q in zip(ours.parameters(), start, strict=True))
+    moved = sum(
+        float((p - q).detach().abs().sum()) for p, q in zip(ours.parameters(), start, strict=True)
+    )
     assert moved > 0.1
     torch.testing.assert_close(ours[0].bias, frozen)
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.025, 0.0075])
@@ -138,7 +144,9 @@ def test_zero_grad_set_to_none_is_honoured_and_training_moves():
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.zero_grad(set_to_none=False)
     assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
-    moved = sum(float((p.detach() - q).abs().sum()) for p, q in zip(model.parameters(), before, strict=True))
+    moved = sum(
+        float((p.detach() - q).abs().sum()) for p, q in zip(model.parameters(), before, strict=True)
+    )
     assert moved > 0.1
 
 

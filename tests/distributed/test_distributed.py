@@ -15,8 +15,8 @@ import torch
 
 import decentopt as dopt
 from decentopt.comm import SimulatedCommunicator
-from tests.dist import worker
-from tests.experiments.test_training_config import TINY
+from tests.distributed import worker
+from tests.experiments.test_spec import NEURAL
 
 WORKER = Path(__file__).with_name("worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,11 +132,11 @@ def test_silent_peer_makes_its_neighbours_time_out(tmp_path):
 
 # the small training config of the experiment tests, with 2 epochs and EDM only
 TINY_TRAINING = (
-    TINY.replace('name = "tiny-train"', 'name = "tiny-dist"')
+    NEURAL.replace('name = "tiny-train"', 'name = "tiny-dist"')
     .replace("epochs = 3", "epochs = 2")
     .replace("milestones = [2]\n", "")
     .replace("[algorithms.ed]\n", "")
-    .replace('backend = "loop"\n', 'backend = "loop"\ntimeout = 30\n')
+    .replace("runs = 1\n", "runs = 1\ntimeout = 30\n")
 )
 
 
@@ -145,19 +145,47 @@ def test_training_preset_runs_one_agent_per_process(tmp_path):
     config = tmp_path / "tiny.toml"
     config.write_text(TINY_TRAINING)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "decentopt", "launch", "-n", "4", "-m", "decentopt", "run",
-           str(config), "--out", str(out), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "decentopt",
+        "launch",
+        "-n",
+        "4",
+        "-m",
+        "decentopt",
+        "run",
+        str(config),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "| EDM |" in done.stdout
+    assert "| EDM |" in done.stdout and "1 unit(s) computed" in done.stdout
     rows = (out / "results.csv").read_text().splitlines()
     assert len(rows) == 3  # header + 2 epochs
     assert list((out / "runs" / "edm-run0").glob("step-*/rank3.pt"))  # every rank checkpoints
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "edm run 0" not in again.stdout  # finished: not retrained
+    assert again.returncode == 0 and "0 unit(s) computed, 1 resumed" in again.stdout
     wrong = subprocess.run(
-        [sys.executable, "-m", "decentopt", "launch", "-n", "2", "-m", "decentopt", "run",
-         str(config), "--out", str(tmp_path / "o2"), "--no-progress"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "decentopt",
+            "launch",
+            "-n",
+            "2",
+            "-m",
+            "decentopt",
+            "run",
+            str(config),
+            "--out",
+            str(tmp_path / "o2"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert wrong.returncode != 0 and "4 agents but 2 processes" in wrong.stderr + wrong.stdout

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["device_for_rank", "finalize", "init"]
+__all__ = ["Job", "device_for_rank", "finalize", "init", "job"]
 
 _REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -45,3 +46,27 @@ def device_for_rank() -> torch.device:
 def finalize() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class Job:
+    """This process's place in a job: rank 0 of 1 outside torchrun."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        """Whether this process reports and writes results."""
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+
+def job() -> Job:
+    """The current job; under torchrun (``WORLD_SIZE`` > 1) the process group is initialised."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return Job()
+    return Job(*init())

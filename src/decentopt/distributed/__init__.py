@@ -1,23 +1,25 @@
 """Distributed execution: one agent per process on torch.distributed.
 
 >>> import decentopt as dopt
->>> rank, world = dopt.dist.init()                  # under torchrun
+>>> rank, world = dopt.distributed.init()                  # under torchrun
 >>> comm = dopt.comm.DistributedCommunicator(dopt.topology.ring(world), timeout=60)
->>> opt = dopt.dist.DecentralizedOptimizer(model.parameters(), "edm", comm, lr=0.1, beta=0.9)
+>>> opt = dopt.distributed.DecentralizedOptimizer(model.parameters(), "edm", comm, lr=0.1, beta=0.9)
 """
 
 from decentopt.comm.distributed import DistributedCommunicator, PeerFailure
-from decentopt.dist.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from decentopt.dist.optimizer import DecentralizedOptimizer
-from decentopt.dist.runtime import device_for_rank, finalize, init
+from decentopt.distributed.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from decentopt.distributed.optimizer import DecentralizedOptimizer
+from decentopt.distributed.runtime import Job, device_for_rank, finalize, init, job
 
 __all__ = [
     "DecentralizedOptimizer",
     "DistributedCommunicator",
+    "Job",
     "PeerFailure",
     "device_for_rank",
     "finalize",
     "init",
+    "job",
     "latest_checkpoint",
     "load_checkpoint",
     "save_checkpoint",

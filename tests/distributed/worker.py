@@ -1,4 +1,4 @@
-"""A rank of the distributed tests (started by tests/dist/test_distributed.py).
+"""A rank of the distributed tests (started by tests/distributed/test_distributed.py).
 
 Usage: python worker.py MODE OUT   with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set.
 MODE "equivalence": every registered algorithm on the quadratic problem and on
@@ -74,7 +74,7 @@ def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
         # the same training through the torch.optim-style wrapper on a plain model
         net = tiny_net([rank])
         model = net.model
-        opt = dopt.dist.DecentralizedOptimizer(
+        opt = dopt.distributed.DecentralizedOptimizer(
             model.parameters(), name, comm, **hyper(name), **extra
         )
         ix = torch.from_numpy(net.sampler.indices[0])
@@ -113,7 +113,7 @@ def failure(rank: int, comm: DistributedCommunicator, out: Path, hang: bool = Fa
 def main() -> None:
     mode, out = sys.argv[1], Path(sys.argv[2])
     torch.set_default_dtype(torch.float64)
-    rank, world = dopt.dist.init("gloo", timeout=60)
+    rank, world = dopt.distributed.init("gloo", timeout=60)
     comm = DistributedCommunicator(dopt.topology.ring(world), timeout=5.0)
     comm.check_consistency()
     try:
@@ -126,7 +126,7 @@ def main() -> None:
     except Exception:
         (out / f"error-rank{rank}.txt").write_text(traceback.format_exc())
         raise
-    dopt.dist.finalize()
+    dopt.distributed.finalize()
 
 
 if __name__ == "__main__":

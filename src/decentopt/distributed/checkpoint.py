@@ -51,9 +51,7 @@ def save_checkpoint(root: str | Path, step: int, payload: dict[str, Any], *, kee
 def latest_checkpoint(root: str | Path) -> int | None:
     """The newest step whose checkpoint every rank finished, or None."""
     steps = [
-        int(p.name.split("-")[1])
-        for p in Path(root).glob("step-*")
-        if (p / _MARKER).is_file()
+        int(p.name.split("-")[1]) for p in Path(root).glob("step-*") if (p / _MARKER).is_file()
     ]
     return max(steps) if steps else None
 

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from decentopt.cli import main
-from decentopt.experiments import load_config, run_sweep, summarise
+from decentopt.experiments import load_spec, run_spec, summarise
 from decentopt.experiments.claims import CLAIMS, check_claims, compare, compare_settling
 from decentopt.experiments.summary import Stat, settling_step
 from decentopt.results import read_csv
-from tests.experiments.test_config import BASE, write
+from tests.experiments.test_spec import BASE, write
 
 
 @pytest.fixture
@@ -25,47 +26,47 @@ def quiet(_: str) -> None:
 
 
 def test_sweep_rows_are_tidy_and_resume(cfg_path, tmp_path):
-    cfg = load_config(cfg_path)
+    cfg = load_spec(cfg_path)
     out = tmp_path / "out"
-    first = run_sweep(cfg, out, progress=False, log=quiet)
-    assert first.ran == ["ed", "edm"] and first.skipped == []
+    first = run_spec(cfg, out, progress=False, log=quiet)
+    assert first.ran == ["ed", "edm"] and first.kept == []
     steps = {row["step"] for row in first.rows}
     assert min(steps) == 0 and max(steps) == 50
-    # one row per algorithm, level, repetition and recorded step
+    # one row per algorithm, level, run and recorded step
     assert len(first.rows) == 2 * 2 * 2 * len(steps)
     assert {row["c"] for row in first.rows} == {1.0, 0.5}
-    assert set(first.rows[0]) >= {"algorithm", "c", "zeta2", "repetition", "step", "dist_to_opt"}
+    assert set(first.rows[0]) >= {"algorithm", "c", "zeta2", "run", "step", "dist_to_opt"}
     on_disk = read_csv(out / "results.csv")
     assert len(on_disk) == len(first.rows)
     np.testing.assert_allclose(
         [r["dist_to_opt"] for r in on_disk], [r["dist_to_opt"] for r in first.rows]
     )
     # rerun: nothing recomputed, same rows
-    again = run_sweep(cfg, out, progress=False, log=quiet)
-    assert again.ran == [] and again.skipped == ["ed", "edm"]
+    again = run_spec(cfg, out, progress=False, log=quiet)
+    assert again.ran == [] and again.kept == ["ed", "edm"]
     # an interrupted run (no completion record) and a changed hyper-parameter rerun alone
-    (out / "runs" / "ed.json").unlink()
-    changed = load_config(cfg_path, overrides=["algorithms.edm.beta=0.5"])
-    third = run_sweep(changed, out, progress=False, log=quiet)
+    (out / "runs" / "ed" / "meta.json").unlink()
+    changed = load_spec(cfg_path, overrides=["algorithms.edm.beta=0.5"])
+    third = run_spec(changed, out, progress=False, log=quiet)
     assert sorted(third.ran) == ["ed", "edm"]
-    fourth = run_sweep(changed, out, progress=False, log=quiet)
+    fourth = run_spec(changed, out, progress=False, log=quiet)
     assert fourth.ran == []
-    meta = json.loads((out / "runs" / "edm.json").read_text())
+    meta = json.loads((out / "runs" / "edm" / "meta.json").read_text())
     assert meta["hyperparams"]["beta"] == 0.5
 
 
 def test_all_algorithms_see_the_same_noise(cfg_path, tmp_path):
     """ED and EDM with beta = 0 are the same method: equal rows prove shared data and noise."""
-    cfg = load_config(cfg_path, overrides=["algorithms.edm.beta=0.0"])
-    rows = run_sweep(cfg, tmp_path / "o", progress=False, log=quiet).rows
+    cfg = load_spec(cfg_path, overrides=["algorithms.edm.beta=0.0"])
+    rows = run_spec(cfg, tmp_path / "o", progress=False, log=quiet).rows
     ed = [r["dist_to_opt"] for r in rows if r["algorithm"] == "ed"]
     edm = [r["dist_to_opt"] for r in rows if r["algorithm"] == "edm"]
     np.testing.assert_allclose(ed, edm, rtol=1e-10)
 
 
 def test_divergence_is_recorded_and_the_sweep_goes_on(cfg_path, tmp_path):
-    cfg = load_config(cfg_path, overrides=["algorithms.ed.lr=3.0", "iterations=200"])
-    out = run_sweep(cfg, tmp_path / "o", progress=False, log=quiet)
+    cfg = load_spec(cfg_path, overrides=["algorithms.ed.lr=3.0", "iterations=200"])
+    out = run_spec(cfg, tmp_path / "o", progress=False, log=quiet)
     stats = summarise(out.rows, cfg)
     assert all(stats[(lv, "ed")].diverged == 2 for lv in (1.0, 0.5))
     assert all(stats[(lv, "edm")].diverged == 0 for lv in (1.0, 0.5))
@@ -103,19 +104,18 @@ FAST = {"edm": 50.0, "ed": 100.0, "dsgt_hb": 200.0, "dsgt": 200.0}
 
 
 def test_claims_are_decided_by_the_numbers():
-    cfg = load_config("fig1")
-    verdicts = check_claims(cfg, fake_stats(GOOD, FAST))
+    verdicts = check_claims("fig1", fake_stats(GOOD, FAST))
     assert len(verdicts) == len(CLAIMS["fig1"])
     assert all(v.holds is True for _, v in verdicts)
     bad = fake_stats(GOOD, FAST)
     bad[(0.25, "edm")] = replace(bad[(0.25, "edm")], steady=1e-3, settle=(float("inf"),) * 10)
-    verdicts = {c.test: v for c, v in check_claims(cfg, bad)}
+    verdicts = {c.test: v for c, v in check_claims("fig1", bad)}
     failed = [t for t, v in verdicts.items() if v.holds is False]
     assert len(failed) == 4  # EDM no longer flat, worse than ED, slower than ED and DSGT-HB
 
 
 def test_three_verdicts_with_a_gap_between_thresholds():
-    cfg = load_config("fig1")
+    cfg = "fig1"
     by_claim = lambda stats: [v.holds for _, v in check_claims(cfg, stats)]  # noqa: E731
     # growth x1.5 over the ζ² range: neither trapped (slope 0.15) nor unaffected (> x1.2)
     between = fake_stats(GOOD | {"ed": (1e-4, 1.5e-4)}, FAST)
@@ -131,7 +131,7 @@ def test_three_verdicts_with_a_gap_between_thresholds():
     assert verdicts[0][1].holds is None  # its convergence is not finished either
     # within two standard errors: "EDM below ED" is not established, "no worse" still holds
     noisy = fake_stats(GOOD | {"edm": (9e-5, 9e-5)}, FAST, se=0.2)
-    fig2 = check_claims(load_config("fig2"), noisy)
+    fig2 = check_claims("fig2", noisy)
     assert fig2[1][1].holds is None and "equal within noise" in fig2[1][1].evidence
     assert check_claims(cfg, noisy)[3][1].holds is True
     # equal settling within noise: "faster" is inconclusive
@@ -150,18 +150,18 @@ def test_compare_uses_two_standard_errors():
     assert compare_settling([10, 11, 12], [20, 21, 22]) == -1
     assert compare_settling([10, float("inf")], [20, 21]) == 1
     with pytest.raises(ValueError, match="no claims"):
-        check_claims(load_config("fig1", overrides=['name="mine"']), fake_stats(GOOD))
+        check_claims("mine", fake_stats(GOOD))
 
 
 def test_cli_run_writes_results_figure_and_summary(cfg_path, tmp_path, capsys):
     out = tmp_path / "cli"
     assert main(["run", str(cfg_path), "--out", str(out), "--no-progress", "--quick"]) == 0
-    for name in ("results.csv", "summary.md", "tiny.png", "tiny.pdf", "runs/edm.csv"):
+    for name in ("results.csv", "summary.md", "tiny.png", "tiny.pdf", "runs/edm/rows.csv"):
         assert (out / name).is_file(), name
     text = capsys.readouterr().out
-    assert "| ED/D² |" in text and "2 run(s) computed" in text
+    assert "| ED/D² |" in text and "2 unit(s) computed" in text
     assert main(["run", str(cfg_path), "--out", str(out), "--no-progress", "--quick"]) == 0
-    assert "0 run(s) computed, 2 resumed" in capsys.readouterr().out
+    assert "0 unit(s) computed, 2 resumed" in capsys.readouterr().out
 
 
 def test_cli_check_and_errors(cfg_path, tmp_path, capsys):
@@ -170,8 +170,8 @@ def test_cli_check_and_errors(cfg_path, tmp_path, capsys):
     assert main([*args, "--check"]) == 0
     text = capsys.readouterr().out
     # the printed tally is the verdicts of the saved results, whatever they are
-    cfg = load_config(cfg_path, overrides=['name="fig1"'])
-    verdicts = check_claims(cfg, summarise(read_csv(out / "results.csv"), cfg))
+    cfg = load_spec(cfg_path, overrides=['name="fig1"'])
+    verdicts = check_claims("fig1", summarise(read_csv(out / "results.csv"), cfg))
     tally = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
     assert (
         f"{tally[0]} of {len(verdicts)} claims hold in this run, {tally[1]} do not, "
@@ -195,7 +195,40 @@ def test_plotting_reads_saved_results_only(cfg_path, tmp_path):
     from decentopt.plotting import plot_curves
 
     out = tmp_path / "p"
-    run_sweep(load_config(cfg_path), out, progress=False, log=quiet)
+    run_spec(load_spec(cfg_path), out, progress=False, log=quiet)
     rows = read_csv(out / "results.csv")
     files = plot_curves(rows, "dist_to_opt", out / "again", panel="c")
     assert all(Path(f).stat().st_size > 1000 for f in files)
+
+
+NEURAL_RUN = ["--no-progress"]
+
+
+def test_neural_runs_resume_and_report(tmp_path, capsys):
+    from tests.experiments.test_spec import NEURAL
+
+    torch.set_default_dtype(torch.float32)
+    try:
+        path = write(tmp_path, NEURAL)
+        out = tmp_path / "o"
+        assert main(["run", str(path), "--out", str(out), *NEURAL_RUN]) == 0
+        text = capsys.readouterr().out
+        assert "| EDM |" in text and (out / "tiny-train.png").is_file()
+        assert "2 unit(s) computed" in text
+        assert list((out / "runs" / "edm-run0").glob("step-*/rank0.pt"))
+        rows = read_csv(out / "results.csv")
+        assert {r["epoch"] for r in rows} == {1, 2, 3} and {r["run"] for r in rows} == {0}
+        assert main(["run", str(path), "--out", str(out), *NEURAL_RUN]) == 0
+        assert "0 unit(s) computed, 2 resumed" in capsys.readouterr().out  # nothing retrained
+        assert main(["run", str(path), "--out", str(out), *NEURAL_RUN, "--check"]) == 2
+        assert "no recorded claims" in capsys.readouterr().err
+    finally:
+        torch.set_default_dtype(torch.float64)
+
+
+def test_missing_cifar_folder_is_a_clear_error(tmp_path, capsys):
+    from tests.experiments.test_spec import NEURAL
+
+    text = NEURAL.replace('dataset = "digits"', 'dataset = "cifar10"\ndata_dir = "nope"')
+    assert main(["run", str(write(tmp_path, text)), "--out", str(tmp_path / "o")]) == 2
+    assert "CIFAR-10 not found in nope" in capsys.readouterr().err

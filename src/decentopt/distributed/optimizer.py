@@ -104,7 +104,9 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             )
         self.algorithm = alg
         self.comm = comm
-        self._tunable = ("lr", "beta") if "beta" in algorithms.hyperparameters(type(alg)) else ("lr",)
+        self._tunable = (
+            ("lr", "beta") if "beta" in algorithms.hyperparameters(type(alg)) else ("lr",)
+        )
         self._flats: list[_Flat] = []
         defaults: dict[str, Any] = {"lr": float(alg.lr), "weight_decay": weight_decay}
         if "beta" in self._tunable:

@@ -1,0 +1,115 @@
+"""Typed tables: a TOML table read into a frozen dataclass, with errors that say where.
+
+Every section of a run specification is a dataclass; :func:`parse` checks a
+table against its fields' type hints (unknown keys with a "did you mean", wrong
+types, missing required keys) and against bounds declared on the field
+(:func:`bounded`). Errors name the file, the table, the key, what was found and
+what would fix it. Dataclasses rather than pydantic: the schema stays in the
+standard library, and integral floats (``20.0``) and 0-d tensors are accepted
+through the same number rules as every other input of the package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from decentopt._checks import as_count, as_real, unknown_name
+
+__all__ = ["ConfigError", "bounded", "parse"]
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid; the message says where and why."""
+
+
+def bounded(
+    default: Any = dataclasses.MISSING, *, minimum: float | None = None, above: float | None = None
+) -> Any:
+    """A dataclass field whose value must be ``>= minimum`` or ``> above``."""
+    return dataclasses.field(default=default, metadata={"minimum": minimum, "above": above})
+
+
+def _kind(hint: Any) -> str:
+    origin = get_origin(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(hint))
+    if origin in (tuple, list):
+        return "a list of " + {int: "whole numbers", float: "numbers", str: "strings"}.get(
+            get_args(hint)[0], "values"
+        )
+    if origin in (Union, types.UnionType):
+        return " or ".join(_kind(a) for a in get_args(hint) if a is not type(None))
+    return {
+        int: "a whole number",
+        float: "a number",
+        str: "a string",
+        bool: "true or false",
+        dict: "a table",
+    }.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _convert(hint: Any, value: Any, where: str, key: str) -> Any:
+    origin = get_origin(hint)
+    if hint is Any:
+        return value
+    if origin is Literal:
+        if value not in get_args(hint):
+            raise ConfigError(f"{where}: " + unknown_name(key, value, get_args(hint)))
+        return value
+    if origin in (Union, types.UnionType):
+        for option in get_args(hint):
+            try:
+                return _convert(option, value, where, key)
+            except ConfigError:
+                continue
+    elif origin is tuple and isinstance(value, list | tuple):
+        try:
+            return tuple(_convert(get_args(hint)[0], v, where, key) for v in value)
+        except ConfigError:
+            pass
+    elif origin is dict and isinstance(value, dict):
+        return dict(value)
+    elif dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return parse(hint, value, f"{where.split(' [')[0]} [{key}]")
+    elif hint is int:
+        try:
+            return as_count(value, key, minimum=-(2**63))
+        except TypeError:
+            pass
+    elif hint is float:
+        try:
+            return as_real(value, key)
+        except (TypeError, ValueError):
+            pass
+    elif origin is None and isinstance(value, hint):
+        return value
+    raise ConfigError(f"{where}: '{key}' must be {_kind(hint)}, found {value!r}")
+
+
+def parse(cls: type[T], table: dict[str, Any], where: str) -> T:
+    """``cls(**table)`` after checking keys, types and declared bounds."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table of keys, found {table!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    hints = get_type_hints(cls)
+    for key in table:
+        if key not in fields:
+            raise ConfigError(f"{where}: {unknown_name('key', key, fields)}")
+    values = {}
+    for name, f in fields.items():
+        if name not in table:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{where}: missing required key '{name}'")
+            continue
+        value = _convert(hints[name], table[name], where, name)
+        low, above = f.metadata.get("minimum"), f.metadata.get("above")
+        if low is not None and value < low:
+            raise ConfigError(f"{where}: '{name}' must be >= {low}, found {value}")
+        if above is not None and not value > above:
+            raise ConfigError(f"{where}: '{name}' must be > {above}, found {value}")
+        values[name] = value
+    return cls(**values)

@@ -1,0 +1,300 @@
+"""The one loop: every simulation and every training run steps through :func:`run_loop`.
+
+It owns what each kind of run needs around ``algorithm.step``: progress, timing
+(gradient vs the rest), divergence isolation, recording metrics on a grid of
+steps, accumulating mini-batch losses, and checkpoints for exact resumption.
+The problem supplies gradients and metrics (:class:`~decentopt.problems.Problem`),
+the communicator the mixing; :func:`~decentopt.simulate` and
+:func:`~decentopt.training.train` are thin entry points over it.
+
+Columns: a problem's metrics have one value per *column* (a repetition of a
+stacked convex problem; the single run of a neural problem). A column whose
+iterates become non-finite or blow up is stopped (zeroed so that it cannot
+overflow), reported with its step, and recorded as NaN from then on; the other
+columns go on, and the loop ends early once every column has stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+
+from decentopt.algorithms.base import Algorithm, AlgorithmState
+from decentopt.comm.base import Communicator
+from decentopt.distributed.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+
+if TYPE_CHECKING:
+    from decentopt.problems.base import Problem
+
+__all__ = ["Record", "Trajectory", "check_gradient", "record_steps", "run_loop"]
+
+#: How often (in steps) divergence is checked between recorded steps.
+CHECK_EVERY = 50
+#: Recorded steps spread evenly over the last 10 % of a log-spaced record.
+TAIL_POINTS = 21
+
+
+def record_steps(
+    iterations: int, record: Literal["log", "all"] | int = "log", points: int = 100
+) -> np.ndarray:
+    """The step indices at which metrics are recorded (always including 0 and the end).
+
+    ``"all"``: every step; an int ``k``: every k-th step; ``"log"``: about
+    ``points`` log-spaced steps plus ``TAIL_POINTS`` evenly spaced over the last
+    10 % of iterations, where steady-state statistics are taken.
+    """
+    if iterations < 0:
+        raise ValueError(f"iterations must be >= 0; got {iterations}")
+    if record == "all":
+        steps = np.arange(iterations + 1)
+    elif isinstance(record, int) and not isinstance(record, bool):
+        if record < 1:
+            raise ValueError(f"record every k steps needs k >= 1; got {record}")
+        steps = np.arange(0, iterations + 1, record)
+    elif record == "log":
+        grid = np.unique(np.round(np.logspace(0, np.log10(max(iterations, 1)), points)).astype(int))
+        # a dense final window, so that steady-state statistics rest on many points
+        tail = np.round(np.linspace(0.9 * iterations, iterations, TAIL_POINTS)).astype(int)
+        steps = np.concatenate([[0], grid[grid <= iterations], tail])
+    else:
+        raise ValueError(f"record must be 'log', 'all' or a positive int; got {record!r}")
+    return np.unique(np.append(steps, iterations))
+
+
+@dataclass
+class Record:
+    """Metrics at one step, one value per column, with the time spent so far."""
+
+    step: int
+    metrics: dict[str, np.ndarray]
+    lr: float
+    grad_seconds: float
+    other_seconds: float
+
+
+@dataclass
+class Trajectory:
+    records: list[Record]
+    diverged_at: np.ndarray  # (columns,) step at which each column stopped, -1 if none
+    final_state: Any
+    wall_time: float
+    resumed_from: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def diverged(self) -> np.ndarray:
+        return self.diverged_at >= 0
+
+    def rows(
+        self, labels: list[dict[str, Any]], algorithm: str, period: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Tidy rows: one per recorded step and column, ``labels[column]`` first."""
+        rows = []
+        for col, label in enumerate(labels):
+            for rec in self.records:
+                row = {**label, "algorithm": algorithm, "step": rec.step}
+                if period:
+                    row["epoch"] = rec.step // period
+                row |= {k: float(v[col]) for k, v in rec.metrics.items()}
+                row |= {"lr": rec.lr, "grad_seconds": rec.grad_seconds}
+                row |= {
+                    "other_seconds": rec.other_seconds,
+                    "diverged_at": int(self.diverged_at[col]),
+                }
+                rows.append(row)
+        return rows
+
+
+def check_gradient(grad: object, x: torch.Tensor, owner: str) -> None:
+    """Refuse a gradient whose shape or dtype differs from the iterate's.
+
+    Every algorithm would otherwise broadcast an ``(n, R, 1)`` gradient over an
+    ``(n, R, d)`` state and return silently wrong results.
+    """
+    if not isinstance(grad, torch.Tensor):
+        raise TypeError(f"{owner}.gradient returned {type(grad).__name__}; it must return a tensor")
+    if grad.shape != x.shape or grad.dtype != x.dtype:
+        raise ValueError(
+            f"{owner}.gradient returned shape {tuple(grad.shape)} and dtype {grad.dtype} for "
+            f"iterates of shape {tuple(x.shape)} and dtype {x.dtype}; it must return one "
+            "gradient per agent and repetition, of the iterates' shape and dtype"
+        )
+
+
+def _zero_columns(state: AlgorithmState, mask: torch.Tensor) -> AlgorithmState:
+    """Zero the columns in ``mask`` in every stacked ``(n, R, d)`` tensor of the state."""
+    keep = (~mask).view(1, -1, 1)
+    updates = {
+        name: torch.where(keep, value, 0.0)
+        for name, value in state._asdict().items()  # type: ignore[attr-defined]
+        if isinstance(value, torch.Tensor) and value.ndim == 3
+    }
+    return state._replace(**updates)
+
+
+def _column_values(value: Any) -> np.ndarray:
+    """A metric as float64 numbers, one per column (Python floats keep their precision)."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().to(torch.float64).cpu().numpy()
+    return np.array(value, dtype=np.float64).reshape(-1)
+
+
+def _column_norms(x: torch.Tensor, comm: Communicator) -> torch.Tensor:
+    """``mean_i ||x_i||^2`` per column over all agents (collective under torch.distributed)."""
+    return comm.mean(x.pow(2).sum(-1).unsqueeze(-1).double()).reshape(-1).cpu()
+
+
+def run_loop(
+    algorithm: Algorithm[Any],
+    problem: Problem,
+    comm: Communicator,
+    *,
+    iterations: int,
+    record: Sequence[int],
+    gradient: Callable[[torch.Tensor, torch.Generator], tuple[torch.Tensor, Any]] | None = None,
+    metrics: Callable[[torch.Tensor], dict[str, Any]] | None = None,
+    seed: int = 0,
+    x0: torch.Tensor | None = None,
+    agents: int | None = None,
+    period: int | None = None,
+    checkpoint_dir: str | Path | None = None,
+    blowup: float = 1e10,
+    stop_after: int | None = None,
+    progress: bool | Callable[[int], None] = False,
+    log: Callable[[str], None] = print,
+) -> Trajectory:
+    """Step ``algorithm`` on ``problem`` for ``iterations`` steps; record at the ``record`` steps.
+
+    Args:
+        gradient: ``(x, generator) -> (gradients, losses or None)``; by default
+            ``problem.gradient_and_loss``.
+        metrics: ``x -> {name: one value per column}``; by default
+            ``problem.metrics(x, comm)``.
+        seed: seed of the generator handed to ``gradient``.
+        x0: the starting stack; ``problem.initial_point()`` if omitted.
+        agents: agents in total (defaults to the problem's; a rank holds fewer).
+        period: steps per epoch: mini-batch losses are averaged over the current
+            one (``train_loss``, the sum over agents of their mean losses) and a
+            checkpoint is written at its end when ``checkpoint_dir`` is given.
+        blowup: a column diverges when ``mean_i ||x_i||^2`` exceeds
+            ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)`` or is not finite.
+        stop_after: end after this many steps, as an interruption would (tests).
+        progress: ``True`` for a progress bar, or a callable receiving the step.
+    """
+    gradient = gradient or problem.gradient_and_loss
+    metrics = metrics or (lambda z: problem.metrics(z, comm))
+    x = problem.initial_point() if x0 is None else x0
+    # timings on a GPU need the queued kernels finished
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+    state = algorithm.init(x)
+    generator = torch.Generator().manual_seed(int(seed))
+    agents = agents or problem.n
+    scale = 1.0 + _column_norms(x, comm)
+    if problem.x_star is not None:
+        scale = scale + problem.x_star.pow(2).sum(-1).reshape(-1).cpu()
+    limit = blowup * scale
+    diverged_at = np.full(scale.numel(), -1, dtype=np.int64)
+    records: list[Record] = []
+    timing = [0.0, 0.0]  # gradient, everything else
+    losses: torch.Tensor | None = None
+    start_step = 0
+    if checkpoint_dir is not None and (last := latest_checkpoint(checkpoint_dir)) is not None:
+        saved = load_checkpoint(checkpoint_dir, last)
+        state = type(state)(**saved["state"])
+        problem.load_state_dict(saved["problem"])
+        generator.set_state(saved["generator"])
+        torch.set_rng_state(saved["torch_rng"])
+        records, diverged_at, timing = saved["records"], saved["diverged_at"], saved["timing"]
+        start_step = int(saved["step"])
+        log(f"resuming {algorithm.name} from step {start_step}")
+
+    def check(t: int) -> None:
+        nonlocal state
+        sq = _column_norms(state.x, comm)
+        new = (~torch.isfinite(sq) | (sq > limit)).numpy() & (diverged_at < 0)
+        diverged_at[new] = t
+        if (diverged_at >= 0).any():  # stopped columns restart from zero so they never overflow
+            state = _zero_columns(state, torch.from_numpy(diverged_at >= 0))
+
+    def note(t: int) -> None:
+        check(t)
+        values = {k: _column_values(v) for k, v in metrics(state.x).items()}
+        if losses is not None and period:
+            done = t - (t - 1) // period * period  # steps into the current epoch
+            mean = comm.mean((losses / done).reshape(-1, 1).float())
+            values["train_loss"] = np.array([agents * float(mean.reshape(-1)[0])])
+        for v in values.values():
+            v[diverged_at >= 0] = np.nan
+        lr = float(algorithm.lr_at(max(t - 1, 0)))
+        records.append(Record(t, values, lr, *timing))
+
+    bar = None
+    if progress is True:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            total=iterations, initial=start_step, desc=algorithm.name, leave=False, disable=None
+        )
+    recorded = set(int(s) for s in record)
+    wall = time.perf_counter()
+    if start_step == 0 and 0 in recorded:
+        note(0)
+    last = start_step
+    for t in range(start_step, iterations):
+        last = t + 1
+        t0 = time.perf_counter()
+        grad, loss = gradient(state.x, generator)
+        if t == start_step:
+            check_gradient(grad, state.x, type(problem).__name__)
+        sync()
+        t1 = time.perf_counter()
+        state = algorithm.step(state, grad, comm)
+        if loss is not None:
+            losses = loss.detach().clone() if losses is None else losses.add_(loss.detach())
+        sync()
+        timing[0] += t1 - t0
+        timing[1] += time.perf_counter() - t1
+        if t + 1 in recorded:
+            note(t + 1)
+        elif (t + 1) % CHECK_EVERY == 0 or (period and (t + 1) % period == 0):
+            check(t + 1)
+        if period and (t + 1) % period == 0:
+            losses = None
+            if checkpoint_dir is not None:
+                payload = {
+                    "state": dict(state._asdict()),  # type: ignore[attr-defined]
+                    "problem": problem.state_dict(),
+                    "generator": generator.get_state(),
+                    "torch_rng": torch.get_rng_state(),
+                    "records": records,
+                    "diverged_at": diverged_at,
+                    "timing": timing,
+                    "step": t + 1,
+                }
+                save_checkpoint(checkpoint_dir, t + 1, payload, keep=1)
+        if bar is not None:
+            bar.update(1)
+        elif callable(progress):
+            progress(t + 1)
+        if (diverged_at >= 0).all():
+            log(f"{algorithm.name} diverged at step {t + 1}; stopping this run")
+            break
+        if stop_after is not None and t + 1 >= stop_after:
+            break
+    wall = time.perf_counter() - wall
+    check(last)
+    if bar is not None:
+        bar.close()
+    # records after an early stop (every column diverged) are NaN
+    if (diverged_at >= 0).all() and records:
+        for s in sorted(recorded):
+            if s > records[-1].step:
+                nan = {k: np.full_like(v, np.nan) for k, v in records[-1].metrics.items()}
+                records.append(Record(s, nan, float(algorithm.lr_at(s - 1)), *timing))
+    return Trajectory(records, diverged_at, state, wall, start_step)

@@ -1,0 +1,145 @@
+"""Reports of a finished run: Markdown tables, figures and ``summary.md``; they read rows only.
+
+Panel sweeps (a kind with a panel parameter, e.g. the convex figures) get the
+steady-state table of :func:`~decentopt.experiments.summary.summarise` per
+metric and one figure panel per level; other runs (e.g. neural training) get
+the final value of every metric, mean ± spread over runs, and curves against
+epochs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from decentopt.experiments.spec import RunSpec
+from decentopt.experiments.summary import Stat, stats_zeta, summarise
+from decentopt.plotting import LABELS, ordered, plot_curves, plot_epochs
+from decentopt.results import write_text_atomic
+
+__all__ = ["final_markdown", "markdown_table", "summary_markdown", "write_report"]
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """The one Markdown table builder of the package."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def summary_markdown(
+    stats: dict[tuple[float, str], Stat], spec: RunSpec, metric: str | None = None
+) -> str:
+    """One row per algorithm, one column per panel level: steady state ± standard error.
+
+    ``reach`` (the settling iteration) is shown for the main metric only, whose
+    threshold the specification sets.
+    """
+    metric = metric or spec.metric
+    with_reach = metric == spec.metric
+    levels = sorted({level for level, _ in stats}, key=lambda v: stats_zeta(stats, v))
+    some = next(iter(stats.values()))
+    caption = (
+        f"Steady-state {metric}: mean over the last 10 % of iterations ({some.tail_points} "
+        f"recorded steps, iterations {some.tail_from}-{some.tail_to}) and over "
+        f"{some.runs + some.diverged} runs, ± standard error over runs"
+    )
+    if with_reach:
+        caption += f"; reach: the iteration from which the mean stays below {spec.threshold:g}"
+    body = []
+    for alg in ordered([a for _, a in stats]):
+        cells = [LABELS.get(alg, alg)]
+        for lv in levels:
+            s = stats[(lv, alg)]
+            if np.isnan(s.steady):
+                cells.append(f"diverged ({s.diverged})")
+                continue
+            cell = f"{s.steady:.2e} ± {s.steady_se:.1e}"
+            if with_reach:
+                cell += f"; reach: {s.iters if s.iters is not None else 'never'}"
+            cells.append(cell + (f", {s.diverged} diverged" if s.diverged else ""))
+        body.append(cells)
+    header = ["method"] + [
+        f"{spec.panel} = {lv:g} (ζ² = {stats_zeta(stats, lv):.3g})" for lv in levels
+    ]
+    return caption + ".\n\n" + markdown_table(header, body)
+
+
+def final_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
+    """Final value of each metric per algorithm, mean ± spread over runs, and time per epoch."""
+    unit = "epoch" if rows and "epoch" in rows[0] else "step"
+    last: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["algorithm"], row.get("run", 0))
+        if key not in last or row["step"] >= last[key]["step"]:
+            last[key] = row
+    body = []
+    for alg in ordered([a for a, _ in last]):
+        finals = [r for (a, _), r in last.items() if a == alg]
+        if any(r["diverged_at"] >= 0 for r in finals):
+            body.append([LABELS.get(alg, alg), "diverged"] + [""] * len(metrics))
+            continue
+        cells = [
+            f"{np.mean(v):.4g} ± {np.std(v):.1g}"
+            for v in ([float(r[k]) for r in finals] for k in metrics)
+        ]
+        per = [max(r.get(unit, r["step"]), 1) for r in finals]
+        total = np.mean(
+            [(r["grad_seconds"] + r["other_seconds"]) / p for r, p in zip(finals, per, strict=True)]
+        )
+        grad = np.mean([r["grad_seconds"] / p for r, p in zip(finals, per, strict=True)])
+        body.append(
+            [LABELS.get(alg, alg), *cells, f"{total:.3g} ({grad:.3g} + {total - grad:.3g})"]
+        )
+    header = ["method", *metrics, f"s / {unit} (gradient + other)"]
+    return markdown_table(header, body)
+
+
+def write_report(
+    spec: RunSpec,
+    rows: Sequence[dict[str, Any]],
+    out: Path,
+    *,
+    modified: bool,
+    claims: Callable[[dict[tuple[float, str], Stat]], str] | None = None,
+    say: Callable[[str], None] = print,
+) -> list[Path]:
+    """Print and write ``summary.md`` and the figures; ``claims`` renders the claim checks."""
+    title = spec.title(modified)
+    if spec.panel is None:
+        tables = final_markdown(rows, spec.params.metrics)
+        files = plot_epochs(
+            rows,
+            [m for m in ("train_loss", "test_loss", spec.metric) if m in rows[0]] or [spec.metric],
+            out / spec.name,
+            title,
+        )
+        stats = None
+    else:
+        stats = summarise(rows, spec)
+        tables = "\n".join(
+            [summary_markdown(stats, spec)]
+            + [summary_markdown(summarise(rows, spec, m), spec, m) for m in spec.also_report]
+        )
+        files = plot_curves(
+            rows,
+            spec.metric,
+            out / spec.name,
+            panel=spec.panel,
+            panel_title="{key} = {value:g}  (ζ² = {zeta2:.3g})",
+            panel_order=sorted({lv for lv, _ in stats}, key=lambda lv: stats_zeta(stats, lv)),
+            title=title,
+        )
+    say(tables)
+    report = [f"# {spec.name}: {title}", "", tables]
+    if claims is not None:
+        if stats is None:
+            raise ValueError(f"--check has no recorded claims for {spec.name}; omit it")
+        text = claims(stats)
+        say(text)
+        report += ["## The paper's claims", "", text]
+    write_text_atomic(out / "summary.md", "\n".join(report))
+    return [out / "results.csv", out / "summary.md", *files]

@@ -1,0 +1,137 @@
+"""Run a specification: every unit of work through the store and the one loop.
+
+A unit is one algorithm variant with all its runs and panel levels batched into
+the columns of one problem (convex kinds), or one (variant, run) pair (neural
+kind). Every algorithm sees the same problem, graph and noise (seeds by role).
+Each unit goes through :meth:`~decentopt.experiments.store.ResultStore.cached`,
+so an interrupted sweep resumes, a changed setting reruns only what it affects
+and nothing corrupt is trusted. Under ``torchrun`` every process holds one
+agent, gossips with its neighbours, and rank 0 writes the results.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from decentopt.comm.distributed import DistributedCommunicator
+from decentopt.comm.simulated import SimulatedCommunicator
+from decentopt.distributed import runtime
+from decentopt.driver import run_loop
+from decentopt.experiments.spec import ConfigError, RunSpec, Variant
+from decentopt.experiments.store import ResultStore, Unit
+from decentopt.perf import keep_freed_memory
+from decentopt.results import write_csv_atomic
+
+__all__ = ["Outcome", "run_spec"]
+
+
+@dataclass
+class Outcome:
+    rows: list[dict[str, Any]]
+    ran: list[str]
+    kept: list[str]
+    seconds: float
+    main: bool = True  # this process reports (rank 0)
+
+
+def run_spec(
+    spec: RunSpec,
+    out: str | Path,
+    *,
+    force: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> Outcome:
+    """Run (or resume) every unit of ``spec``; all rows are also written to ``OUT/results.csv``."""
+    start = time.perf_counter()
+    job = runtime.job()
+    if job.world > 1 and job.world != spec.agents:
+        raise ConfigError(
+            f"{spec.source}: {spec.agents} agents but {job.world} processes; launch with "
+            f"--nproc-per-node {spec.agents} (one agent per process)"
+        )
+    say = log if job.main else (lambda _: None)
+    kind, seeds = spec.params, spec.seeds
+    topo = spec.build_topology()
+    shared = DistributedCommunicator(topo, timeout=spec.timeout) if job.world > 1 else None
+    store = ResultStore(Path(out) / "runs", force=force, writer=job.main, barrier=job.barrier)
+    keep_freed_memory()
+    built: dict[int | None, Any] = {}
+
+    def problem_for(run: int | None) -> Any:
+        if run is None and run in built:  # a batched problem serves every variant
+            return built[run]
+        t0 = time.perf_counter()
+        problem = kind.build(
+            agents=spec.agents,
+            runs=spec.runs if run is None else 1,
+            seed=seeds.data + (run or 0),
+            rank=job.rank if job.world > 1 else None,
+        )
+        say(f"{spec.name}: {problem!r} on {topo!r} (built in {time.perf_counter() - t0:.1f} s)")
+        built[run] = problem
+        return problem
+
+    def compute(variant: Variant, run: int | None, folder: Path) -> tuple[list, dict]:
+        problem = problem_for(run)
+        comm = shared or SimulatedCommunicator(topo)
+        if shared is not None:
+            shared.check_consistency(extra=f"{variant.label}:{run}:{problem.dim}")
+        plan = kind.plan(problem, spec.iterations, spec.record_points)
+        alg = variant.make()
+        alg = alg.with_hyperparams(lr=kind.step_size(alg.lr, problem))
+        noise = seeds.noise + (run or 0)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1000 + noise + 7919 * job.rank)  # dropout, per agent
+            traj = run_loop(
+                alg,
+                problem,
+                comm,
+                iterations=plan.iterations,
+                record=plan.record,
+                seed=noise,
+                agents=spec.agents,
+                period=plan.period,
+                checkpoint_dir=folder if plan.period else None,
+                progress=progress and job.main,
+                log=say,
+            )
+        labels = [c | ({} if run is None else {"run": run}) for c in kind.columns(problem)]
+        n_div = int(traj.diverged.sum())
+        say(
+            f"  {variant.label:14s}"
+            + ("" if run is None else f" run {run}")
+            + f" {traj.wall_time:7.2f} s"
+            + (f", {n_div} run(s) diverged" if n_div else "")
+        )
+        facts = {"seconds": traj.wall_time, "diverged": n_div, "gossip_rounds": comm.stats.rounds}
+        return traj.rows(labels, variant.label, plan.period), facts
+
+    rows: list[dict[str, Any]] = []
+    runs: list[int | None] = [None] if kind.batch_runs else list(range(spec.runs))
+    for run in runs:
+        for variant in spec.algorithms.values():
+            name = variant.label + ("" if run is None else f"-run{run}")
+            info = {
+                "algorithm": variant.label,
+                "method": variant.method,
+                "hyperparams": variant.hyperparams,
+                "run": run,
+            }
+            unit = Unit(
+                re.sub(r"[^\w.=(),+-]", "_", name), spec.fingerprint(variant.label, run), info
+            )
+            rows += store.cached(unit, lambda folder, v=variant, r=run: compute(v, r, folder))
+    if store.kept:
+        say(f"resumed: {len(store.kept)} finished unit(s) kept ({', '.join(store.kept)})")
+    if job.main:
+        write_csv_atomic(Path(out) / "results.csv", rows)
+    job.barrier()
+    return Outcome(rows, store.ran, store.kept, time.perf_counter() - start, job.main)

@@ -1,0 +1,404 @@
+"""The run specification: one TOML schema for every kind of experiment.
+
+A specification names a problem kind, the agents and their graph, the
+algorithms (with variants and grids), seeds by role and how many independent
+runs; the kind's own section ``[problem_params]`` is the dataclass registered
+in :data:`decentopt.problems.KINDS`. Example::
+
+    name = "my-sweep"
+    problem = "quadratic"          # or "logistic", "neural", any registered kind
+    agents = 32
+    runs = 10                      # independent runs (seeds of data and noise)
+    iterations = 2000              # steps (neural runs are sized in epochs instead)
+    metric = "dist_to_opt"         # plotted and summarised
+    also_report = ["consensus"]    # further metrics summarised in tables
+    threshold = 1e-3               # "iterations to reach" in the summary
+
+    [seeds]                        # by role: every algorithm shares data, noise and graph
+    data = 0
+    noise = 1
+    graph = 0
+
+    [topology]
+    name = "ring"
+
+    [problem_params]
+    sigma2 = 0.05
+    c = [1.0, 0.5]                 # the kind's panel parameter: one panel per value
+
+    [defaults]                     # applied to every algorithm that has the field
+    lr = 0.05
+    beta = 0.9
+
+    [algorithms.ed]
+    [algorithms.edm]
+    [algorithms.edm_b99]           # a variant: its own label, method and settings
+    method = "edm"
+    beta = 0.99
+    [algorithms.dsgd]
+    lr = [0.01, 0.05]              # a grid: one labelled variant per value
+
+    [quick]                        # overrides applied by --quick
+    iterations = 300
+
+Typed with dataclasses (:mod:`decentopt._schema`): every error names the file,
+the table, the key, what was found and the fix. Old names are read for one
+more release with a warning: ``repetitions`` (now ``runs``), ``[topology] n``
+(now ``agents``), ``[heterogeneity] values`` (now the panel parameter in
+``[problem_params]``) and a neural run's top-level problem keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import inspect
+import itertools
+import json
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from decentopt import algorithms, problems, topology
+from decentopt._checks import unknown_name
+from decentopt._schema import ConfigError, bounded, parse
+
+__all__ = [
+    "PAPER_PRESETS",
+    "PRESETS",
+    "ConfigError",
+    "RunSpec",
+    "Seeds",
+    "Variant",
+    "load_spec",
+    "parse_override",
+]
+
+PRESET_DIR = Path(__file__).with_name("presets")
+PRESETS = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+#: Presets that reproduce a result of the paper (they name it in ``reproduces``).
+PAPER_PRESETS = [
+    p for p in PRESETS if "reproduces" in tomllib.loads((PRESET_DIR / f"{p}.toml").read_text())
+]
+#: Fields that change how results are shown, not what they are: outside the fingerprint.
+PRESENTATION = (
+    "name",
+    "description",
+    "reproduces",
+    "source",
+    "metric",
+    "also_report",
+    "threshold",
+    "timeout",
+)
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """Seeds by role: ``data`` (problem instance, split, model init, mini-batch order),
+    ``noise`` (gradient noise, augmentation, dropout), ``graph`` (random topologies)."""
+
+    data: int = 0
+    noise: int = 1
+    graph: int = 0
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One labelled algorithm setting: ``method`` with its hyper-parameters."""
+
+    label: str
+    method: str
+    hyperparams: dict[str, Any]
+
+    def make(self, **changes: Any) -> Any:
+        return algorithms.make(self.method, **(self.hyperparams | changes))
+
+
+@dataclass(frozen=True)
+class _File:
+    """The top-level keys of a specification file."""
+
+    problem: str
+    topology: dict[str, Any]
+    algorithms: dict[str, Any]
+    agents: int = bounded(minimum=1)
+    name: str = ""
+    description: str = ""
+    reproduces: str = ""
+    runs: int = bounded(1, minimum=1)
+    iterations: int | None = bounded(None, minimum=1)
+    record_points: int = bounded(100, minimum=2)
+    metric: str = ""
+    also_report: tuple[str, ...] = ()
+    threshold: float = bounded(1e-3, above=0)
+    timeout: float = bounded(120.0, above=0)
+    seeds: Seeds = field(default_factory=Seeds)
+    problem_params: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    quick: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A validated specification (see the module docstring for the file format)."""
+
+    name: str
+    problem: str
+    params: Any  # the kind's ProblemSpec dataclass
+    agents: int
+    topology: dict[str, Any]
+    algorithms: dict[str, Variant]
+    runs: int = 1
+    iterations: int | None = None
+    seeds: Seeds = field(default_factory=Seeds)
+    record_points: int = 100
+    metric: str = ""
+    also_report: tuple[str, ...] = ()
+    threshold: float = 1e-3
+    timeout: float = 120.0
+    description: str = ""
+    reproduces: str = ""
+    source: str = ""
+
+    @property
+    def panel(self) -> str | None:
+        """The parameter whose values give one panel each (None: a single panel)."""
+        return self.params.panel
+
+    def fingerprint(self, label: str, run: int | None = None) -> str:
+        """Hash of the whole specification minus presentation, for one variant (and run)."""
+        payload = {k: v for k, v in dataclasses.asdict(self).items() if k not in PRESENTATION}
+        payload["algorithms"] = dataclasses.asdict(self.algorithms[label])
+        payload["algorithms"].pop("label")
+        payload["run"] = run
+        blob = json.dumps(payload, sort_keys=True, default=repr)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def select(self, labels: list[str]) -> RunSpec:
+        """Only the variants ``labels`` (e.g. ``--only ed,edm``), in that order."""
+        for label in labels:
+            if label not in self.algorithms:
+                raise ConfigError(f"--only: {unknown_name('algorithm', label, self.algorithms)}")
+        return dataclasses.replace(self, algorithms={k: self.algorithms[k] for k in labels})
+
+    def build_topology(self) -> topology.Topology:
+        spec = dict(self.topology)
+        builder = topology.REGISTRY[spec.pop("name")]
+        if "seed" in inspect.signature(builder).parameters:
+            spec.setdefault("seed", self.seeds.graph)
+        return builder(self.agents, **spec)
+
+    def title(self, modified: bool = False) -> str:
+        """A title built from what runs; "the paper's ..." only for an unmodified preset."""
+        hp = []
+        for key, sym in (("lr", "α"), ("beta", "β")):
+            values = sorted(
+                {str(v.hyperparams[key]) for v in self.algorithms.values() if key in v.hyperparams}
+            )
+            if values:
+                hp.append(f"{sym} = {'/'.join(values)}")
+        extra = ", ".join(f"{k} = {v}" for k, v in self.topology.items() if k != "name")
+        length = f"{self.iterations} iterations × " if self.iterations else ""
+        text = (
+            f"{self.params.describe()}, {self.topology['name']} of {self.agents} agents"
+            + (f" ({extra})" if extra else "")
+            + f", {length}{self.runs} runs"
+            + (", " + ", ".join(hp) if hp else "")
+        )
+        if self.reproduces and not modified:
+            text += f" — the paper's {self.reproduces}"
+        return text
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """``"a.b=VALUE"`` -> ``{"a": {"b": VALUE}}``; VALUE is read as TOML (else a string)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. iterations=500")
+    key, raw = (s.strip() for s in text.split("=", 1))
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r}: empty key")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
+
+
+def _read(path_or_preset: str | Path) -> tuple[dict[str, Any], str]:
+    path = Path(path_or_preset)
+    if not path.suffix and str(path_or_preset) in PRESETS:
+        path = PRESET_DIR / f"{path_or_preset}.toml"
+    if not path.is_file():
+        raise ConfigError(
+            f"no configuration file at {path}; give a TOML file or a preset ({', '.join(PRESETS)})"
+        )
+    try:
+        return tomllib.loads(path.read_text()), str(path)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+
+
+def load_spec(
+    path_or_preset: str | Path, *, quick: bool = False, overrides: list[str] | None = None
+) -> RunSpec:
+    """Read, merge (``--quick`` then ``--set`` overrides) and validate a specification."""
+    raw, source = _read(path_or_preset)
+    if quick:
+        if not isinstance(raw.get("quick"), dict) or not raw["quick"]:
+            raise ConfigError(f"{source}: --quick needs a [quick] table of overrides")
+        raw = _merge(raw, raw["quick"])
+    for text in overrides or []:
+        raw = _merge(raw, parse_override(text))
+    return validate(raw, source)
+
+
+def _renamed(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """Old names, read for one more release with a warning."""
+    raw = copy.deepcopy(raw)
+
+    def move(old: str, new: str, value: Any, into: dict[str, Any], key: str) -> None:
+        warnings.warn(
+            f"{source}: {old} is now {new}; the old name goes in the next release",
+            FutureWarning,
+            stacklevel=4,
+        )
+        if key in into and into[key] != value:
+            raise ConfigError(f"{source}: both {old} and {new} are given; keep {new}")
+        into[key] = value
+
+    if "repetitions" in raw:
+        move("'repetitions'", "'runs'", raw.pop("repetitions"), raw, "runs")
+    if isinstance(raw.get("topology"), dict) and "n" in raw["topology"]:
+        move("[topology] n", "the top-level 'agents'", raw["topology"].pop("n"), raw, "agents")
+    kind = problems.KINDS.get(raw.get("problem"))  # type: ignore[arg-type]
+    params = raw.setdefault("problem_params", {})
+    if kind is not None and isinstance(params, dict):
+        het = raw.pop("heterogeneity", None)
+        if isinstance(het, dict) and kind.panel:
+            unknown = set(het) - {"values"}
+            if unknown:
+                raise ConfigError(f"{source} [heterogeneity]: unknown key {unknown.pop()!r}")
+            move(
+                "[heterogeneity] values",
+                f"[problem_params] {kind.panel}",
+                het.get("values"),
+                params,
+                kind.panel,
+            )
+        for key in [f.name for f in dataclasses.fields(kind)]:
+            if key in raw and key not in _File.__dataclass_fields__:
+                move(f"top-level '{key}'", f"[problem_params] {key}", raw.pop(key), params, key)
+    return raw
+
+
+def _variants(top: _File, source: str) -> dict[str, Variant]:
+    """``[algorithms.LABEL]`` tables with ``[defaults]``; list values expand into a grid."""
+    if not top.algorithms:
+        raise ConfigError(f"{source} [algorithms]: list at least one, e.g. [algorithms.edm]")
+    out: dict[str, Variant] = {}
+    used: set[str] = set()
+    for label, table in top.algorithms.items():
+        where = f"{source} [algorithms.{label}]"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: must be a table of hyper-parameters")
+        table = dict(table)
+        method = table.pop("method", label)
+        if method not in algorithms.REGISTRY:
+            what = "method" if "method" in top.algorithms[label] else "algorithm"
+            raise ConfigError(
+                f"{source} [algorithms]: {unknown_name(what, method, algorithms.names())}"
+            )
+        fields = algorithms.hyperparameters(method)
+        merged = {k: v for k, v in top.defaults.items() if k in fields} | table
+        used |= merged.keys()
+        grid = {k: v for k, v in merged.items() if isinstance(v, list)}
+        if any(not v for v in grid.values()):
+            raise ConfigError(f"{where}: a grid needs at least one value")
+        for values in itertools.product(*grid.values()):
+            point = dict(zip(grid, values, strict=True))
+            name = label + (
+                "(" + ", ".join(f"{k}={v}" for k, v in point.items()) + ")" if point else ""
+            )
+            variant = Variant(name, method, merged | point)
+            try:
+                variant.make()
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+            out[name] = variant
+    unused = sorted(set(top.defaults) - used)
+    if unused:
+        raise ConfigError(f"{source} [defaults]: no listed algorithm has the field(s) {unused}")
+    return out
+
+
+def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
+    """Check every key and value; raise :class:`ConfigError` naming the first problem."""
+    top = parse(_File, _renamed(raw, source), source)
+    if top.problem not in problems.KINDS:
+        raise ConfigError(f"{source}: {unknown_name('problem', top.problem, problems.KINDS)}")
+    kind = problems.KINDS[top.problem]
+    params = parse(kind, top.problem_params, f"{source} [problem_params]")
+    try:
+        params.check(top.iterations)
+    except ValueError as exc:
+        raise ConfigError(f"{source} [problem_params]: {exc}") from None
+    topo = dict(top.topology)
+    if topo.get("name") not in topology.REGISTRY:
+        raise ConfigError(
+            f"{source} [topology]: {unknown_name('topology', topo.get('name'), topology.REGISTRY)}"
+        )
+    params_ = inspect.signature(topology.REGISTRY[topo["name"]]).parameters
+    valid = [p for p in params_ if p != "n"]
+    for key in topo:
+        if key != "name" and key not in valid:
+            raise ConfigError(
+                f"{source} [topology]: unknown key '{key}' for {topo['name']}; "
+                f"valid: name, {', '.join(valid)}"
+            )
+    for key in valid:
+        if params_[key].default is inspect.Parameter.empty and key not in topo:
+            raise ConfigError(f"{source} [topology]: {topo['name']} needs '{key}'")
+    metric = top.metric or kind.metrics[0]
+    for m in (metric, *top.also_report):
+        if m not in kind.metrics:
+            raise ConfigError(f"{source}: {unknown_name('metric', m, kind.metrics)}")
+    return RunSpec(
+        name=top.name or Path(source).stem,
+        problem=top.problem,
+        params=params,
+        agents=top.agents,
+        topology=topo,
+        algorithms=_variants(top, source),
+        runs=top.runs,
+        iterations=top.iterations,
+        seeds=top.seeds,
+        record_points=top.record_points,
+        metric=metric,
+        also_report=top.also_report,
+        threshold=top.threshold,
+        timeout=top.timeout,
+        description=top.description,
+        reproduces=top.reproduces,
+        source=source,
+    )

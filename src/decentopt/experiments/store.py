@@ -1,0 +1,107 @@
+"""The result store: each unit of work computed once, written atomically, checked on read.
+
+A unit (one algorithm variant of a sweep, or one run of it) lives in its own
+folder ``ROOT/UNIT/``: ``started`` (the fingerprint it is being computed for,
+so that checkpoints of other settings are never resumed), any checkpoints,
+``rows.csv``, and last ``meta.json`` (fingerprint, row count and SHA-256 of the
+table). :meth:`ResultStore.cached` returns the stored rows only when all of
+that agrees; a corrupt or partial unit is recomputed with a warning, never
+trusted, and a unit of other settings is recomputed from scratch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from decentopt.results import read_csv, write_csv_atomic, write_text_atomic
+
+__all__ = ["ResultStore", "Unit"]
+
+Rows = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Unit:
+    name: str
+    fingerprint: str
+    info: dict[str, Any] = field(default_factory=dict)  # recorded in meta.json
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass
+class ResultStore:
+    """``cached(unit, compute)`` for every kind of run.
+
+    ``writer``: this process writes (rank 0 of a distributed job; every rank
+    computes). ``barrier`` synchronises the ranks around decisions and wipes.
+    """
+
+    root: Path
+    force: bool = False
+    writer: bool = True
+    barrier: Callable[[], None] = lambda: None
+    ran: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+
+    def _stored(self, unit: Unit) -> Rows | None:
+        folder = self.root / unit.name
+        meta_path, table = folder / "meta.json", folder / "rows.csv"
+        if not meta_path.is_file():
+            return None  # never finished (or never started)
+        try:
+            meta = json.loads(meta_path.read_text())
+            if meta.get("fingerprint") != unit.fingerprint:
+                return None  # other settings: recomputed
+            if _digest(table) != meta["sha256"]:
+                raise ValueError("its table does not match the checksum recorded with it")
+            rows = read_csv(table)
+            if len(rows) != meta["rows"]:
+                raise ValueError(f"{len(rows)} rows instead of {meta['rows']}")
+            return rows
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            warnings.warn(
+                f"{folder}: stored result unusable ({exc}); computing it again",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return None
+
+    def cached(self, unit: Unit, compute: Callable[[Path], tuple[Rows, dict[str, Any]]]) -> Rows:
+        """The unit's rows: stored ones if intact and of these settings, else ``compute(folder)``.
+
+        ``compute`` receives the unit's folder (for checkpoints) and returns the
+        rows and any facts to record beside them (seconds, divergences).
+        """
+        rows = None if self.force else self._stored(unit)
+        self.barrier()  # every rank has decided before anything is wiped
+        if rows is not None:
+            self.kept.append(unit.name)
+            return rows
+        folder = self.root / unit.name
+        started = folder / "started"
+        if self.writer:
+            stale = self.force or not started.is_file() or started.read_text() != unit.fingerprint
+            if stale and folder.exists():
+                shutil.rmtree(folder)
+            (folder / "meta.json").unlink(missing_ok=True)
+            write_text_atomic(started, unit.fingerprint)
+        self.barrier()
+        rows, facts = compute(folder)
+        if self.writer:
+            table = write_csv_atomic(folder / "rows.csv", rows)
+            meta = {"fingerprint": unit.fingerprint, "rows": len(rows), "sha256": _digest(table)}
+            write_text_atomic(
+                folder / "meta.json", json.dumps(meta | unit.info | facts, indent=2, default=str)
+            )
+        self.ran.append(unit.name)
+        return rows

@@ -1,0 +1,253 @@
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from decentopt.experiments import PRESETS, ConfigError, load_spec
+from decentopt.experiments.spec import PRESET_DIR, parse_override
+
+BASE = """
+name = "tiny"
+problem = "quadratic"
+agents = 6
+iterations = 50
+runs = 2
+[topology]
+name = "ring"
+[problem_params]
+d = 3
+p = 4
+c = [1.0, 0.5]
+[defaults]
+lr = 0.05
+beta = 0.8
+[algorithms.ed]
+[algorithms.edm]
+[quick]
+iterations = 10
+"""
+
+NEURAL = """
+name = "tiny-train"
+problem = "neural"
+agents = 4
+runs = 1
+[problem_params]
+dataset = "digits"
+model = "small_cnn"
+phi = 0.5
+batch_size = 16
+epochs = 3
+milestones = [2]
+backend = "loop"
+[topology]
+name = "ring"
+[defaults]
+lr = 0.1
+beta = 0.9
+[algorithms.ed]
+[algorithms.edm]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "cfg.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_presets_load_and_follow_the_paper():
+    assert {"fig1", "fig2", "fig3", "fig4", "compare"} <= set(PRESETS)
+    fig1 = load_spec("fig1")
+    assert fig1.topology == {"name": "ring"} and fig1.agents == 32 and fig1.runs == 20
+    assert fig1.params.sigma2 == 0.05 and fig1.params.c == (2.0, 1.0, 0.5, 0.25)
+    assert all(v.hyperparams["lr"] == 0.05 for v in fig1.algorithms.values())
+    assert len(fig1.algorithms) == 8
+    fig2 = load_spec("fig2")
+    assert fig2.params.m == 2000 and fig2.params.sigma_s2 == 0.01
+    assert all(v.hyperparams["lr"] == 0.5 for v in fig2.algorithms.values())
+    assert set(fig2.algorithms) == {"dmsgd", "dsgt", "dsgt_hb", "ed", "edm"}
+    for name, phi, milestones in (("fig3", 1.0, (60, 80)), ("fig4", 0.1, (150, 180))):
+        spec = load_spec(name)
+        p = spec.params
+        assert (p.dataset, p.model, spec.agents, p.batch_size) == ("cifar10", "vgg11", 16, 32)
+        assert p.phi == phi and p.milestones == milestones and spec.runs == 3
+        quick = load_spec(name, quick=True).params
+        assert (quick.dataset, quick.model, quick.device) == ("digits", "small_cnn", "cpu")
+
+
+def test_presets_document_every_unsaid_choice():
+    # identifiers and the tables whose header comment explains them need no per-line reason
+    exempt_keys = {"name", "description", "problem"}
+    exempt_tables = {"seeds", "quick", "quick.problem_params"}
+    for name in PRESETS:
+        table, previous = "", ""
+        for line in (PRESET_DIR / f"{name}.toml").read_text().splitlines():
+            body = line.split("#")[0].strip()
+            if body.startswith("["):
+                table = body.strip("[]")
+            elif "=" in body and table not in exempt_tables:
+                key = body.split("=")[0].strip()
+                if key not in exempt_keys:
+                    commented = "#" in line or previous.lstrip().startswith("#")
+                    assert commented, f"{name}: '{body}' has no reason comment"
+            previous = line
+
+
+def test_defaults_apply_only_where_valid(tmp_path):
+    spec = load_spec(write(tmp_path, BASE))
+    assert spec.algorithms["ed"].hyperparams == {"lr": 0.05}
+    assert spec.algorithms["edm"].hyperparams == {"lr": 0.05, "beta": 0.8}
+    assert spec.panel == "c"
+
+
+def test_quick_and_overrides(tmp_path):
+    path = write(tmp_path, BASE)
+    assert load_spec(path, quick=True).iterations == 10
+    spec = load_spec(path, overrides=["iterations=7", "algorithms.edm.beta=0.95", "name=x"])
+    assert spec.iterations == 7 and spec.algorithms["edm"].hyperparams["beta"] == 0.95
+    assert spec.name == "x"
+    assert parse_override("topology.name=star") == {"topology": {"name": "star"}}
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        load_spec(path, overrides=["iterations"])
+
+
+def test_variants_and_grids(tmp_path):
+    text = BASE + '[algorithms.edm_b99]\nmethod = "edm"\nbeta = 0.99\n[algorithms.dsgd]\n'
+    text += "lr = [0.01, 0.05]\n"
+    spec = load_spec(write(tmp_path, text))
+    assert list(spec.algorithms) == ["ed", "edm", "edm_b99", "dsgd(lr=0.01)", "dsgd(lr=0.05)"]
+    b99 = spec.algorithms["edm_b99"]
+    assert b99.method == "edm" and b99.make().beta == 0.99 and b99.make().lr == 0.05
+    assert spec.algorithms["dsgd(lr=0.01)"].make().lr == 0.01
+    # every variant has its own fingerprint; a grid over beta crosses with lr
+    prints = {spec.fingerprint(label) for label in spec.algorithms}
+    assert len(prints) == len(spec.algorithms)
+    grid = load_spec(
+        write(tmp_path, BASE + "[algorithms.dmsgd]\nlr = [0.1, 0.2]\nbeta = [0, 0.5]\n")
+    )
+    assert "dmsgd(lr=0.2, beta=0.5)" in grid.algorithms and len(grid.algorithms) == 6
+    assert list(spec.select(["edm_b99", "ed"]).algorithms) == ["edm_b99", "ed"]
+    with pytest.raises(ConfigError, match="did you mean 'edm_b99'"):
+        spec.select(["edm-b99"])
+    with pytest.raises(ConfigError, match="unknown method 'edx'"):
+        load_spec(write(tmp_path, BASE + '[algorithms.mine]\nmethod = "edx"\n'))
+
+
+@pytest.mark.parametrize(
+    ("change", "pattern"),
+    [
+        (("iterations = 50", "iteratons = 50"), "unknown key 'iteratons'"),
+        (("iterations = 50", 'iterations = "many"'), "'iterations' must be a whole number"),
+        (("iterations = 50", "iterations = 0"), "'iterations' must be >= 1"),
+        (('problem = "quadratic"', 'problem = "lasso"'), "unknown problem 'lasso'"),
+        (('name = "ring"', 'name = "mesh"'), "unknown topology 'mesh'"),
+        (("p = 4", "q = 4"), r"\[problem_params\]: unknown key 'q'"),
+        (("c = [1.0, 0.5]", "c = []"), "non-empty list"),
+        (("c = [1.0, 0.5]", 'c = ["a"]'), r"\[problem_params\]: 'c' must be a list of numbers"),
+        (("[algorithms.ed]", "[algorithms.adam]"), "unknown algorithm 'adam'"),
+        (("lr = 0.05", "lr = -1.0"), r"\[algorithms.ed\].*step size"),
+        (("beta = 0.8", "beta = 1.5"), r"\[algorithms.edm\].*beta"),
+        (("[quick]", "[quick]\nfoo = 1\n[seeds]\nshuffle = 3"), r"\[seeds\]: unknown key"),
+        (("[algorithms.edm]", "[algorithms.edm]\nmomentum = 0.9"), "unknown hyper-parameter"),
+        (('name = "ring"', 'name = "ring"\nweight = 2'), r"\[topology\]: unknown key 'weight'"),
+        (("agents = 6", "agents = 0"), "'agents' must be >= 1"),
+        (("runs = 2", "runs = 2.5"), "'runs' must be a whole number, found 2.5"),
+        (("runs = 2", 'runs = 2\nmetric = "dist"'), "unknown metric 'dist'"),
+    ],
+)
+def test_bad_configs_name_the_problem(tmp_path, change, pattern):
+    old, new = change
+    assert old in BASE
+    with pytest.raises(ConfigError, match=pattern) as info:
+        load_spec(write(tmp_path, BASE.replace(old, new, 1)))
+    assert str(tmp_path / "cfg.toml") in str(info.value)  # every error names the file
+
+
+@pytest.mark.parametrize(
+    ("change", "pattern"),
+    [
+        (('dataset = "digits"', 'dataset = "mnist"'), "unknown dataset 'mnist'"),
+        (('dataset = "digits"', 'dataset = "cifar10"'), "needs data_dir"),
+        (('model = "small_cnn"', 'model = "resnet"'), "unknown model"),
+        (("milestones = [2]", "milestones = [5]"), "milestones"),
+        (("phi = 0.5", "phi = 0.0"), "'phi' must be > 0"),
+        (("runs = 1", "rounds = 1"), "unknown key 'rounds'"),
+        (("runs = 1", "runs = 1\niterations = 9"), "sized in epochs"),
+        (('backend = "loop"', 'backend = "vmapp"'), "did you mean 'vmap'"),
+    ],
+)
+def test_bad_training_configs(tmp_path, change, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        load_spec(write(tmp_path, NEURAL.replace(*change)))
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_old_names_are_read_with_a_warning(tmp_path):
+    old = BASE.replace("agents = 6\n", "").replace("runs = 2", "repetitions = 2")
+    old = old.replace('name = "ring"', 'name = "ring"\nn = 6').replace("c = [1.0, 0.5]\n", "")
+    old += "[heterogeneity]\nvalues = [1.0, 0.5]\n"
+    with pytest.warns(FutureWarning) as caught:
+        spec = load_spec(write(tmp_path, old))
+    new = load_spec(write(tmp_path, BASE, "new.toml"))
+    assert (spec.agents, spec.runs, spec.params) == (new.agents, new.runs, new.params)
+    assert spec.fingerprint("edm") == new.fingerprint("edm")
+    said = " ".join(str(w.message) for w in caught)
+    assert (
+        "'repetitions' is now 'runs'" in said and "agents" in said and "[problem_params] c" in said
+    )
+    both = old.replace("repetitions = 2", "repetitions = 2\nruns = 3")
+    with warnings.catch_warnings(), pytest.raises(ConfigError, match="keep 'runs'"):
+        warnings.simplefilter("ignore")
+        load_spec(write(tmp_path, both))
+    # a neural file of the former layout: problem keys at the top level
+    flat = NEURAL.replace("[problem_params]\n", "")
+    with pytest.warns(FutureWarning, match="top-level 'dataset'"):
+        assert load_spec(write(tmp_path, flat)).params.dataset == "digits"
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(ConfigError, match="no configuration file"):
+        load_spec(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_spec(write(tmp_path, "iterations = = 3"))
+    with pytest.raises(ConfigError, match=r"needs a \[quick\] table"):
+        load_spec(write(tmp_path, BASE.replace("[quick]\niterations = 10", "")), quick=True)
+
+
+def test_fingerprint_covers_every_setting_but_presentation(tmp_path):
+    path = write(tmp_path, BASE)
+    a = load_spec(path)
+    b = load_spec(path, overrides=["algorithms.edm.beta=0.9"])
+    assert a.fingerprint("ed") == b.fingerprint("ed")
+    assert a.fingerprint("edm") != b.fingerprint("edm")
+    for same in ("threshold=1e-5", 'name="other"', 'description="x"', 'metric="consensus"'):
+        assert load_spec(path, overrides=[same]).fingerprint("edm") == a.fingerprint("edm"), same
+    for changed in (
+        "record_points=50",
+        "seeds.noise=7",
+        "seeds.graph=3",
+        "runs=3",
+        "agents=8",
+        "problem_params.sigma2=0.1",
+        'problem_params.dtype="float32"',
+        'topology.name="star"',
+        "iterations=51",
+    ):
+        assert load_spec(path, overrides=[changed]).fingerprint("edm") != a.fingerprint("edm"), (
+            changed
+        )
+    assert a.fingerprint("edm", run=0) != a.fingerprint("edm", run=1)
+
+
+def test_titles_say_what_ran():
+    spec = load_spec("fig1")
+    assert spec.title().endswith("the paper's Figure 1") and "ring of 32 agents" in spec.title()
+    torus = load_spec("fig1", overrides=['topology.name="exponential"', "agents=36"])
+    assert "exponential of 36 agents" in torus.title(modified=True)
+    assert "Figure" not in torus.title(modified=True)
+    title = load_spec("fig3", quick=True).title(modified=True)
+    assert "small CNN / digits" in title and "VGG" not in title and "CIFAR" not in title
+    assert "VGG-11 / CIFAR-10" in load_spec("fig3").title()

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decentopt.experiments import ResultStore, Unit
+
+
+def compute_counting(calls: list[str], value: float = 1.0):
+    def compute(folder):
+        calls.append(folder.name)
+        (folder / "checkpoint").write_text("state")  # what a long run leaves behind
+        return [{"step": 0, "x": value}, {"step": 1, "x": value / 2}], {"seconds": 0.1}
+
+    return compute
+
+
+def test_cached_computes_once_and_records_its_facts(tmp_path):
+    store, calls = ResultStore(tmp_path), []
+    rows = store.cached(Unit("a", "f1", {"algorithm": "a"}), compute_counting(calls))
+    again = ResultStore(tmp_path).cached(Unit("a", "f1"), compute_counting(calls))
+    assert calls == ["a"] and rows == again
+    meta = json.loads((tmp_path / "a" / "meta.json").read_text())
+    assert meta["fingerprint"] == "f1" and meta["rows"] == 2 and meta["seconds"] == 0.1
+    assert meta["algorithm"] == "a" and len(meta["sha256"]) == 64
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda d: (d / "rows.csv").write_text("step,x\n0,1.0\n"),  # truncated table
+        lambda d: (d / "rows.csv").write_text("step,x\n0,1.0\n1,0.25\n"),  # edited value
+        lambda d: (d / "rows.csv").unlink(),
+        lambda d: (d / "meta.json").write_text('{"fingerprint": "f1", "rows"'),  # half-written
+    ],
+)
+def test_a_corrupt_unit_is_recomputed_with_a_warning(tmp_path, damage):
+    calls: list[str] = []
+    ResultStore(tmp_path).cached(Unit("a", "f1"), compute_counting(calls))
+    damage(tmp_path / "a")
+    with pytest.warns(RuntimeWarning, match="computing it again"):
+        rows = ResultStore(tmp_path).cached(Unit("a", "f1"), compute_counting(calls))
+    assert calls == ["a", "a"] and rows[1]["x"] == 0.5
+
+
+def test_other_settings_never_resume_old_checkpoints(tmp_path):
+    calls: list[str] = []
+    ResultStore(tmp_path).cached(Unit("a", "f1"), compute_counting(calls))
+    seen = []
+
+    def compute(folder):
+        seen.append(sorted(p.name for p in folder.iterdir()))
+        return [{"step": 0, "x": 3.0}], {}
+
+    rows = ResultStore(tmp_path).cached(Unit("a", "f2"), compute)
+    assert rows == [{"step": 0, "x": 3.0}] and seen == [["started"]]  # old checkpoint wiped
+    # an interrupted unit of the same settings keeps its checkpoints (it resumes)
+    (tmp_path / "a" / "meta.json").unlink()
+    (tmp_path / "a" / "checkpoint").write_text("state")
+    ResultStore(tmp_path).cached(Unit("a", "f2"), compute)
+    assert "checkpoint" in seen[-1]
+    # --force starts afresh
+    ResultStore(tmp_path, force=True).cached(Unit("a", "f2"), compute)
+    assert seen[-1] == ["started"]
