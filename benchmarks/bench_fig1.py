@@ -17,8 +17,7 @@ import time
 
 import torch
 
-from decentopt import algorithms
-from decentopt.experiments import build_problem, build_topology, load_config, run_sweep
+from decentopt.experiments import load_spec, run_spec
 from decentopt.problems import Quadratic
 from decentopt.simulate import simulate
 
@@ -27,10 +26,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-loop", action="store_true", help="time the preset only")
     args = parser.parse_args()
-    config = load_config("fig1")
+    config = load_spec("fig1")
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        run_sweep(config, out, progress=False, log=lambda _: None)
+        run_spec(config, out, progress=False, log=lambda _: None)
         preset = time.perf_counter() - start
     print(
         f"fig1 preset (8 algorithms x 80 columns x {config.iterations} iterations): "
@@ -38,11 +37,13 @@ def main() -> None:
     )
     if args.skip_loop:
         return
-    problem = build_problem(config)
-    topo = build_topology(config)
+    problem = config.params.build(
+        agents=config.agents, runs=config.runs, seed=config.seeds.data, rank=None
+    )
+    topo = config.build_topology()
     start = time.perf_counter()
-    for name, hp in config.algorithms.items():
-        alg = algorithms.make(name, **hp)
+    for variant in config.algorithms.values():
+        alg = variant.make()
         for col in range(problem.repetitions):
             single = Quadratic(
                 problem.A[:, col], problem.x_local[:, col], problem.sigma2, dtype=problem.dtype

@@ -6,7 +6,6 @@ Commands are registered in :data:`COMMANDS` (name -> (help, configure, run)).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,17 +13,19 @@ from pathlib import Path
 import numpy as np
 
 from decentopt import __version__, theory, topology
+from decentopt.distributed.launch import launch
 from decentopt.experiments import (
-    CLAIMS,
     ConfigError,
+    RunSpec,
     check_claims,
     claims_markdown,
     load_spec,
     run_spec,
     write_report,
 )
-from decentopt.experiments.scaling import plot_scaling, run_scaling, scaling_markdown, scaling_table
+from decentopt.experiments.scaling import run_scaling, scaling_markdown, scaling_table
 from decentopt.experiments.spec import PAPER_PRESETS
+from decentopt.plotting import plot_scaling
 from decentopt.results import write_csv_atomic, write_text_atomic
 
 __all__ = ["COMMANDS", "main"]
@@ -66,23 +67,7 @@ def _run_topology(args: argparse.Namespace) -> int:
     except topology.AssumptionError as exc:
         print(f"Assumption 1: fails -- {exc}")
         return 1
-    deg = topo.degrees
-    rows = [
-        ("topology", topo.name),
-        ("n", str(topo.n)),
-        ("lambda = ||W - 11^T/n||", f"{topo.lam:.6f}"),
-        ("1 - lambda", f"{topo.spectral_gap:.6g}"),
-        ("lambda_min(W)", f"{topo.lam_min:.6g}"),
-        ("degree (min / mean / max)", f"{deg.min()} / {deg.mean():.2f} / {deg.max()}"),
-        ("Assumption 1", "holds (symmetric, doubly stochastic, w_ii > 0, W >= 0)"),
-    ]
-    if topo.lam < 1:
-        nc = theory.nonconvex_step_size(topo.lam, args.beta, L=args.L)
-        pl = theory.pl_step_size(topo.lam, args.beta, L=args.L)
-        rows += [
-            (f"max alpha, Theorem 1 (L={args.L:g}, beta={args.beta:g})", f"{nc:.4g}"),
-            (f"max alpha, Theorem 2 (L={args.L:g}, beta={args.beta:g})", f"{pl:.4g}"),
-        ]
+    rows = theory.topology_report(topo, L=args.L, beta=args.beta)
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
@@ -104,32 +89,7 @@ def _configure_launch(p: argparse.ArgumentParser) -> None:
 
 
 def _run_launch(args: argparse.Namespace) -> int:
-    """Start N local processes through torchrun (rendezvous on 127.0.0.1, a free port)."""
-    import socket
-    import subprocess
-
-    if args.nproc < 1:
-        raise ValueError("-n must be >= 1")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={args.nproc}",
-        "--master-addr=127.0.0.1",
-        f"--master-port={port}",
-        *(["-m"] if args.module else []),
-        args.script,
-        *args.args,
-    ]
-    # transparent huge pages for large CPU tensors: they cut the page faults of
-    # allocating an (n, P) parameter stack every step (opt out by setting it to 0)
-    env = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
-    env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-    print(" ".join(cmd), file=sys.stderr)
-    return subprocess.call(cmd, env=env)
+    return launch(args.nproc, args.script, args.args, module=args.module, threads=args.threads)
 
 
 # ------------------------------------------------------------ reproduce / run
@@ -170,9 +130,9 @@ def _reproduce_table1(args: argparse.Namespace) -> int:
 STUDIES: dict[str, Callable[[argparse.Namespace], int]] = {"table1": _reproduce_table1}
 
 
-def _claims(name: str) -> Callable[[dict], str]:
+def _claims(spec: RunSpec) -> Callable[[dict], str]:
     def render(stats: dict) -> str:
-        verdicts = check_claims(name, stats)
+        verdicts = check_claims(spec.claims, stats)
         counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
         return claims_markdown(verdicts) + (
             f"\n{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
@@ -188,8 +148,11 @@ def _run_command(args: argparse.Namespace) -> int:
     spec = load_spec(args.source, quick=args.quick, overrides=args.overrides)
     if args.only:
         spec = spec.select([s.strip() for s in args.only.split(",") if s.strip()])
-    if args.check and spec.name not in CLAIMS:
-        raise ValueError(f"--check has no recorded claims for {spec.name}; omit it")
+    if args.check and not spec.claims:
+        raise ValueError(
+            f"--check: {spec.name} states no claims; omit --check, or add [[claims]] tables "
+            "(docs/experiments.md)"
+        )
     out = args.out or Path("results") / (spec.name + ("-quick" if args.quick else ""))
     outcome = run_spec(spec, out, force=args.force, progress=not args.no_progress)
     if not outcome.main:  # under torchrun, rank 0 reports
@@ -200,7 +163,7 @@ def _run_command(args: argparse.Namespace) -> int:
         outcome.rows,
         out,
         modified=modified,
-        claims=_claims(spec.name) if args.check else None,
+        claims=_claims(spec) if args.check else None,
     )
     print(
         f"{spec.name}: {len(outcome.ran)} unit(s) computed, {len(outcome.kept)} resumed, "

@@ -161,7 +161,6 @@ def run_loop(
     metrics: Callable[[torch.Tensor], dict[str, Any]] | None = None,
     seed: int = 0,
     x0: torch.Tensor | None = None,
-    agents: int | None = None,
     period: int | None = None,
     checkpoint_dir: str | Path | None = None,
     blowup: float = 1e10,
@@ -178,7 +177,6 @@ def run_loop(
             ``problem.metrics(x, comm)``.
         seed: seed of the generator handed to ``gradient``.
         x0: the starting stack; ``problem.initial_point()`` if omitted.
-        agents: agents in total (defaults to the problem's; a rank holds fewer).
         period: steps per epoch: mini-batch losses are averaged over the current
             one (``train_loss``, the sum over agents of their mean losses) and a
             checkpoint is written at its end when ``checkpoint_dir`` is given.
@@ -194,7 +192,7 @@ def run_loop(
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     state = algorithm.init(x)
     generator = torch.Generator().manual_seed(int(seed))
-    agents = agents or problem.n
+    agents = comm.topology.n  # in total; a rank holds fewer
     scale = 1.0 + _column_norms(x, comm)
     if problem.x_star is not None:
         scale = scale + problem.x_star.pow(2).sum(-1).reshape(-1).cpu()

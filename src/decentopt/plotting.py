@@ -9,6 +9,7 @@ log-spaced (the default), so the transient is not squeezed into the margin.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ __all__ = [
     "ordered",
     "plot_curves",
     "plot_epochs",
+    "plot_scaling",
     "save_figure",
     "style_for",
     "x_scale",
@@ -209,6 +211,43 @@ def plot_epochs(
     fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     if title:
         fig.suptitle(title)
+    fig.tight_layout()
+    return save_figure(fig, out)
+
+
+def _ring_sizes(gaps: Sequence[float]) -> list[int]:
+    """Invert 1 - lambda = (1 - cos(2 pi / n)) / 2 of the paper's ring."""
+    return [round(2 * math.pi / math.acos(1 - 2 * g)) for g in gaps]
+
+
+def plot_scaling(rows: Sequence[Any], out: str | Path) -> list[Path]:
+    """Table 1's study: DmSGD's bias against each variable; transients against 1 - lambda."""
+    fig, axes = plt.subplots(1, 5, figsize=(21, 3.8))
+    panels = [r for r in rows if r.quantity.startswith("DmSGD")]
+    for ax, r in zip(axes[:4], panels, strict=True):
+        y = np.array(r.ys)
+        ax.loglog(r.xs, y, "o-", color="tab:blue", alpha=0.4, lw=0.8)
+        ax.set_title(f"DmSGD bias vs {r.variable}: {r.mean:+.2f} (paper {r.paper_exponent:+g})")
+        ax.set_xlabel(r.variable)
+        ax.set_ylabel(r.quantity + " (one line per seed)")
+        ax.grid(alpha=0.3, which="both", lw=0.4)
+    ax = axes[4]
+    transient = [x for x in rows if x.quantity == "heterogeneity transient"]
+    for i, r in enumerate(transient):
+        y = np.array(r.ys).mean(axis=1)
+        ax.loglog(
+            r.xs,
+            y,
+            label=f"{LABELS.get(r.method, r.method)}: {r.mean:+.2f} (paper {r.paper_exponent:+g})",
+            **style_for(r.method, i),
+        )
+    if transient:
+        sizes = _ring_sizes(transient[0].xs)
+        ax.set_xlabel(f"1 - lambda (rings of {', '.join(map(str, sorted(sizes)))} agents)")
+    ax.set_ylabel("sum_t consensus error / zeta0^2 (mean over seeds)")
+    ax.set_title("heterogeneity transient")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both", lw=0.4)
     fig.tight_layout()
     return save_figure(fig, out)
 

@@ -20,14 +20,14 @@ __all__ = ["read_csv", "tidy_rows", "write_csv_atomic", "write_text_atomic"]
 
 
 def tidy_rows(result: SimulationResult, labels: Mapping[str, Any] | None = None) -> list[dict]:
-    """Flatten a simulation into rows ``labels + algorithm, repetition, step, metrics...``."""
+    """Flatten a simulation into rows ``labels + algorithm, run, step, metrics...``."""
     labels = dict(labels or {})
     metrics = list(result.history)
     rows = []
     R = len(result.diverged)
     for r in range(R):
         for k, step in enumerate(result.steps):
-            row = {**labels, "algorithm": result.algorithm, "repetition": r, "step": int(step)}
+            row = {**labels, "algorithm": result.algorithm, "run": r, "step": int(step)}
             for name in metrics:
                 row[name] = float(result.history[name][k, r])
             row["diverged_at"] = int(result.diverged_at[r])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,6 +40,7 @@ __all__ = [
     "pl_step_size",
     "rho1",
     "rho2",
+    "topology_report",
     "zeta0_squared",
 ]
 
@@ -211,3 +213,25 @@ def pl_bound(
         "noise (network)": 169 * alpha**2 * L**2 * lam**2 * sigma2 / (mu * (1 - lam)),
     }
     return Bound(terms, alpha <= pl_step_size(lam, beta, L=L))
+
+
+def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tuple[str, str]]:
+    """A graph's spectral quantities and the largest step sizes Theorems 1 and 2 allow.
+
+    ``topo`` is a :class:`~decentopt.topology.Topology` (it has passed Assumption 1).
+    """
+    deg = topo.degrees
+    rows = [
+        ("topology", topo.name),
+        ("n", str(topo.n)),
+        ("lambda = ||W - 11^T/n||", f"{topo.lam:.6f}"),
+        ("1 - lambda", f"{topo.spectral_gap:.6g}"),
+        ("lambda_min(W)", f"{topo.lam_min:.6g}"),
+        ("degree (min / mean / max)", f"{deg.min()} / {deg.mean():.2f} / {deg.max()}"),
+        ("Assumption 1", "holds (symmetric, doubly stochastic, w_ii > 0, W >= 0)"),
+    ]
+    if topo.lam < 1:
+        for theorem, bound in ((1, nonconvex_step_size), (2, pl_step_size)):
+            label = f"max alpha, Theorem {theorem} (L={L:g}, beta={beta:g})"
+            rows.append((label, f"{bound(topo.lam, beta, L=L):.4g}"))
+    return rows

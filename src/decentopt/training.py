@@ -20,7 +20,7 @@ after each epoch and marked complete once every rank has written its part)
 hold the algorithm state, the sampler and random-number states and the records
 so far; a rerun resumes from the last complete epoch and produces exactly the
 rows of an uninterrupted run. The same loop runs all agents in one process or
-one agent per process (``comm``).
+one agent per process (a communicator as ``network``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ __all__ = ["epoch_schedule", "train"]
 def train(
     algorithm: Algorithm[Any],
     problem: NeuralProblem,
-    topology: Topology,
+    network: Topology | Communicator,
     *,
     epochs: int,
     eval_every: int = 1,
@@ -51,25 +51,24 @@ def train(
     labels: dict[str, Any] | None = None,
     progress: bool = True,
     stop_after_epoch: int | None = None,
-    comm: Communicator | None = None,
     seed: int = 0,
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """Train and return one row per evaluation (see the module docstring).
 
-    ``comm`` defaults to a simulated communicator over all of ``problem``'s
-    agents; with a :class:`~decentopt.comm.DistributedCommunicator` the problem
-    holds this rank's agent only and every metric is averaged across ranks
-    through ``comm.mean``. ``seed`` drives the augmentation; dropout draws from
+    ``network``: a topology (all of ``problem``'s agents are simulated in this
+    process), or a communicator; with a :class:`~decentopt.comm.DistributedCommunicator`
+    the problem holds this rank's agent only and every metric is averaged across
+    ranks through ``comm.mean``. ``seed`` drives the augmentation; dropout draws from
     torch's global generator. ``stop_after_epoch`` ends the call early (as an
     interruption would), for tests.
     """
-    if comm is None:
-        if topology.n != problem.n:
+    if isinstance(network, Topology):
+        if network.n != problem.n:
             raise ValueError(
-                f"the topology has n = {topology.n} agents but the problem has n = {problem.n}"
+                f"the topology has n = {network.n} agents but the problem has n = {problem.n}"
             )
-        comm = SimulatedCommunicator(topology)
+        network = SimulatedCommunicator(network)
     if epochs < 1 or eval_every < 1:
         raise ValueError("epochs and eval_every must be >= 1")
     spe = problem.sampler.steps_per_epoch
@@ -77,11 +76,10 @@ def train(
     run = run_loop(
         algorithm,
         problem,
-        comm,
+        network,
         iterations=epochs * spe,
         record=sorted(e * spe for e in evals),
         seed=seed,
-        agents=topology.n,
         period=spe,
         checkpoint_dir=checkpoint_dir,
         stop_after=None if stop_after_epoch is None else stop_after_epoch * spe,

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from decentopt.cli import main
-from decentopt.experiments import load_spec, run_spec, summarise
-from decentopt.experiments.claims import CLAIMS, check_claims, compare, compare_settling
-from decentopt.experiments.summary import Stat, settling_step
+from decentopt.experiments import ConfigError, load_spec, run_spec, summarise
+from decentopt.experiments.claims import check_claims
+from decentopt.experiments.summary import Stat, compare, compare_settling, settling_step
 from decentopt.results import read_csv
 from tests.experiments.test_spec import BASE, write
 
@@ -104,18 +104,19 @@ FAST = {"edm": 50.0, "ed": 100.0, "dsgt_hb": 200.0, "dsgt": 200.0}
 
 
 def test_claims_are_decided_by_the_numbers():
-    verdicts = check_claims("fig1", fake_stats(GOOD, FAST))
-    assert len(verdicts) == len(CLAIMS["fig1"])
+    fig1 = load_spec("fig1").claims
+    verdicts = check_claims(fig1, fake_stats(GOOD, FAST))
+    assert len(verdicts) == len(fig1) == 6
     assert all(v.holds is True for _, v in verdicts)
     bad = fake_stats(GOOD, FAST)
     bad[(0.25, "edm")] = replace(bad[(0.25, "edm")], steady=1e-3, settle=(float("inf"),) * 10)
-    verdicts = {c.test: v for c, v in check_claims("fig1", bad)}
+    verdicts = {c.test: v for c, v in check_claims(fig1, bad)}
     failed = [t for t, v in verdicts.items() if v.holds is False]
     assert len(failed) == 4  # EDM no longer flat, worse than ED, slower than ED and DSGT-HB
 
 
 def test_three_verdicts_with_a_gap_between_thresholds():
-    cfg = "fig1"
+    cfg = load_spec("fig1").claims
     by_claim = lambda stats: [v.holds for _, v in check_claims(cfg, stats)]  # noqa: E731
     # growth x1.5 over the ζ² range: neither trapped (slope 0.15) nor unaffected (> x1.2)
     between = fake_stats(GOOD | {"ed": (1e-4, 1.5e-4)}, FAST)
@@ -131,7 +132,7 @@ def test_three_verdicts_with_a_gap_between_thresholds():
     assert verdicts[0][1].holds is None  # its convergence is not finished either
     # within two standard errors: "EDM below ED" is not established, "no worse" still holds
     noisy = fake_stats(GOOD | {"edm": (9e-5, 9e-5)}, FAST, se=0.2)
-    fig2 = check_claims("fig2", noisy)
+    fig2 = check_claims(load_spec("fig2").claims, noisy)
     assert fig2[1][1].holds is None and "equal within noise" in fig2[1][1].evidence
     assert check_claims(cfg, noisy)[3][1].holds is True
     # equal settling within noise: "faster" is inconclusive
@@ -149,8 +150,10 @@ def test_compare_uses_two_standard_errors():
     assert compare(1.3, 0.1, 1.0, 0.1) == 1
     assert compare_settling([10, 11, 12], [20, 21, 22]) == -1
     assert compare_settling([10, float("inf")], [20, 21]) == 1
-    with pytest.raises(ValueError, match="no claims"):
-        check_claims("mine", fake_stats(GOOD))
+    with pytest.raises(ConfigError, match=r"\[\[claims\]\] #1: needs text"):
+        load_spec("fig1", overrides=['claims=[{check = "converges_linearly"}]'])
+    with pytest.raises(ConfigError, match=r"#1 \(trapped\).*algorithms"):
+        load_spec("fig1", overrides=['claims=[{text = "x", check = "trapped"}]'])
 
 
 def test_cli_run_writes_results_figure_and_summary(cfg_path, tmp_path, capsys):
@@ -166,12 +169,17 @@ def test_cli_run_writes_results_figure_and_summary(cfg_path, tmp_path, capsys):
 
 def test_cli_check_and_errors(cfg_path, tmp_path, capsys):
     out = tmp_path / "chk"
-    args = ["run", str(cfg_path), "--out", str(out), "--no-progress", "--set", 'name="fig1"']
+    claims = (
+        'claims=[{text = "EDM is below ED", check = "steady_below", algorithm = "edm", '
+        'others = ["ed"]}, {text = "All converge", check = "converges_linearly"}]'
+    )
+    args = ["run", str(cfg_path), "--out", str(out), "--no-progress", "--set", claims]
     assert main([*args, "--check"]) == 0
     text = capsys.readouterr().out
     # the printed tally is the verdicts of the saved results, whatever they are
-    cfg = load_spec(cfg_path, overrides=['name="fig1"'])
-    verdicts = check_claims("fig1", summarise(read_csv(out / "results.csv"), cfg))
+    cfg = load_spec(cfg_path, overrides=[claims])
+    assert len(cfg.claims) == 2
+    verdicts = check_claims(cfg.claims, summarise(read_csv(out / "results.csv"), cfg))
     tally = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
     assert (
         f"{tally[0]} of {len(verdicts)} claims hold in this run, {tally[1]} do not, "
@@ -221,7 +229,7 @@ def test_neural_runs_resume_and_report(tmp_path, capsys):
         assert main(["run", str(path), "--out", str(out), *NEURAL_RUN]) == 0
         assert "0 unit(s) computed, 2 resumed" in capsys.readouterr().out  # nothing retrained
         assert main(["run", str(path), "--out", str(out), *NEURAL_RUN, "--check"]) == 2
-        assert "no recorded claims" in capsys.readouterr().err
+        assert "states no claims" in capsys.readouterr().err
     finally:
         torch.set_default_dtype(torch.float64)
 

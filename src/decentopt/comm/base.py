@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from decentopt.topology.topology import Topology
 
 __all__ = ["CommStats", "Communicator"]
 
@@ -34,6 +37,8 @@ class Communicator(Protocol):
     """Mixes agent-first tensors with the mixing matrix ``W``."""
 
     stats: CommStats
+    #: The graph (and ``W``) over all agents, whichever rows this process owns.
+    topology: Topology
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Return ``W z`` for the rows this process owns (one gossip round).

@@ -6,7 +6,7 @@ computes (or resumes) every unit through the store and the one loop;
 judges the paper's claims on a finished sweep.
 """
 
-from decentopt.experiments.claims import CLAIMS, check_claims, claims_markdown
+from decentopt.experiments.claims import CHECKS, check_claims, claims_markdown
 from decentopt.experiments.reports import markdown_table, summary_markdown, write_report
 from decentopt.experiments.runner import Outcome, run_spec
 from decentopt.experiments.spec import PRESETS, ConfigError, RunSpec, load_spec, validate
@@ -14,7 +14,7 @@ from decentopt.experiments.store import ResultStore, Unit
 from decentopt.experiments.summary import summarise
 
 __all__ = [
-    "CLAIMS",
+    "CHECKS",
     "PRESETS",
     "ConfigError",
     "Outcome",

@@ -1,47 +1,49 @@
-"""The paper's claims about its convex figures, checked against our measurements.
+"""Claims about a panel sweep, checked against its measurements (``--check``).
 
-Each claim is stated as the paper makes it, turned into a measurable test
-and evaluated on the summary of a finished sweep. Every verdict is one of
+A specification states its claims in ``[[claims]]`` tables (the presets hold
+the paper's, as the paper makes them): the text, and a check from
+:data:`CHECKS` with its arguments, which turns the claim into a measurable
+test evaluated on the summary of the finished sweep. Every verdict is one of
 three: **holds**, **does not hold**, or **inconclusive** (a run that has not
 finished converging, a difference within noise, a value between the
 thresholds). Nothing here is tuned to make a claim pass.
 
-Thresholds (each with its reason; the table in ``docs/experiments.md`` repeats them):
+Thresholds (the constants below; ``docs/experiments.md`` gives their reasons):
 
-* ``A`` is lower than ``B`` only when ``B - A > 2 SE``, with ``SE`` the
-  standard error of the difference of the two means over repetitions (about
-  95 % confidence); within ``2 SE`` they are equal within noise.
-* *Trapped by heterogeneity*: the steady error grows at least half as fast as
-  ``zeta^2`` (log-log slope against ``zeta^2`` >= 0.5); a bias ``∝ zeta^2``
-  has slope 1.
-* *Unaffected by heterogeneity*: the steady error grows at most 1.2x over the
-  whole ``zeta^2`` range (the paper's range spans x64); between the two is
-  inconclusive, and so is any method still decreasing at the end of its run.
-* *Linear convergence to a neighbourhood*: a negative fitted slope of
-  ``log(error)`` over the transient and a flat tail (not still decreasing).
-* *Faster*: each repetition's settling iteration (from which it stays below
-  the threshold), compared with the same ``2 SE`` rule; a method that never
-  settles in some repetition is slower than one that always does.
+* ``A`` is lower than ``B`` only when ``B - A > 2 SE`` (``SE``: the standard error
+  of the difference of the means over runs); within ``2 SE`` they are equal.
+* *Trapped by heterogeneity*: log-log slope of the steady error against ``zeta^2``
+  at least 0.5 (a bias ``∝ zeta^2`` has slope 1). *Unaffected*: it grows at most
+  1.2x over the ``zeta^2`` range. Between the two, or still decreasing: inconclusive.
+* *Linear convergence to a neighbourhood*: a negative slope of ``log(error)`` over
+  the transient and a flat tail. *Faster*: each run's settling iteration, by the
+  ``2 SE`` rule; never settling in some run is slower than always settling.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from decentopt.experiments.reports import markdown_table
-from decentopt.experiments.summary import Stat
+from decentopt.experiments.summary import (
+    SIGNIFICANCE,
+    Stat,
+    compare,
+    compare_settling,
+    heterogeneity_slope,
+    levels_by_zeta,
+    mean_se,
+)
 from decentopt.plotting import LABELS
 
-__all__ = ["CLAIMS", "Claim", "Verdict", "check_claims", "claims_markdown"]
+__all__ = ["CHECKS", "Claim", "Verdict", "check_claims", "claims_markdown", "parse_claims"]
 
 Stats = dict[tuple[float, str], Stat]
 
-#: Standard errors a difference must exceed to count.
-SIGNIFICANCE = 2.0
 #: Log-log slope against zeta^2 from which an error is "trapped".
 TRAPPED_SLOPE = 0.5
 #: Growth over the zeta^2 range up to which an error is "unaffected".
@@ -61,11 +63,6 @@ class Claim:
     check: Callable[[Stats], Verdict]
 
 
-def _levels(stats: Stats) -> list[float]:
-    zeta = {lv: s.zeta2 for (lv, _), s in stats.items()}
-    return sorted(zeta, key=zeta.__getitem__)
-
-
 def _algs(stats: Stats) -> set[str]:
     return {a for _, a in stats}
 
@@ -83,36 +80,7 @@ def _combine(verdicts: Sequence[bool | None]) -> bool | None:
 
 def _ordered(order: int, strict: bool) -> bool | None:
     """Verdict on "A below B" (``strict``) or "A not above B" from :func:`compare`'s sign."""
-    if order < 0:
-        return True
-    if order > 0:
-        return False
-    return None if strict else True
-
-
-def compare(a: float, se_a: float, b: float, se_b: float) -> int:
-    """-1 if ``a`` is significantly lower than ``b``, +1 if higher, 0 within noise."""
-    se = math.sqrt(np.nan_to_num(se_a) ** 2 + np.nan_to_num(se_b) ** 2)
-    if b - a > SIGNIFICANCE * se:
-        return -1
-    if a - b > SIGNIFICANCE * se:
-        return 1
-    return 0
-
-
-def compare_settling(a: Sequence[float], b: Sequence[float]) -> int:
-    """-1 if repetitions of ``a`` settle significantly sooner than ``b``'s, +1 later, 0 unclear."""
-    a_never, b_never = np.isinf(a).any(), np.isinf(b).any()
-    if a_never or b_never:
-        return 0 if a_never and b_never else (1 if a_never else -1)
-
-    def mean_se(v: Sequence[float]) -> tuple[float, float]:
-        arr = np.asarray(v, dtype=float)
-        return float(arr.mean()), float(arr.std(ddof=1) / np.sqrt(len(arr))) if len(
-            arr
-        ) > 1 else 0.0
-
-    return compare(*mean_se(a), *mean_se(b))
+    return {-1: True, 1: False}.get(order, None if strict else True)
 
 
 def _settle_text(s: Stat) -> str:
@@ -120,18 +88,8 @@ def _settle_text(s: Stat) -> str:
     if not arr.size:
         return "n/a"
     if np.isinf(arr).any():
-        return f"never in {int(np.isinf(arr).sum())}/{arr.size} reps"
-    se = arr.std(ddof=1) / np.sqrt(arr.size) if arr.size > 1 else 0.0
-    return f"{arr.mean():.0f} ± {se:.0f}"
-
-
-def heterogeneity_slope(stats: Stats, alg: str) -> tuple[float, float]:
-    """(log-log slope of the steady error against zeta^2, growth max/first over the levels)."""
-    levels = _levels(stats)
-    z = np.log([stats[(lv, alg)].zeta2 for lv in levels])
-    e = np.array([stats[(lv, alg)].steady for lv in levels])
-    slope = float(np.polyfit(z, np.log(e), 1)[0]) if np.all(e > 0) else float("nan")
-    return slope, float(e.max() / e[0])
+        return f"never in {int(np.isinf(arr).sum())}/{arr.size} runs"
+    return "{:.0f} ± {:.0f}".format(*mean_se(arr))
 
 
 def heterogeneity_effect(algs: Sequence[str], expect: str) -> Callable[[Stats], Verdict]:
@@ -139,12 +97,12 @@ def heterogeneity_effect(algs: Sequence[str], expect: str) -> Callable[[Stats], 
 
     def check(stats: Stats) -> Verdict:
         present = [a for a in algs if a in _algs(stats)]
-        if not present or len(_levels(stats)) < 2:
+        if not present or len(levels_by_zeta(stats)) < 2:
             return Verdict(None, "needs these algorithms and at least two heterogeneity levels")
         verdicts, parts = [], []
         for alg in present:
             slope, growth = heterogeneity_slope(stats, alg)
-            moving = any(stats[(lv, alg)].still_decreasing for lv in _levels(stats))
+            moving = any(stats[(lv, alg)].still_decreasing for lv in levels_by_zeta(stats))
             if moving or not np.isfinite(slope):
                 kind = "still decreasing" if moving else "not measurable"
             elif slope >= TRAPPED_SLOPE:
@@ -157,7 +115,10 @@ def heterogeneity_effect(algs: Sequence[str], expect: str) -> Callable[[Stats], 
                 True if kind == expect else (False if kind in ("trapped", "unaffected") else None)
             )
             parts.append(f"{_name(alg)} slope {slope:+.2f}, x{growth:.3g} ({kind})")
-        zetas = [stats[(lv, present[0])].zeta2 for lv in (_levels(stats)[0], _levels(stats)[-1])]
+        zetas = [
+            stats[(lv, present[0])].zeta2
+            for lv in (levels_by_zeta(stats)[0], levels_by_zeta(stats)[-1])
+        ]
         return Verdict(
             _combine(verdicts), f"ζ² from {zetas[0]:.3g} to {zetas[1]:.3g}: " + "; ".join(parts)
         )
@@ -199,7 +160,7 @@ def ordered(
             return Verdict(None, f"needs {_name(alg)} and {', '.join(map(_name, others))}")
         verdicts, parts = [], []
         for other in others:
-            for lv in _levels(stats):
+            for lv in levels_by_zeta(stats):
                 a, b = stats[(lv, alg)], stats[(lv, other)]
                 order = measure.order(a, b)
                 verdicts.append(_ordered(order, strict))
@@ -255,78 +216,71 @@ def converges_linearly(stats: Stats) -> Verdict:
 
 _SIG = f"by more than {SIGNIFICANCE:g} standard errors"
 
-CLAIMS: dict[str, list[Claim]] = {
-    "fig1": [
-        Claim(
-            "All algorithms converge linearly to a neighbourhood of the optimum.",
-            "no divergence; negative slope of log(error) over the transient; flat tail",
-            converges_linearly,
-        ),
-        Claim(
-            "As heterogeneity increases, DmSGD, Quasi-Global and DecentLaM become trapped "
-            "in heterogeneous regions.",
-            f"log-log slope of the steady error against ζ² >= {TRAPPED_SLOPE:g}",
-            heterogeneity_effect(["dmsgd", "qg_dsgdm", "decentlam"], expect="trapped"),
-        ),
-        Claim(
-            "ED/D², EDM, DSGT and DSGT-HB eliminate the heterogeneity error.",
-            f"steady error grows at most x{UNAFFECTED_GROWTH:g} over the ζ² range",
-            heterogeneity_effect(["ed", "edm", "dsgt", "dsgt_hb"], expect="unaffected"),
-        ),
-        Claim(
-            "EDM retains ED/D²'s accuracy: its final error is no worse than ED's.",
-            f"EDM's steady error not above ED's {_SIG}, at every level",
-            ordered(STEADY, "edm", ["ed"], strict=False),
-        ),
-        Claim(
-            "Momentum improves the convergence rate of ED/D².",
-            f"EDM's repetitions settle below the threshold sooner than ED's {_SIG}",
-            ordered(SETTLING, "edm", ["ed"], strict=True),
-        ),
-        Claim(
-            "DSGT-HB's momentum is held back by DSGT's gradient-consensus phase, while EDM is not.",
-            "EDM settles sooner than DSGT-HB, and DSGT-HB no sooner than DSGT (momentum gains "
-            f"nothing there), {_SIG}",
-            held_back_by_tracking,
-        ),
-    ],
-    "fig2": [
-        Claim(
-            "All algorithms converge (to a neighbourhood set by the gradient noise).",
-            "no divergence; negative slope of log(error) over the transient; flat tail",
-            converges_linearly,
-        ),
-        Claim(
-            "EDM enhances ED/D², converging to a narrower region of the optimum.",
-            f"EDM's steady ‖∇f(x̄)‖² below ED's {_SIG}, at every level",
-            ordered(STEADY, "edm", ["ed"], strict=True),
-        ),
-        Claim(
-            "EDM experiences minimal influence from data heterogeneity.",
-            f"EDM's steady error grows at most x{UNAFFECTED_GROWTH:g} over the σ_h² range",
-            heterogeneity_effect(["edm"], expect="unaffected"),
-        ),
-        Claim(
-            "DmSGD, without bias correction, is affected by heterogeneity.",
-            f"log-log slope of DmSGD's steady error against ζ² >= {TRAPPED_SLOPE:g}",
-            heterogeneity_effect(["dmsgd"], expect="trapped"),
-        ),
-        Claim(
-            "EDM converges at least as fast as the momentum-free bias-corrected methods.",
-            f"EDM settles no later than ED/D² and DSGT {_SIG}, at every level",
-            ordered(SETTLING, "edm", ["ed", "dsgt"], strict=False),
-        ),
-    ],
+
+def _names(algs: Sequence[str]) -> str:
+    return ", ".join(map(_name, algs))
+
+
+def _ordering(measure: Measure, strict: bool, words: str) -> Callable[..., Any]:
+    def make(algorithm: str, others: Sequence[str]) -> tuple[Callable[[Stats], Verdict], str]:
+        test = f"{_name(algorithm)} {words} {_names(others)} {_SIG}, at every level"
+        return ordered(measure, algorithm, others, strict), test
+
+    return make
+
+
+def _effect(expect: str, test: str) -> Callable[..., Any]:
+    def make(algorithms: Sequence[str]) -> tuple[Callable[[Stats], Verdict], str]:
+        return heterogeneity_effect(algorithms, expect), test.format(_names(algorithms))
+
+    return make
+
+
+#: Checks a ``[[claims]]`` table can name (``check = "NAME"`` plus its arguments), each
+#: giving the check and the test it applies, in words.
+CHECKS: dict[str, Callable[..., tuple[Callable[[Stats], Verdict], str]]] = {
+    "converges_linearly": lambda: (
+        converges_linearly,
+        "no divergence; negative slope of log(error) over the transient; flat tail",
+    ),
+    "trapped": _effect("trapped", f"log-log slope of {{}}'s steady error vs ζ² >= {TRAPPED_SLOPE}"),
+    "unaffected": _effect(
+        "unaffected", f"steady error of {{}} grows at most x{UNAFFECTED_GROWTH} over the ζ² range"
+    ),
+    "steady_below": _ordering(STEADY, True, "has a steady error below"),
+    "steady_not_above": _ordering(STEADY, False, "has a steady error not above"),
+    "settles_sooner": _ordering(SETTLING, True, "settles below the threshold sooner than"),
+    "settles_no_later": _ordering(SETTLING, False, "settles below the threshold no later than"),
+    "held_back_by_tracking": lambda: (
+        held_back_by_tracking,
+        "EDM settles sooner than DSGT-HB, and DSGT-HB no sooner than DSGT (momentum gains "
+        f"nothing there), {_SIG}",
+    ),
 }
 
 
-def check_claims(name: str, stats: Stats) -> list[tuple[Claim, Verdict]]:
-    """The verdict on every claim recorded for the preset ``name``."""
-    if name not in CLAIMS:
-        raise ValueError(
-            f"no claims are recorded for {name!r}; --check works for {', '.join(CLAIMS)}"
-        )
-    return [(claim, claim.check(stats)) for claim in CLAIMS[name]]
+def parse_claims(tables: Sequence[dict[str, Any]], where: str) -> tuple[Claim, ...]:
+    """``[[claims]]`` tables: ``text`` (the claim as stated), ``check`` and its arguments."""
+    claims = []
+    for k, table in enumerate(tables):
+        args = dict(table)
+        text, name = args.pop("text", None), args.pop("check", None)
+        if not isinstance(text, str) or name not in CHECKS:
+            raise ValueError(
+                f'{where} [[claims]] #{k + 1}: needs text = "..." and check = one of '
+                f"{', '.join(CHECKS)}"
+            )
+        try:
+            check, test = CHECKS[name](**args)
+        except TypeError as exc:
+            raise ValueError(f"{where} [[claims]] #{k + 1} ({name}): {exc}") from None
+        claims.append(Claim(text, test, check))
+    return tuple(claims)
+
+
+def check_claims(claims: Sequence[Claim], stats: Stats) -> list[tuple[Claim, Verdict]]:
+    """The verdict on every claim (a specification's ``claims``)."""
+    return [(claim, claim.check(stats)) for claim in claims]
 
 
 def claims_markdown(results: list[tuple[Claim, Verdict]]) -> str:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from decentopt.experiments.spec import RunSpec
-from decentopt.experiments.summary import Stat, stats_zeta, summarise
+from decentopt.experiments.summary import Stat, levels_by_zeta, stats_zeta, summarise
 from decentopt.plotting import LABELS, ordered, plot_curves, plot_epochs
 from decentopt.results import write_text_atomic
+
+if TYPE_CHECKING:
+    from decentopt.experiments.spec import RunSpec
 
 __all__ = ["final_markdown", "markdown_table", "summary_markdown", "write_report"]
 
@@ -40,7 +42,7 @@ def summary_markdown(
     """
     metric = metric or spec.metric
     with_reach = metric == spec.metric
-    levels = sorted({level for level, _ in stats}, key=lambda v: stats_zeta(stats, v))
+    levels = levels_by_zeta(stats)
     some = next(iter(stats.values()))
     caption = (
         f"Steady-state {metric}: mean over the last 10 % of iterations ({some.tail_points} "
@@ -130,14 +132,14 @@ def write_report(
             out / spec.name,
             panel=spec.panel,
             panel_title="{key} = {value:g}  (ζ² = {zeta2:.3g})",
-            panel_order=sorted({lv for lv, _ in stats}, key=lambda lv: stats_zeta(stats, lv)),
+            panel_order=levels_by_zeta(stats),
             title=title,
         )
     say(tables)
     report = [f"# {spec.name}: {title}", "", tables]
     if claims is not None:
         if stats is None:
-            raise ValueError(f"--check has no recorded claims for {spec.name}; omit it")
+            raise ValueError(f"{spec.name}: claims are checked on panel sweeps only")
         text = claims(stats)
         say(text)
         report += ["## The paper's claims", "", text]

@@ -97,7 +97,6 @@ def run_spec(
                 iterations=plan.iterations,
                 record=plan.record,
                 seed=noise,
-                agents=spec.agents,
                 period=plan.period,
                 checkpoint_dir=folder if plan.period else None,
                 progress=progress and job.main,

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -38,7 +37,7 @@ from decentopt.experiments.reports import markdown_table
 from decentopt.problems import Quadratic
 from decentopt.simulate import simulate
 
-__all__ = ["ScalingRow", "plot_scaling", "run_scaling", "scaling_markdown", "scaling_table"]
+__all__ = ["ScalingRow", "run_scaling", "scaling_markdown", "scaling_table"]
 
 
 @dataclass(frozen=True)
@@ -254,43 +253,3 @@ def scaling_table(rows: Sequence[ScalingRow]) -> list[dict[str, object]]:
         }
         for r in rows
     ]
-
-
-def _ring_sizes(gaps: Sequence[float]) -> list[int]:
-    """Invert 1 - lambda = (1 - cos(2 pi / n)) / 2 of the paper's ring."""
-    return [round(2 * math.pi / math.acos(1 - 2 * g)) for g in gaps]
-
-
-def plot_scaling(rows: Sequence[ScalingRow], out: str | Path) -> list[Path]:
-    import matplotlib.pyplot as plt
-
-    from decentopt.plotting import LABELS, save_figure, style_for
-
-    fig, axes = plt.subplots(1, 5, figsize=(21, 3.8))
-    panels = [r for r in rows if r.quantity.startswith("DmSGD")]
-    for ax, r in zip(axes[:4], panels, strict=True):
-        y = np.array(r.ys)
-        ax.loglog(r.xs, y, "o-", color="tab:blue", alpha=0.4, lw=0.8)
-        ax.set_title(f"DmSGD bias vs {r.variable}: {r.mean:+.2f} (paper {r.paper_exponent:+g})")
-        ax.set_xlabel(r.variable)
-        ax.set_ylabel(r.quantity + " (one line per seed)")
-        ax.grid(alpha=0.3, which="both", lw=0.4)
-    ax = axes[4]
-    transient = [x for x in rows if x.quantity == "heterogeneity transient"]
-    for i, r in enumerate(transient):
-        y = np.array(r.ys).mean(axis=1)
-        ax.loglog(
-            r.xs,
-            y,
-            label=f"{LABELS.get(r.method, r.method)}: {r.mean:+.2f} (paper {r.paper_exponent:+g})",
-            **style_for(r.method, i),
-        )
-    if transient:
-        sizes = _ring_sizes(transient[0].xs)
-        ax.set_xlabel(f"1 - lambda (rings of {', '.join(map(str, sorted(sizes)))} agents)")
-    ax.set_ylabel("sum_t consensus error / zeta0^2 (mean over seeds)")
-    ax.set_title("heterogeneity transient")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, which="both", lw=0.4)
-    fig.tight_layout()
-    return save_figure(fig, out)

@@ -1,51 +1,17 @@
 """The run specification: one TOML schema for every kind of experiment.
 
-A specification names a problem kind, the agents and their graph, the
-algorithms (with variants and grids), seeds by role and how many independent
-runs; the kind's own section ``[problem_params]`` is the dataclass registered
-in :data:`decentopt.problems.KINDS`. Example::
+A specification names a problem kind (``problem``, with its own section
+``[problem_params]``: the dataclass registered in :data:`decentopt.problems.KINDS`),
+the ``agents`` and their ``[topology]``, the algorithms (``[algorithms.LABEL]``
+with ``[defaults]``; a ``method`` key makes a labelled variant, a list value a
+grid of variants), seeds by role, how many independent ``runs``, and what
+to record and report; ``[quick]`` holds the overrides of ``--quick`` and
+``[[claims]]`` the claims ``--check`` judges. ``docs/experiments.md`` describes
+every key with an example.
 
-    name = "my-sweep"
-    problem = "quadratic"          # or "logistic", "neural", any registered kind
-    agents = 32
-    runs = 10                      # independent runs (seeds of data and noise)
-    iterations = 2000              # steps (neural runs are sized in epochs instead)
-    metric = "dist_to_opt"         # plotted and summarised
-    also_report = ["consensus"]    # further metrics summarised in tables
-    threshold = 1e-3               # "iterations to reach" in the summary
-
-    [seeds]                        # by role: every algorithm shares data, noise and graph
-    data = 0
-    noise = 1
-    graph = 0
-
-    [topology]
-    name = "ring"
-
-    [problem_params]
-    sigma2 = 0.05
-    c = [1.0, 0.5]                 # the kind's panel parameter: one panel per value
-
-    [defaults]                     # applied to every algorithm that has the field
-    lr = 0.05
-    beta = 0.9
-
-    [algorithms.ed]
-    [algorithms.edm]
-    [algorithms.edm_b99]           # a variant: its own label, method and settings
-    method = "edm"
-    beta = 0.99
-    [algorithms.dsgd]
-    lr = [0.01, 0.05]              # a grid: one labelled variant per value
-
-    [quick]                        # overrides applied by --quick
-    iterations = 300
-
-Typed with dataclasses (:mod:`decentopt._schema`): every error names the file,
-the table, the key, what was found and the fix. Old names are read for one
-more release with a warning: ``repetitions`` (now ``runs``), ``[topology] n``
-(now ``agents``), ``[heterogeneity] values`` (now the panel parameter in
-``[problem_params]``) and a neural run's top-level problem keys.
+Typed with dataclasses (:mod:`decentopt._schema`) rather than key-by-key checks:
+every error names the file, the table, the key, what was found and the fix.
+The names of earlier releases are read with a warning (:mod:`.legacy`).
 """
 
 from __future__ import annotations
@@ -57,7 +23,6 @@ import inspect
 import itertools
 import json
 import sys
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,17 +35,10 @@ else:  # pragma: no cover
 from decentopt import algorithms, problems, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError, bounded, parse
+from decentopt.experiments.claims import Claim, parse_claims
+from decentopt.experiments.legacy import renamed
 
-__all__ = [
-    "PAPER_PRESETS",
-    "PRESETS",
-    "ConfigError",
-    "RunSpec",
-    "Seeds",
-    "Variant",
-    "load_spec",
-    "parse_override",
-]
+__all__ = ["PAPER_PRESETS", "PRESETS", "ConfigError", "RunSpec", "Seeds", "Variant", "load_spec"]
 
 PRESET_DIR = Path(__file__).with_name("presets")
 PRESETS = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
@@ -89,15 +47,8 @@ PAPER_PRESETS = [
     p for p in PRESETS if "reproduces" in tomllib.loads((PRESET_DIR / f"{p}.toml").read_text())
 ]
 #: Fields that change how results are shown, not what they are: outside the fingerprint.
-PRESENTATION = (
-    "name",
-    "description",
-    "reproduces",
-    "source",
-    "metric",
-    "also_report",
-    "threshold",
-    "timeout",
+PRESENTATION = frozenset(
+    "claims name description reproduces source metric also_report threshold timeout".split()
 )
 
 
@@ -142,6 +93,7 @@ class _File:
     threshold: float = bounded(1e-3, above=0)
     timeout: float = bounded(120.0, above=0)
     seeds: Seeds = field(default_factory=Seeds)
+    claims: tuple[dict[str, Any], ...] = ()
     problem_params: dict[str, Any] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
     quick: dict[str, Any] = field(default_factory=dict)
@@ -165,6 +117,7 @@ class RunSpec:
     also_report: tuple[str, ...] = ()
     threshold: float = 1e-3
     timeout: float = 120.0
+    claims: tuple[Claim, ...] = ()
     description: str = ""
     reproduces: str = ""
     source: str = ""
@@ -176,7 +129,8 @@ class RunSpec:
 
     def fingerprint(self, label: str, run: int | None = None) -> str:
         """Hash of the whole specification minus presentation, for one variant (and run)."""
-        payload = {k: v for k, v in dataclasses.asdict(self).items() if k not in PRESENTATION}
+        whole = dataclasses.asdict(dataclasses.replace(self, claims=()))
+        payload = {k: v for k, v in whole.items() if k not in PRESENTATION}
         payload["algorithms"] = dataclasses.asdict(self.algorithms[label])
         payload["algorithms"].pop("label")
         payload["run"] = run
@@ -273,45 +227,6 @@ def load_spec(
     return validate(raw, source)
 
 
-def _renamed(raw: dict[str, Any], source: str) -> dict[str, Any]:
-    """Old names, read for one more release with a warning."""
-    raw = copy.deepcopy(raw)
-
-    def move(old: str, new: str, value: Any, into: dict[str, Any], key: str) -> None:
-        warnings.warn(
-            f"{source}: {old} is now {new}; the old name goes in the next release",
-            FutureWarning,
-            stacklevel=4,
-        )
-        if key in into and into[key] != value:
-            raise ConfigError(f"{source}: both {old} and {new} are given; keep {new}")
-        into[key] = value
-
-    if "repetitions" in raw:
-        move("'repetitions'", "'runs'", raw.pop("repetitions"), raw, "runs")
-    if isinstance(raw.get("topology"), dict) and "n" in raw["topology"]:
-        move("[topology] n", "the top-level 'agents'", raw["topology"].pop("n"), raw, "agents")
-    kind = problems.KINDS.get(raw.get("problem"))  # type: ignore[arg-type]
-    params = raw.setdefault("problem_params", {})
-    if kind is not None and isinstance(params, dict):
-        het = raw.pop("heterogeneity", None)
-        if isinstance(het, dict) and kind.panel:
-            unknown = set(het) - {"values"}
-            if unknown:
-                raise ConfigError(f"{source} [heterogeneity]: unknown key {unknown.pop()!r}")
-            move(
-                "[heterogeneity] values",
-                f"[problem_params] {kind.panel}",
-                het.get("values"),
-                params,
-                kind.panel,
-            )
-        for key in [f.name for f in dataclasses.fields(kind)]:
-            if key in raw and key not in _File.__dataclass_fields__:
-                move(f"top-level '{key}'", f"[problem_params] {key}", raw.pop(key), params, key)
-    return raw
-
-
 def _variants(top: _File, source: str) -> dict[str, Variant]:
     """``[algorithms.LABEL]`` tables with ``[defaults]``; list values expand into a grid."""
     if not top.algorithms:
@@ -354,7 +269,7 @@ def _variants(top: _File, source: str) -> dict[str, Variant]:
 
 def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     """Check every key and value; raise :class:`ConfigError` naming the first problem."""
-    top = parse(_File, _renamed(raw, source), source)
+    top = parse(_File, renamed(raw, source, _File.__dataclass_fields__), source)
     if top.problem not in problems.KINDS:
         raise ConfigError(f"{source}: {unknown_name('problem', top.problem, problems.KINDS)}")
     kind = problems.KINDS[top.problem]
@@ -364,41 +279,31 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     except ValueError as exc:
         raise ConfigError(f"{source} [problem_params]: {exc}") from None
     topo = dict(top.topology)
-    if topo.get("name") not in topology.REGISTRY:
-        raise ConfigError(
-            f"{source} [topology]: {unknown_name('topology', topo.get('name'), topology.REGISTRY)}"
-        )
-    params_ = inspect.signature(topology.REGISTRY[topo["name"]]).parameters
-    valid = [p for p in params_ if p != "n"]
-    for key in topo:
-        if key != "name" and key not in valid:
-            raise ConfigError(
-                f"{source} [topology]: unknown key '{key}' for {topo['name']}; "
-                f"valid: name, {', '.join(valid)}"
-            )
-    for key in valid:
-        if params_[key].default is inspect.Parameter.empty and key not in topo:
-            raise ConfigError(f"{source} [topology]: {topo['name']} needs '{key}'")
+    try:
+        topology.check_arguments(topo.pop("name", None), topo)
+    except ValueError as exc:
+        raise ConfigError(f"{source} [topology]: {exc}") from None
+    topo = dict(top.topology)
     metric = top.metric or kind.metrics[0]
     for m in (metric, *top.also_report):
         if m not in kind.metrics:
             raise ConfigError(f"{source}: {unknown_name('metric', m, kind.metrics)}")
+    try:
+        claims = parse_claims(top.claims, source)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    shared = {
+        f: getattr(top, f) for f in RunSpec.__dataclass_fields__ if f in _File.__dataclass_fields__
+    }
     return RunSpec(
-        name=top.name or Path(source).stem,
-        problem=top.problem,
-        params=params,
-        agents=top.agents,
-        topology=topo,
-        algorithms=_variants(top, source),
-        runs=top.runs,
-        iterations=top.iterations,
-        seeds=top.seeds,
-        record_points=top.record_points,
-        metric=metric,
-        also_report=top.also_report,
-        threshold=top.threshold,
-        timeout=top.timeout,
-        description=top.description,
-        reproduces=top.reproduces,
-        source=source,
+        **shared
+        | {
+            "name": top.name or Path(source).stem,
+            "params": params,
+            "topology": topo,
+            "algorithms": _variants(top, source),
+            "metric": metric,
+            "claims": claims,
+            "source": source,
+        }
     )

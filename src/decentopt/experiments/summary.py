@@ -25,16 +25,30 @@ For each (heterogeneity level, algorithm):
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from decentopt.experiments.spec import RunSpec
+if TYPE_CHECKING:
+    from decentopt.experiments.spec import RunSpec
 
-__all__ = ["Stat", "settling_step", "stats_zeta", "summarise"]
+
+__all__ = [
+    "SIGNIFICANCE",
+    "Stat",
+    "compare",
+    "compare_settling",
+    "heterogeneity_slope",
+    "levels_by_zeta",
+    "mean_se",
+    "settling_step",
+    "stats_zeta",
+    "summarise",
+]
 
 
 @dataclass(frozen=True)
@@ -168,5 +182,47 @@ def settling_step(steps: np.ndarray, curve: np.ndarray, threshold: float) -> int
     return int(np.ceil(steps[k - 1] + frac * (steps[k] - steps[k - 1])))
 
 
+#: Standard errors a difference must exceed to count.
+SIGNIFICANCE = 2.0
+
+
+def levels_by_zeta(stats: dict[tuple[float, str], Stat]) -> list[float]:
+    """The panel levels of ``stats``, from low to high heterogeneity."""
+    zeta = {lv: s.zeta2 for (lv, _), s in stats.items()}
+    return sorted(zeta, key=zeta.__getitem__)
+
+
 def stats_zeta(stats: dict[tuple[float, str], Stat], level: float) -> float:
     return next(s.zeta2 for (lv, _), s in stats.items() if lv == level)
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    arr = np.asarray(values, dtype=float)
+    return float(arr.mean()), float(arr.std(ddof=1) / np.sqrt(arr.size)) if arr.size > 1 else 0.0
+
+
+def compare(a: float, se_a: float, b: float, se_b: float) -> int:
+    """-1 if ``a`` is significantly lower than ``b``, +1 if higher, 0 within noise."""
+    se = math.sqrt(np.nan_to_num(se_a) ** 2 + np.nan_to_num(se_b) ** 2)
+    if b - a > SIGNIFICANCE * se:
+        return -1
+    if a - b > SIGNIFICANCE * se:
+        return 1
+    return 0
+
+
+def compare_settling(a: Sequence[float], b: Sequence[float]) -> int:
+    """-1 if runs of ``a`` settle significantly sooner than ``b``'s, +1 later, 0 unclear."""
+    a_never, b_never = np.isinf(a).any(), np.isinf(b).any()
+    if a_never or b_never:
+        return 0 if a_never and b_never else (1 if a_never else -1)
+    return compare(*mean_se(a), *mean_se(b))
+
+
+def heterogeneity_slope(stats: dict[tuple[float, str], Stat], alg: str) -> tuple[float, float]:
+    """(log-log slope of the steady error against zeta^2, growth max/first over the levels)."""
+    levels = levels_by_zeta(stats)
+    z = np.log([stats[(lv, alg)].zeta2 for lv in levels])
+    e = np.array([stats[(lv, alg)].steady for lv in levels])
+    slope = float(np.polyfit(z, np.log(e), 1)[0]) if np.all(e > 0) else float("nan")
+    return slope, float(e.max() / e[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,20 @@ REGISTRY: dict[str, Callable[..., Topology]] = {
 }
 
 
+def check_arguments(name: str, kwargs: dict[str, Any]) -> None:
+    """Refuse an unknown topology, an unknown argument or a missing one, naming the fix."""
+    if name not in REGISTRY:
+        raise ValueError(unknown_name("topology", name, sorted(REGISTRY)))
+    params = inspect.signature(REGISTRY[name]).parameters
+    valid = [p for p in params if p != "n"]
+    for key in kwargs:
+        if key not in valid:
+            raise ValueError(f"unknown key '{key}' for {name}; valid: name, {', '.join(valid)}")
+    for key in valid:
+        if params[key].default is inspect.Parameter.empty and key not in kwargs:
+            raise ValueError(f"{name} needs '{key}'")
+
+
 def make(name: str, *args: Any, **kwargs: Any) -> Topology:
     """Build a registered topology by name, e.g. ``make("ring", 32)``."""
     try:
@@ -49,6 +64,7 @@ __all__ = [
     "REGISTRY",
     "AssumptionError",
     "Topology",
+    "check_arguments",
     "check_assumption1",
     "complete",
     "erdos_renyi",
