@@ -14,15 +14,8 @@ import numpy as np
 
 from decentopt import __version__, theory, topology
 from decentopt.distributed.launch import launch
-from decentopt.experiments import (
-    ConfigError,
-    RunSpec,
-    check_claims,
-    claims_markdown,
-    load_spec,
-    run_spec,
-    write_report,
-)
+from decentopt.experiments import ConfigError, RunSpec, load_spec, run_spec, write_report
+from decentopt.experiments.claims import check_claims, claims_markdown
 from decentopt.experiments.scaling import run_scaling, scaling_markdown, scaling_table
 from decentopt.experiments.spec import PAPER_PRESETS
 from decentopt.plotting import plot_scaling
@@ -78,12 +71,8 @@ def _run_topology(args: argparse.Namespace) -> int:
 def _configure_launch(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--nproc", type=int, required=True, help="processes (agents) to start")
     p.add_argument("--threads", type=int, default=1, help="OMP threads per process (default 1)")
-    p.add_argument(
-        "-m",
-        "--module",
-        action="store_true",
-        help="run SCRIPT as a module, e.g. -m decentopt reproduce fig3 --quick",
-    )
+    example = "e.g. -m decentopt reproduce fig3 --quick"
+    p.add_argument("-m", "--module", action="store_true", help=f"run a module, {example}")
     p.add_argument("script", help="a Python script (or a module with -m)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
 
@@ -100,14 +89,9 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
         p.add_argument("source", metavar="TARGET", choices=choices, help=", ".join(choices))
     p.add_argument("--quick", action="store_true", help="apply the config's [quick] overrides")
     p.add_argument("--check", action="store_true", help="check the paper's claims on the results")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set iterations=500 --set algorithms.edm.beta=0.95",
-    )
+    example = "e.g. --set iterations=500 --set algorithms.edm.beta=0.95"
+    kw = {"dest": "overrides", "action": "append", "default": [], "metavar": "KEY=VALUE"}
+    p.add_argument("--set", help=f"override a config value, {example}", **kw)
     p.add_argument("--only", metavar="A,B", help="run only these algorithms (their labels)")
     p.add_argument("--out", type=Path, help="output folder (default results/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of resuming")
@@ -158,13 +142,8 @@ def _run_command(args: argparse.Namespace) -> int:
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
     modified = args.quick or bool(args.overrides)
-    files = write_report(
-        spec,
-        outcome.rows,
-        out,
-        modified=modified,
-        claims=_claims(spec) if args.check else None,
-    )
+    claims = _claims(spec) if args.check else None
+    files = write_report(spec, outcome.rows, out, modified=modified, claims=claims)
     print(
         f"{spec.name}: {len(outcome.ran)} unit(s) computed, {len(outcome.kept)} resumed, "
         f"{outcome.seconds:.1f} s; wrote " + ", ".join(map(str, files))
@@ -227,10 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(
-            "\ninterrupted; finished runs are saved and a rerun of the same command resumes",
-            file=sys.stderr,
-        )
+        note = "finished runs are saved and a rerun of the same command resumes"
+        print(f"\ninterrupted; {note}", file=sys.stderr)
         return 130
 
 

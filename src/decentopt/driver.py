@@ -17,7 +17,7 @@ columns go on, and the loop ends early once every column has stopped.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,6 +28,7 @@ import torch
 from decentopt.algorithms.base import Algorithm, AlgorithmState
 from decentopt.comm.base import Communicator
 from decentopt.distributed.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from decentopt.problems.base import Plan
 
 if TYPE_CHECKING:
     from decentopt.problems.base import Problem
@@ -154,21 +155,23 @@ def run_loop(
     algorithm: Algorithm[Any],
     problem: Problem,
     comm: Communicator,
+    plan: Plan,
     *,
-    iterations: int,
-    record: Sequence[int],
     gradient: Callable[[torch.Tensor, torch.Generator], tuple[torch.Tensor, Any]] | None = None,
     metrics: Callable[[torch.Tensor], dict[str, Any]] | None = None,
     seed: int = 0,
     x0: torch.Tensor | None = None,
-    period: int | None = None,
     checkpoint_dir: str | Path | None = None,
     blowup: float = 1e10,
     stop_after: int | None = None,
     progress: bool | Callable[[int], None] = False,
     log: Callable[[str], None] = print,
 ) -> Trajectory:
-    """Step ``algorithm`` on ``problem`` for ``iterations`` steps; record at the ``record`` steps.
+    """Step ``algorithm`` on ``problem`` for ``plan.iterations`` steps; record at ``plan.record``.
+
+    ``plan.period`` (steps per epoch, if any): mini-batch losses are averaged over
+    the current epoch (``train_loss``, the sum over agents of their mean losses)
+    and a checkpoint is written at its end when ``checkpoint_dir`` is given.
 
     Args:
         gradient: ``(x, generator) -> (gradients, losses or None)``; by default
@@ -177,14 +180,12 @@ def run_loop(
             ``problem.metrics(x, comm)``.
         seed: seed of the generator handed to ``gradient``.
         x0: the starting stack; ``problem.initial_point()`` if omitted.
-        period: steps per epoch: mini-batch losses are averaged over the current
-            one (``train_loss``, the sum over agents of their mean losses) and a
-            checkpoint is written at its end when ``checkpoint_dir`` is given.
         blowup: a column diverges when ``mean_i ||x_i||^2`` exceeds
             ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)`` or is not finite.
         stop_after: end after this many steps, as an interruption would (tests).
         progress: ``True`` for a progress bar, or a callable receiving the step.
     """
+    iterations, period = plan.iterations, plan.period
     gradient = gradient or problem.gradient_and_loss
     metrics = metrics or (lambda z: problem.metrics(z, comm))
     x = problem.initial_point() if x0 is None else x0
@@ -239,7 +240,7 @@ def run_loop(
         bar = tqdm(
             total=iterations, initial=start_step, desc=algorithm.name, leave=False, disable=None
         )
-    recorded = set(int(s) for s in record)
+    recorded = set(plan.record)
     wall = time.perf_counter()
     if start_step == 0 and 0 in recorded:
         note(0)

@@ -11,7 +11,7 @@ which records metrics on a grid of steps and stops a diverging repetition
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -22,7 +22,7 @@ from decentopt.algorithms.base import Algorithm
 from decentopt.comm.base import CommStats
 from decentopt.comm.simulated import Kernel, SimulatedCommunicator
 from decentopt.driver import TAIL_POINTS, check_gradient, record_steps, run_loop
-from decentopt.problems.base import StackedProblem
+from decentopt.problems.base import Plan, StackedProblem
 from decentopt.topology.topology import Topology
 
 __all__ = ["TAIL_POINTS", "SimulationResult", "check_gradient", "record_steps", "simulate"]
@@ -51,7 +51,6 @@ class SimulationResult:
     final_state: Any
     comm: CommStats
     wall_time: float
-    meta: dict[str, Any] = field(default_factory=dict)
 
     def final(self, metric: str) -> np.ndarray:
         """The metric at the last recorded step, per repetition ``(R,)``."""
@@ -124,8 +123,7 @@ def simulate(
         algorithm,
         problem,
         comm,
-        iterations=iterations,
-        record=steps.tolist(),
+        Plan(iterations, tuple(steps.tolist())),
         gradient=lambda x, generator: (problem.gradient(x, generator), None),
         metrics=problem.metrics,
         seed=seed,

@@ -1,26 +1,13 @@
 """Training agents of a neural network: the entry point over the one loop.
 
-:func:`train` runs one algorithm for a number of epochs on a
-:class:`~decentopt.problems.neural.NeuralProblem` through
-:func:`decentopt.driver.run_loop`, evaluating every ``eval_every`` epochs the
-averaged model and each agent's own model. An epoch is the number of steps in
-which an average agent sees its data once.
-
-Recorded per evaluation (tidy rows):
-
-* ``train_loss``: the paper's training loss ``sum_i f_i(x_i)``, estimated by the
-  mean of each agent's mini-batch losses over the epoch, summed over agents;
-* ``test_loss``/``test_acc`` of the averaged model, and the mean over agents of
-  ``agent_test_loss``/``agent_test_acc`` of their own models;
-* ``consensus``: ``(1/n) sum_i ||x_i - xbar||^2``;
-* ``lr``, and the seconds spent so far in gradients and in everything else.
-
-Checkpoints (``step-STEP/rankR.pt`` in ``checkpoint_dir``, written atomically
-after each epoch and marked complete once every rank has written its part)
-hold the algorithm state, the sampler and random-number states and the records
-so far; a rerun resumes from the last complete epoch and produces exactly the
-rows of an uninterrupted run. The same loop runs all agents in one process or
-one agent per process (a communicator as ``network``).
+:func:`train` runs one algorithm for some epochs (an epoch: the steps in which an
+average agent sees its data once) through :func:`decentopt.driver.run_loop` and
+returns one tidy row per evaluation: ``train_loss`` (the paper's ``sum_i f_i(x_i)``,
+from each agent's mini-batch losses over the epoch), test loss and accuracy of
+the averaged model and (mean over agents) of each agent's own, ``consensus``,
+``lr`` and the seconds spent in gradients and in the rest. Checkpoints after
+every epoch make a rerun resume exactly (``docs/training.md``), with all agents
+in one process or one agent per process.
 """
 
 from __future__ import annotations
@@ -33,6 +20,7 @@ from decentopt.algorithms.base import Algorithm
 from decentopt.comm.base import Communicator
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.driver import run_loop
+from decentopt.problems.base import Plan
 from decentopt.problems.neural import NeuralProblem
 from decentopt.schedules import epoch_schedule
 from decentopt.topology.topology import Topology
@@ -77,10 +65,8 @@ def train(
         algorithm,
         problem,
         network,
-        iterations=epochs * spe,
-        record=sorted(e * spe for e in evals),
+        Plan(epochs * spe, tuple(sorted(e * spe for e in evals)), spe),
         seed=seed,
-        period=spe,
         checkpoint_dir=checkpoint_dir,
         stop_after=None if stop_after_epoch is None else stop_after_epoch * spe,
         progress=progress,

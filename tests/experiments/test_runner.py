@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from decentopt.analysis import compare, compare_settling, settling_step
 from decentopt.cli import main
-from decentopt.experiments import ConfigError, load_spec, run_spec, summarise
+from decentopt.experiments import ConfigError, load_spec, run_spec
 from decentopt.experiments.claims import check_claims
-from decentopt.experiments.summary import Stat, compare, compare_settling, settling_step
+from decentopt.experiments.summary import Stat, summarise
 from decentopt.results import read_csv
 from tests.experiments.test_spec import BASE, write
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from decentopt.experiments import ResultStore, Unit
+from decentopt.experiments.store import ResultStore, Unit
 
 
 def compute_counting(calls: list[str], value: float = 1.0):

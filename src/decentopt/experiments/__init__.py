@@ -1,33 +1,14 @@
 """Experiments: one run specification, one result store, one runner, reports and claims.
 
-``load_spec`` reads a TOML file or preset into a :class:`RunSpec`; ``run_spec``
-computes (or resumes) every unit through the store and the one loop;
-``write_report`` turns the rows into tables and figures; ``check_claims``
-judges the paper's claims on a finished sweep.
+:func:`load_spec` reads a TOML file or preset into a :class:`RunSpec` (``spec``);
+:func:`run_spec` computes or resumes every unit through the store (``store``) and
+the one loop (``runner``); :func:`write_report` turns the rows into tables and
+figures (``reports``, ``summary``); ``claims`` judges the claims a specification
+states; ``scaling`` is the study behind the paper's Table 1.
 """
 
-from decentopt.experiments.claims import CHECKS, check_claims, claims_markdown
-from decentopt.experiments.reports import markdown_table, summary_markdown, write_report
+from decentopt.experiments.reports import write_report
 from decentopt.experiments.runner import Outcome, run_spec
-from decentopt.experiments.spec import PRESETS, ConfigError, RunSpec, load_spec, validate
-from decentopt.experiments.store import ResultStore, Unit
-from decentopt.experiments.summary import summarise
+from decentopt.experiments.spec import PRESETS, ConfigError, RunSpec, load_spec
 
-__all__ = [
-    "CHECKS",
-    "PRESETS",
-    "ConfigError",
-    "Outcome",
-    "ResultStore",
-    "RunSpec",
-    "Unit",
-    "check_claims",
-    "claims_markdown",
-    "load_spec",
-    "markdown_table",
-    "run_spec",
-    "summarise",
-    "summary_markdown",
-    "validate",
-    "write_report",
-]
+__all__ = ["PRESETS", "ConfigError", "Outcome", "RunSpec", "load_spec", "run_spec", "write_report"]

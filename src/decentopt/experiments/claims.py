@@ -28,16 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from decentopt.analysis import SIGNIFICANCE, compare, compare_settling, mean_se
 from decentopt.experiments.reports import markdown_table
-from decentopt.experiments.summary import (
-    SIGNIFICANCE,
-    Stat,
-    compare,
-    compare_settling,
-    heterogeneity_slope,
-    levels_by_zeta,
-    mean_se,
-)
+from decentopt.experiments.summary import Stat, heterogeneity_slope, levels_by_zeta
 from decentopt.plotting import LABELS
 
 __all__ = ["CHECKS", "Claim", "Verdict", "check_claims", "claims_markdown", "parse_claims"]
@@ -99,10 +92,10 @@ def heterogeneity_effect(algs: Sequence[str], expect: str) -> Callable[[Stats], 
         present = [a for a in algs if a in _algs(stats)]
         if not present or len(levels_by_zeta(stats)) < 2:
             return Verdict(None, "needs these algorithms and at least two heterogeneity levels")
-        verdicts, parts = [], []
+        verdicts, parts, levels = [], [], levels_by_zeta(stats)
         for alg in present:
             slope, growth = heterogeneity_slope(stats, alg)
-            moving = any(stats[(lv, alg)].still_decreasing for lv in levels_by_zeta(stats))
+            moving = any(stats[(lv, alg)].still_decreasing for lv in levels)
             if moving or not np.isfinite(slope):
                 kind = "still decreasing" if moving else "not measurable"
             elif slope >= TRAPPED_SLOPE:
@@ -115,13 +108,8 @@ def heterogeneity_effect(algs: Sequence[str], expect: str) -> Callable[[Stats], 
                 True if kind == expect else (False if kind in ("trapped", "unaffected") else None)
             )
             parts.append(f"{_name(alg)} slope {slope:+.2f}, x{growth:.3g} ({kind})")
-        zetas = [
-            stats[(lv, present[0])].zeta2
-            for lv in (levels_by_zeta(stats)[0], levels_by_zeta(stats)[-1])
-        ]
-        return Verdict(
-            _combine(verdicts), f"ζ² from {zetas[0]:.3g} to {zetas[1]:.3g}: " + "; ".join(parts)
-        )
+        low, high = (stats[(lv, present[0])].zeta2 for lv in (levels[0], levels[-1]))
+        return Verdict(_combine(verdicts), f"ζ² from {low:.3g} to {high:.3g}: " + "; ".join(parts))
 
     return check
 

@@ -113,12 +113,8 @@ def write_report(
     title = spec.title(modified)
     if spec.panel is None:
         tables = final_markdown(rows, spec.params.metrics)
-        files = plot_epochs(
-            rows,
-            [m for m in ("train_loss", "test_loss", spec.metric) if m in rows[0]] or [spec.metric],
-            out / spec.name,
-            title,
-        )
+        shown = [m for m in ("train_loss", "test_loss", spec.metric) if m in rows[0]]
+        files = plot_epochs(rows, shown or [spec.metric], out / spec.name, title)
         stats = None
     else:
         stats = summarise(rows, spec)
@@ -126,15 +122,9 @@ def write_report(
             [summary_markdown(stats, spec)]
             + [summary_markdown(summarise(rows, spec, m), spec, m) for m in spec.also_report]
         )
-        files = plot_curves(
-            rows,
-            spec.metric,
-            out / spec.name,
-            panel=spec.panel,
-            panel_title="{key} = {value:g}  (ζ² = {zeta2:.3g})",
-            panel_order=levels_by_zeta(stats),
-            title=title,
-        )
+        panels = {"panel": spec.panel, "panel_order": levels_by_zeta(stats), "title": title}
+        panel_title = "{key} = {value:g}  (ζ² = {zeta2:.3g})"
+        files = plot_curves(rows, spec.metric, out / spec.name, panel_title=panel_title, **panels)
     say(tables)
     report = [f"# {spec.name}: {title}", "", tables]
     if claims is not None:

@@ -69,12 +69,9 @@ def run_spec(
         if run is None and run in built:  # a batched problem serves every variant
             return built[run]
         t0 = time.perf_counter()
-        problem = kind.build(
-            agents=spec.agents,
-            runs=spec.runs if run is None else 1,
-            seed=seeds.data + (run or 0),
-            rank=job.rank if job.world > 1 else None,
-        )
+        rank = job.rank if job.world > 1 else None
+        runs, seed = (spec.runs, seeds.data) if run is None else (1, seeds.data + run)
+        problem = kind.build(agents=spec.agents, runs=runs, seed=seed, rank=rank)
         say(f"{spec.name}: {problem!r} on {topo!r} (built in {time.perf_counter() - t0:.1f} s)")
         built[run] = problem
         return problem
@@ -90,26 +87,21 @@ def run_spec(
         noise = seeds.noise + (run or 0)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(1000 + noise + 7919 * job.rank)  # dropout, per agent
+            checkpoints = folder if plan.period else None
             traj = run_loop(
                 alg,
                 problem,
                 comm,
-                iterations=plan.iterations,
-                record=plan.record,
+                plan,
                 seed=noise,
-                period=plan.period,
-                checkpoint_dir=folder if plan.period else None,
+                checkpoint_dir=checkpoints,
                 progress=progress and job.main,
                 log=say,
             )
         labels = [c | ({} if run is None else {"run": run}) for c in kind.columns(problem)]
         n_div = int(traj.diverged.sum())
-        say(
-            f"  {variant.label:14s}"
-            + ("" if run is None else f" run {run}")
-            + f" {traj.wall_time:7.2f} s"
-            + (f", {n_div} run(s) diverged" if n_div else "")
-        )
+        which = variant.label + ("" if run is None else f" run {run}")
+        say(f"  {which:14s} {traj.wall_time:7.2f} s" + (f", {n_div} diverged" if n_div else ""))
         facts = {"seconds": traj.wall_time, "diverged": n_div, "gossip_rounds": comm.stats.rounds}
         return traj.rows(labels, variant.label, plan.period), facts
 
@@ -118,15 +110,10 @@ def run_spec(
     for run in runs:
         for variant in spec.algorithms.values():
             name = variant.label + ("" if run is None else f"-run{run}")
-            info = {
-                "algorithm": variant.label,
-                "method": variant.method,
-                "hyperparams": variant.hyperparams,
-                "run": run,
-            }
-            unit = Unit(
-                re.sub(r"[^\w.=(),+-]", "_", name), spec.fingerprint(variant.label, run), info
-            )
+            info = {"algorithm": variant.label, "method": variant.method, "run": run}
+            info["hyperparams"] = variant.hyperparams
+            folder = re.sub(r"[^\w.=(),+-]", "_", name)
+            unit = Unit(folder, spec.fingerprint(variant.label, run), info)
             rows += store.cached(unit, lambda folder, v=variant, r=run: compute(v, r, folder))
     if store.kept:
         say(f"resumed: {len(store.kept)} finished unit(s) kept ({', '.join(store.kept)})")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -51,20 +52,11 @@ class ScalingRow:
     ys: tuple[tuple[float, ...], ...]  # per x, per seed
 
     @classmethod
-    def fitted(
-        cls,
-        quantity: str,
-        method: str,
-        variable: str,
-        paper: float,
-        xs: Sequence[float],
-        ys: np.ndarray,
-    ) -> ScalingRow:
-        """A row whose exponents are fitted per seed to ``ys`` (shape (len(xs), seeds))."""
+    def fitted(cls, *labels: Any, xs: Sequence[float], ys: Any) -> ScalingRow:
+        """A row (quantity, method, variable, paper exponent) whose exponents are fitted
+        per seed to ``ys`` (shape (len(xs), seeds))."""
         ys = np.asarray(ys)
-        return cls(
-            quantity, method, variable, paper, _fit(xs, ys), tuple(xs), tuple(map(tuple, ys))
-        )
+        return cls(*labels, _fit(xs, ys), tuple(xs), tuple(map(tuple, ys)))
 
     @property
     def mean(self) -> float:
@@ -110,7 +102,7 @@ def dmsgd_bias_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list
     for a in alphas:
         T = _iterations(a / (1 - base["beta"]), mu, topo.spectral_gap)
         ys.append(_steady_bias("dmsgd", base | {"lr": a}, prob, topo, T))
-    rows.append(ScalingRow.fitted("DmSGD bias", "dmsgd", "alpha", 2.0, alphas, np.array(ys)))
+    rows.append(ScalingRow.fitted("DmSGD bias", "dmsgd", "alpha", 2.0, xs=alphas, ys=ys))
     log(f"  DmSGD bias vs alpha: {rows[-1].mean:.2f}")
 
     cs = [2.0, 1.0, 0.5, 0.25]
@@ -131,7 +123,7 @@ def dmsgd_bias_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list
         T = _iterations(base["lr"] / (1 - b), mu, topo.spectral_gap)
         ys.append(_steady_bias("dmsgd", base | {"beta": b}, prob, topo, T))
     gaps_beta = [1 - b for b in betas]
-    rows.append(ScalingRow.fitted("DmSGD bias", "dmsgd", "1 - beta", -2.0, gaps_beta, np.array(ys)))
+    rows.append(ScalingRow.fitted("DmSGD bias", "dmsgd", "1 - beta", -2.0, xs=gaps_beta, ys=ys))
     log(f"  DmSGD bias vs 1 - beta: {rows[-1].mean:.2f}")
 
     sizes = [6, 8, 12, 16, 24] if not quick else [6, 8, 12]
@@ -142,7 +134,7 @@ def dmsgd_bias_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list
         ys.append(_steady_bias("dmsgd", base, pm, tm, T) / pm.zeta2.numpy())
         gaps.append(tm.spectral_gap)
     rows.append(
-        ScalingRow.fitted("DmSGD bias / zeta^2", "dmsgd", "1 - lambda", -2.0, gaps, np.array(ys))
+        ScalingRow.fitted("DmSGD bias / zeta^2", "dmsgd", "1 - lambda", -2.0, xs=gaps, ys=ys)
     )
     log(f"  DmSGD bias vs 1 - lambda: {rows[-1].mean:.2f}")
     return rows
@@ -154,39 +146,25 @@ TRANSIENT_EXPONENT = {"ed": -2.0, "edm": -2.0, "dsgt": -3.0, "dsgt_hb": -3.0}
 def transient_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list[ScalingRow]:
     d, p = (4, 8) if quick else (5, 10)
     sizes = [6, 8, 12] if quick else [8, 12, 16, 24, 32, 48, 64]
-    hps = {
-        "ed": {"lr": 0.02},
-        "edm": {"lr": 0.02, "beta": 0.5},
-        "dsgt": {"lr": 0.02},
-        "dsgt_hb": {"lr": 0.02, "beta": 0.5},
-    }
+    momentum = {"lr": 0.02, "beta": 0.5}
+    hps = {"ed": {"lr": 0.02}, "edm": momentum, "dsgt": {"lr": 0.02}, "dsgt_hb": momentum}
     sums: dict[str, list[np.ndarray]] = {name: [] for name in hps}
     gaps = []
     for m in sizes:
         prob = Quadratic.paper(n=m, d=d, p=p, c=0.5, sigma2=0.0, repetitions=seeds, seed=13)
         topo = topology.ring(m)
         gaps.append(topo.spectral_gap)
-        zeta0 = np.array(
-            [
-                theory.zeta0_squared(topo.W, prob.full_gradient(prob.initial_point())[:, r])
-                for r in range(seeds)
-            ]
-        )
+        grad0 = prob.full_gradient(prob.initial_point())
+        zeta0 = np.array([theory.zeta0_squared(topo.W, grad0[:, r]) for r in range(seeds)])
         T = int(min(80_000, 40 / (0.02 * float(prob.mu.min())) + 60 / topo.spectral_gap))
         for name, hp in hps.items():
             res = simulate(algorithms.make(name, **hp), prob, topo, T, record="all")
             cumulative = np.nansum(res.history["consensus"], axis=0)
             sums[name].append(cumulative / zeta0)
         log(f"  transient, ring({m}), 1 - lambda = {topo.spectral_gap:.4g}, {T} iterations")
+    labels = {name: ("heterogeneity transient", name, "1 - lambda") for name in hps}
     return [
-        ScalingRow.fitted(
-            "heterogeneity transient",
-            name,
-            "1 - lambda",
-            TRANSIENT_EXPONENT[name],
-            gaps,
-            np.array(sums[name]),
-        )
+        ScalingRow.fitted(*labels[name], TRANSIENT_EXPONENT[name], xs=gaps, ys=sums[name])
         for name in hps
     ]
 
@@ -214,42 +192,21 @@ def _verdict(row: ScalingRow) -> str:
     return "**differs**"
 
 
-def scaling_markdown(rows: Sequence[ScalingRow]) -> str:
-    header = [
-        "quantity",
-        "method",
-        "against",
-        "fitted exponent (mean ± spread over seeds)",
-        "paper",
-        "",
-    ]
-    return markdown_table(
-        header,
-        [
-            (
-                r.quantity,
-                r.method,
-                r.variable,
-                f"{r.mean:+.2f} ± {r.spread:.2f}",
-                f"{r.paper_exponent:+g}",
-                _verdict(r),
-            )
-            for r in rows
-        ],
-    )
-
-
 def scaling_table(rows: Sequence[ScalingRow]) -> list[dict[str, object]]:
     """Tidy rows of the study, one per fitted exponent (seeds as columns)."""
     return [
-        {
-            "quantity": r.quantity,
-            "method": r.method,
-            "variable": r.variable,
-            "paper_exponent": r.paper_exponent,
-            "mean": r.mean,
-            "spread": r.spread,
-            **{f"seed{i}": e for i, e in enumerate(r.exponents)},
-        }
+        {"quantity": r.quantity, "method": r.method, "variable": r.variable}
+        | {"paper_exponent": r.paper_exponent, "mean": r.mean, "spread": r.spread}
+        | {f"seed{i}": e for i, e in enumerate(r.exponents)}
         for r in rows
     ]
+
+
+def scaling_markdown(rows: Sequence[ScalingRow]) -> str:
+    header = ["quantity", "method", "against", "fitted exponent (mean ± spread over seeds)"]
+    fitted = [f"{r.mean:+.2f} ± {r.spread:.2f}" for r in rows]
+    cells = [
+        [r.quantity, r.method, r.variable, fit, f"{r.paper_exponent:+g}", _verdict(r)]
+        for r, fit in zip(rows, fitted, strict=True)
+    ]
+    return markdown_table([*header, "paper", ""], cells)

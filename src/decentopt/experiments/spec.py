@@ -74,52 +74,44 @@ class Variant:
         return algorithms.make(self.method, **(self.hyperparams | changes))
 
 
-@dataclass(frozen=True)
-class _File:
-    """The top-level keys of a specification file."""
+@dataclass(frozen=True, kw_only=True)
+class _Shared:
+    """The keys every kind of run shares."""
 
     problem: str
     topology: dict[str, Any]
-    algorithms: dict[str, Any]
     agents: int = bounded(minimum=1)
-    name: str = ""
-    description: str = ""
-    reproduces: str = ""
     runs: int = bounded(1, minimum=1)
     iterations: int | None = bounded(None, minimum=1)
+    seeds: Seeds = field(default_factory=Seeds)
     record_points: int = bounded(100, minimum=2)
     metric: str = ""
     also_report: tuple[str, ...] = ()
     threshold: float = bounded(1e-3, above=0)
     timeout: float = bounded(120.0, above=0)
-    seeds: Seeds = field(default_factory=Seeds)
+    name: str = ""
+    description: str = ""
+    reproduces: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _File(_Shared):
+    """A specification file as written: the kind's section and the algorithms still raw."""
+
+    algorithms: dict[str, Any]
     claims: tuple[dict[str, Any], ...] = ()
     problem_params: dict[str, Any] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
     quick: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class RunSpec:
+@dataclass(frozen=True, kw_only=True)
+class RunSpec(_Shared):
     """A validated specification (see the module docstring for the file format)."""
 
-    name: str
-    problem: str
     params: Any  # the kind's ProblemSpec dataclass
-    agents: int
-    topology: dict[str, Any]
     algorithms: dict[str, Variant]
-    runs: int = 1
-    iterations: int | None = None
-    seeds: Seeds = field(default_factory=Seeds)
-    record_points: int = 100
-    metric: str = ""
-    also_report: tuple[str, ...] = ()
-    threshold: float = 1e-3
-    timeout: float = 120.0
     claims: tuple[Claim, ...] = ()
-    description: str = ""
-    reproduces: str = ""
     source: str = ""
 
     @property
@@ -153,24 +145,23 @@ class RunSpec:
 
     def title(self, modified: bool = False) -> str:
         """A title built from what runs; "the paper's ..." only for an unmodified preset."""
-        hp = []
-        for key, sym in (("lr", "α"), ("beta", "β")):
-            values = sorted(
-                {str(v.hyperparams[key]) for v in self.algorithms.values() if key in v.hyperparams}
+        hp = {
+            sym: sorted(
+                {str(v.hyperparams[k]) for v in self.algorithms.values() if k in v.hyperparams}
             )
-            if values:
-                hp.append(f"{sym} = {'/'.join(values)}")
+            for k, sym in (("lr", "α"), ("beta", "β"))
+        }
         extra = ", ".join(f"{k} = {v}" for k, v in self.topology.items() if k != "name")
-        length = f"{self.iterations} iterations × " if self.iterations else ""
-        text = (
-            f"{self.params.describe()}, {self.topology['name']} of {self.agents} agents"
-            + (f" ({extra})" if extra else "")
-            + f", {length}{self.runs} runs"
-            + (", " + ", ".join(hp) if hp else "")
+        parts = [
+            self.params.describe(),
+            f"{self.topology['name']} of {self.agents} agents" + (f" ({extra})" if extra else ""),
+        ]
+        parts.append(
+            (f"{self.iterations} iterations × " if self.iterations else "") + f"{self.runs} runs"
         )
-        if self.reproduces and not modified:
-            text += f" — the paper's {self.reproduces}"
-        return text
+        parts += [f"{sym} = {'/'.join(v)}" for sym, v in hp.items() if v]
+        paper = f" — the paper's {self.reproduces}" if self.reproduces and not modified else ""
+        return ", ".join(parts) + paper
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -237,24 +228,21 @@ def _variants(top: _File, source: str) -> dict[str, Variant]:
         where = f"{source} [algorithms.{label}]"
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: must be a table of hyper-parameters")
-        table = dict(table)
-        method = table.pop("method", label)
+        method = table.get("method", label)
         if method not in algorithms.REGISTRY:
-            what = "method" if "method" in top.algorithms[label] else "algorithm"
-            raise ConfigError(
-                f"{source} [algorithms]: {unknown_name(what, method, algorithms.names())}"
-            )
+            what, names = "method" if "method" in table else "algorithm", algorithms.names()
+            raise ConfigError(f"{source} [algorithms]: {unknown_name(what, method, names)}")
         fields = algorithms.hyperparameters(method)
-        merged = {k: v for k, v in top.defaults.items() if k in fields} | table
+        merged = {k: v for k, v in (top.defaults | table).items() if k in fields or k in table}
+        merged.pop("method", None)
         used |= merged.keys()
         grid = {k: v for k, v in merged.items() if isinstance(v, list)}
-        if any(not v for v in grid.values()):
+        if not all(grid.values()):
             raise ConfigError(f"{where}: a grid needs at least one value")
         for values in itertools.product(*grid.values()):
             point = dict(zip(grid, values, strict=True))
-            name = label + (
-                "(" + ", ".join(f"{k}={v}" for k, v in point.items()) + ")" if point else ""
-            )
+            args = ", ".join(f"{k}={v}" for k, v in point.items())
+            name = f"{label}({args})" if point else label
             variant = Variant(name, method, merged | point)
             try:
                 variant.make()
@@ -280,10 +268,9 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
         raise ConfigError(f"{source} [problem_params]: {exc}") from None
     topo = dict(top.topology)
     try:
-        topology.check_arguments(topo.pop("name", None), topo)
+        topology.check_arguments(topo.get("name"), {k: v for k, v in topo.items() if k != "name"})
     except ValueError as exc:
         raise ConfigError(f"{source} [topology]: {exc}") from None
-    topo = dict(top.topology)
     metric = top.metric or kind.metrics[0]
     for m in (metric, *top.also_report):
         if m not in kind.metrics:
@@ -292,18 +279,11 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
         claims = parse_claims(top.claims, source)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    shared = {
-        f: getattr(top, f) for f in RunSpec.__dataclass_fields__ if f in _File.__dataclass_fields__
-    }
+    shared = {f.name: getattr(top, f.name) for f in dataclasses.fields(_Shared)}
     return RunSpec(
-        **shared
-        | {
-            "name": top.name or Path(source).stem,
-            "params": params,
-            "topology": topo,
-            "algorithms": _variants(top, source),
-            "metric": metric,
-            "claims": claims,
-            "source": source,
-        }
+        **shared | {"name": top.name or Path(source).stem, "topology": topo, "metric": metric},
+        params=params,
+        algorithms=_variants(top, source),
+        claims=claims,
+        source=source,
     )

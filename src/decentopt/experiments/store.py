@@ -69,11 +69,8 @@ class ResultStore:
                 raise ValueError(f"{len(rows)} rows instead of {meta['rows']}")
             return rows
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            warnings.warn(
-                f"{folder}: stored result unusable ({exc}); computing it again",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+            message = f"{folder}: stored result unusable ({exc}); computing it again"
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
             return None
 
     def cached(self, unit: Unit, compute: Callable[[Path], tuple[Rows, dict[str, Any]]]) -> Rows:
@@ -100,8 +97,7 @@ class ResultStore:
         if self.writer:
             table = write_csv_atomic(folder / "rows.csv", rows)
             meta = {"fingerprint": unit.fingerprint, "rows": len(rows), "sha256": _digest(table)}
-            write_text_atomic(
-                folder / "meta.json", json.dumps(meta | unit.info | facts, indent=2, default=str)
-            )
+            meta |= unit.info | facts
+            write_text_atomic(folder / "meta.json", json.dumps(meta, indent=2, default=str))
         self.ran.append(unit.name)
         return rows

@@ -4,7 +4,7 @@ For each (heterogeneity level, algorithm):
 
 * ``steady`` and ``steady_se``: the metric averaged over the recorded steps of
   the last 10 % of iterations (a dense window, see
-  :func:`~decentopt.simulate.record_steps`), then its mean and standard error
+  :func:`~decentopt.driver.record_steps`), then its mean and standard error
   over runs (diverged runs excluded);
 * ``final``: the mean at the last step;
 * ``iters``: the iteration from which the mean over runs stays at or
@@ -13,11 +13,11 @@ For each (heterogeneity level, algorithm):
 * ``diverged``: how many runs were stopped;
 * ``trend`` and ``decreasing``: the mean over the second half of that window
   over the mean over its first half, and whether the method is still
-  converging (:func:`still_decreasing`) -- then its "steady" value is an upper
+  converging (:func:`~decentopt.analysis.still_decreasing`) -- then its "steady" value is an upper
   bound on where it settles;
 * ``settle``: each run's own settling iteration (``inf``: never);
 * ``rate``: the fitted slope of ``log |mean error - limit|`` against the
-  iteration over the transient (:func:`transient_rate`); negative means linear
+  iteration over the transient (:func:`~decentopt.analysis.transient_rate`); negative means linear
   convergence to the limit;
 * ``runs``, ``tail_points``, ``tail_from``, ``tail_to``: what the
   steady state rests on.
@@ -25,7 +25,6 @@ For each (heterogeneity level, algorithm):
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,22 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from decentopt.analysis import settling_step, still_decreasing, transient_rate
+
 if TYPE_CHECKING:
     from decentopt.experiments.spec import RunSpec
 
 
-__all__ = [
-    "SIGNIFICANCE",
-    "Stat",
-    "compare",
-    "compare_settling",
-    "heterogeneity_slope",
-    "levels_by_zeta",
-    "mean_se",
-    "settling_step",
-    "stats_zeta",
-    "summarise",
-]
+__all__ = ["Stat", "heterogeneity_slope", "levels_by_zeta", "stats_zeta", "summarise"]
 
 
 @dataclass(frozen=True)
@@ -73,46 +63,6 @@ class Stat:
         return self.decreasing
 
 
-def transient_rate(steps: np.ndarray, curve: np.ndarray, tail: np.ndarray) -> float:
-    """Slope of ``log |curve - limit|`` against the step, before the curve reaches its limit.
-
-    The limit is the tail mean; only points whose distance to it exceeds three
-    times the tail's own fluctuation enter the fit (the noise floor is not
-    part of the transient). Linear convergence to a neighbourhood gives a
-    negative slope whether the error falls to its limit or rises to it (a
-    biased method started nearer the optimum than its fixed point).
-    """
-    limit = float(curve[tail].mean())
-    noise = float(np.abs(curve[tail] - limit).max())
-    dev = np.abs(curve - limit)
-    keep = (dev > 3 * noise + 1e-12 * abs(limit)) & ~tail
-    if keep.sum() < 3:
-        return float("nan")
-    return float(np.polyfit(steps[keep], np.log(dev[keep]), 1)[0])
-
-
-def still_decreasing(
-    steps: np.ndarray, values: np.ndarray, tail: np.ndarray, rate: float
-) -> tuple[float, bool]:
-    """(ratio of the second half of the tail window to its first half, still converging).
-
-    Still converging: over the window the error keeps falling at a quarter or
-    more of its own transient rate, by more than 5 % and by more than two
-    standard errors over runs. Noise at a floor moves the halves by a
-    few percent either way but not at the transient's rate.
-    """
-    idx = np.flatnonzero(tail)
-    first, second = idx[: len(idx) // 2], idx[len(idx) // 2 :]
-    a, b = values[:, first].mean(axis=1), values[:, second].mean(axis=1)
-    ratio = float(b.mean() / a.mean()) if a.mean() > 0 else 1.0
-    drop = a - b
-    se = drop.std(ddof=1) / np.sqrt(len(drop)) if len(drop) > 1 else 0.0
-    gap = float(steps[second].mean() - steps[first].mean())
-    tail_rate = np.log(ratio) / gap if ratio > 0 and gap > 0 else 0.0
-    fast = np.isfinite(rate) and rate < 0 and tail_rate <= 0.25 * rate
-    return ratio, bool(fast and ratio < 0.95 and drop.mean() > 2 * se)
-
-
 def summarise(
     rows: Sequence[dict[str, Any]], spec: RunSpec, metric: str | None = None
 ) -> dict[tuple[float, str], Stat]:
@@ -126,7 +76,7 @@ def summarise(
     for row in rows:
         key = (float(row[param]), row["algorithm"])
         grouped[key][row["run"]].append((row["step"], row[metric]))
-        zetas[key].append(row["zeta2"])
+        zetas[key].append(row.get("zeta2", key[0]))  # kinds without zeta2 order by level
     stats = {}
     for key, reps in grouped.items():
         curves = []
@@ -169,23 +119,6 @@ def summarise(
     return stats
 
 
-def settling_step(steps: np.ndarray, curve: np.ndarray, threshold: float) -> int | None:
-    """Iteration from which ``curve`` stays <= ``threshold`` (log-linear interpolation)."""
-    above = np.flatnonzero(~(curve <= threshold))
-    if above.size == 0:
-        return int(steps[0])
-    k = int(above[-1]) + 1
-    if k == len(curve):
-        return None
-    hi, lo = np.log(curve[k - 1]), np.log(max(curve[k], 1e-300))
-    frac = (hi - np.log(threshold)) / (hi - lo) if hi > lo else 1.0
-    return int(np.ceil(steps[k - 1] + frac * (steps[k] - steps[k - 1])))
-
-
-#: Standard errors a difference must exceed to count.
-SIGNIFICANCE = 2.0
-
-
 def levels_by_zeta(stats: dict[tuple[float, str], Stat]) -> list[float]:
     """The panel levels of ``stats``, from low to high heterogeneity."""
     zeta = {lv: s.zeta2 for (lv, _), s in stats.items()}
@@ -194,29 +127,6 @@ def levels_by_zeta(stats: dict[tuple[float, str], Stat]) -> list[float]:
 
 def stats_zeta(stats: dict[tuple[float, str], Stat], level: float) -> float:
     return next(s.zeta2 for (lv, _), s in stats.items() if lv == level)
-
-
-def mean_se(values: Sequence[float]) -> tuple[float, float]:
-    arr = np.asarray(values, dtype=float)
-    return float(arr.mean()), float(arr.std(ddof=1) / np.sqrt(arr.size)) if arr.size > 1 else 0.0
-
-
-def compare(a: float, se_a: float, b: float, se_b: float) -> int:
-    """-1 if ``a`` is significantly lower than ``b``, +1 if higher, 0 within noise."""
-    se = math.sqrt(np.nan_to_num(se_a) ** 2 + np.nan_to_num(se_b) ** 2)
-    if b - a > SIGNIFICANCE * se:
-        return -1
-    if a - b > SIGNIFICANCE * se:
-        return 1
-    return 0
-
-
-def compare_settling(a: Sequence[float], b: Sequence[float]) -> int:
-    """-1 if runs of ``a`` settle significantly sooner than ``b``'s, +1 later, 0 unclear."""
-    a_never, b_never = np.isinf(a).any(), np.isinf(b).any()
-    if a_never or b_never:
-        return 0 if a_never and b_never else (1 if a_never else -1)
-    return compare(*mean_se(a), *mean_se(b))
 
 
 def heterogeneity_slope(stats: dict[tuple[float, str], Stat], alg: str) -> tuple[float, float]:
