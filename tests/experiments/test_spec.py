@@ -251,3 +251,11 @@ def test_titles_say_what_ran():
     title = load_spec("fig3", quick=True).title(modified=True)
     assert "small CNN / digits" in title and "VGG" not in title and "CIFAR" not in title
     assert "VGG-11 / CIFAR-10" in load_spec("fig3").title()
+
+
+def test_an_override_in_an_old_name_still_applies(tmp_path):
+    with pytest.warns(FutureWarning, match="'repetitions' is now 'runs'"):
+        assert load_spec(write(tmp_path, BASE), overrides=["repetitions=5"]).runs == 5
+    with pytest.warns(FutureWarning, match="top-level 'epochs'"):
+        spec = load_spec(write(tmp_path, NEURAL, "n.toml"), overrides=["epochs=1", "milestones=[]"])
+    assert spec.params.epochs == 1 and spec.params.milestones == ()

@@ -22,8 +22,11 @@ from decentopt._schema import ConfigError
 __all__ = ["renamed"]
 
 
-def renamed(raw: dict[str, Any], source: str, top_keys: Iterable[str]) -> dict[str, Any]:
-    """``raw`` with the old names moved to the new ones (``top_keys``: today's top-level keys)."""
+def renamed(
+    raw: dict[str, Any], source: str, top_keys: Iterable[str], problem: str | None = None
+) -> dict[str, Any]:
+    """``raw`` with the old names moved to the new ones (``top_keys``: today's top-level keys;
+    ``problem``: the kind, for an override that does not name it)."""
     raw = copy.deepcopy(raw)
 
     def move(old: str, new: str, value: Any, into: dict[str, Any], key: str) -> None:
@@ -40,7 +43,7 @@ def renamed(raw: dict[str, Any], source: str, top_keys: Iterable[str]) -> dict[s
         move("'repetitions'", "'runs'", raw.pop("repetitions"), raw, "runs")
     if isinstance(raw.get("topology"), dict) and "n" in raw["topology"]:
         move("[topology] n", "the top-level 'agents'", raw["topology"].pop("n"), raw, "agents")
-    kind = problems.KINDS.get(raw.get("problem"))  # type: ignore[arg-type]
+    kind = problems.KINDS.get(raw.get("problem", problem))  # type: ignore[arg-type]
     params = raw.setdefault("problem_params", {})
     if kind is not None and isinstance(params, dict):
         het = raw.pop("heterogeneity", None)

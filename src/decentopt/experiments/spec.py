@@ -213,8 +213,9 @@ def load_spec(
         if not isinstance(raw.get("quick"), dict) or not raw["quick"]:
             raise ConfigError(f"{source}: --quick needs a [quick] table of overrides")
         raw = _merge(raw, raw["quick"])
-    for text in overrides or []:
-        raw = _merge(raw, parse_override(text))
+    for text in overrides or []:  # an override in an old name replaces the new one
+        fields = _File.__dataclass_fields__
+        raw = _merge(raw, renamed(parse_override(text), source, fields, raw.get("problem")))
     return validate(raw, source)
 
 
