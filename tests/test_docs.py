@@ -54,3 +54,18 @@ def test_snippets_run(doc, tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, f"{doc.name}:\n{proc.stderr[-3000:]}"
+
+
+TOML = re.compile(r"^```toml\n(.*?)^```", re.S | re.M)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_specification_examples_are_valid(doc, tmp_path):
+    """Every TOML example that is a whole specification loads as written."""
+    from decentopt.experiments import load_spec
+
+    for k, text in enumerate(TOML.findall(doc.read_text())):
+        if "problem =" in text:
+            path = tmp_path / f"example{k}.toml"
+            path.write_text(text)
+            load_spec(path)

@@ -42,7 +42,7 @@ def check_arguments(name: str, kwargs: dict[str, Any]) -> None:
     if name not in REGISTRY:
         raise ValueError(unknown_name("topology", name, sorted(REGISTRY)))
     params = inspect.signature(REGISTRY[name]).parameters
-    valid = [p for p in params if p != "n"]
+    valid = list(params)[1:]  # the first is the number of agents
     for key in kwargs:
         if key not in valid:
             raise ValueError(f"unknown key '{key}' for {name}; valid: name, {', '.join(valid)}")
