@@ -37,9 +37,7 @@ def main() -> None:
     )
     if args.skip_loop:
         return
-    problem = config.params.build(
-        agents=config.agents, runs=config.runs, seed=config.seeds.data, rank=None
-    )
+    problem = config.build_problem()
     topo = config.build_topology()
     start = time.perf_counter()
     for variant in config.algorithms.values():

@@ -69,9 +69,7 @@ def run_spec(
         if run is None and run in built:  # a batched problem serves every variant
             return built[run]
         t0 = time.perf_counter()
-        rank = job.rank if job.world > 1 else None
-        runs, seed = (spec.runs, seeds.data) if run is None else (1, seeds.data + run)
-        problem = kind.build(agents=spec.agents, runs=runs, seed=seed, rank=rank)
+        problem = spec.build_problem(run, job.rank if job.world > 1 else None)
         say(f"{spec.name}: {problem!r} on {topo!r} (built in {time.perf_counter() - t0:.1f} s)")
         built[run] = problem
         return problem

@@ -136,6 +136,12 @@ class RunSpec(_Shared):
                 raise ConfigError(f"--only: {unknown_name('algorithm', label, self.algorithms)}")
         return dataclasses.replace(self, algorithms={k: self.algorithms[k] for k in labels})
 
+    def build_problem(self, run: int | None = None, rank: int | None = None) -> Any:
+        """The problem of all runs (``run=None``, batched kinds) or of one run; ``rank``:
+        only that agent (one process per agent)."""
+        runs, seed = (self.runs, self.seeds.data) if run is None else (1, self.seeds.data + run)
+        return self.params.build(agents=self.agents, runs=runs, seed=seed, rank=rank)
+
     def build_topology(self) -> topology.Topology:
         spec = dict(self.topology)
         builder = topology.REGISTRY[spec.pop("name")]
