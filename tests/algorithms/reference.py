@@ -39,6 +39,8 @@ def run_reference(name: str, hp: dict, W: np.ndarray, x0: list[np.ndarray], grad
     y = [v.copy() for v in zeros]
     u = [v.copy() for v in zeros]
     g_prev = [v.copy() for v in zeros]
+    x_prev, step_prev = [v.copy() for v in x0], [v.copy() for v in zeros]
+    d, q = [v.copy() for v in zeros], [v.copy() for v in zeros]
     out = []
     for t in range(steps):
         g = [grad_fn(t, i, x[i]) for i in range(n)]
@@ -91,6 +93,40 @@ def run_reference(name: str, hp: dict, W: np.ndarray, x0: list[np.ndarray], grad
             phi = [psi_new[i] + x[i] - psi[i] for i in range(n)]
             psi = psi_new
             x = [combine(W, phi, i) for i in range(n)]
+        elif name == "extra":
+            step = [alpha * g[i] for i in range(n)]
+            if t == 0:
+                x_new = [combine(W, x, i) - step[i] for i in range(n)]
+            else:  # X+ = (I + W) X - (I + W)/2 X_prev - (alpha G - alpha G_prev)
+                wx, wp = (
+                    [combine(W, x, i) for i in range(n)],
+                    [combine(W, x_prev, i) for i in range(n)],
+                )
+                x_new = [
+                    x[i] + wx[i] - (x_prev[i] + wp[i]) / 2 - step[i] + step_prev[i]
+                    for i in range(n)
+                ]
+            x_prev, step_prev, x = x, step, x_new
+        elif name == "nids":
+            c = hp.get("c", 0.5)
+            psi_new = [x[i] - alpha * g[i] for i in range(n)]
+            phi = [psi_new[i] + x[i] - psi[i] for i in range(n)]
+            psi = psi_new
+            x = [(1 - c) * phi[i] + c * combine(W, phi, i) for i in range(n)]
+        elif name == "mt":
+            s = (1 - beta) if damp else 1.0
+            if t == 0:
+                gbar = sum(g) / n
+                m = [s * (g[i] - gbar) / (1 - beta) for i in range(n)]
+            md = [mom(m[i], g[i], beta, damp, nest) for i in range(n)]
+            q_new = [q for _, q in md]
+            m = [a for a, _ in md]
+            if t == 0:
+                d = [sum(q_new) / n for _ in range(n)]
+            else:
+                d = [combine(W, d, i) + q_new[i] - q[i] for i in range(n)]
+            x = [combine(W, x, i) - alpha * d[i] for i in range(n)]
+            q = q_new
         else:
             raise KeyError(name)
         out.append([v.copy() for v in x])

@@ -7,7 +7,7 @@ import pytest
 
 import decentopt as dopt
 
-EXACT = ["ed", "edm", "dsgt", "dsgt_hb"]
+EXACT = ["ed", "edm", "dsgt", "dsgt_hb", "extra", "nids", "mt"]
 BIASED = ["dsgd", "dmsgd"]
 
 

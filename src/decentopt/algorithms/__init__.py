@@ -18,6 +18,9 @@ from decentopt.algorithms.dsgt import DSGT, DSGTState
 from decentopt.algorithms.dsgt_hb import DSGTHB, DSGTHBState
 from decentopt.algorithms.ed import EDState, ExactDiffusion
 from decentopt.algorithms.edm import EDM, EDMState
+from decentopt.algorithms.extra import EXTRA, EXTRAState
+from decentopt.algorithms.mt import MomentumTracking, MTState
+from decentopt.algorithms.nids import NIDS, NIDSState
 from decentopt.algorithms.qg_dsgdm import QGDSGDm, QGDSGDmState
 from decentopt.algorithms.registry import (
     REGISTRY,
@@ -33,6 +36,8 @@ __all__ = [
     "DSGT",
     "DSGTHB",
     "EDM",
+    "EXTRA",
+    "NIDS",
     "REGISTRY",
     "Algorithm",
     "AlgorithmState",
@@ -45,9 +50,13 @@ __all__ = [
     "DmSGDState",
     "EDMState",
     "EDState",
+    "EXTRAState",
     "ExactDiffusion",
     "HyperParams",
+    "MTState",
     "MomentumHyperParams",
+    "MomentumTracking",
+    "NIDSState",
     "QGDSGDm",
     "QGDSGDmState",
     "hyperparameters",

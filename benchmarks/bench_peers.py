@@ -1,0 +1,146 @@
+"""decentopt against what a user would write by hand, and how cost grows with n·d.
+
+1. The paper's Figure-1 workload (n = 32 ring, d = 10, p = 20, R = 20 runs,
+   EDM, 3000 iterations): ``decentopt.simulate`` against a plain vectorised
+   NumPy implementation of the same recursion and the same gradient noise
+   distribution, both in float64, interleaved and repeated; min and median
+   microseconds per iteration and their ratio, at one thread and at torch's
+   default threads.
+2. Per-iteration time of EDM on the ring for n = 256 ... 8192 agents at d = 100
+   (deterministic gradients of a low-memory quadratic), and the fitted exponent
+   of the time against n·d.
+3. The full ``fig1`` preset with ``--jobs 1`` and ``--jobs 2``, quiet and with
+   another process keeping one core busy.
+
+Run: ``.venv/bin/python benchmarks/bench_peers.py [--quick] [--skip-preset]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+import decentopt as dopt
+
+
+def numpy_edm(A, x_local, sigma2, W, alpha, beta, iterations, seed):  # noqa: N803
+    """EDM on the heterogeneous least-squares problem, as a user would write it."""
+    n, R, p, d = A.shape
+    H = np.swapaxes(A, -1, -2) @ A / p  # (n, R, d, d)
+    b = (H @ x_local[..., None])[..., 0]
+    C = np.linalg.cholesky(H) * np.sqrt(sigma2 / p)  # noise sigma/sqrt(p) * C z
+    rng = np.random.default_rng(seed)
+    x = np.zeros((n, R, d))
+    psi, m = x.copy(), np.zeros_like(x)
+    for _ in range(iterations):
+        z = rng.standard_normal((n, R, d, 1))
+        g = (H @ x[..., None])[..., 0] - b + (C @ z)[..., 0]
+        m = beta * m + (1 - beta) * g
+        psi_next = x - alpha * m
+        x = (W @ (psi_next + x - psi).reshape(n, -1)).reshape(n, R, d)
+        psi = psi_next
+    return x
+
+
+def time_fig1(threads: int | None, repeats: int, iterations: int) -> tuple[list, list]:
+    if threads is not None:
+        torch.set_num_threads(threads)
+    prob = dopt.problems.Quadratic.paper(n=32, d=10, p=20, sigma2=0.05, repetitions=20, seed=0)
+    topo = dopt.topology.ring(32)
+    alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
+    A, xl, W = prob.A.numpy(), prob.x_local.numpy(), topo.W.numpy()
+    ours, peer = [], []
+    for k in range(repeats):
+        start = time.perf_counter()
+        dopt.simulate(alg, prob, topo, iterations, seed=k)
+        ours.append((time.perf_counter() - start) / iterations * 1e6)
+        start = time.perf_counter()
+        numpy_edm(A, xl, 0.05, W, 0.05, 0.9, iterations, seed=k)
+        peer.append((time.perf_counter() - start) / iterations * 1e6)
+    return ours, peer
+
+
+def scaling(sizes: list[int], d: int, iterations: int) -> list[tuple[int, float]]:
+    alg = dopt.algorithms.make("edm", lr=0.1, beta=0.9)
+    out = []
+    for n in sizes:
+        prob = dopt.problems.Quadratic.paper(n=n, d=d, p=d, sigma2=0.0, repetitions=1, seed=0)
+        topo = dopt.topology.ring(n)
+        dopt.simulate(alg, prob, topo, 5, record=5)  # warm-up
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            dopt.simulate(alg, prob, topo, iterations, record=iterations)
+            best = min(best, (time.perf_counter() - start) / iterations)
+        out.append((n, best))
+    return out
+
+
+def busy(stop: mp.Event) -> None:  # type: ignore[valid-type]
+    x = 0
+    while not stop.is_set():  # type: ignore[attr-defined]
+        x += 1
+
+
+def preset_seconds(jobs: int, quick: bool) -> float:
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "decentopt", "reproduce", "fig1", "--out", out]
+        cmd += ["--no-progress", "--jobs", str(jobs)] + (["--quick"] if quick else [])
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer iterations and repeats")
+    parser.add_argument("--skip-preset", action="store_true")
+    args = parser.parse_args()
+    iterations, repeats = (500, 3) if args.quick else (3000, 5)
+    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, numpy {np.__version__}")
+    default = torch.get_num_threads()
+    for threads in (1, default):
+        ours, peer = time_fig1(threads, repeats, iterations)
+        ratio = [p / o for o, p in zip(ours, peer, strict=True)]
+        print(
+            f"fig1 workload, {threads} thread(s): decentopt {min(ours):.0f} / "
+            f"{statistics.median(ours):.0f} us/it (min/median), NumPy {min(peer):.0f} / "
+            f"{statistics.median(peer):.0f}; NumPy time / ours: min {min(ratio):.2f}x, "
+            f"median {statistics.median(ratio):.2f}x (target >= 1.5x at one thread)"
+        )
+    torch.set_num_threads(default)
+    sizes = [256, 1024, 2048, 8192] if not args.quick else [256, 1024, 2048]
+    rows = scaling(sizes, 100, 50 if args.quick else 200)
+    for n, sec in rows:
+        print(f"EDM on ring({n}), d = 100: {sec * 1e6:.0f} us/it")
+    slope = np.polyfit(np.log([n * 100 for n, _ in rows]), np.log([s for _, s in rows]), 1)[0]
+    print(f"fitted exponent of time in n*d: {slope:.2f} (target <= 1.1)")
+    if args.skip_preset:
+        return
+    for jobs in (1, 2):
+        quiet = preset_seconds(jobs, args.quick)
+        stop = mp.Event()
+        hog = mp.Process(target=busy, args=(stop,))
+        hog.start()
+        try:
+            loaded = preset_seconds(jobs, args.quick)
+        finally:
+            stop.set()
+            hog.join()
+        print(
+            f"fig1 preset{' --quick' if args.quick else ''} --jobs {jobs}: {quiet:.1f} s quiet, "
+            f"{loaded:.1f} s with one core busy ({loaded / quiet:.2f}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
