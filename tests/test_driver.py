@@ -79,7 +79,7 @@ def test_a_checkpointed_run_resumes_to_the_uninterrupted_result(tmp_path):
     assert resumed.resumed_from == 30
     torch.testing.assert_close(resumed.final_state.x, full.final_state.x, rtol=0, atol=0)
     for a, b in zip(full.records, resumed.records, strict=True):
-        assert a.step == b.step
+        assert a.step == b.step and a.rounds == b.rounds
         np.testing.assert_array_equal(a.metrics["dist_to_opt"], b.metrics["dist_to_opt"])
 
 

@@ -16,10 +16,8 @@ from decentopt import __version__, theory, topology
 from decentopt.distributed.launch import launch
 from decentopt.experiments import ConfigError, RunSpec, load_spec, run_spec, write_report
 from decentopt.experiments.claims import check_claims, claims_markdown
-from decentopt.experiments.scaling import run_scaling, scaling_markdown, scaling_table
 from decentopt.experiments.spec import PAPER_PRESETS
-from decentopt.plotting import plot_scaling
-from decentopt.results import write_csv_atomic, write_text_atomic
+from decentopt.experiments.studies import run_methods, run_table1
 
 __all__ = ["COMMANDS", "main"]
 
@@ -98,20 +96,27 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def _reproduce_table1(args: argparse.Namespace) -> int:
-    out = args.out or Path("results") / ("table1" + ("-quick" if args.quick else ""))
-    rows = run_scaling(seeds=3 if args.quick else 5, quick=args.quick)
-    md = scaling_markdown(rows)
-    print(md)
-    write_csv_atomic(out / "table1.csv", scaling_table(rows))
-    write_text_atomic(out / "table1.md", md)
-    files = plot_scaling(rows, out / "table1")
-    print(f"wrote {out / 'table1.csv'}, {out / 'table1.md'}, " + ", ".join(map(str, files)))
+def _study(args: argparse.Namespace) -> int:
+    name = args.source
+    out = args.out or Path("results") / (name + ("-quick" if args.quick else ""))
+    if name == "table1":
+        files = run_table1(out, quick=args.quick)
+    else:
+        claims = (lambda spec: _claims(spec) if spec.claims else None) if args.check else None
+        files = run_methods(
+            out,
+            quick=args.quick,
+            claims=claims or (lambda _: None),
+            overrides=args.overrides,
+            force=args.force,
+            progress=not args.no_progress,
+        )
+    print("wrote " + ", ".join(map(str, files)))
     return 0
 
 
 #: Reproduction targets that are studies rather than run specifications.
-STUDIES: dict[str, Callable[[argparse.Namespace], int]] = {"table1": _reproduce_table1}
+STUDIES: dict[str, Callable[[argparse.Namespace], int]] = {"table1": _study, "methods": _study}
 
 
 def _claims(spec: RunSpec) -> Callable[[dict], str]:

@@ -70,13 +70,14 @@ def record_steps(
 
 @dataclass
 class Record:
-    """Metrics at one step, one value per column, with the time spent so far."""
+    """Metrics at one step, one value per column, with the time and gossip rounds so far."""
 
     step: int
     metrics: dict[str, np.ndarray]
     lr: float
     grad_seconds: float
     other_seconds: float
+    rounds: int = 0
 
 
 @dataclass
@@ -103,7 +104,7 @@ class Trajectory:
                 if period:
                     row["epoch"] = rec.step // period
                 row |= {k: float(v[col]) for k, v in rec.metrics.items()}
-                row |= {"lr": rec.lr, "grad_seconds": rec.grad_seconds}
+                row |= {"rounds": rec.rounds, "lr": rec.lr, "grad_seconds": rec.grad_seconds}
                 row |= {
                     "other_seconds": rec.other_seconds,
                     "diverged_at": int(self.diverged_at[col]),
@@ -210,6 +211,7 @@ def run_loop(
         generator.set_state(saved["generator"])
         torch.set_rng_state(saved["torch_rng"])
         records, diverged_at, timing = saved["records"], saved["diverged_at"], saved["timing"]
+        comm.stats.rounds, comm.stats.bytes_sent = saved["rounds"]  # counted from the start
         start_step = int(saved["step"])
         log(f"resuming {algorithm.name} from step {start_step}")
 
@@ -231,7 +233,7 @@ def run_loop(
         for v in values.values():
             v[diverged_at >= 0] = np.nan
         lr = float(algorithm.lr_at(max(t - 1, 0)))
-        records.append(Record(t, values, lr, *timing))
+        records.append(Record(t, values, lr, *timing, comm.stats.rounds))
 
     bar = None
     if progress is True:
@@ -274,6 +276,7 @@ def run_loop(
                     "records": records,
                     "diverged_at": diverged_at,
                     "timing": timing,
+                    "rounds": (comm.stats.rounds, comm.stats.bytes_sent),
                     "step": t + 1,
                 }
                 save_checkpoint(checkpoint_dir, t + 1, payload, keep=1)
@@ -295,5 +298,6 @@ def run_loop(
         for s in sorted(recorded):
             if s > records[-1].step:
                 nan = {k: np.full_like(v, np.nan) for k, v in records[-1].metrics.items()}
-                records.append(Record(s, nan, float(algorithm.lr_at(s - 1)), *timing))
+                lr = float(algorithm.lr_at(s - 1))
+                records.append(Record(s, nan, lr, *timing, comm.stats.rounds))
     return Trajectory(records, diverged_at, state, wall, start_step)

@@ -41,6 +41,9 @@ LABELS = {
     "dsgt_hb": "DSGT-HB",
     "ed": "ED/D²",
     "edm": "EDM",
+    "extra": "EXTRA",
+    "nids": "NIDS",
+    "mt": "Momentum Tracking",
 }
 METRIC_LABELS = {
     "dist_to_opt": r"$\frac{1}{n}\sum_i \|x_i - x^\star\|^2$",
@@ -58,9 +61,10 @@ _MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
 
 
 def ordered(names: Sequence[str]) -> list[str]:
-    """Distinct method labels: the paper's methods in its order, then the rest sorted."""
+    """Distinct labels: the paper's methods in its order (variants ``edm(lr=...)`` by their
+    method), then the rest sorted."""
     rank = {name: i for i, name in enumerate(PAPER_ORDER)}
-    return sorted(set(names), key=lambda s: (rank.get(s, len(rank)), s))
+    return sorted(set(names), key=lambda s: (rank.get(s.split("(")[0], len(rank)), s))
 
 
 def style_for(name: str, index: int) -> dict[str, Any]:
@@ -108,13 +112,15 @@ def plot_curves(
     panel_order: Sequence[Any] | None = None,
     title: str | None = None,
     xscale: str = "auto",
+    x: str = "step",
     formats: Sequence[str] = ("png", "pdf"),
 ) -> list[Path]:
     """One panel per value of ``panel`` (or a single panel); returns the written files.
 
     ``panel_title`` is formatted with ``key``, ``value`` and, when rows carry a
     ``zeta2`` column, ``zeta2`` (its mean in the panel). ``xscale``: ``"auto"``
-    (log when records are log-spaced), ``"log"`` or ``"linear"``.
+    (log when records are log-spaced), ``"log"`` or ``"linear"``. ``x``: the column
+    on the horizontal axis (``"step"``, or ``"rounds"`` for gossip rounds).
     """
     panels: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
@@ -125,7 +131,7 @@ def plot_curves(
     for ax, key in zip(axes[0], keys, strict=True):
         curves: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         for row in panels[key]:
-            curves[row["algorithm"]][row["step"]].append(row[metric])
+            curves[row["algorithm"]][row[x]].append(row[metric])
         means: dict[str, np.ndarray] = {}
         order = ordered(list(curves))
         all_steps: list[int] = []
@@ -151,7 +157,8 @@ def plot_curves(
         if scale in ("log", "symlog"):
             ax.set_xscale("symlog", linthresh=1.0)
         ax.set_yscale("log")
-        ax.set_xlabel("iteration" + (" (log scale)" if scale != "linear" else ""))
+        label = {"step": "iteration", "rounds": "gossip rounds"}.get(x, x)
+        ax.set_xlabel(label + (" (log scale)" if scale != "linear" else ""))
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         if panel:
             zetas = [r["zeta2"] for r in panels[key] if "zeta2" in r]

@@ -1,5 +1,6 @@
 """Communicators: the only place where agents exchange data."""
 
+from decentopt.comm.accelerated import MultiRound
 from decentopt.comm.base import CommStats, Communicator
 from decentopt.comm.distributed import DistributedCommunicator, PeerFailure
 from decentopt.comm.simulated import SimulatedCommunicator
@@ -8,6 +9,7 @@ __all__ = [
     "CommStats",
     "Communicator",
     "DistributedCommunicator",
+    "MultiRound",
     "PeerFailure",
     "SimulatedCommunicator",
 ]

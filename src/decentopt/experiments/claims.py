@@ -274,6 +274,6 @@ def check_claims(claims: Sequence[Claim], stats: Stats) -> list[tuple[Claim, Ver
 def claims_markdown(results: list[tuple[Claim, Verdict]]) -> str:
     marks = {True: "holds", False: "**does not hold**", None: "inconclusive"}
     return markdown_table(
-        ["claim (paper)", "test", "measured", "verdict"],
+        ["claim", "test", "measured", "verdict"],
         [(c.text, c.test, v.evidence, marks[v.holds]) for c, v in results],
     )

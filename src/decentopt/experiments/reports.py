@@ -132,6 +132,6 @@ def write_report(
             raise ValueError(f"{spec.name}: claims are checked on panel sweeps only")
         text = claims(stats)
         say(text)
-        report += ["## The paper's claims", "", text]
+        report += ["## The paper's claims" if spec.reproduces else "## Claims", "", text]
     write_text_atomic(out / "summary.md", "\n".join(report))
     return [out / "results.csv", out / "summary.md", *files]

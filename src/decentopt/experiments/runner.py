@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from decentopt.comm.accelerated import MultiRound
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.distributed import runtime
@@ -77,6 +78,8 @@ def run_spec(
     def compute(variant: Variant, run: int | None, folder: Path) -> tuple[list, dict]:
         problem = problem_for(run)
         comm = shared or SimulatedCommunicator(topo)
+        if spec.mix_rounds > 1:
+            comm = MultiRound(comm, spec.mix_rounds, spec.acceleration)
         if shared is not None:
             shared.check_consistency(extra=f"{variant.label}:{run}:{problem.dim}")
         plan = kind.plan(problem, spec.iterations, spec.record_points)

@@ -25,7 +25,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -89,6 +89,8 @@ class _Shared:
     also_report: tuple[str, ...] = ()
     threshold: float = bounded(1e-3, above=0)
     timeout: float = bounded(120.0, above=0)
+    mix_rounds: int = bounded(1, minimum=1)
+    acceleration: Literal["none", "chebyshev"] = "none"
     name: str = ""
     description: str = ""
     reproduces: str = ""

@@ -1,0 +1,114 @@
+"""Reproduction targets made of more than one run: Table 1's scaling study and the methods study.
+
+``methods`` runs EDM against EXTRA, NIDS, Momentum Tracking, ED and DSGT-HB on
+Figure 1's and Figure 2's problems and on digits training (three presets, each
+over a small grid of step sizes), judges the presets' claims at the paper's
+step size with ``--check``, and adds, per method, its best step size of the
+grid with the iterations *and* gossip rounds it needs to settle (DSGT-HB
+gossips twice per iteration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from decentopt.experiments.reports import markdown_table, write_report
+from decentopt.experiments.runner import run_spec
+from decentopt.experiments.scaling import run_scaling, scaling_markdown, scaling_table
+from decentopt.experiments.spec import RunSpec, load_spec
+from decentopt.experiments.summary import levels_by_zeta, summarise
+from decentopt.plotting import LABELS, plot_curves, plot_scaling
+from decentopt.results import write_csv_atomic, write_text_atomic
+
+__all__ = ["METHODS", "run_methods", "run_table1", "tuned_markdown"]
+
+#: The presets of the methods study.
+METHODS = ("methods_quadratic", "methods_logistic", "methods_digits")
+
+
+def run_table1(out: Path, *, quick: bool, say: Callable[[str], None] = print) -> list[Path]:
+    rows = run_scaling(seeds=3 if quick else 5, quick=quick, log=say)
+    md = scaling_markdown(rows)
+    say(md)
+    write_text_atomic(out / "table1.md", md)
+    table = write_csv_atomic(out / "table1.csv", scaling_table(rows))
+    return [table, out / "table1.md", *plot_scaling(rows, out / "table1")]
+
+
+def tuned_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    """Each method at its best step size of the grid -- the one that settles soonest below the
+    threshold at the hardest level (panel sweeps; ties and never-settling runs by steady
+    error), or with the best final metric (training) -- with the labels of those variants."""
+    best: dict[str, tuple[float, str, str]] = {}
+    if spec.panel is not None:
+        stats = summarise(rows, spec)
+        hard = levels_by_zeta(stats)[-1]
+        for (level, label), s in stats.items():
+            method = spec.algorithms[label].method
+            key = (s.iters is None, s.iters or 0, s.steady)
+            if level != hard or s.steady != s.steady or key >= best.get(method, (True, 0, 1e300)):
+                continue  # diverged (NaN) or beaten
+            end = max((r for r in rows if r["algorithm"] == label), key=lambda r: r["step"])
+            rounds = "" if s.iters is None else f" / {round(s.iters * end['rounds'] / end['step'])}"
+            reach = "never" if s.iters is None else f"{s.iters}{rounds}"
+            best[method] = (*key, label, f"{s.steady:.2e} ± {s.steady_se:.1e} | {reach}")
+        header = ["method", "best step", f"steady {spec.metric} (hardest level)"]
+        header.append("iterations / gossip rounds to settle")
+    else:
+        last = max(r["step"] for r in rows)
+        for label, variant in spec.algorithms.items():
+            accs = [r[spec.metric] for r in rows if r["algorithm"] == label and r["step"] == last]
+            score = -sum(accs) / len(accs)
+            if (score,) < best.get(variant.method, (float("inf"),))[:1]:
+                best[variant.method] = (score, label, f"{-score:.4f}")
+        header = ["method", "best step", f"final {spec.metric}"]
+    body = [
+        [LABELS.get(m, m), str(spec.algorithms[v[-2]].hyperparams["lr"]), *v[-1].split(" | ")]
+        for m, v in best.items()
+    ]
+    return markdown_table(header, body), [v[-2] for v in best.values()]
+
+
+def run_methods(
+    out: Path,
+    *,
+    quick: bool,
+    claims: Callable[[RunSpec], Callable[[dict], str] | None],
+    overrides: list[str],
+    force: bool,
+    progress: bool,
+    say: Callable[[str], None] = print,
+) -> list[Path]:
+    sections, files = ["# EDM against EXTRA, NIDS, Momentum Tracking, ED and DSGT-HB", ""], []
+    for name in METHODS:
+        spec = load_spec(name, quick=quick, overrides=overrides)
+        folder, modified = out / spec.name, quick or bool(overrides)
+        outcome = run_spec(spec, folder, force=force, progress=progress, log=say)
+        files += write_report(
+            spec, outcome.rows, folder, modified=modified, claims=claims(spec), say=say
+        )
+        table, labels = tuned_markdown(spec, outcome.rows)
+        say(table)
+        if spec.panel is not None:  # the tuned methods against gossip rounds
+            tuned = [r for r in outcome.rows if r["algorithm"] in labels]
+            files += plot_curves(
+                tuned,
+                spec.metric,
+                out / f"{spec.name}_rounds",
+                panel=spec.panel,
+                x="rounds",
+                title=spec.title(modified) + ", best step sizes",
+            )
+        summary = (folder / "summary.md").read_text().split("\n", 1)[1]
+        sections += [
+            f"## {spec.title(modified)}",
+            "",
+            "Best step size of the grid:",
+            "",
+            table,
+            summary,
+        ]
+    write_text_atomic(out / "summary.md", "\n".join(sections))
+    return [out / "summary.md", *files]
