@@ -52,7 +52,7 @@ def test_version_and_help_list_every_target(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = capsys.readouterr().out
-    assert all(t in text for t in ("fig1", "fig2", "fig3", "fig4", "table1"))
+    assert all(t in text for t in ("fig1", "fig2", "fig3", "fig4", "table1", "methods"))
 
 
 def test_compare_on_erdos_renyi_and_did_you_mean(tmp_path, capsys):

@@ -93,11 +93,14 @@ def run_methods(
         say(table)
         if spec.panel is not None:  # the tuned methods against gossip rounds
             tuned = [r for r in outcome.rows if r["algorithm"] in labels]
+            zeta = {r[spec.panel]: r["zeta2"] for r in tuned}  # panels from low to high zeta^2
             files += plot_curves(
                 tuned,
                 spec.metric,
                 out / f"{spec.name}_rounds",
                 panel=spec.panel,
+                panel_order=sorted(zeta, key=zeta.__getitem__),
+                panel_title="{key} = {value:g}  (ζ² = {zeta2:.3g})",
                 x="rounds",
                 title=spec.title(modified) + ", best step sizes",
             )
