@@ -32,7 +32,7 @@ import torch
 import decentopt as dopt
 
 
-def numpy_edm(A, x_local, sigma2, W, alpha, beta, iterations, seed):  # noqa: N803
+def numpy_edm(A, x_local, sigma2, W, alpha, beta, iterations, seed):
     """EDM on the heterogeneous least-squares problem, as a user would write it."""
     n, R, p, d = A.shape
     H = np.swapaxes(A, -1, -2) @ A / p  # (n, R, d, d)
