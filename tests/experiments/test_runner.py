@@ -227,3 +227,15 @@ def test_missing_cifar_folder_is_a_clear_error(tmp_path, capsys):
     text = NEURAL.replace('dataset = "digits"', 'dataset = "cifar10"\ndata_dir = "nope"')
     assert main(["run", str(write(tmp_path, text)), "--out", str(tmp_path / "o")]) == 2
     assert "CIFAR-10 not found in nope" in capsys.readouterr().err
+
+
+def test_multi_round_gossip_from_a_specification(cfg_path, tmp_path):
+    plain = run_spec(load_spec(cfg_path), tmp_path / "a", progress=False, log=quiet)
+    spec = load_spec(cfg_path, overrides=["mix_rounds=3", 'acceleration="chebyshev"'])
+    assert spec.fingerprint("edm") != load_spec(cfg_path).fingerprint("edm")
+    fast = run_spec(spec, tmp_path / "b", progress=False, log=quiet)
+    last = max(r["step"] for r in plain.rows)
+    rounds = {r["rounds"] for r in fast.rows if r["step"] == last}
+    assert rounds == {3 * last} and {r["rounds"] for r in plain.rows if r["step"] == last} == {last}
+    with pytest.raises(ConfigError, match="acceleration"):
+        load_spec(cfg_path, overrides=['acceleration="nesterov"'])
