@@ -39,10 +39,10 @@ def numpy_edm(A, x_local, sigma2, W, alpha, beta, iterations, seed):
     b = (H @ x_local[..., None])[..., 0]
     C = np.linalg.cholesky(H) * np.sqrt(sigma2 / p)  # noise sigma/sqrt(p) * C z
     rng = np.random.default_rng(seed)
-    x = np.zeros((n, R, d))
+    x = np.zeros((n, R, d), dtype=A.dtype)
     psi, m = x.copy(), np.zeros_like(x)
     for _ in range(iterations):
-        z = rng.standard_normal((n, R, d, 1))
+        z = rng.standard_normal((n, R, d, 1), dtype=A.dtype)
         g = (H @ x[..., None])[..., 0] - b + (C @ z)[..., 0]
         m = beta * m + (1 - beta) * g
         psi_next = x - alpha * m
@@ -51,13 +51,18 @@ def numpy_edm(A, x_local, sigma2, W, alpha, beta, iterations, seed):
     return x
 
 
-def time_fig1(threads: int | None, repeats: int, iterations: int) -> tuple[list, list]:
+def time_fig1(
+    threads: int | None, repeats: int, iterations: int, dtype: torch.dtype = torch.float64
+) -> tuple[list, list]:
+    """(decentopt, NumPy) microseconds per iteration, interleaved, both in ``dtype``."""
     if threads is not None:
         torch.set_num_threads(threads)
-    prob = dopt.problems.Quadratic.paper(n=32, d=10, p=20, sigma2=0.05, repetitions=20, seed=0)
+    prob = dopt.problems.Quadratic.paper(
+        n=32, d=10, p=20, sigma2=0.05, repetitions=20, seed=0, dtype=dtype
+    )
     topo = dopt.topology.ring(32)
     alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
-    A, xl, W = prob.A.numpy(), prob.x_local.numpy(), topo.W.numpy()
+    A, xl, W = prob.A.numpy(), prob.x_local.numpy(), topo.W.numpy().astype(prob.A.numpy().dtype)
     ours, peer = [], []
     for k in range(repeats):
         start = time.perf_counter()
@@ -108,15 +113,16 @@ def main() -> None:
     iterations, repeats = (500, 3) if args.quick else (3000, 5)
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, numpy {np.__version__}")
     default = torch.get_num_threads()
-    for threads in (1, default):
-        ours, peer = time_fig1(threads, repeats, iterations)
-        ratio = [p / o for o, p in zip(ours, peer, strict=True)]
-        print(
-            f"fig1 workload, {threads} thread(s): decentopt {min(ours):.0f} / "
-            f"{statistics.median(ours):.0f} us/it (min/median), NumPy {min(peer):.0f} / "
-            f"{statistics.median(peer):.0f}; NumPy time / ours: min {min(ratio):.2f}x, "
-            f"median {statistics.median(ratio):.2f}x (target >= 1.5x at one thread)"
-        )
+    for dtype in (torch.float32, torch.float64):
+        for threads in (1, default):
+            ours, peer = time_fig1(threads, repeats, iterations, dtype)
+            ratio = [p / o for o, p in zip(ours, peer, strict=True)]
+            print(
+                f"fig1 workload, {str(dtype)[6:]}, torch threads {threads}: decentopt "
+                f"{min(ours):.0f} / {statistics.median(ours):.0f} us/it (min/median), NumPy "
+                f"{min(peer):.0f} / {statistics.median(peer):.0f}; NumPy time / ours: min "
+                f"{min(ratio):.2f}x, median {statistics.median(ratio):.2f}x"
+            )
     torch.set_num_threads(default)
     sizes = [256, 1024, 2048, 8192] if not args.quick else [256, 1024, 2048]
     rows = scaling(sizes, 100, 50 if args.quick else 200)

@@ -17,7 +17,8 @@ columns go on, and the loop ends early once every column has stopped.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,10 +34,21 @@ from decentopt.problems.base import Plan
 if TYPE_CHECKING:
     from decentopt.problems.base import Problem
 
-__all__ = ["Record", "Trajectory", "check_gradient", "record_steps", "run_loop"]
+__all__ = [
+    "Record",
+    "Trajectory",
+    "check_gradient",
+    "intra_op_threads",
+    "record_steps",
+    "run_loop",
+]
 
 #: How often (in steps) divergence is checked between recorded steps.
 CHECK_EVERY = 50
+#: State size (entries) from which the loop keeps torch's intra-op threads. Measured on a
+#: 2-core machine: below it a second thread gains at most 2x when the machine is idle and
+#: costs 5-24x when another process is busy (benchmarks/bench_peers.py).
+THREADS_CROSSOVER = 2**20
 #: Recorded steps spread evenly over the last 10 % of a log-spaced record.
 TAIL_POINTS = 21
 
@@ -140,6 +152,18 @@ def _zero_columns(state: AlgorithmState, mask: torch.Tensor) -> AlgorithmState:
     return state._replace(**updates)
 
 
+@contextmanager
+def intra_op_threads(threads: int | None, numel: int) -> Iterator[int]:
+    """Run a block with ``threads`` intra-op threads (or the policy's choice), then restore."""
+    previous = torch.get_num_threads()
+    chosen = threads or (1 if numel < THREADS_CROSSOVER else previous)
+    torch.set_num_threads(chosen)
+    try:
+        yield chosen
+    finally:
+        torch.set_num_threads(previous)
+
+
 def _column_values(value: Any) -> np.ndarray:
     """A metric as float64 numbers, one per column (Python floats keep their precision)."""
     if isinstance(value, torch.Tensor):
@@ -165,6 +189,7 @@ def run_loop(
     checkpoint_dir: str | Path | None = None,
     blowup: float = 1e10,
     stop_after: int | None = None,
+    threads: int | None = None,
     progress: bool | Callable[[int], None] = False,
     log: Callable[[str], None] = print,
 ) -> Trajectory:
@@ -184,6 +209,10 @@ def run_loop(
         blowup: a column diverges when ``mean_i ||x_i||^2`` exceeds
             ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)`` or is not finite.
         stop_after: end after this many steps, as an interruption would (tests).
+        threads: intra-op threads inside the loop (the caller's setting is restored
+            after); by default one thread for states below ``THREADS_CROSSOVER``
+            entries, where threads only add synchronisation (and collapse on a busy
+            machine), else torch's setting.
         progress: ``True`` for a progress bar, or a callable receiving the step.
     """
     iterations, period = plan.iterations, plan.period
@@ -201,6 +230,7 @@ def run_loop(
     limit = blowup * scale
     diverged_at = np.full(scale.numel(), -1, dtype=np.int64)
     records: list[Record] = []
+    alive = [len(diverged_at)]  # columns still running (updated by check)
     timing = [0.0, 0.0]  # gradient, everything else
     losses: torch.Tensor | None = None
     start_step = 0
@@ -220,6 +250,7 @@ def run_loop(
         sq = _column_norms(state.x, comm)
         new = (~torch.isfinite(sq) | (sq > limit)).numpy() & (diverged_at < 0)
         diverged_at[new] = t
+        alive[0] = int((diverged_at < 0).sum())
         if (diverged_at >= 0).any():  # stopped columns restart from zero so they never overflow
             state = _zero_columns(state, torch.from_numpy(diverged_at >= 0))
 
@@ -242,54 +273,55 @@ def run_loop(
         bar = tqdm(
             total=iterations, initial=start_step, desc=algorithm.name, leave=False, disable=None
         )
-    recorded = set(plan.record)
-    wall = time.perf_counter()
-    if start_step == 0 and 0 in recorded:
-        note(0)
-    last = start_step
-    for t in range(start_step, iterations):
-        last = t + 1
-        t0 = time.perf_counter()
-        grad, loss = gradient(state.x, generator)
-        if t == start_step:
-            check_gradient(grad, state.x, type(problem).__name__)
-        sync()
-        t1 = time.perf_counter()
-        state = algorithm.step(state, grad, comm)
-        if loss is not None:
-            losses = loss.detach().clone() if losses is None else losses.add_(loss.detach())
-        sync()
-        timing[0] += t1 - t0
-        timing[1] += time.perf_counter() - t1
-        if t + 1 in recorded:
-            note(t + 1)
-        elif (t + 1) % CHECK_EVERY == 0 or (period and (t + 1) % period == 0):
-            check(t + 1)
-        if period and (t + 1) % period == 0:
-            losses = None
-            if checkpoint_dir is not None:
-                payload = {
-                    "state": dict(state._asdict()),  # type: ignore[attr-defined]
-                    "problem": problem.state_dict(),
-                    "generator": generator.get_state(),
-                    "torch_rng": torch.get_rng_state(),
-                    "records": records,
-                    "diverged_at": diverged_at,
-                    "timing": timing,
-                    "rounds": (comm.stats.rounds, comm.stats.bytes_sent),
-                    "step": t + 1,
-                }
-                save_checkpoint(checkpoint_dir, t + 1, payload, keep=1)
-        if bar is not None:
-            bar.update(1)
-        elif callable(progress):
-            progress(t + 1)
-        if (diverged_at >= 0).all():
-            log(f"{algorithm.name} diverged at step {t + 1}; stopping this run")
-            break
-        if stop_after is not None and t + 1 >= stop_after:
-            break
-    wall = time.perf_counter() - wall
+    with intra_op_threads(threads, x.numel()):
+        recorded = set(plan.record)
+        wall = time.perf_counter()
+        if start_step == 0 and 0 in recorded:
+            note(0)
+        last = start_step
+        for t in range(start_step, iterations):
+            last = t + 1
+            t0 = time.perf_counter()
+            grad, loss = gradient(state.x, generator)
+            if t == start_step:
+                check_gradient(grad, state.x, type(problem).__name__)
+            sync()
+            t1 = time.perf_counter()
+            state = algorithm.step(state, grad, comm)
+            if loss is not None:
+                losses = loss.detach().clone() if losses is None else losses.add_(loss.detach())
+            sync()
+            timing[0] += t1 - t0
+            timing[1] += time.perf_counter() - t1
+            if t + 1 in recorded:
+                note(t + 1)
+            elif (t + 1) % CHECK_EVERY == 0 or (period and (t + 1) % period == 0):
+                check(t + 1)
+            if period and (t + 1) % period == 0:
+                losses = None
+                if checkpoint_dir is not None:
+                    payload = {
+                        "state": dict(state._asdict()),  # type: ignore[attr-defined]
+                        "problem": problem.state_dict(),
+                        "generator": generator.get_state(),
+                        "torch_rng": torch.get_rng_state(),
+                        "records": records,
+                        "diverged_at": diverged_at,
+                        "timing": timing,
+                        "rounds": (comm.stats.rounds, comm.stats.bytes_sent),
+                        "step": t + 1,
+                    }
+                    save_checkpoint(checkpoint_dir, t + 1, payload, keep=1)
+            if bar is not None:
+                bar.update(1)
+            elif callable(progress):
+                progress(t + 1)
+            if alive[0] == 0:
+                log(f"{algorithm.name} diverged at step {t + 1}; stopping this run")
+                break
+            if stop_after is not None and t + 1 >= stop_after:
+                break
+        wall = time.perf_counter() - wall
     check(last)
     if bar is not None:
         bar.close()

@@ -88,6 +88,7 @@ def simulate(
     points: int = 100,
     kernel: Kernel = "auto",
     blowup: float = 1e10,
+    threads: int | None = None,
     progress: bool | Callable[[int], None] = False,
 ) -> SimulationResult:
     """Run one algorithm on all agents and repetitions of a problem.
@@ -106,6 +107,8 @@ def simulate(
         blowup: a repetition diverges when ``mean_i ||x_i||^2`` exceeds
             ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)`` (``x*`` where known)
             or is not finite.
+        threads: intra-op threads while it runs (the caller's setting is restored);
+            by default one for small states (see :func:`decentopt.driver.run_loop`).
         progress: ``True`` for a progress bar, or a callable receiving the step.
     """
     if topology.n != problem.n:
@@ -129,6 +132,7 @@ def simulate(
         seed=seed,
         x0=_broadcast_x0(x0, problem),
         blowup=blowup,
+        threads=threads,
         progress=progress,
     )
     return SimulationResult(

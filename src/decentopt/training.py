@@ -40,6 +40,7 @@ def train(
     progress: bool = True,
     stop_after_epoch: int | None = None,
     seed: int = 0,
+    threads: int | None = None,
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """Train and return one row per evaluation (see the module docstring).
@@ -48,8 +49,9 @@ def train(
     process), or a communicator; with a :class:`~decentopt.comm.DistributedCommunicator`
     the problem holds this rank's agent only and every metric is averaged across
     ranks through ``comm.mean``. ``seed`` drives the augmentation; dropout draws from
-    torch's global generator. ``stop_after_epoch`` ends the call early (as an
-    interruption would), for tests.
+    torch's global generator. ``threads``: intra-op threads while it trains (by default
+    one for small models; see :func:`decentopt.driver.run_loop`). ``stop_after_epoch``
+    ends the call early (as an interruption would), for tests.
     """
     if isinstance(network, Topology):
         if network.n != problem.n:
@@ -69,6 +71,7 @@ def train(
         seed=seed,
         checkpoint_dir=checkpoint_dir,
         stop_after=None if stop_after_epoch is None else stop_after_epoch * spe,
+        threads=threads,
         progress=progress,
         log=log,
     )

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
+import decentopt as dopt
 from decentopt.problems import Quadratic
 
 
@@ -88,5 +90,21 @@ def test_gradient_noise_has_covariance_sigma2_H_over_p(p, d):
     for i in range(2):
         noise = draws[:, i, 0]
         cov = noise.T @ noise / len(noise)
-        want = 0.5 * prob.H[i, 0] / p
+        A = prob.A[i, 0]
+        want = 0.5 * (A.T @ A / p) / p
         torch.testing.assert_close(cov, want, rtol=0.0, atol=0.06 * float(want.diagonal().max()))
+
+
+def test_low_memory_form_equals_the_hessian_form():
+    """p < d: no per-agent d x d Hessians are stored, and the run is the same."""
+    paper = Quadratic.paper(n=6, d=12, p=4, sigma2=0.1, repetitions=2, seed=5)
+    assert paper.low_memory and paper.H is None
+    full = Quadratic(paper.A, paper.x_local, 0.1, low_memory=False)
+    assert full.H is not None
+    torch.testing.assert_close(paper.x_star, full.x_star)
+    torch.testing.assert_close(paper.zeta2, full.zeta2)
+    alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
+    runs = [dopt.simulate(alg, q, dopt.topology.ring(6), 200, seed=1) for q in (paper, full)]
+    np.testing.assert_allclose(
+        runs[0].history["dist_to_opt"], runs[1].history["dist_to_opt"], rtol=1e-9
+    )

@@ -96,6 +96,7 @@ def run_spec(
                 plan,
                 seed=noise,
                 checkpoint_dir=checkpoints,
+                threads=spec.threads,
                 progress=progress and job.main,
                 log=say,
             )

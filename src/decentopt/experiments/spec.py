@@ -48,7 +48,7 @@ PAPER_PRESETS = [
 ]
 #: Fields that change how results are shown, not what they are: outside the fingerprint.
 PRESENTATION = frozenset(
-    "claims name description reproduces source metric also_report threshold timeout".split()
+    "claims name description reproduces source metric also_report threshold timeout threads".split()
 )
 
 
@@ -89,6 +89,7 @@ class _Shared:
     also_report: tuple[str, ...] = ()
     threshold: float = bounded(1e-3, above=0)
     timeout: float = bounded(120.0, above=0)
+    threads: int | None = bounded(None, minimum=1)
     mix_rounds: int = bounded(1, minimum=1)
     acceleration: Literal["none", "chebyshev"] = "none"
     name: str = ""

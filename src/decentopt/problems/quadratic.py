@@ -48,6 +48,9 @@ class Quadratic(StatelessProblem):
         x_local: local optima ``x_i*``, ``(n, d)`` or ``(n, R, d)``.
         sigma2: variance of the response noise (0 gives exact gradients).
         dtype: floating type of every tensor (float64 by default).
+        low_memory: compute gradients as ``A_i^T (A_i x) / p`` without the per-agent
+            ``d x d`` Hessians (default: when ``p < d``, where they would be larger
+            than ``A``); the noise then uses the ``p``-dimensional form.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class Quadratic(StatelessProblem):
         sigma2: float = 0.0,
         *,
         dtype: torch.dtype = torch.float64,
+        low_memory: bool | None = None,
     ) -> None:
         check_problem_dtype(dtype, "Quadratic")
         sigma2 = as_real(sigma2, "Quadratic: sigma2")
@@ -86,9 +90,17 @@ class Quadratic(StatelessProblem):
         self.sigma2 = float(sigma2)
         self.A = A
         self.x_local = x_local
-        self.H = A.transpose(-1, -2) @ A / p  # (n, R, d, d)
-        self.b = (self.H @ x_local.unsqueeze(-1)).squeeze(-1)  # H_i x_i*
-        self.H_mean = self.H.mean(dim=0)  # (R, d, d), Hessian of f
+        # per-agent d x d Hessians cost more memory than A itself when p < d
+        self.low_memory = p < d if low_memory is None else bool(low_memory)
+        At = A.transpose(-1, -2)
+        if self.low_memory:
+            self.H = None
+            self.b = (At @ (A @ x_local.unsqueeze(-1))).squeeze(-1) / p  # H_i x_i*
+            self.H_mean = torch.einsum("nrpd,nrpe->rde", A, A) / (n * p)  # (R, d, d)
+        else:
+            self.H = At @ A / p  # (n, R, d, d)
+            self.b = (self.H @ x_local.unsqueeze(-1)).squeeze(-1)  # H_i x_i*
+            self.H_mean = self.H.mean(dim=0)  # (R, d, d), Hessian of f
         self.b_mean = self.b.mean(dim=0)
         eig_mean = torch.linalg.eigvalsh(self.H_mean)
         if bool((eig_mean[:, 0] <= 1e-12 * eig_mean[:, -1].clamp_min(1e-300)).any()):
@@ -98,14 +110,22 @@ class Quadratic(StatelessProblem):
             )
         self.x_star = torch.linalg.solve(self.H_mean, self.b_mean)  # (R, d)
         self.mu = eig_mean[:, 0]  # (R,) strong convexity of f
-        self.L = torch.linalg.eigvalsh(self.H)[..., -1].amax(dim=0)  # (R,) max local smoothness
+        # (R,) max local smoothness: lambda_max(A_i^T A_i) = lambda_max(A_i A_i^T)
+        gram = self.H if self.H is not None else A @ At / p
+        self.L = torch.linalg.eigvalsh(gram)[..., -1].amax(dim=0)
         self.zeta2 = self._heterogeneity()
         # noise = noise_factor @ z, z ~ N(0, I_k): covariance sigma2 H_i / p either way
-        chol, info = torch.linalg.cholesky_ex(self.H)
-        if p >= d and bool((info == 0).all()):
+        chol, info = (None, None) if self.H is None else torch.linalg.cholesky_ex(self.H)
+        if chol is not None and p >= d and bool((info == 0).all()):
             self.noise_factor = chol * (self.sigma2 / p) ** 0.5
         else:
-            self.noise_factor = A.transpose(-1, -2) * (self.sigma2**0.5 / p)
+            self.noise_factor = At * (self.sigma2**0.5 / p)
+        # one batched product per step: [H_i | noise_factor_i] @ [x_i; z_i] - b_i
+        self._fused = None
+        if self.H is not None:
+            parts = [self.H, self.noise_factor] if self.sigma2 > 0 else [self.H]
+            self._fused = torch.cat(parts, dim=-1).reshape(n * R, d, -1)
+            self._neg_b = -self.b.reshape(n * R, d, 1)
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -150,7 +170,7 @@ class Quadratic(StatelessProblem):
 
     # ----------------------------------------------------------------- interface
     def _heterogeneity(self) -> torch.Tensor:
-        grads = (self.H @ self.x_star.unsqueeze(0).unsqueeze(-1)).squeeze(-1) - self.b
+        grads = self.full_gradient(self.x_star.expand(self.n, -1, -1))
         return grads.pow(2).sum(-1).mean(0)  # (R,) = mean_i ||grad f_i(x*)||^2
 
     def initial_point(self) -> torch.Tensor:
@@ -161,6 +181,10 @@ class Quadratic(StatelessProblem):
 
         With ``rows``, ``x`` holds only those agents (a distributed rank's share).
         """
+        if self.H is None:
+            A = self.A[rows]
+            Ax = A @ x.unsqueeze(-1)
+            return (A.transpose(-1, -2) @ Ax).squeeze(-1).div_(self.p).sub_(self.b[rows])
         return (self.H[rows] @ x.unsqueeze(-1)).squeeze(-1) - self.b[rows]
 
     def gradient(
@@ -171,6 +195,14 @@ class Quadratic(StatelessProblem):
         The noise of all ``n`` agents is drawn either way, so a rank that passes
         ``rows`` sees exactly the noise the simulator gives those agents.
         """
+        if self._fused is not None and rows == slice(None):
+            n, R, d = self.n, self.repetitions, self.dim
+            v = x
+            if self.sigma2 > 0:
+                k = self.noise_factor.shape[-1]
+                z = torch.randn(n, R, k, generator=generator).to(self.dtype)
+                v = torch.cat([x, z], dim=-1)
+            return torch.baddbmm(self._neg_b, self._fused, v.reshape(n * R, -1, 1)).view(n, R, d)
         grad = self.full_gradient(x, rows)
         if self.sigma2 > 0:
             k = self.noise_factor.shape[-1]
