@@ -78,7 +78,7 @@ def scaling(sizes: list[int], d: int, iterations: int) -> list[tuple[int, float]
     alg = dopt.algorithms.make("edm", lr=0.1, beta=0.9)
     out = []
     for n in sizes:
-        prob = dopt.problems.Quadratic.paper(n=n, d=d, p=d, sigma2=0.0, repetitions=1, seed=0)
+        prob = dopt.problems.Quadratic.paper(n=n, d=d, p=10, sigma2=0.0, repetitions=1, seed=0)
         topo = dopt.topology.ring(n)
         dopt.simulate(alg, prob, topo, 5, record=5)  # warm-up
         best = float("inf")

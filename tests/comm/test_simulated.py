@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,15 +19,62 @@ def test_kernels_compute_W_times_Z(kernel, shape):
 
 
 def test_float32_and_auto_choice():
-    topo = dopt.topology.ring(128)
+    topo = dopt.topology.ring(128)  # circulant: shift-and-add, no dense W
     comm = SimulatedCommunicator(topo)
-    assert comm.kernel_for(10) == "dense"
-    assert comm.kernel_for(5000) == "sparse"
+    assert comm.kernel_for(10) == comm.kernel_for(5000) == "shift"
+    sparse = SimulatedCommunicator(dopt.topology.erdos_renyi(128, 0.03, seed=1))
+    assert sparse.kernel_for(10) == "dense" and sparse.kernel_for(5000) == "sparse"
     assert SimulatedCommunicator(dopt.topology.ring(16)).kernel_for(10**6) == "dense"
     Z = torch.randn(128, 5000, dtype=torch.float32)
     out = comm.mix(Z)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, topo.W.float() @ Z, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "topo",
+    [
+        dopt.topology.ring(64),
+        dopt.topology.ring(99, weights="metropolis"),
+        dopt.topology.exponential(80),
+        dopt.topology.ring(70).lazy(),
+    ],
+    ids=str,
+)
+def test_circulant_topologies_match_their_dense_form(topo):
+    """Stencil, closed-form spectrum and shift mixing against the dense matrix."""
+    W = topo.W.numpy()
+    dense = dopt.topology.from_matrix(W)
+    assert topo.lam == pytest.approx(dense.lam, abs=1e-12)
+    assert topo.lam_min == pytest.approx(dense.lam_min, abs=1e-12)
+    assert topo.neighbors == dense.neighbors
+    Z = torch.randn(topo.n, 3, 2, dtype=torch.float64)
+    shifted = SimulatedCommunicator(topo).mix(Z)
+    torch.testing.assert_close(shifted, SimulatedCommunicator(dense).mix(Z), rtol=0, atol=1e-14)
+
+
+def test_a_ring_of_100000_agents_needs_no_dense_matrix():
+    topo = dopt.topology.ring(100_000)
+    assert topo.lam == pytest.approx(0.5 + 0.5 * np.cos(2 * np.pi / 100_000), abs=1e-14)
+    comm = SimulatedCommunicator(topo)
+    Z = torch.randn(100_000, 10)
+    out = comm.mix(Z)
+    torch.testing.assert_close(out[5], 0.5 * Z[5] + 0.25 * (Z[4] + Z[6]))
+    torch.testing.assert_close(out[0], 0.5 * Z[0] + 0.25 * (Z[-1] + Z[1]))
+    with pytest.raises(MemoryError, match="GiB"):
+        _ = topo.W
+
+
+def test_circulant_assumption_checks():
+    from decentopt.topology import AssumptionError
+    from decentopt.topology.circulant import CirculantTopology
+
+    with pytest.raises(AssumptionError, match=r"1\(3\)"):
+        CirculantTopology(100, {0: 1 / 3, 1: 1 / 3, -1: 1 / 3}, "bad")  # even ring, -1/3
+    with pytest.raises(AssumptionError, match="not connected"):
+        CirculantTopology(100, {0: 0.5, 2: 0.25, -2: 0.25}, "two rings")
+    with pytest.raises(AssumptionError, match="symmetric"):
+        CirculantTopology(100, {0: 0.5, 1: 0.5}, "one way")
 
 
 def test_counts_rounds_and_bytes():

@@ -8,8 +8,13 @@ Two kernels compute ``W Z`` for ``Z`` of shape ``(n, ...)`` folded to ``(n, k)``
   is memory-bound, so on a ring with long rows it runs near the bandwidth of a
   plain copy, where the GEMM would do ``n`` times more arithmetic.
 
-``kernel="auto"`` picks ``sparse`` when ``W`` is sparse (density <= 0.1),
-``n >= 64`` and rows are long (``k >= 1024``), else ``dense``.
+* ``shift``: for a circulant topology (rings and exponential graphs from 64
+  agents, :class:`~decentopt.topology.circulant.CirculantTopology`), ``W Z`` is a
+  weighted sum of row-shifted copies of ``Z``: linear in ``n``, and no dense ``W``
+  is ever built.
+
+``kernel="auto"`` picks ``shift`` for circulant topologies, ``sparse`` when ``W`` is
+sparse (density <= 0.1), ``n >= 64`` and rows are long (``k >= 1024``), else ``dense``.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ import numpy as np
 import torch
 
 from decentopt.comm.base import CommStats
+from decentopt.topology.circulant import CirculantTopology
 from decentopt.topology.topology import Topology
 
 __all__ = ["SimulatedCommunicator"]
 
-Kernel = Literal["auto", "dense", "sparse"]
+Kernel = Literal["auto", "dense", "sparse", "shift"]
 _SPARSE_MIN_N = 64
 _SPARSE_MAX_DENSITY = 0.1
 _SPARSE_MIN_COLS = 1024
@@ -35,12 +41,23 @@ class SimulatedCommunicator:
     """Communicator over all agents of a :class:`Topology` in one process."""
 
     def __init__(self, topology: Topology, kernel: Kernel = "auto") -> None:
-        if kernel not in ("auto", "dense", "sparse"):
-            raise ValueError(f"kernel must be 'auto', 'dense' or 'sparse'; got {kernel!r}")
+        if kernel not in ("auto", "dense", "sparse", "shift"):
+            raise ValueError(f"kernel must be 'auto', 'dense', 'sparse' or 'shift'; got {kernel!r}")
+        circulant = isinstance(topology, CirculantTopology)
+        if kernel == "shift" and not circulant:
+            raise ValueError(
+                "kernel='shift' needs a circulant topology (a ring or exponential graph)"
+            )
         self.topology = topology
         self.kernel = kernel
         self.n = topology.n
         self.stats = CommStats()
+        self._stencil = topology.stencil if circulant else None
+        if circulant:  # no dense W: a ring of 10^5 agents would need 80 GB
+            self._rows, self._W_cache = (), {}
+            self._edges = int(topology.degrees.sum())
+            self._sparse_ok = False
+            return
         W = topology.W.numpy()
         # (i, w_ii, ((j, w_ij), ...)) for the sparse kernel; Python floats avoid
         # a tensor-to-scalar conversion per term.
@@ -60,10 +77,12 @@ class SimulatedCommunicator:
             self._W_cache[key] = W
         return W
 
-    def kernel_for(self, cols: int) -> Literal["dense", "sparse"]:
+    def kernel_for(self, cols: int) -> Literal["dense", "sparse", "shift"]:
         """The kernel used for a folded tensor with ``cols`` columns."""
         if self.kernel != "auto":
             return self.kernel
+        if self._stencil is not None:
+            return "shift"
         return "sparse" if self._sparse_ok and cols >= _SPARSE_MIN_COLS else "dense"
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -90,8 +109,11 @@ class SimulatedCommunicator:
             target = out.view(self.n, -1)
         self.stats.rounds += 1
         self.stats.bytes_sent += self._edges * cols * z.element_size()
-        if self.kernel_for(cols) == "dense":
+        kernel = self.kernel_for(cols)
+        if kernel == "dense":
             torch.mm(self._dense_W(flat), flat, out=target)
+        elif kernel == "shift":
+            self._shift_mix(flat, target)
         else:
             self._sparse_mix(flat, target)
         return target.view(z.shape)
@@ -104,6 +126,16 @@ class SimulatedCommunicator:
         mixed = self.mix(torch.cat(flats, dim=1))
         parts = mixed.split([f.shape[1] for f in flats], dim=1)
         return [p.reshape(z.shape) for p, z in zip(parts, zs, strict=True)]
+
+    def _shift_mix(self, flat: torch.Tensor, target: torch.Tensor) -> None:
+        """``(W z)_i = sum_o c_o z_{(i + o) mod n}``: one pass per offset, no matrix."""
+        n, stencil = self.n, self._stencil
+        assert stencil is not None
+        torch.mul(flat, dict(stencil).get(0, 0.0), out=target)
+        for o, w in stencil:
+            if o:
+                target[: n - o].add_(flat[o:], alpha=w)
+                target[n - o :].add_(flat[:o], alpha=w)
 
     def _sparse_mix(self, flat: torch.Tensor, target: torch.Tensor) -> None:
         for i, w_ii, nbrs in self._rows:

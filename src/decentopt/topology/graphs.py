@@ -18,7 +18,12 @@ import numpy as np
 import torch
 
 from decentopt._checks import unknown_name
+from decentopt.topology.circulant import CirculantTopology, circulant_from_offsets
 from decentopt.topology.topology import AssumptionError, Topology
+
+#: From this many agents, rings and exponential graphs are stored by their stencil
+#: (closed-form spectrum, no dense W); smaller ones stay dense, bit for bit as before.
+CIRCULANT_FROM = 64
 
 __all__ = [
     "complete",
@@ -137,6 +142,13 @@ def ring(n: int, *, weights: Literal["paper"] | Weights = "paper", lazy: Lazy = 
     ``1/2 + 1/2 cos(2 pi k / n)`` so ``lambda = 1/2 + 1/2 cos(2 pi / n)``.
     """
     n = _require_n(n)
+    if n >= CIRCULANT_FROM:
+        if weights == "paper":
+            return CirculantTopology(n, {0: 0.5, 1: 0.25, -1: 0.25}, name=f"ring({n})")
+        if weights not in _WEIGHTS:
+            raise ValueError(unknown_name("weights", weights, ["paper", *_WEIGHTS]))
+        # a regular graph: Metropolis and max-degree weights coincide
+        return circulant_from_offsets(n, {1}, f"ring({n})[{weights}]", lazy)
     if weights != "paper":
         return from_networkx(nx.cycle_graph(n), weights=weights, lazy=lazy, name=f"ring({n})")
     if n == 1:
@@ -207,6 +219,9 @@ def exponential(n: int, *, lazy: Lazy = "auto") -> Topology:
     made undirected; weights are Metropolis--Hastings.
     """
     n = _require_n(n, 2)
+    if n >= CIRCULANT_FROM:
+        offsets = {2**k for k in range(math.floor(math.log2(n - 1)) + 1)}
+        return circulant_from_offsets(n, offsets, f"exponential({n})[metropolis]", lazy)
     A = np.zeros((n, n))
     for k in range(math.floor(math.log2(max(n - 1, 1))) + 1):
         for i in range(n):

@@ -1,0 +1,119 @@
+"""Circulant topologies (rings, exponential graphs) stored by their stencil, not as dense W.
+
+Agent ``i`` mixes with ``i + o mod n`` for a few offsets ``o`` with weights ``c_o``
+(``c_o = c_{-o}``), so ``W`` is never built unless asked for: a ring of 100,000
+agents costs a few numbers. Its spectrum has a closed form,
+``lambda_k = sum_o c_o cos(2 pi o k / n)``, which gives ``lambda``, ``lambda_min``
+and the Assumption-1 checks without an eigensolver, and mixing is a sum of
+shifted copies of the state (linear in ``n``; see
+:class:`~decentopt.comm.SimulatedCommunicator`).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+import numpy as np
+import torch
+
+from decentopt.topology.topology import _TOL, AssumptionError, Topology
+
+__all__ = ["DENSE_LIMIT", "CirculantTopology", "circulant_from_offsets", "spectrum"]
+
+#: Largest n for which ``W`` is materialised on request (8 * n^2 bytes).
+DENSE_LIMIT = 16_384
+
+
+def spectrum(n: int, stencil: dict[int, float] | tuple[tuple[int, float], ...]) -> np.ndarray:
+    """Eigenvalues ``lambda_k = sum_o c_o cos(2 pi o k / n)``, k = 0 .. n-1 (unsorted)."""
+    items = stencil.items() if isinstance(stencil, dict) else stencil
+    k = np.arange(n)
+    return np.asarray(sum(c * np.cos(2 * np.pi * o * k / n) for o, c in items), dtype=float)
+
+
+class CirculantTopology(Topology):
+    """``w_{i, i+o mod n} = stencil[o]``; checked against Assumption 1 in closed form."""
+
+    def __init__(self, n: int, stencil: dict[int, float], name: str) -> None:
+        c = {int(o) % n: float(w) for o, w in stencil.items() if w != 0}
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "_n", n)
+        object.__setattr__(self, "stencil", tuple(sorted(c.items())))
+        if any(w < -_TOL for w in c.values()):
+            raise AssumptionError(f"{name}: mixing weights must be >= 0; got {c}")
+        if any(abs(w - c.get((n - o) % n, 0.0)) > _TOL for o, w in c.items()):
+            raise AssumptionError(f"Assumption 1(2) fails: {name} is not symmetric")
+        if abs(sum(c.values()) - 1) > _TOL:
+            raise AssumptionError(f"Assumption 1(2) fails: the weights of {name} do not sum to 1")
+        if c.get(0, 0.0) <= 0:
+            raise AssumptionError(f"Assumption 1(1) fails: w_ii = 0 in {name}; use lazy=True")
+        if self.eigenvalues[0] < -_TOL:
+            raise AssumptionError(
+                f"Assumption 1(3) fails: the smallest eigenvalue of {name} is "
+                f"{self.eigenvalues[0]:.3g} < 0; apply the lazy transform (W + I) / 2"
+            )
+        if n > 1 and math.gcd(n, *[o for o in c if o]) != 1:
+            raise AssumptionError(f"the graph of {name} is not connected")
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    @cached_property
+    def W(self) -> torch.Tensor:  # type: ignore[override]
+        """The dense ``(n, n)`` matrix, built on request (refused above ``DENSE_LIMIT``)."""
+        if self.n > DENSE_LIMIT:
+            raise MemoryError(
+                f"{self.name}: a dense W would take {8 * self.n**2 / 2**30:.1f} GiB; use its "
+                "stencil, neighbours and spectrum, which need no dense matrix"
+            )
+        idx = np.arange(self.n)
+        W = np.zeros((self.n, self.n))
+        for o, w in self.stencil:
+            W[idx, (idx + o) % self.n] += w
+        return torch.from_numpy(W)
+
+    @property
+    def _W_np(self) -> np.ndarray:  # type: ignore[override]
+        return self.W.numpy()
+
+    @cached_property
+    def eigenvalues(self) -> np.ndarray:
+        return np.sort(spectrum(self.n, self.stencil))
+
+    @cached_property
+    def lam(self) -> float:
+        """Largest ``|lambda_k|`` over k != 0 (k = 0 is the eigenvalue 1 of the average)."""
+        return float(np.abs(spectrum(self.n, self.stencil)[1:]).max()) if self.n > 1 else 0.0
+
+    @cached_property
+    def neighbors(self) -> tuple[tuple[int, ...], ...]:
+        offsets = [o for o, _ in self.stencil if o]
+        return tuple(tuple(sorted((i + o) % self.n for o in offsets)) for i in range(self.n))
+
+    @property
+    def degrees(self) -> np.ndarray:
+        return np.full(self.n, len(self.stencil) - 1)
+
+    @property
+    def density(self) -> float:
+        return len(self.stencil) / self.n
+
+    def lazy(self) -> Topology:
+        stencil = {o: w / 2 for o, w in self.stencil}
+        stencil[0] = stencil.get(0, 0.0) + 0.5
+        return CirculantTopology(self.n, stencil, name=f"lazy({self.name})")
+
+
+def circulant_from_offsets(n: int, offsets: set[int], name: str, lazy: bool | str) -> Topology:
+    """Metropolis weights on a regular circulant graph: ``1 / (1 + degree)`` per edge."""
+    offsets = {o % n for o in offsets} - {0}
+    offsets |= {(n - o) % n for o in offsets}
+    w = 1.0 / (1 + len(offsets))
+    stencil = {o: w for o in offsets} | {0: 1.0 - w * len(offsets)}
+    if lazy is True or (lazy == "auto" and spectrum(n, stencil).min() < -1e-10):
+        stencil = {o: c / 2 for o, c in stencil.items()}
+        stencil[0] += 0.5
+        name = f"lazy({name})"
+    return CirculantTopology(n, stencil, name)
