@@ -6,6 +6,7 @@ Commands are registered in :data:`COMMANDS` (name -> (help, configure, run)).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -91,6 +92,9 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
     kw = {"dest": "overrides", "action": "append", "default": [], "metavar": "KEY=VALUE"}
     p.add_argument("--set", help=f"override a config value, {example}", **kw)
     p.add_argument("--only", metavar="A,B", help="run only these algorithms (their labels)")
+    cores = os.cpu_count() or 1
+    jobs_help = f"worker processes for the units of a convex sweep (default: {cores}, the cores)"
+    p.add_argument("--jobs", type=int, default=cores, metavar="N", help=jobs_help)
     p.add_argument("--out", type=Path, help="output folder (default results/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of resuming")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -143,7 +147,9 @@ def _run_command(args: argparse.Namespace) -> int:
             "(docs/experiments.md)"
         )
     out = args.out or Path("results") / (spec.name + ("-quick" if args.quick else ""))
-    outcome = run_spec(spec, out, force=args.force, progress=not args.no_progress)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
+    outcome = run_spec(spec, out, force=args.force, progress=not args.no_progress, jobs=args.jobs)
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
     modified = args.quick or bool(args.overrides)

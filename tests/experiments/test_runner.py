@@ -239,3 +239,17 @@ def test_multi_round_gossip_from_a_specification(cfg_path, tmp_path):
     assert rounds == {3 * last} and {r["rounds"] for r in plain.rows if r["step"] == last} == {last}
     with pytest.raises(ConfigError, match="acceleration"):
         load_spec(cfg_path, overrides=['acceleration="nesterov"'])
+
+
+def test_parallel_units_give_the_serial_results(cfg_path, tmp_path):
+    cfg = load_spec(cfg_path, overrides=["algorithms.dsgd.lr=0.05"])
+    serial = run_spec(cfg, tmp_path / "s", progress=False, log=quiet)
+    parallel = run_spec(cfg, tmp_path / "p", progress=False, jobs=2, log=quiet)
+    assert parallel.ran == serial.ran == ["ed", "edm", "dsgd"]
+
+    def numbers(rows):  # everything but the timing columns
+        return [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]
+
+    assert numbers(parallel.rows) == numbers(serial.rows)
+    again = run_spec(cfg, tmp_path / "p", progress=False, jobs=2, log=quiet)
+    assert again.ran == [] and numbers(again.rows) == numbers(serial.rows)

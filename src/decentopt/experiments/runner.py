@@ -11,9 +11,12 @@ agent, gossips with its neighbours, and rank 0 writes the results.
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import time
+import warnings
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,13 +27,39 @@ from decentopt.comm.accelerated import MultiRound
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.distributed import runtime
-from decentopt.driver import run_loop
+from decentopt.driver import intra_op_threads, run_loop
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
 from decentopt.experiments.store import ResultStore, Unit
 from decentopt.perf import keep_freed_memory
 from decentopt.results import write_csv_atomic
 
 __all__ = ["Outcome", "run_spec"]
+
+#: What forked workers compute with (set just before the fork, inherited, never pickled).
+_WORK: dict[str, Any] = {}
+
+
+def _work(index: int) -> tuple[int, tuple[list, dict]]:
+    _unit, variant, run = _WORK["pending"][index]
+    with intra_op_threads(1, 0):
+        return index, _WORK["compute"](variant, run, Path())
+
+
+def _in_workers(
+    jobs: int, pending: list, compute: Callable, build: Callable, say: Callable
+) -> dict:
+    """Compute ``pending`` units in ``jobs`` forked processes; results by unit name."""
+    with intra_op_threads(1, 0):  # no thread pool may exist in the parent when it forks
+        build(None)  # the batched problem, built once and inherited by every worker
+        _WORK.update(pending=pending, compute=compute)
+        context = multiprocessing.get_context("fork")
+        results = {}
+        with ProcessPoolExecutor(min(jobs, len(pending)), mp_context=context) as pool:
+            for index, result in pool.map(_work, range(len(pending))):
+                results[pending[index][0].name] = result
+                say(f"  {pending[index][0].name:14s} done ({len(results)}/{len(pending)})")
+        _WORK.clear()
+    return results
 
 
 @dataclass
@@ -48,9 +77,14 @@ def run_spec(
     *,
     force: bool = False,
     progress: bool = True,
+    jobs: int = 1,
     log: Callable[[str], None] = print,
 ) -> Outcome:
-    """Run (or resume) every unit of ``spec``; all rows are also written to ``OUT/results.csv``."""
+    """Run (or resume) every unit of ``spec``; all rows are also written to ``OUT/results.csv``.
+
+    ``jobs > 1`` computes the units of a batched (convex) sweep in that many forked
+    worker processes, one thread each; the results are those of a serial run.
+    """
     start = time.perf_counter()
     job = runtime.job()
     if job.world > 1 and job.world != spec.agents:
@@ -109,14 +143,27 @@ def run_spec(
 
     rows: list[dict[str, Any]] = []
     runs: list[int | None] = [None] if kind.batch_runs else list(range(spec.runs))
+    units = []
     for run in runs:
         for variant in spec.algorithms.values():
             name = variant.label + ("" if run is None else f"-run{run}")
             info = {"algorithm": variant.label, "method": variant.method, "run": run}
             info["hyperparams"] = variant.hyperparams
             folder = re.sub(r"[^\w.=(),+-]", "_", name)
-            unit = Unit(folder, spec.fingerprint(variant.label, run), info)
-            rows += store.cached(unit, lambda folder, v=variant, r=run: compute(v, r, folder))
+            units.append((Unit(folder, spec.fingerprint(variant.label, run), info), variant, run))
+    done: dict[str, tuple[list, dict]] = {}
+    with warnings.catch_warnings():  # the store warns about a corrupt unit when it is run
+        warnings.simplefilter("ignore")
+        pending = [u for u in units if force or store.stored(u[0]) is None]
+    if jobs > 1 and kind.batch_runs and job.world == 1 and len(pending) > 1:
+        done = _in_workers(jobs, pending, compute, problem_for, say)
+    for unit, variant, run in units:
+        compute_unit = (
+            (lambda _, r=done[unit.name]: r)
+            if unit.name in done
+            else (lambda folder, v=variant, r=run: compute(v, r, folder))
+        )
+        rows += store.cached(unit, compute_unit)
     if store.kept:
         say(f"resumed: {len(store.kept)} finished unit(s) kept ({', '.join(store.kept)})")
     if job.main:

@@ -53,7 +53,8 @@ class ResultStore:
     ran: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
 
-    def _stored(self, unit: Unit) -> Rows | None:
+    def stored(self, unit: Unit) -> Rows | None:
+        """The unit's rows if stored intact for these settings, else None."""
         folder = self.root / unit.name
         meta_path, table = folder / "meta.json", folder / "rows.csv"
         if not meta_path.is_file():
@@ -79,7 +80,7 @@ class ResultStore:
         ``compute`` receives the unit's folder (for checkpoints) and returns the
         rows and any facts to record beside them (seconds, divergences).
         """
-        rows = None if self.force else self._stored(unit)
+        rows = None if self.force else self.stored(unit)
         self.barrier()  # every rank has decided before anything is wiped
         if rows is not None:
             self.kept.append(unit.name)
