@@ -22,6 +22,7 @@ test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples
 
 bench: $(STAMP)
+	$(PY) benchmarks/bench_peers.py
 	$(PY) benchmarks/bench_simulator.py
 	$(PY) benchmarks/bench_fig1.py
 	$(PY) benchmarks/bench_neural.py
