@@ -90,6 +90,40 @@ def scaling(sizes: list[int], d: int, iterations: int) -> list[tuple[int, float]
     return out
 
 
+def large_state(repeats: int) -> None:
+    """EDM step and ring mix on a (256, 1e5) float32 state against the measured copy time.
+
+    A copy reads and writes the state once (2 passes); an EDM step must read x, psi,
+    m, g and write x, psi, m (7 passes), so its bound is 3.5 copies.
+    """
+    from decentopt.comm import SimulatedCommunicator
+    from decentopt.perf import keep_freed_memory
+
+    keep_freed_memory()
+    n, d = 256, 100_000
+    comm = SimulatedCommunicator(dopt.topology.ring(n))
+    alg = dopt.algorithms.make("edm", lr=0.01, beta=0.9)
+    x = torch.randn(n, d)
+    g, state = torch.randn_like(x), alg.init(x)
+    timings: dict[str, list[float]] = {"copy": [], "mix": [], "step": []}
+    work = {"copy": x.clone, "mix": lambda: comm.mix(x), "step": lambda: alg.step(state, g, comm)}
+    for _ in range(repeats):
+        for name, fn in work.items():
+            fn()
+            start = time.perf_counter()
+            for _ in range(3):
+                fn()
+            timings[name].append((time.perf_counter() - start) / 3)
+    copy = statistics.median(timings["copy"])
+    for name, bound in (("mix", copy), ("step", 3.5 * copy)):
+        ratios = [t / bound for t in timings[name]]
+        print(
+            f"{name} on ({n}, {d}) float32: {statistics.median(timings[name]) * 1e3:.1f} ms, "
+            f"{min(ratios):.2f}x / {statistics.median(ratios):.2f}x its memory bound "
+            f"(copy {copy * 1e3:.1f} ms; target <= 1.5x)"
+        )
+
+
 def busy(stop: mp.Event) -> None:  # type: ignore[valid-type]
     x = 0
     while not stop.is_set():  # type: ignore[attr-defined]
@@ -130,6 +164,7 @@ def main() -> None:
         print(f"EDM on ring({n}), d = 100: {sec * 1e6:.0f} us/it")
     slope = np.polyfit(np.log([n * 100 for n, _ in rows]), np.log([s for _, s in rows]), 1)[0]
     print(f"fitted exponent of time in n*d: {slope:.2f} (target <= 1.1)")
+    large_state(3 if args.quick else 5)
     if args.skip_preset:
         return
     for jobs in (1, 2):
