@@ -44,10 +44,17 @@ def _atomic(path: str | Path, newline: str | None = None) -> Iterator[TextIO]:
     try:
         with os.fdopen(fd, "w", newline=newline) as fh:
             yield fh
+        os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it (mkstemp makes 0600)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_csv_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:

@@ -156,6 +156,8 @@ def test_variants_and_grids(tmp_path):
         (("agents = 6", "agents = 0"), "'agents' must be >= 1"),
         (("runs = 2", "runs = 2.5"), "'runs' must be a whole number, found 2.5"),
         (("runs = 2", 'runs = 2\nmetric = "dist"'), "unknown metric 'dist'"),
+        (('name = "tiny"', 'name = "../../escaped"'), "'name' must be a plain file name"),
+        (('name = "tiny"', 'name = "/tmp/x"'), "no path"),
     ],
 )
 def test_bad_configs_name_the_problem(tmp_path, change, pattern):
@@ -213,6 +215,10 @@ def test_unreadable_files(tmp_path):
         load_spec(tmp_path / "missing.toml")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_spec(write(tmp_path, "iterations = = 3"))
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(ConfigError, match="not a UTF-8 text file"):
+        load_spec(binary)
     with pytest.raises(ConfigError, match=r"needs a \[quick\] table"):
         load_spec(write(tmp_path, BASE.replace("[quick]\niterations = 10", "")), quick=True)
 

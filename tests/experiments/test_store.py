@@ -63,3 +63,14 @@ def test_other_settings_never_resume_old_checkpoints(tmp_path):
     # --force starts afresh
     ResultStore(tmp_path, force=True).cached(Unit("a", "f2"), compute)
     assert seen[-1] == ["started"]
+
+
+def test_result_files_get_the_usual_permissions(tmp_path):
+    import os
+
+    from decentopt.results import write_text_atomic
+
+    path = write_text_atomic(tmp_path / "a.md", "x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask

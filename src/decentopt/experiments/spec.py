@@ -22,6 +22,7 @@ import hashlib
 import inspect
 import itertools
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,7 +209,9 @@ def _read(path_or_preset: str | Path) -> tuple[dict[str, Any], str]:
             f"no configuration file at {path}; give a TOML file or a preset ({', '.join(PRESETS)})"
         )
     try:
-        return tomllib.loads(path.read_text()), str(path)
+        return tomllib.loads(path.read_text(encoding="utf-8")), str(path)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file; give a TOML specification") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
 
@@ -268,6 +271,12 @@ def _variants(top: _File, source: str) -> dict[str, Variant]:
 def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     """Check every key and value; raise :class:`ConfigError` naming the first problem."""
     top = parse(_File, renamed(raw, source, _File.__dataclass_fields__), source)
+    if not re.fullmatch(r"[\w.+-]*", top.name) or top.name.startswith("."):
+        # the name becomes file names: everything a run writes stays in its folder
+        raise ConfigError(
+            f"{source}: 'name' must be a plain file name (letters, digits, "
+            f"'_', '-', '.', '+'; no path), found {top.name!r}"
+        )
     if top.problem not in problems.KINDS:
         raise ConfigError(f"{source}: {unknown_name('problem', top.problem, problems.KINDS)}")
     kind = problems.KINDS[top.problem]
