@@ -97,3 +97,35 @@ def test_one_column_diverging_leaves_the_others_running():
     errors = np.array([r.metrics["dist_to_opt"] for r in run.records])  # (records, columns)
     assert np.isnan(errors[1:, 1]).all() and np.isfinite(errors[:, [0, 2]]).all()
     assert (errors[-1, [0, 2]] < 1e-6 * errors[0, [0, 2]]).all()  # ED: exact convergence
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    import pytest
+
+    prob = dopt.problems.Quadratic.paper(n=6, d=3, p=4, sigma2=0.1, repetitions=2, seed=1)
+    topo = dopt.topology.ring(6)
+    alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
+    plan = Plan(60, tuple(range(0, 61, 10)), period=10)
+
+    def run(**kw: Any) -> Any:
+        comm = SimulatedCommunicator(topo)
+        grad = lambda x, g: (prob.gradient(x, g), None)  # noqa: E731
+        return run_loop(alg, prob, comm, plan, seed=3, log=quiet, gradient=grad, **kw)
+
+    full = run()
+    for damage in ("flip", "truncate"):
+        folder = tmp_path / damage
+        run(checkpoint_dir=folder, stop_after=30)
+        kept = sorted(p.name for p in folder.glob("step-*"))
+        assert kept == ["step-00000020", "step-00000030"]  # the last two are kept
+        target = folder / "step-00000030" / "rank0.pt"
+        data = bytearray(target.read_bytes())
+        if damage == "flip":
+            data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
+        else:
+            data = data[: len(data) // 3]
+        target.write_bytes(bytes(data))
+        with pytest.warns(RuntimeWarning, match=r"step-00000030/rank0.pt.*previous checkpoint"):
+            resumed = run(checkpoint_dir=folder)
+        assert resumed.resumed_from == 20
+        torch.testing.assert_close(resumed.final_state.x, full.final_state.x, rtol=0, atol=0)

@@ -28,7 +28,7 @@ import torch
 
 from decentopt.algorithms.base import Algorithm, AlgorithmState
 from decentopt.comm.base import Communicator
-from decentopt.distributed.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from decentopt.distributed.checkpoint import load_latest, save_checkpoint
 from decentopt.problems.base import Plan
 
 if TYPE_CHECKING:
@@ -234,8 +234,14 @@ def run_loop(
     timing = [0.0, 0.0]  # gradient, everything else
     losses: torch.Tensor | None = None
     start_step = 0
-    if checkpoint_dir is not None and (last := latest_checkpoint(checkpoint_dir)) is not None:
-        saved = load_checkpoint(checkpoint_dir, last)
+
+    def agree(ok: bool) -> bool:  # every rank's checkpoint file is intact
+        flag = torch.tensor([[1.0 if ok else 0.0]], dtype=torch.float64)
+        return bool(comm.mean(flag.to(x.device)).item() == 1.0)
+
+    found = load_latest(checkpoint_dir, agree) if checkpoint_dir is not None else None
+    if found is not None:
+        saved = found[1]
         state = type(state)(**saved["state"])
         problem.load_state_dict(saved["problem"])
         generator.set_state(saved["generator"])
@@ -311,7 +317,7 @@ def run_loop(
                         "rounds": (comm.stats.rounds, comm.stats.bytes_sent),
                         "step": t + 1,
                     }
-                    save_checkpoint(checkpoint_dir, t + 1, payload, keep=1)
+                    save_checkpoint(checkpoint_dir, t + 1, payload, barrier=comm.barrier)
             if bar is not None:
                 bar.update(1)
             elif callable(progress):

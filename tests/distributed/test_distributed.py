@@ -130,6 +130,19 @@ def test_silent_peer_makes_its_neighbours_time_out(tmp_path):
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.parametrize("stage", ["mean", "barrier"])
+def test_a_rank_missing_a_collective_makes_the_others_fail_within_the_timeout(tmp_path, stage):
+    procs = launch(f"hang_{stage}", tmp_path)
+    codes = wait_all(procs, timeout=60)
+    assert codes[:3] == [3, 3, 3], [p.stdout.read().decode()[-2000:] for p in procs]
+    for rank in range(3):
+        text = (tmp_path / f"failure-rank{rank}.txt").read_text()
+        waited = float(text.split(" s:")[0])
+        assert waited < 2 * 5.0 and f"rank {rank}:" in text  # within 2x the 5 s timeout
+    if stage == "barrier":  # the monitored barrier names the rank that did not arrive
+        assert "3" in (tmp_path / "failure-rank0.txt").read_text().split("Underlying")[1]
+
+
 # the small training config of the experiment tests, with 2 epochs and EDM only
 TINY_TRAINING = (
     NEURAL.replace('name = "tiny-train"', 'name = "tiny-dist"')

@@ -110,6 +110,22 @@ def failure(rank: int, comm: DistributedCommunicator, out: Path, hang: bool = Fa
             os._exit(3)
 
 
+def collective_hang(rank: int, comm: DistributedCommunicator, out: Path, stage: str) -> None:
+    """Rank 3 stays alive but never joins an average (or a barrier); the others must fail."""
+    start = time.monotonic()
+    if rank == 3:
+        time.sleep(15)
+        os._exit(17)
+    try:
+        if stage == "mean":
+            comm.mean(torch.ones(1, 3))
+        else:
+            comm.barrier("checkpoint")
+    except PeerFailure as exc:
+        (out / f"failure-rank{rank}.txt").write_text(f"{time.monotonic() - start:.1f} s: {exc}")
+        os._exit(3)
+
+
 def main() -> None:
     mode, out = sys.argv[1], Path(sys.argv[2])
     torch.set_default_dtype(torch.float64)
@@ -121,6 +137,8 @@ def main() -> None:
             "equivalence": equivalence,
             "failure": failure,
             "hang": lambda r, c, o: failure(r, c, o, hang=True),
+            "hang_mean": lambda r, c, o: collective_hang(r, c, o, "mean"),
+            "hang_barrier": lambda r, c, o: collective_hang(r, c, o, "barrier"),
         }
         modes[mode](rank, comm, out)
     except Exception:

@@ -105,3 +105,6 @@ class MultiRound:
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         return self.inner.mean(z)
+
+    def barrier(self, stage: str) -> None:
+        self.inner.barrier(stage)

@@ -54,3 +54,7 @@ class Communicator(Protocol):
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         """Exact average over all agents (for metrics only, not a gossip round)."""
         ...
+
+    def barrier(self, stage: str) -> None:
+        """Wait for every process of the job (a no-op in one process); ``stage`` names it."""
+        ...

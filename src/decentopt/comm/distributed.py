@@ -15,6 +15,7 @@ verifies that every rank uses the same W and world size.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -130,6 +131,30 @@ class DistributedCommunicator:
         return [p.reshape(z.shape) for p, z in zip(parts, zs, strict=True)]
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
+        """Exact average over all ranks; a rank that does not join within ``timeout``
+        raises :class:`PeerFailure` on the others (gloo)."""
         total = z.detach().clone()
-        dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.group)
+        work = dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+        start = time.monotonic()
+        try:
+            work.wait(self.timeout) if self.backend == "gloo" else work.wait()
+        except RuntimeError as exc:
+            raise PeerFailure(
+                f"rank {self.rank}: an average over all ranks (all_reduce) got no answer within "
+                f"{time.monotonic() - start:.1f} s (timeout {self.timeout.total_seconds():g} s): "
+                f"a rank died, hung or disconnected. Underlying error: {exc}"
+            ) from None
         return total / self.world_size
+
+    def barrier(self, stage: str) -> None:
+        """Wait for every rank; name the ranks that did not arrive within ``timeout``."""
+        try:
+            if self.backend == "gloo":
+                dist.monitored_barrier(self.group, timeout=self.timeout, wait_all_ranks=True)
+            else:
+                dist.barrier(self.group)
+        except RuntimeError as exc:
+            raise PeerFailure(
+                f"rank {self.rank}: {stage}: ranks did not arrive within "
+                f"{self.timeout.total_seconds():g} s. Underlying error: {exc}"
+            ) from None

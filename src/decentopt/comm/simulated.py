@@ -146,3 +146,6 @@ class SimulatedCommunicator:
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         return z.mean(dim=0, keepdim=True)
+
+    def barrier(self, stage: str) -> None:
+        """Nothing to wait for: every agent lives in this process."""

@@ -1,67 +1,134 @@
-"""Per-rank checkpoints that are only used once every rank has written its part.
+"""Per-rank checkpoints that are only used once every rank has written its part, intact.
 
-Layout: ``DIR/step-00000123/rank0.pt ... rankN.pt`` and a ``COMPLETE`` marker
-that rank 0 writes after a barrier, i.e. after every rank's file is on disk.
-A restarted job loads the newest step that has the marker, so a crash in the
-middle of writing never leaves ranks at different steps. ``DIR`` must be
-visible to every rank (a shared file system on several nodes).
+Layout: ``DIR/step-00000123/rank0.pt ... rankN.pt``, beside each a manifest
+``rankR.json`` (size and SHA-256 of the ``.pt``, written after it), and a
+``COMPLETE`` marker that rank 0 writes after every rank has written its part.
+The last two complete steps are kept. On resume, :func:`load_latest` takes the
+newest step whose file verifies on *every* rank; a truncated or altered file is
+reported with its path and the previous complete step is used instead, so a
+crash in the middle of writing, or a damaged disk block, never resumes ranks at
+different steps or from corrupt state. ``DIR`` must be visible to every rank.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import tempfile
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = ["latest_checkpoint", "load_checkpoint", "load_latest", "save_checkpoint"]
 
 _MARKER = "COMPLETE"
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
 
 
 def _step_dir(root: Path, step: int) -> Path:
     return root / f"step-{step:08d}"
 
 
-def save_checkpoint(root: str | Path, step: int, payload: dict[str, Any], *, keep: int = 2) -> None:
-    """Collective: every rank writes its payload; rank 0 marks the step complete."""
-    root = Path(root)
-    rank = dist.get_rank() if dist.is_initialized() else 0
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_atomic(path: Path, write: Callable[[str], None]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    payload: dict[str, Any],
+    *,
+    keep: int = 2,
+    barrier: Callable[[str], None] | None = None,
+) -> None:
+    """Collective: every rank writes its payload and manifest; rank 0 marks the step complete.
+
+    ``barrier`` (e.g. a communicator's, with a deadline) synchronises the ranks;
+    by default ``torch.distributed.barrier`` when a process group exists.
+    """
+    root, rank = Path(root), _rank()
+    wait = barrier or (lambda _: dist.barrier() if dist.is_initialized() else None)
     folder = _step_dir(root, step)
     folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".rank{rank}.", suffix=".tmp")
-    os.close(fd)
-    torch.save(payload, tmp)
-    os.replace(tmp, folder / f"rank{rank}.pt")
-    if dist.is_initialized():
-        dist.barrier()
+    data = folder / f"rank{rank}.pt"
+    _write_atomic(data, lambda tmp: torch.save(payload, tmp))
+    manifest = {"file": data.name, "bytes": data.stat().st_size, "sha256": _digest(data)}
+    _write_atomic(
+        folder / f"rank{rank}.json", lambda tmp: Path(tmp).write_text(json.dumps(manifest))
+    )
+    wait("checkpoint written")
     if rank == 0:
         (folder / _MARKER).touch()
         complete = sorted(p for p in root.glob("step-*") if (p / _MARKER).is_file())
         for old in complete[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
-    if dist.is_initialized():
-        dist.barrier()
+    wait("checkpoint marked complete")
+
+
+def _complete_steps(root: str | Path) -> list[int]:
+    return sorted(
+        (int(p.name.split("-")[1]) for p in Path(root).glob("step-*") if (p / _MARKER).is_file()),
+        reverse=True,
+    )
 
 
 def latest_checkpoint(root: str | Path) -> int | None:
     """The newest step whose checkpoint every rank finished, or None."""
-    steps = [
-        int(p.name.split("-")[1]) for p in Path(root).glob("step-*") if (p / _MARKER).is_file()
-    ]
-    return max(steps) if steps else None
+    steps = _complete_steps(root)
+    return steps[0] if steps else None
 
 
 def load_checkpoint(root: str | Path, step: int) -> dict[str, Any]:
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    path = _step_dir(Path(root), step) / f"rank{rank}.pt"
+    """This rank's payload of ``step``, verified against its manifest (ValueError if not)."""
+    rank = _rank()
+    folder = _step_dir(Path(root), step)
+    path = folder / f"rank{rank}.pt"
     if not path.is_file():
         raise FileNotFoundError(
             f"rank {rank}: no checkpoint file {path}; was the job restarted with another "
             "number of processes?"
         )
-    return torch.load(path, weights_only=False)
+    manifest_path = folder / f"rank{rank}.json"
+    if manifest_path.is_file():  # checkpoints of earlier releases have none
+        manifest = json.loads(manifest_path.read_text())
+        if path.stat().st_size != manifest["bytes"] or _digest(path) != manifest["sha256"]:
+            raise ValueError(f"{path} does not match its manifest (truncated or altered)")
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as exc:  # a corrupt pickle or zip archive
+        raise ValueError(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def load_latest(
+    root: str | Path, agree: Callable[[bool], bool] = lambda ok: ok
+) -> tuple[int, dict[str, Any]] | None:
+    """The newest complete step that loads intact on every rank (``agree``: all ranks ok?)."""
+    for step in _complete_steps(root):
+        try:
+            payload, ok = load_checkpoint(root, step), True
+        except (ValueError, FileNotFoundError, json.JSONDecodeError, KeyError) as exc:
+            warnings.warn(f"{exc}; trying the previous checkpoint", RuntimeWarning, stacklevel=2)
+            payload, ok = {}, False
+        if agree(ok):
+            return step, payload
+    return None
