@@ -129,3 +129,30 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path):
             resumed = run(checkpoint_dir=folder)
         assert resumed.resumed_from == 20
         torch.testing.assert_close(resumed.final_state.x, full.final_state.x, rtol=0, atol=0)
+
+
+class Drifting(CountingLosses):
+    """Four columns: three settle at 1; column 2 drifts away linearly, never overflowing."""
+
+    n, dim = 3, 2
+
+    def initial_point(self) -> torch.Tensor:
+        return torch.zeros(self.n, 4, self.dim, dtype=self.dtype)
+
+    def gradient_and_loss(self, x: torch.Tensor, generator: Any) -> tuple[torch.Tensor, Any]:
+        g = x - 1.0
+        g[:, 2] = -30.0
+        return g, None
+
+    def metrics(self, x: torch.Tensor, comm: Any = None) -> dict[str, torch.Tensor]:
+        return {"norm": x.pow(2).sum(-1).mean(0)}
+
+
+def test_a_column_far_above_the_others_counts_as_diverged():
+    """A slow drift below the absolute bound (1e10) is still stopped, not averaged in."""
+    comm = SimulatedCommunicator(dopt.topology.ring(3))
+    alg = dopt.algorithms.make("dsgd", lr=0.1)
+    run = run_loop(alg, Drifting(), comm, Plan(400, (0, 400)), log=quiet)
+    assert run.diverged.tolist() == [False, False, True, False]
+    last = run.records[-1].metrics["norm"]
+    assert np.isnan(last[2]) and np.allclose(last[[0, 1, 3]], 2.0)

@@ -19,6 +19,7 @@ from decentopt.experiments import ConfigError, RunSpec, load_spec, run_spec, wri
 from decentopt.experiments.claims import check_claims, claims_markdown
 from decentopt.experiments.spec import PAPER_PRESETS
 from decentopt.experiments.studies import run_methods, run_table1
+from decentopt.results import FolderBusy
 
 __all__ = ["COMMANDS", "main"]
 
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args._run(args))
-    except (ConfigError, ValueError, TypeError, FileNotFoundError) as exc:
+    except (ConfigError, ValueError, TypeError, FileNotFoundError, FolderBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -49,6 +49,9 @@ CHECK_EVERY = 50
 #: 2-core machine: below it a second thread gains at most 2x when the machine is idle and
 #: costs 5-24x when another process is busy (benchmarks/bench_peers.py).
 THREADS_CROSSOVER = 2**20
+#: A column also diverges when mean_i ||x_i||^2 exceeds this many times the median of
+#: the others (relative to each column's start): a run blowing up slowly is not averaged in.
+OUTLIER = 1e6
 #: Recorded steps spread evenly over the last 10 % of a log-spaced record.
 TAIL_POINTS = 21
 
@@ -207,7 +210,8 @@ def run_loop(
         seed: seed of the generator handed to ``gradient``.
         x0: the starting stack; ``problem.initial_point()`` if omitted.
         blowup: a column diverges when ``mean_i ||x_i||^2`` exceeds
-            ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)`` or is not finite.
+            ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)``, or ``OUTLIER`` times the
+            median of the other columns (each relative to its start), or is not finite.
         stop_after: end after this many steps, as an interruption would (tests).
         threads: intra-op threads inside the loop (the caller's setting is restored
             after); by default one thread for states below ``THREADS_CROSSOVER``
@@ -254,7 +258,11 @@ def run_loop(
     def check(t: int) -> None:
         nonlocal state
         sq = _column_norms(state.x, comm)
-        new = (~torch.isfinite(sq) | (sq > limit)).numpy() & (diverged_at < 0)
+        bad = ~torch.isfinite(sq) | (sq > limit)
+        if len(sq) > 2 and bool((~bad).any()):  # or far above the median of the others
+            rel = sq / scale
+            bad |= rel > OUTLIER * rel[~bad].median().clamp_min(1e-300)
+        new = bad.numpy() & (diverged_at < 0)
         diverged_at[new] = t
         alive[0] = int((diverged_at < 0).sum())
         if (diverged_at >= 0).any():  # stopped columns restart from zero so they never overflow

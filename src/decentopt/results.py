@@ -16,7 +16,58 @@ from typing import Any, TextIO
 
 from decentopt.simulate import SimulationResult
 
-__all__ = ["read_csv", "tidy_rows", "write_csv_atomic", "write_text_atomic"]
+__all__ = [
+    "FolderBusy",
+    "lock_folder",
+    "read_csv",
+    "tidy_rows",
+    "write_csv_atomic",
+    "write_text_atomic",
+]
+
+
+class FolderBusy(RuntimeError):
+    """Another live process holds the output folder's lock."""
+
+
+@contextmanager
+def lock_folder(folder: str | Path) -> Iterator[Path]:
+    """Hold ``FOLDER/.lock`` (this process's PID) while writing; remove stale temporary files.
+
+    A second run on the same folder stops with the holder's PID instead of
+    computing everything twice; a lock left by a dead process is taken over.
+    Temporary files of interrupted atomic writes (``.NAME.*.tmp``) are removed.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / ".lock"
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            break
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text().strip() or 0)
+                os.kill(pid, 0)  # raises if no such process
+            except (ValueError, ProcessLookupError, FileNotFoundError):
+                lock.unlink(missing_ok=True)  # left by a process that died
+                continue
+            except PermissionError:
+                pass  # alive, another user's
+            raise FolderBusy(
+                f"{folder} is being written by another run (PID {pid}); wait for it to finish "
+                f"or give another --out (remove {lock} if that process is gone)"
+            ) from None
+    else:
+        raise FolderBusy(f"could not take the lock {lock}")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(str(os.getpid()))
+    for stale in folder.rglob(".*.tmp"):
+        stale.unlink(missing_ok=True)
+    try:
+        yield folder
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 def tidy_rows(result: SimulationResult, labels: Mapping[str, Any] | None = None) -> list[dict]:

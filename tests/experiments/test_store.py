@@ -74,3 +74,31 @@ def test_result_files_get_the_usual_permissions(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_an_output_folder_is_written_by_one_run_at_a_time(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    from decentopt.cli import main
+    from decentopt.results import lock_folder
+    from tests.experiments.test_spec import BASE, write
+
+    cfg = str(write(tmp_path, BASE))
+    out = tmp_path / "out"
+    with lock_folder(out):
+        assert main(["run", cfg, "--out", str(out), "--no-progress"]) == 2
+    assert f"being written by another run (PID {os.getpid()})" in capsys.readouterr().err
+    # a lock left by a process that died is taken over; stale temporary files are removed
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (out / ".lock").write_text(dead)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    (out / "runs" / ".rows.csv.abc123.tmp").write_text("half a table")
+    assert main(["run", cfg, "--out", str(out), "--no-progress"]) == 0
+    assert not (out / ".lock").exists() and not list(out.rglob("*.tmp"))

@@ -11,6 +11,7 @@ agent, gossips with its neighbours, and rank 0 writes the results.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import re
 import time
@@ -31,7 +32,7 @@ from decentopt.driver import intra_op_threads, run_loop
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
 from decentopt.experiments.store import ResultStore, Unit
 from decentopt.perf import keep_freed_memory
-from decentopt.results import write_csv_atomic
+from decentopt.results import lock_folder, write_csv_atomic
 
 __all__ = ["Outcome", "run_spec"]
 
@@ -141,29 +142,33 @@ def run_spec(
         facts = {"seconds": traj.wall_time, "diverged": n_div, "gossip_rounds": comm.stats.rounds}
         return traj.rows(labels, variant.label, plan.period), facts
 
-    rows: list[dict[str, Any]] = []
-    runs: list[int | None] = [None] if kind.batch_runs else list(range(spec.runs))
-    units = []
-    for run in runs:
-        for variant in spec.algorithms.values():
-            name = variant.label + ("" if run is None else f"-run{run}")
-            info = {"algorithm": variant.label, "method": variant.method, "run": run}
-            info["hyperparams"] = variant.hyperparams
-            folder = re.sub(r"[^\w.=(),+-]", "_", name)
-            units.append((Unit(folder, spec.fingerprint(variant.label, run), info), variant, run))
-    done: dict[str, tuple[list, dict]] = {}
-    with warnings.catch_warnings():  # the store warns about a corrupt unit when it is run
-        warnings.simplefilter("ignore")
-        pending = [u for u in units if force or store.stored(u[0]) is None]
-    if jobs > 1 and kind.batch_runs and job.world == 1 and len(pending) > 1:
-        done = _in_workers(jobs, pending, compute, problem_for, say)
-    for unit, variant, run in units:
-        compute_unit = (
-            (lambda _, r=done[unit.name]: r)
-            if unit.name in done
-            else (lambda folder, v=variant, r=run: compute(v, r, folder))
-        )
-        rows += store.cached(unit, compute_unit)
+    # one run writes a folder at a time; stale temporary files of killed writes go
+    with lock_folder(out) if job.main else contextlib.nullcontext():
+        rows: list[dict[str, Any]] = []
+        runs: list[int | None] = [None] if kind.batch_runs else list(range(spec.runs))
+        units = []
+        for run in runs:
+            for variant in spec.algorithms.values():
+                name = variant.label + ("" if run is None else f"-run{run}")
+                info = {"algorithm": variant.label, "method": variant.method, "run": run}
+                info["hyperparams"] = variant.hyperparams
+                folder = re.sub(r"[^\w.=(),+-]", "_", name)
+                units.append(
+                    (Unit(folder, spec.fingerprint(variant.label, run), info), variant, run)
+                )
+        done: dict[str, tuple[list, dict]] = {}
+        with warnings.catch_warnings():  # the store warns about a corrupt unit when it is run
+            warnings.simplefilter("ignore")
+            pending = [u for u in units if force or store.stored(u[0]) is None]
+        if jobs > 1 and kind.batch_runs and job.world == 1 and len(pending) > 1:
+            done = _in_workers(jobs, pending, compute, problem_for, say)
+        for unit, variant, run in units:
+            compute_unit = (
+                (lambda _, r=done[unit.name]: r)
+                if unit.name in done
+                else (lambda folder, v=variant, r=run: compute(v, r, folder))
+            )
+            rows += store.cached(unit, compute_unit)
     if store.kept:
         say(f"resumed: {len(store.kept)} finished unit(s) kept ({', '.join(store.kept)})")
     if job.main:
