@@ -60,9 +60,13 @@ class Job:
         """Whether this process reports and writes results."""
         return self.rank == 0
 
-    def barrier(self) -> None:
+    def barrier(self, timeout: float = 300.0) -> None:
+        """Wait for every rank; on gloo, fail naming the missing ranks after ``timeout`` s."""
         if self.world > 1:
-            dist.barrier()
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=timedelta(seconds=timeout), wait_all_ranks=True)
+            else:
+                dist.barrier()
 
 
 def job() -> Job:

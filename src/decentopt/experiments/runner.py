@@ -97,7 +97,8 @@ def run_spec(
     kind, seeds = spec.params, spec.seeds
     topo = spec.build_topology()
     shared = DistributedCommunicator(topo, timeout=spec.timeout) if job.world > 1 else None
-    store = ResultStore(Path(out) / "runs", force=force, writer=job.main, barrier=job.barrier)
+    barrier = lambda: job.barrier(spec.timeout)  # noqa: E731
+    store = ResultStore(Path(out) / "runs", force=force, writer=job.main, barrier=barrier)
     keep_freed_memory()
     built: dict[int | None, Any] = {}
 
@@ -173,5 +174,5 @@ def run_spec(
         say(f"resumed: {len(store.kept)} finished unit(s) kept ({', '.join(store.kept)})")
     if job.main:
         write_csv_atomic(Path(out) / "results.csv", rows)
-    job.barrier()
+    barrier()
     return Outcome(rows, store.ran, store.kept, time.perf_counter() - start, job.main)
