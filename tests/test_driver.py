@@ -53,25 +53,19 @@ def test_train_loss_is_the_sum_over_agents_of_each_epochs_mean_loss():
     assert [r["epoch"] for r in rows] == [1, 2] and rows[0]["lr"] == 0.1
 
 
-def test_a_checkpointed_run_resumes_to_the_uninterrupted_result(tmp_path):
-    """Noise generator, problem state and records are restored: identical trajectories."""
+def noisy_quadratic_run(**kw: Any) -> Any:
+    """EDM on a small noisy quadratic, 60 steps in epochs of 10 (checkpoints per epoch)."""
     prob = dopt.problems.Quadratic.paper(n=6, d=3, p=4, sigma2=0.1, repetitions=2, seed=1)
-    topo = dopt.topology.ring(6)
+    comm = SimulatedCommunicator(dopt.topology.ring(6))
     alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
     plan = Plan(60, tuple(range(0, 61, 10)), period=10)
+    grad = lambda x, g: (prob.gradient(x, g), None)  # noqa: E731
+    return run_loop(alg, prob, comm, plan, seed=3, log=quiet, gradient=grad, **kw)
 
-    def run(**kw: Any) -> Any:
-        comm = SimulatedCommunicator(topo)
-        return run_loop(
-            alg,
-            prob,
-            comm,
-            plan,
-            seed=3,
-            log=quiet,
-            gradient=lambda x, g: (prob.gradient(x, g), None),
-            **kw,
-        )
+
+def test_a_checkpointed_run_resumes_to_the_uninterrupted_result(tmp_path):
+    """Noise generator, problem state and records are restored: identical trajectories."""
+    run = noisy_quadratic_run
 
     full = run()
     run(checkpoint_dir=tmp_path, stop_after=30)
@@ -102,15 +96,7 @@ def test_one_column_diverging_leaves_the_others_running():
 def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path):
     import pytest
 
-    prob = dopt.problems.Quadratic.paper(n=6, d=3, p=4, sigma2=0.1, repetitions=2, seed=1)
-    topo = dopt.topology.ring(6)
-    alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
-    plan = Plan(60, tuple(range(0, 61, 10)), period=10)
-
-    def run(**kw: Any) -> Any:
-        comm = SimulatedCommunicator(topo)
-        grad = lambda x, g: (prob.gradient(x, g), None)  # noqa: E731
-        return run_loop(alg, prob, comm, plan, seed=3, log=quiet, gradient=grad, **kw)
+    run = noisy_quadratic_run
 
     full = run()
     for damage in ("flip", "truncate"):
