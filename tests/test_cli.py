@@ -75,3 +75,15 @@ def test_ctrl_c_prints_a_message_not_a_traceback(monkeypatch, capsys):
     assert main(["compare"]) == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_file_system_faults_are_one_line_errors(tmp_path, capsys):
+    from tests.experiments.test_spec import BASE, write
+
+    cfg = str(write(tmp_path, BASE))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main(["run", cfg, "--out", str(blocker / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "a-file" in err and "writable folder" in err
+    assert "Traceback" not in err

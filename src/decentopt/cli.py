@@ -217,6 +217,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError, TypeError, FileNotFoundError, FolderBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the file system refused: a path that is a file, no permission, full
+        where = exc.filename or "the output folder"
+        print(
+            f"error: {exc.strerror or exc} ({where}); give --out a writable folder with free "
+            "space. Units finished before are saved and a rerun resumes.",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         note = "finished runs are saved and a rerun of the same command resumes"
         print(f"\ninterrupted; {note}", file=sys.stderr)
