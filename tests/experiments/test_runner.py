@@ -253,3 +253,12 @@ def test_parallel_units_give_the_serial_results(cfg_path, tmp_path):
     assert numbers(parallel.rows) == numbers(serial.rows)
     again = run_spec(cfg, tmp_path / "p", progress=False, jobs=2, log=quiet)
     assert again.ran == [] and numbers(again.rows) == numbers(serial.rows)
+
+
+def test_a_problem_too_large_for_memory_is_a_clear_error(cfg_path, tmp_path, capsys):
+    args = ["run", str(cfg_path), "--out", str(tmp_path / "o"), "--no-progress", "--jobs", "1"]
+    assert main([*args, "--set", "runs=100000000"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit in memory" in err and "lower runs" in err and "Traceback" not in err
+    with pytest.warns(UserWarning, match="will take days"):
+        load_spec(cfg_path, overrides=["iterations=1000000000"])

@@ -106,7 +106,15 @@ def run_spec(
         if run is None and run in built:  # a batched problem serves every variant
             return built[run]
         t0 = time.perf_counter()
-        problem = spec.build_problem(run, job.rank if job.world > 1 else None)
+        try:
+            problem = spec.build_problem(run, job.rank if job.world > 1 else None)
+        except (MemoryError, RuntimeError) as exc:  # the allocator refused
+            if "alloc" not in str(exc).lower() and not isinstance(exc, MemoryError):
+                raise
+            raise ConfigError(
+                f"{spec.source}: the problem does not fit in memory ({str(exc).splitlines()[0]}); "
+                "lower runs, agents or the problem's sizes in [problem_params]"
+            ) from None
         say(f"{spec.name}: {problem!r} on {topo!r} (built in {time.perf_counter() - t0:.1f} s)")
         built[run] = problem
         return problem

@@ -24,6 +24,7 @@ import itertools
 import json
 import re
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -280,6 +281,12 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     if top.problem not in problems.KINDS:
         raise ConfigError(f"{source}: {unknown_name('problem', top.problem, problems.KINDS)}")
     kind = problems.KINDS[top.problem]
+    if (top.iterations or 0) > 10**8:
+        warnings.warn(
+            f"{source}: {top.iterations:.3g} iterations will take days; is that meant?",
+            UserWarning,
+            stacklevel=3,
+        )
     params = parse(kind, top.problem_params, f"{source} [problem_params]")
     try:
         params.check(top.iterations)
