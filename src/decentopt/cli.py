@@ -115,6 +115,7 @@ def _study(args: argparse.Namespace) -> int:
             overrides=args.overrides,
             force=args.force,
             progress=not args.no_progress,
+            jobs=args.jobs,
         )
     print("wrote " + ", ".join(map(str, files)))
     return 0

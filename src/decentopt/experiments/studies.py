@@ -79,13 +79,14 @@ def run_methods(
     overrides: list[str],
     force: bool,
     progress: bool,
+    jobs: int = 1,
     say: Callable[[str], None] = print,
 ) -> list[Path]:
     sections, files = ["# EDM against EXTRA, NIDS, Momentum Tracking, ED and DSGT-HB", ""], []
     for name in METHODS:
         spec = load_spec(name, quick=quick, overrides=overrides)
         folder, modified = out / spec.name, quick or bool(overrides)
-        outcome = run_spec(spec, folder, force=force, progress=progress, log=say)
+        outcome = run_spec(spec, folder, force=force, progress=progress, jobs=jobs, log=say)
         files += write_report(
             spec, outcome.rows, folder, modified=modified, claims=claims(spec), say=say
         )
