@@ -112,3 +112,38 @@ def test_mix_many_is_one_round_of_separate_mixes():
         torch.testing.assert_close(ma, (topo.W @ a.reshape(70, -1)).reshape(a.shape))
         torch.testing.assert_close(mb, topo.W @ b)
         assert comm.stats.rounds == 1
+
+
+def test_large_graphs_are_stored_sparse_and_match_their_dense_form():
+    from decentopt.topology.sparse import SparseTopology
+
+    topo = dopt.topology.torus(1024)  # from SPARSE_FROM agents: CSR, sparse eigensolver
+    assert isinstance(topo, SparseTopology) and topo.name.startswith("lazy(torus(32x32)")
+    dense = dopt.topology.from_matrix(topo.W.numpy())
+    assert topo.lam == pytest.approx(dense.lam, abs=1e-10)
+    assert topo.lam_min == pytest.approx(dense.lam_min, abs=1e-10)
+    assert topo.neighbors == dense.neighbors and topo.max_degree == 4
+    Z = torch.randn(1024, 3, dtype=torch.float64)
+    comm = SimulatedCommunicator(topo)
+    assert comm.kernel_for(3) == "csr"
+    torch.testing.assert_close(comm.mix(Z), SimulatedCommunicator(dense).mix(Z), atol=1e-14, rtol=0)
+    assert comm.stats.bytes_sent == 1024 * 4 * 3 * 8  # counted per edge, as before
+
+
+def test_sparse_assumption_checks():
+    import scipy.sparse as sp
+
+    from decentopt.topology import AssumptionError
+    from decentopt.topology.sparse import SparseTopology
+
+    n = 1100
+    ring = sp.diags([0.5, 0.25, 0.25, 0.25, 0.25], [0, 1, -1, n - 1, -(n - 1)], shape=(n, n))
+    assert SparseTopology(ring, "ring").lam == pytest.approx(0.5 + 0.5 * np.cos(2 * np.pi / n))
+    with pytest.raises(AssumptionError, match="not connected"):
+        two = sp.block_diag([sp.identity(550)] * 2)
+        SparseTopology(two, "two islands")
+    with pytest.raises(AssumptionError, match=r"1\(3\)"):
+        bipartite = sp.diags(
+            [1 / 3, 1 / 3, 1 / 3, 1 / 3, 1 / 3], [0, 1, -1, n - 1, -(n - 1)], shape=(n, n)
+        )
+        SparseTopology(bipartite, "even metropolis ring")

@@ -19,6 +19,7 @@ sparse (density <= 0.1), ``n >= 64`` and rows are long (``k >= 1024``), else ``d
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Literal
 
@@ -27,11 +28,12 @@ import torch
 
 from decentopt.comm.base import CommStats
 from decentopt.topology.circulant import CirculantTopology
+from decentopt.topology.sparse import SparseTopology
 from decentopt.topology.topology import Topology
 
 __all__ = ["SimulatedCommunicator"]
 
-Kernel = Literal["auto", "dense", "sparse", "shift"]
+Kernel = Literal["auto", "dense", "sparse", "shift", "csr"]
 _SPARSE_MIN_N = 64
 _SPARSE_MAX_DENSITY = 0.1
 _SPARSE_MIN_COLS = 1024
@@ -53,7 +55,9 @@ class SimulatedCommunicator:
         self.n = topology.n
         self.stats = CommStats()
         self._stencil = topology.stencil if circulant else None
-        if circulant:  # no dense W: a ring of 10^5 agents would need 80 GB
+        self._csr = topology.csr if isinstance(topology, SparseTopology) else None
+        self._csr_cache: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+        if circulant or self._csr is not None:  # no dense W: 10^5 agents would need 80 GB
             self._rows, self._W_cache = (), {}
             self._edges = int(topology.degrees.sum())
             self._sparse_ok = False
@@ -83,6 +87,8 @@ class SimulatedCommunicator:
             return self.kernel
         if self._stencil is not None:
             return "shift"
+        if self._csr is not None:
+            return "csr"
         return "sparse" if self._sparse_ok and cols >= _SPARSE_MIN_COLS else "dense"
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -114,6 +120,8 @@ class SimulatedCommunicator:
             torch.mm(self._dense_W(flat), flat, out=target)
         elif kernel == "shift":
             self._shift_mix(flat, target)
+        elif kernel == "csr":
+            target.copy_(torch.sparse.mm(self._sparse_W(flat), flat))
         else:
             self._sparse_mix(flat, target)
         return target.view(z.shape)
@@ -126,6 +134,24 @@ class SimulatedCommunicator:
         mixed = self.mix(torch.cat(flats, dim=1))
         parts = mixed.split([f.shape[1] for f in flats], dim=1)
         return [p.reshape(z.shape) for p, z in zip(parts, zs, strict=True)]
+
+    def _sparse_W(self, like: torch.Tensor) -> torch.Tensor:
+        key = (like.dtype, like.device)
+        if key not in self._csr_cache:
+            csr = self._csr
+            assert csr is not None
+            with warnings.catch_warnings():  # torch calls its CSR support "beta"
+                warnings.simplefilter("ignore", UserWarning)
+                self._csr_cache[key] = torch.sparse_csr_tensor(
+                    torch.from_numpy(csr.indptr).long(),
+                    torch.from_numpy(csr.indices).long(),
+                    torch.from_numpy(csr.data),
+                    size=csr.shape,
+                    dtype=like.dtype,
+                    device=like.device,
+                    check_invariants=True,
+                )
+        return self._csr_cache[key]
 
     def _shift_mix(self, flat: torch.Tensor, target: torch.Tensor) -> None:
         """``(W z)_i = sum_o c_o z_{(i + o) mod n}``: one pass per offset, no matrix."""

@@ -19,6 +19,7 @@ import torch
 
 from decentopt._checks import unknown_name
 from decentopt.topology.circulant import CirculantTopology, circulant_from_offsets
+from decentopt.topology.sparse import SPARSE_FROM, SparseTopology
 from decentopt.topology.topology import AssumptionError, Topology
 
 #: From this many agents, rings and exponential graphs are stored by their stencil
@@ -115,7 +116,39 @@ def from_networkx(
     """Mixing matrix of any undirected networkx graph (nodes taken in sorted order)."""
     if graph.is_directed():
         raise ValueError("the graph must be undirected; use graph.to_undirected()")
+    if graph.number_of_nodes() >= SPARSE_FROM:
+        return _sparse_graph(graph, weights=weights, lazy=lazy, name=name)
     return from_adjacency(_adjacency(graph), weights=weights, lazy=lazy, name=name)
+
+
+def _sparse_graph(graph: nx.Graph, *, weights: Weights, lazy: Lazy, name: str) -> Topology:
+    """Metropolis or max-degree weights computed on the sparse adjacency (no n x n array)."""
+    import scipy.sparse as sp
+
+    if weights not in _WEIGHTS:
+        raise ValueError(unknown_name("weights", weights, sorted(_WEIGHTS)))
+    A = nx.to_scipy_sparse_array(graph, nodelist=sorted(graph.nodes()), weight=None, format="coo")
+    keep = A.row != A.col
+    rows, cols = A.row[keep], A.col[keep]
+    n = A.shape[0]
+    deg = np.bincount(rows, minlength=n).astype(np.float64)
+    if weights == "metropolis":
+        w = 1.0 / (1.0 + np.maximum(deg[rows], deg[cols]))
+    else:
+        w = np.full(len(rows), 1.0 / (1.0 + deg.max(initial=0.0)))
+    off = sp.csr_matrix((w, (rows, cols)), shape=(n, n))
+    W = off + sp.diags(1.0 - np.asarray(off.sum(axis=1)).ravel())
+    label = f"{name}[{weights}]"
+    try:
+        return (
+            SparseTopology(W, name=label)
+            if lazy is not True
+            else SparseTopology(W, name=label).lazy()
+        )
+    except AssumptionError as exc:
+        if lazy == "auto" and "1(3)" in str(exc):
+            return SparseTopology((W + sp.identity(n)) / 2, name=f"lazy({label})")
+        raise
 
 
 def from_matrix(
