@@ -19,17 +19,24 @@ class EDState(NamedTuple):
 
 
 def adapt_correct_combine(
-    x: torch.Tensor, psi: torch.Tensor, direction: torch.Tensor, alpha: float, comm: Communicator
+    x: torch.Tensor,
+    psi: torch.Tensor,
+    direction: torch.Tensor,
+    alpha: float,
+    comm: Communicator,
+    c: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Exact-Diffusion step shared by ED and EDM; returns ``(x_next, psi_next)``.
+    """The Exact-Diffusion step shared by ED, EDM and NIDS; returns ``(x_next, psi_next)``.
 
-    ``psi+ = x - alpha d``, ``phi = psi+ + x - psi``, ``x+ = W phi``. Storing
-    ``psi`` (rather than the previous gradient) keeps the correction exact when
-    ``alpha`` changes over time.
+    ``psi+ = x - alpha d``, ``phi = psi+ + x - psi``, ``x+ = W~ phi`` with
+    ``W~ = I - c (I - W)`` (``c = 1``: ``W`` itself). Storing ``psi`` (rather than the
+    previous gradient) keeps the correction exact when ``alpha`` changes over time.
     """
     psi_next = torch.add(x, direction, alpha=-alpha)
     phi = torch.sub(x, psi).add_(psi_next)  # in place on a fresh temporary: one pass fewer
-    return comm.mix(phi), psi_next
+    if c == 1.0:
+        return comm.mix(phi), psi_next
+    return comm.mix(phi).mul_(c).add_(phi, alpha=1 - c), psi_next
 
 
 @register

@@ -9,6 +9,7 @@ import torch
 
 from decentopt._checks import as_real
 from decentopt.algorithms.base import HyperParams, check_initial_point
+from decentopt.algorithms.ed import adapt_correct_combine
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
 
@@ -59,7 +60,6 @@ class NIDS(HyperParams):
         return NIDSState(x=x0, psi=x0.clone())
 
     def step(self, state: NIDSState, grad: torch.Tensor, comm: Communicator) -> NIDSState:
-        psi_next = torch.add(state.x, grad, alpha=-self.lr_at(state.t))
-        phi = torch.sub(state.x, state.psi).add_(psi_next)
-        x_next = comm.mix(phi).mul_(self.c).add_(phi, alpha=1 - self.c)
-        return NIDSState(x=x_next, psi=psi_next, t=state.t + 1)
+        alpha = self.lr_at(state.t)
+        x_next, psi = adapt_correct_combine(state.x, state.psi, grad, alpha, comm, self.c)
+        return NIDSState(x=x_next, psi=psi, t=state.t + 1)
