@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -102,7 +102,6 @@ class Trajectory:
     final_state: Any
     wall_time: float
     resumed_from: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def diverged(self) -> np.ndarray:

@@ -166,11 +166,12 @@ def run_spec(
                     (Unit(folder, spec.fingerprint(variant.label, run), info), variant, run)
                 )
         done: dict[str, tuple[list, dict]] = {}
-        with warnings.catch_warnings():  # the store warns about a corrupt unit when it is run
-            warnings.simplefilter("ignore")
-            pending = [u for u in units if force or store.stored(u[0]) is None]
-        if jobs > 1 and kind.batch_runs and job.world == 1 and len(pending) > 1:
-            done = _in_workers(jobs, pending, compute, problem_for, say)
+        if jobs > 1 and kind.batch_runs and job.world == 1:
+            with warnings.catch_warnings():  # the store warns about a corrupt unit when run
+                warnings.simplefilter("ignore")
+                pending = [u for u in units if force or store.stored(u[0]) is None]
+            if len(pending) > 1:
+                done = _in_workers(jobs, pending, compute, problem_for, say)
         for unit, variant, run in units:
             compute_unit = (
                 (lambda _, r=done[unit.name]: r)
