@@ -41,34 +41,48 @@ def tuned_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> tuple[str, list
     """Each method at its best step size of the grid -- the one that settles soonest below the
     threshold at the hardest level (panel sweeps; ties and never-settling runs by steady
     error), or with the best final metric (training) -- with the labels of those variants."""
-    best: dict[str, tuple[float, str, str]] = {}
+    best: dict[str, tuple[tuple, str, list[str]]] = {}  # method -> (rank key, label, cells)
+
+    def offer(method: str, key: tuple, label: str, cells: list[str]) -> None:
+        if method not in best or key < best[method][0]:
+            best[method] = (key, label, cells)
+
     if spec.panel is not None:
         stats = summarise(rows, spec)
         hard = levels_by_zeta(stats)[-1]
         for (level, label), s in stats.items():
-            method = spec.algorithms[label].method
-            key = (s.iters is None, s.iters or 0, s.steady)
-            if level != hard or s.steady != s.steady or key >= best.get(method, (True, 0, 1e300)):
-                continue  # diverged (NaN) or beaten
-            end = max((r for r in rows if r["algorithm"] == label), key=lambda r: r["step"])
-            rounds = "" if s.iters is None else f" / {round(s.iters * end['rounds'] / end['step'])}"
-            reach = "never" if s.iters is None else f"{s.iters}{rounds}"
-            best[method] = (*key, label, f"{s.steady:.2e} ± {s.steady_se:.1e} | {reach}")
-        header = ["method", "best step", f"steady {spec.metric} (hardest level)"]
-        header.append("iterations / gossip rounds to settle")
+            if level != hard or s.steady != s.steady:  # another level, or diverged (NaN)
+                continue
+            reach = "never"
+            if s.iters is not None:
+                end = max((r for r in rows if r["algorithm"] == label), key=lambda r: r["step"])
+                reach = f"{s.iters} / {round(s.iters * end['rounds'] / end['step'])}"
+            cells = [f"{s.steady:.2e} ± {s.steady_se:.1e}", reach]
+            offer(
+                spec.algorithms[label].method,
+                (s.iters is None, s.iters or 0, s.steady),
+                label,
+                cells,
+            )
+        header = [
+            "method",
+            "best step",
+            f"steady {spec.metric} (hardest level)",
+            "iterations / gossip rounds to settle",
+        ]
     else:
         last = max(r["step"] for r in rows)
+        sign = -1 if "acc" in spec.metric else 1  # accuracies: higher is better
         for label, variant in spec.algorithms.items():
-            accs = [r[spec.metric] for r in rows if r["algorithm"] == label and r["step"] == last]
-            score = -sum(accs) / len(accs)
-            if (score,) < best.get(variant.method, (float("inf"),))[:1]:
-                best[variant.method] = (score, label, f"{-score:.4f}")
+            finals = [r[spec.metric] for r in rows if r["algorithm"] == label and r["step"] == last]
+            mean = sum(finals) / len(finals)
+            offer(variant.method, (sign * mean,), label, [f"{mean:.4f}"])
         header = ["method", "best step", f"final {spec.metric}"]
     body = [
-        [LABELS.get(m, m), str(spec.algorithms[v[-2]].hyperparams["lr"]), *v[-1].split(" | ")]
-        for m, v in best.items()
+        [LABELS.get(m, m), str(spec.algorithms[label].hyperparams["lr"]), *cells]
+        for m, (_, label, cells) in best.items()
     ]
-    return markdown_table(header, body), [v[-2] for v in best.values()]
+    return markdown_table(header, body), [label for _, label, _ in best.values()]
 
 
 def run_methods(
