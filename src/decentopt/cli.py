@@ -30,13 +30,14 @@ def _configure_topology(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, help="number of agents")
     p.add_argument("--weights", help="metropolis or max_degree (ring: also 'paper', the default)")
     p.add_argument("--p", type=float, help="edge probability (erdos_renyi)")
-    p.add_argument("--seed", type=int, default=0, help="graph seed (erdos_renyi)")
+    p.add_argument("--seed", type=int, default=0, help="graph seed (erdos_renyi, random_matchings)")
+    p.add_argument("--base", type=int, default=2, help="base_graph's base k+1 (k peers per round)")
     p.add_argument("--matrix", type=Path, help="a W saved with numpy.save (.npy) or as text")
     p.add_argument("--L", type=float, default=1.0, help="smoothness constant (default 1)")
     p.add_argument("--beta", type=float, default=0.9, help="momentum (default 0.9)")
 
 
-def _build_topology(args: argparse.Namespace) -> topology.Topology:
+def _build_topology(args: argparse.Namespace) -> topology.Network:
     if args.name == "matrix":
         if args.matrix is None:
             raise ValueError("'matrix' needs --matrix FILE (.npy or a text file of numbers)")
@@ -51,6 +52,10 @@ def _build_topology(args: argparse.Namespace) -> topology.Topology:
         kwargs["weights"] = args.weights
     if args.name == "erdos_renyi":
         kwargs |= {"p": args.p if args.p is not None else 0.2, "seed": args.seed}
+    if args.name == "random_matchings":
+        kwargs["seed"] = args.seed
+    if args.name == "base_graph":
+        kwargs["base"] = args.base
     return topology.make(args.name, args.n, **kwargs)
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from decentopt.algorithms.base import Algorithm, AlgorithmState
-from decentopt.comm.base import Communicator
+from decentopt.comm.base import CommStats, Communicator
 from decentopt.distributed.checkpoint import load_latest, save_checkpoint
 from decentopt.problems.base import Plan
 
@@ -93,6 +93,9 @@ class Record:
     grad_seconds: float
     other_seconds: float
     rounds: int = 0
+    bytes_per_agent: float = 0.0
+    busiest_messages: int = 0
+    busiest_bytes: int = 0
 
 
 @dataclass
@@ -110,15 +113,29 @@ class Trajectory:
     def rows(
         self, labels: list[dict[str, Any]], algorithm: str, period: int | None = None
     ) -> list[dict[str, Any]]:
-        """Tidy rows: one per recorded step and column, ``labels[column]`` first."""
+        """Tidy rows: one per recorded step and column, ``labels[column]`` first.
+
+        Communication columns are per column (a stacked problem mixes all its
+        columns in one message): ``rounds``, ``bytes_per_agent`` (sent, mean over
+        agents), ``busiest_messages`` and ``busiest_bytes`` (summed over rounds,
+        the busiest agent of each; what a network model turns into time).
+        """
         rows = []
+        columns = len(labels)
         for col, label in enumerate(labels):
             for rec in self.records:
                 row = {**label, "algorithm": algorithm, "step": rec.step}
                 if period:
                     row["epoch"] = rec.step // period
                 row |= {k: float(v[col]) for k, v in rec.metrics.items()}
-                row |= {"rounds": rec.rounds, "lr": rec.lr, "grad_seconds": rec.grad_seconds}
+                row |= {
+                    "rounds": rec.rounds,
+                    "bytes_per_agent": rec.bytes_per_agent / columns,
+                    "busiest_messages": rec.busiest_messages,
+                    "busiest_bytes": rec.busiest_bytes / columns,
+                    "lr": rec.lr,
+                    "grad_seconds": rec.grad_seconds,
+                }
                 row |= {
                     "other_seconds": rec.other_seconds,
                     "diverged_at": int(self.diverged_at[col]),
@@ -171,6 +188,10 @@ def _column_values(value: Any) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         value = value.detach().to(torch.float64).cpu().numpy()
     return np.array(value, dtype=np.float64).reshape(-1)
+
+
+def _counts(stats: CommStats) -> tuple[int, float, int, int]:
+    return stats.rounds, stats.bytes_per_agent, stats.busiest_messages, stats.busiest_bytes
 
 
 def _column_norms(x: torch.Tensor, comm: Communicator) -> torch.Tensor:
@@ -227,6 +248,12 @@ def run_loop(
     state = algorithm.init(x)
     generator = torch.Generator().manual_seed(int(seed))
     agents = comm.topology.n  # in total; a rank holds fewer
+    if algorithm.needs_psd and not comm.topology.psd:
+        log(
+            f"warning: {algorithm.name}'s analysis needs every W positive semi-definite, and "
+            f"{comm.topology.name} has rounds that are not; it may not converge (its lazy() "
+            "version is, at the price of slower mixing)"
+        )
     scale = 1.0 + _column_norms(x, comm)
     if problem.x_star is not None:
         scale = scale + problem.x_star.pow(2).sum(-1).reshape(-1).cpu()
@@ -250,7 +277,11 @@ def run_loop(
         generator.set_state(saved["generator"])
         torch.set_rng_state(saved["torch_rng"])
         records, diverged_at, timing = saved["records"], saved["diverged_at"], saved["timing"]
-        comm.stats.rounds, comm.stats.bytes_sent = saved["rounds"]  # counted from the start
+        counted = saved["rounds"]  # counted from the start (W_t goes on from its round)
+        if isinstance(counted, tuple):  # checkpoints of earlier releases
+            comm.stats.rounds, comm.stats.bytes_sent = counted
+        else:
+            comm.stats.__dict__.update(counted)
         start_step = int(saved["step"])
         log(f"resuming {algorithm.name} from step {start_step}")
 
@@ -277,7 +308,7 @@ def run_loop(
         for v in values.values():
             v[diverged_at >= 0] = np.nan
         lr = float(algorithm.lr_at(max(t - 1, 0)))
-        records.append(Record(t, values, lr, *timing, comm.stats.rounds))
+        records.append(Record(t, values, lr, *timing, *_counts(comm.stats)))
 
     bar = None
     if progress is True:
@@ -321,7 +352,7 @@ def run_loop(
                         "records": records,
                         "diverged_at": diverged_at,
                         "timing": timing,
-                        "rounds": (comm.stats.rounds, comm.stats.bytes_sent),
+                        "rounds": dict(vars(comm.stats)),
                         "step": t + 1,
                     }
                     save_checkpoint(checkpoint_dir, t + 1, payload, barrier=comm.barrier)
@@ -344,5 +375,5 @@ def run_loop(
             if s > records[-1].step:
                 nan = {k: np.full_like(v, np.nan) for k, v in records[-1].metrics.items()}
                 lr = float(algorithm.lr_at(s - 1))
-                records.append(Record(s, nan, lr, *timing, comm.stats.rounds))
+                records.append(Record(s, nan, lr, *timing, *_counts(comm.stats)))
     return Trajectory(records, diverged_at, state, wall, start_step)

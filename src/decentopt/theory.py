@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from decentopt.topology.schedule import TopologySchedule
+
 __all__ = [
     "C0",
     "D1",
@@ -218,8 +220,14 @@ def pl_bound(
 def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tuple[str, str]]:
     """A graph's spectral quantities and the largest step sizes Theorems 1 and 2 allow.
 
-    ``topo`` is a :class:`~decentopt.topology.Topology` (it has passed Assumption 1).
+    ``topo`` is a :class:`~decentopt.topology.Topology` (it has passed Assumption 1)
+    or a :class:`~decentopt.topology.TopologySchedule`: then the rows are its period,
+    the contraction of ``W_t`` over one period and the per-round rate ``lambda``
+    (the period's contraction to the power ``1/period``), at which the theorems'
+    step sizes are evaluated -- a heuristic: the theorems assume one fixed W.
     """
+    if isinstance(topo, TopologySchedule):
+        return _schedule_report(topo, L=L, beta=beta)
     deg = topo.degrees
     rows = [
         ("topology", topo.name),
@@ -234,4 +242,29 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
         for theorem, bound in ((1, nonconvex_step_size), (2, pl_step_size)):
             label = f"max alpha, Theorem {theorem} (L={L:g}, beta={beta:g})"
             rows.append((label, f"{bound(topo.lam, beta, L=L):.4g}"))
+    return rows
+
+
+def _schedule_report(schedule: Any, *, L: float, beta: float) -> list[tuple[str, str]]:
+    rows = [
+        ("topology", schedule.name),
+        ("n", str(schedule.n)),
+        ("period (rounds)", str(schedule.period or "none: a fresh random W_t every round")),
+        (
+            "||prod W_t - 11^T/n|| over a period" + ("" if schedule.period else " (64 rounds)"),
+            f"{schedule.period_contraction:.3g}"
+            + (" (exact average)" if schedule.period_contraction < 1e-12 else ""),
+        ),
+        ("lambda per round", f"{schedule.lam:.6f}"),
+        ("most peers per round", str(schedule.max_degree)),
+        (
+            "Assumption 1 per round",
+            "symmetric, doubly stochastic, w_ii > 0"
+            + (", W_t >= 0" if schedule.psd else "; some W_t have a negative eigenvalue"),
+        ),
+    ]
+    if schedule.lam < 1:
+        for theorem, bound in ((1, nonconvex_step_size), (2, pl_step_size)):
+            label = f"max alpha, Theorem {theorem} at lambda per round (heuristic)"
+            rows.append((label, f"{bound(max(schedule.lam, 1e-12), beta, L=L):.4g}"))
     return rows

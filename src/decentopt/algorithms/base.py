@@ -48,6 +48,8 @@ class Algorithm(Protocol[S]):
 
     name: ClassVar[str]
     uses_momentum: ClassVar[bool]
+    #: Whether the method's analysis needs every W positive semi-definite (Assumption 1(3)).
+    needs_psd: ClassVar[bool]
     #: Gossip rounds per iteration (after the first), for fair comparisons.
     rounds_per_step: int
     #: The step size: a float or a schedule ``t -> float``.
@@ -68,6 +70,8 @@ class HyperParams:
     """Step size ``lr``: a positive float or a schedule ``t -> float``."""
 
     lr: LearningRate = 0.05
+    #: Whether the method's analysis needs W positive semi-definite (Assumption 1(3)).
+    needs_psd: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lr", validate_lr(self.lr, type(self).__name__))

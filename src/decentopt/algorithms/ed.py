@@ -57,6 +57,7 @@ class ExactDiffusion(HyperParams):
     """
 
     name: ClassVar[str] = "ed"
+    needs_psd: ClassVar[bool] = True
     uses_momentum: ClassVar[bool] = False
     rounds_per_step: ClassVar[int] = 1
 

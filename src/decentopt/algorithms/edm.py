@@ -42,6 +42,7 @@ class EDM(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "edm"
+    needs_psd: ClassVar[bool] = True
     uses_momentum: ClassVar[bool] = True
     rounds_per_step: ClassVar[int] = 1
 

@@ -45,6 +45,7 @@ class NIDS(HyperParams):
     """
 
     name: ClassVar[str] = "nids"
+    needs_psd: ClassVar[bool] = True
     uses_momentum: ClassVar[bool] = False
     rounds_per_step: ClassVar[int] = 1
     c: float = 0.5

@@ -30,7 +30,7 @@ from typing import Literal
 import torch
 
 from decentopt.comm.base import CommStats, Communicator
-from decentopt.topology.topology import Topology
+from decentopt.topology import Network
 
 __all__ = ["MultiRound"]
 
@@ -48,6 +48,11 @@ class MultiRound:
         if acceleration not in ("none", "chebyshev"):
             raise ValueError(f"acceleration must be 'none' or 'chebyshev'; got {acceleration!r}")
         self.inner, self.rounds, self.acceleration = comm, rounds, acceleration
+        if acceleration == "chebyshev" and rounds >= 2 and comm.topology.period != 1:
+            raise ValueError(
+                f"Chebyshev acceleration needs one fixed W; {comm.topology.name} changes W every "
+                "round: use acceleration='none' (W_t applied round after round)"
+            )
         lam = comm.topology.lam
         # below lambda = 0 there is nothing to accelerate (W mixes exactly in one round)
         self._cheb = acceleration == "chebyshev" and rounds >= 2 and lam > 1e-12
@@ -58,7 +63,7 @@ class MultiRound:
         return self.inner.stats
 
     @property
-    def topology(self) -> Topology:
+    def topology(self) -> Network:
         return self.inner.topology
 
     @property

@@ -5,6 +5,9 @@ Each rank owns row ``rank`` of the stacked iterates, so tensors here are
 neighbour and receives theirs, in one ``batch_isend_irecv`` (one flat message
 per neighbour per round, matched by order, not by tag, which NCCL ignores),
 then forms ``w_ii z_i + sum_j w_ij z_j``. Works with gloo (CPU) and NCCL (GPU).
+Over a :class:`~decentopt.topology.TopologySchedule` the neighbours and weights
+are those of ``W_t`` at round ``t``, which every rank derives on its own (the
+schedule is periodic or seeded by round): still no collective per round.
 
 Failures: every receive waits at most ``timeout`` seconds (gloo); a peer that
 dies or hangs raises :class:`PeerFailure` naming the peer, this rank and the
@@ -24,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from decentopt.comm.base import CommStats
+from decentopt.topology.schedule import TopologySchedule
 from decentopt.topology.topology import Topology
 
 __all__ = ["DistributedCommunicator", "PeerFailure"]
@@ -43,7 +47,11 @@ class DistributedCommunicator:
     """
 
     def __init__(
-        self, topology: Topology, *, timeout: float = 60.0, group: dist.ProcessGroup | None = None
+        self,
+        topology: Topology | TopologySchedule,
+        *,
+        timeout: float = 60.0,
+        group: dist.ProcessGroup | None = None,
     ) -> None:
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError(
@@ -60,16 +68,48 @@ class DistributedCommunicator:
             )
         self.topology = topology
         self.timeout = timedelta(seconds=timeout)
+        self.stats = CommStats()
+        self.backend = dist.get_backend(group)
+        if isinstance(topology, TopologySchedule):
+            self._schedule: TopologySchedule | None = topology
+            self.self_weight, self.neighbors = 1.0, ()
+            return
+        self._schedule = None
         W = topology.W.numpy()
         self.self_weight = float(W[self.rank, self.rank])
         self.neighbors = tuple((j, float(W[self.rank, j])) for j in topology.neighbors[self.rank])
-        self.stats = CommStats()
-        self.backend = dist.get_backend(group)
+        degrees = topology.degrees
+        self._messages = (float(degrees.mean()), int(degrees.max(initial=0)))
+
+    def _round(self) -> tuple[float, tuple[tuple[int, float], ...], float, int]:
+        """This rank's self weight and neighbours at the current round, and all agents'
+        mean and largest number of messages."""
+        if self._schedule is None:
+            return self.self_weight, self.neighbors, *self._messages
+        this_round = self._schedule.at(self.stats.rounds)
+        sent = this_round.messages
+        return (
+            float(this_round.self_weight[self.rank]),
+            this_round.neighbours(self.rank),
+            float(sent.mean()),
+            int(sent.max(initial=0)),
+        )
+
+    def _digest_of_graph(self) -> bytes:
+        if self._schedule is None:
+            return np.ascontiguousarray(self.topology.W.numpy()).tobytes()
+        schedule = self._schedule
+        count = schedule.period or 8
+        parts = [schedule.name.encode()]
+        for t in range(count):
+            r = schedule.at(t)
+            parts += [r.self_weight.tobytes(), r.peers.tobytes(), r.weights.tobytes()]
+        return b"".join(parts)
 
     # ----------------------------------------------------------------- checks
     def check_consistency(self, extra: str = "") -> None:
         """Fail on every rank if the ranks disagree on W (or on ``extra``, e.g. model size)."""
-        digest = hashlib.sha256(np.ascontiguousarray(self.topology.W.numpy()).tobytes())
+        digest = hashlib.sha256(self._digest_of_graph())
         digest.update(extra.encode())
         mine = digest.hexdigest()[:16]
         everyone: list[str | None] = [None] * self.world_size
@@ -90,9 +130,10 @@ class DistributedCommunicator:
                 f"got {tuple(z.shape)}"
             )
         flat = z.detach().reshape(-1).contiguous()
-        buffers = [torch.empty_like(flat) for _ in self.neighbors]
+        self_weight, neighbors, mean_messages, max_messages = self._round()
+        buffers = [torch.empty_like(flat) for _ in neighbors]
         ops = []
-        for (j, _), buf in zip(self.neighbors, buffers, strict=True):
+        for (j, _), buf in zip(neighbors, buffers, strict=True):
             ops.append(dist.P2POp(dist.isend, flat, j, group=self.group))
             ops.append(dist.P2POp(dist.irecv, buf, j, group=self.group))
         round_ = self.stats.rounds
@@ -105,16 +146,16 @@ class DistributedCommunicator:
                     else:
                         work.wait()
             except RuntimeError as exc:
-                peers = ", ".join(str(j) for j, _ in self.neighbors)
+                peers = ", ".join(str(j) for j, _ in neighbors)
                 raise PeerFailure(
                     f"rank {self.rank}: gossip round {round_} failed waiting for neighbour(s) "
                     f"{peers} (timeout {self.timeout.total_seconds():g} s): a peer died, hung or "
                     f"disconnected. Underlying error: {exc}"
                 ) from None
-        self.stats.rounds += 1
-        self.stats.bytes_sent += len(self.neighbors) * flat.numel() * flat.element_size()
-        result = torch.mul(flat, self.self_weight)
-        for (_, w), buf in zip(self.neighbors, buffers, strict=True):
+        payload = flat.numel() * flat.element_size()
+        self.stats.add_round(mean_messages, max_messages, payload, len(neighbors) * payload)
+        result = torch.mul(flat, self_weight)
+        for (_, w), buf in zip(neighbors, buffers, strict=True):
             result.add_(buf, alpha=w)
         if out is not None:
             out.copy_(result.view(z.shape))

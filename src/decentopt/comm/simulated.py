@@ -13,7 +13,11 @@ Two kernels compute ``W Z`` for ``Z`` of shape ``(n, ...)`` folded to ``(n, k)``
   weighted sum of row-shifted copies of ``Z``: linear in ``n``, and no dense ``W``
   is ever built.
 
-``kernel="auto"`` picks ``shift`` for circulant topologies, ``sparse`` when ``W`` is
+* ``gather``: for a :class:`~decentopt.topology.TopologySchedule`, the round's
+  ``W_t`` in gather form, ``out = s * z + sum_slot w_slot * z[peers_slot]``: linear
+  in ``n`` (one indexed read per peer slot), whatever ``W_t`` is this round.
+
+``kernel="auto"`` picks ``gather`` for schedules, ``shift`` for circulant topologies, ``sparse`` when ``W`` is
 sparse (density <= 0.1), ``n >= 64`` and rows are long (``k >= 1024``), else ``dense``.
 """
 
@@ -29,11 +33,12 @@ import torch
 from decentopt.comm.base import CommStats
 from decentopt.topology.circulant import CirculantTopology
 from decentopt.topology.sparse import SparseTopology
+from decentopt.topology.schedule import GossipRound, TopologySchedule
 from decentopt.topology.topology import Topology
 
 __all__ = ["SimulatedCommunicator"]
 
-Kernel = Literal["auto", "dense", "sparse", "shift", "csr"]
+Kernel = Literal["auto", "dense", "sparse", "shift", "csr", "gather"]
 _SPARSE_MIN_N = 64
 _SPARSE_MAX_DENSITY = 0.1
 _SPARSE_MIN_COLS = 1024
@@ -42,7 +47,7 @@ _SPARSE_MIN_COLS = 1024
 class SimulatedCommunicator:
     """Communicator over all agents of a :class:`Topology` in one process."""
 
-    def __init__(self, topology: Topology, kernel: Kernel = "auto") -> None:
+    def __init__(self, topology: Topology | TopologySchedule, kernel: Kernel = "auto") -> None:
         if kernel not in ("auto", "dense", "sparse", "shift"):
             raise ValueError(f"kernel must be 'auto', 'dense', 'sparse' or 'shift'; got {kernel!r}")
         circulant = isinstance(topology, CirculantTopology)
@@ -54,12 +59,26 @@ class SimulatedCommunicator:
         self.kernel = kernel
         self.n = topology.n
         self.stats = CommStats()
+        self._schedule = topology if isinstance(topology, TopologySchedule) else None
+        self._gather_cache: dict[tuple[int, torch.dtype, torch.device], tuple] = {}
+        if self._schedule is not None:
+            if kernel != "auto":
+                raise ValueError(
+                    f"a time-varying topology mixes with its own per-round kernel; leave "
+                    f"kernel='auto' (got {kernel!r})"
+                )
+            self._stencil, self._csr, self._rows, self._W_cache = None, None, (), {}
+            self._sparse_ok = False
+            return
+        assert isinstance(topology, Topology)
+        degrees = topology.degrees
+        self._messages = (float(degrees.mean()), int(degrees.max(initial=0)))
         self._stencil = topology.stencil if circulant else None
         self._csr = topology.csr if isinstance(topology, SparseTopology) else None
         self._csr_cache: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
         if circulant or self._csr is not None:  # no dense W: 10^5 agents would need 80 GB
             self._rows, self._W_cache = (), {}
-            self._edges = int(topology.degrees.sum())
+            self._edges = int(degrees.sum())
             self._sparse_ok = False
             return
         W = topology.W.numpy()
@@ -81,8 +100,10 @@ class SimulatedCommunicator:
             self._W_cache[key] = W
         return W
 
-    def kernel_for(self, cols: int) -> Literal["dense", "sparse", "shift"]:
+    def kernel_for(self, cols: int) -> Literal["dense", "sparse", "shift", "csr", "gather"]:
         """The kernel used for a folded tensor with ``cols`` columns."""
+        if self._schedule is not None:
+            return "gather"
         if self.kernel != "auto":
             return self.kernel
         if self._stencil is not None:
@@ -113,8 +134,16 @@ class SimulatedCommunicator:
                     "not share its memory"
                 )
             target = out.view(self.n, -1)
-        self.stats.rounds += 1
-        self.stats.bytes_sent += self._edges * cols * z.element_size()
+        payload = cols * z.element_size()
+        if self._schedule is not None:
+            this_round = self._schedule.at(self.stats.rounds)
+            self._gather_mix(this_round, self.stats.rounds, flat, target)
+            sent = this_round.messages
+            self.stats.add_round(
+                float(sent.mean()), int(sent.max(initial=0)), payload, int(sent.sum()) * payload
+            )
+            return target.view(z.shape)
+        self.stats.add_round(*self._messages, payload, self._edges * payload)
         kernel = self.kernel_for(cols)
         if kernel == "dense":
             torch.mm(self._dense_W(flat), flat, out=target)
@@ -162,6 +191,24 @@ class SimulatedCommunicator:
             if o:
                 target[: n - o].add_(flat[o:], alpha=w)
                 target[n - o :].add_(flat[:o], alpha=w)
+
+    def _gather_mix(
+        self, this_round: GossipRound, t: int, flat: torch.Tensor, target: torch.Tensor
+    ) -> None:
+        """``(W_t z)_i = s_i z_i + sum_slot w_slot,i z_{peer_slot,i}``: one indexed read per slot."""
+        schedule = self._schedule
+        assert schedule is not None
+        if schedule.period is None:  # drawn afresh every round
+            form = this_round.torch_form(flat.dtype, flat.device)
+        else:
+            key = (t % schedule.period, flat.dtype, flat.device)
+            if key not in self._gather_cache:
+                self._gather_cache[key] = this_round.torch_form(flat.dtype, flat.device)
+            form = self._gather_cache[key]
+        self_weight, peers, weights = form
+        torch.mul(flat, self_weight, out=target)
+        for slot in range(peers.shape[0]):
+            target.addcmul_(flat.index_select(0, peers[slot]), weights[slot])
 
     def _sparse_mix(self, flat: torch.Tensor, target: torch.Tensor) -> None:
         for i, w_ii, nbrs in self._rows:

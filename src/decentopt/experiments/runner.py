@@ -181,6 +181,10 @@ def run_spec(
             rows += store.cached(unit, compute_unit)
     if store.kept:
         say(f"resumed: {len(store.kept)} finished unit(s) kept ({', '.join(store.kept)})")
+    for row in rows:  # the network model is presentation: applied to stored rows too
+        row["model_time"] = spec.network.seconds(
+            row["step"], row["busiest_messages"], row["busiest_bytes"]
+        )
     if job.main:
         write_csv_atomic(Path(out) / "results.csv", rows)
     barrier()

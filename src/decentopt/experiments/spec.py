@@ -37,6 +37,7 @@ else:  # pragma: no cover
 from decentopt import algorithms, problems, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError, bounded, parse
+from decentopt.comm.cost import NetworkModel
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.legacy import renamed
 
@@ -50,8 +51,11 @@ PAPER_PRESETS = [
 ]
 #: Fields that change how results are shown, not what they are: outside the fingerprint.
 PRESENTATION = frozenset(
-    "claims name description reproduces source metric also_report threshold timeout threads".split()
+    "claims name description reproduces source metric also_report threshold timeout threads "
+    "network".split()
 )
+#: The layout of result rows; stored units of another layout are recomputed.
+ROW_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,7 @@ class _Shared:
     threads: int | None = bounded(None, minimum=1)
     mix_rounds: int = bounded(1, minimum=1)
     acceleration: Literal["none", "chebyshev"] = "none"
+    network: NetworkModel = field(default_factory=NetworkModel)
     name: str = ""
     description: str = ""
     reproduces: str = ""
@@ -131,6 +136,7 @@ class RunSpec(_Shared):
         payload["algorithms"] = dataclasses.asdict(self.algorithms[label])
         payload["algorithms"].pop("label")
         payload["run"] = run
+        payload["rows"] = ROW_FORMAT
         blob = json.dumps(payload, sort_keys=True, default=repr)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -147,7 +153,7 @@ class RunSpec(_Shared):
         runs, seed = (self.runs, self.seeds.data) if run is None else (1, self.seeds.data + run)
         return self.params.build(agents=self.agents, runs=runs, seed=seed, rank=rank)
 
-    def build_topology(self) -> topology.Topology:
+    def build_topology(self) -> topology.Network:
         spec = dict(self.topology)
         builder = topology.REGISTRY[spec.pop("name")]
         if "seed" in inspect.signature(builder).parameters:

@@ -1,4 +1,10 @@
-"""Communication graphs, mixing matrices and their spectral quantities."""
+"""Communication graphs, mixing matrices and their spectral quantities.
+
+Static graphs are :class:`Topology` objects (one ``W``); time-varying ones are
+:class:`TopologySchedule` objects (``W_t`` by gossip round, :mod:`.schedule`).
+Both are registered by name in :data:`REGISTRY` and accepted by every
+communicator.
+"""
 
 from __future__ import annotations
 
@@ -22,10 +28,22 @@ from decentopt.topology.graphs import (
     star,
     torus,
 )
+from decentopt.topology.schedule import (
+    GossipRound,
+    TopologySchedule,
+    base_graph,
+    one_peer_exponential,
+    one_peer_hypercube,
+    random_matchings,
+    sequence,
+)
 from decentopt.topology.topology import AssumptionError, Topology, check_assumption1
 
+#: A static graph or a time-varying one: what communicators accept.
+Network = Topology | TopologySchedule
+
 #: Graph families by name (used by configuration files and the CLI).
-REGISTRY: dict[str, Callable[..., Topology]] = {
+REGISTRY: dict[str, Callable[..., Topology | TopologySchedule]] = {
     "ring": ring,
     "complete": complete,
     "star": star,
@@ -34,6 +52,10 @@ REGISTRY: dict[str, Callable[..., Topology]] = {
     "hypercube": hypercube,
     "exponential": exponential,
     "erdos_renyi": erdos_renyi,
+    "one_peer_exponential": one_peer_exponential,
+    "one_peer_hypercube": one_peer_hypercube,
+    "base_graph": base_graph,
+    "random_matchings": random_matchings,
 }
 
 
@@ -51,7 +73,7 @@ def check_arguments(name: str, kwargs: dict[str, Any]) -> None:
             raise ValueError(f"{name} needs '{key}'")
 
 
-def make(name: str, *args: Any, **kwargs: Any) -> Topology:
+def make(name: str, *args: Any, **kwargs: Any) -> Topology | TopologySchedule:
     """Build a registered topology by name, e.g. ``make("ring", 32)``."""
     try:
         builder = REGISTRY[name]
@@ -63,7 +85,11 @@ def make(name: str, *args: Any, **kwargs: Any) -> Topology:
 __all__ = [
     "REGISTRY",
     "AssumptionError",
+    "GossipRound",
+    "Network",
     "Topology",
+    "TopologySchedule",
+    "base_graph",
     "check_arguments",
     "check_assumption1",
     "complete",
@@ -77,7 +103,11 @@ __all__ = [
     "make",
     "max_degree_weights",
     "metropolis_hastings_weights",
+    "one_peer_exponential",
+    "one_peer_hypercube",
+    "random_matchings",
     "ring",
+    "sequence",
     "star",
     "torus",
 ]

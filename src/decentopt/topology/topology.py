@@ -139,6 +139,11 @@ class Topology:
         """1 - lambda."""
         return 1.0 - self.lam
 
+    #: Every W here passed Assumption 1(3) (the schedules' attribute of the same name may not).
+    psd = True
+    #: A static graph is a schedule of period one.
+    period = 1
+
     @property
     def lam_min(self) -> float:
         """Smallest eigenvalue of ``W`` (>= 0 here; see the module note; round-off clipped)."""

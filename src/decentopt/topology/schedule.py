@@ -1,0 +1,484 @@
+"""Time-varying topologies: a mixing matrix ``W_t`` for every gossip round ``t``.
+
+A :class:`TopologySchedule` gives ``W_t`` for round ``t``, either periodically
+(``W_t = W_{t mod period}``) or drawn afresh from a seed (random matchings), so
+every process of a distributed job derives the same ``W_t`` without exchanging
+anything. Each ``W_t`` is stored in *gather form* (:class:`GossipRound`): agent
+``i`` keeps ``self_weight[i]`` of its own row and takes ``weights[s, i]`` of the
+row of agent ``peers[s, i]``, so mixing is linear in ``n`` and no dense matrix
+is needed, and every agent knows its peers of every round.
+
+Per round, every ``W_t`` is symmetric, doubly stochastic, non-negative with a
+positive diagonal (checked); it need not be connected -- one-peer graphs are
+not -- but the product over a period (or a long stretch of a random sequence)
+must contract. Assumption 1(3) (``W_t`` positive semi-definite) holds for
+every builder here except the merge rounds of :func:`base_graph`, which are
+reported by :attr:`TopologySchedule.psd`.
+
+Builders:
+
+* :func:`one_peer_exponential` -- Ying et al. (2021) let agent ``i`` send to
+  ``i + 2^m`` at round ``m`` (mod ``ceil(log2 n)``): ``W_t = (I + P_m) / 2`` with a
+  shift ``P_m``, doubly stochastic but not symmetric. Symmetrised here as
+  ``W_t = I/2 + (P_m + P_m^T)/4``: agent ``i`` exchanges with ``i + 2^m`` and
+  ``i - 2^m`` (one peer when ``2^m = n/2``). Every ``W_t`` is then symmetric and
+  positive semi-definite (eigenvalues ``(1 + cos(2 pi k 2^m / n))/2``); the price is
+  two messages per round instead of one. For ``n`` a power of two the product
+  over a period is still the exact average (for every ``k != 0`` some round has
+  ``k 2^m / n = 1/2 mod 1``, an eigenvalue 0).
+* :func:`one_peer_hypercube` -- ``n = 2^p``; at round ``m`` agent ``i`` averages with
+  ``i XOR 2^m``: one peer, exact average after ``p`` rounds.
+* :func:`base_graph` -- a Base-(k+1) graph in the sense of Takezawa, Sato, Bao,
+  Niwa, Yamada (NeurIPS 2023): at most ``k = base - 1`` peers per round and the
+  exact average after one period, for any ``n`` (construction in its docstring).
+* :func:`random_matchings` -- a uniformly random perfect matching every round
+  (one agent idle when ``n`` is odd), ``W_t = (I + P_t)/2``.
+* :func:`sequence` -- any list of matrices, repeated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+
+from decentopt.topology.topology import AssumptionError
+
+__all__ = [
+    "GossipRound",
+    "TopologySchedule",
+    "base_graph",
+    "one_peer_exponential",
+    "one_peer_hypercube",
+    "random_matchings",
+    "sequence",
+]
+
+_TOL = 1e-10
+#: Largest n for which spectral quantities are computed with dense matrices.
+DENSE_UP_TO = 2048
+#: Rounds of a random sequence over which its per-round rate is estimated.
+RANDOM_SAMPLE = 64
+
+
+@dataclass(frozen=True, eq=False)
+class GossipRound:
+    """One ``W_t`` in gather form: ``(W z)_i = self_weight[i] z_i + sum_s weights[s, i] z_{peers[s, i]}``.
+
+    Unused slots point at the agent itself with weight 0.
+    """
+
+    self_weight: np.ndarray  # (n,)
+    peers: np.ndarray  # (slots, n) int64
+    weights: np.ndarray  # (slots, n) float64
+
+    @property
+    def n(self) -> int:
+        return int(self.self_weight.shape[0])
+
+    @cached_property
+    def messages(self) -> np.ndarray:
+        """How many peers each agent exchanges with in this round."""
+        return (self.weights > 0).sum(axis=0)
+
+    @classmethod
+    def from_entries(cls, n: int, rows: np.ndarray, cols: np.ndarray, w: np.ndarray) -> GossipRound:
+        """The round with off-diagonal entries ``W[rows, cols] = w``; the diagonal fills rows to 1."""
+        rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
+        w = np.asarray(w, np.float64)
+        keep = (rows != cols) & (w != 0)
+        rows, cols, w = rows[keep], cols[keep], w[keep]
+        order = np.lexsort((cols, rows))
+        rows, cols, w = rows[order], cols[order], w[order]
+        counts = np.bincount(rows, minlength=n)
+        slots = int(counts.max(initial=0))
+        slot = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        peers = np.tile(np.arange(n, dtype=np.int64), (max(slots, 1), 1))
+        weights = np.zeros((max(slots, 1), n))
+        peers[slot, rows] = cols
+        weights[slot, rows] = w
+        return cls(1.0 - weights.sum(axis=0), peers, weights)
+
+    @classmethod
+    def from_matrix(cls, W: np.ndarray) -> GossipRound:
+        rows, cols = np.nonzero(W)
+        return cls.from_entries(W.shape[0], rows, cols, W[rows, cols])
+
+    def matrix(self) -> np.ndarray:
+        """The dense ``W_t`` (for small ``n``: tests, pictures, spectra)."""
+        W = np.diag(self.self_weight.copy())
+        np.add.at(W, (np.broadcast_to(np.arange(self.n), self.peers.shape), self.peers), self.weights)
+        return W
+
+    def apply(self, z: np.ndarray) -> np.ndarray:
+        """``W_t z`` for ``z`` of shape ``(n, ...)`` (NumPy; the communicators use torch)."""
+        shape = (self.n,) + (1,) * (z.ndim - 1)
+        out = self.self_weight.reshape(shape) * z
+        for peers, w in zip(self.peers, self.weights, strict=True):
+            out = out + w.reshape(shape) * z[peers]
+        return out
+
+    def torch_form(
+        self, dtype: torch.dtype, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(self_weight (n, 1), peers (slots, n), weights (slots, n, 1))`` as tensors."""
+        return (
+            torch.as_tensor(self.self_weight, dtype=dtype, device=device).unsqueeze(1),
+            torch.as_tensor(self.peers, device=device),
+            torch.as_tensor(self.weights, dtype=dtype, device=device).unsqueeze(2),
+        )
+
+    def neighbours(self, i: int) -> tuple[tuple[int, float], ...]:
+        """Agent ``i``'s peers this round with their weights."""
+        return tuple(
+            (int(p), float(w))
+            for p, w in zip(self.peers[:, i], self.weights[:, i], strict=True)
+            if w > 0
+        )
+
+    def check(self, where: str) -> None:
+        """Refuse a round that is not symmetric, non-negative, doubly stochastic with w_ii > 0."""
+        if not (np.isfinite(self.weights).all() and np.isfinite(self.self_weight).all()):
+            raise AssumptionError(f"{where}: the mixing matrix contains NaN or inf entries")
+        if (self.weights < -_TOL).any():
+            raise AssumptionError(f"{where}: a mixing weight is negative; weights must be >= 0")
+        if (self.self_weight <= 0).any():
+            i = int(np.argmin(self.self_weight))
+            raise AssumptionError(
+                f"{where}: Assumption 1(1) fails: w_ii = {self.self_weight[i]:.3g} <= 0 for agent "
+                f"{i} (its row's other weights sum to more than 1); apply the lazy transform "
+                "(W + I) / 2 (schedule.lazy())"
+            )
+        used = self.weights > 0
+        rows = np.broadcast_to(np.arange(self.n), self.peers.shape)[used]
+        cols, w = self.peers[used], self.weights[used]
+        forward = dict(zip(zip(rows.tolist(), cols.tolist(), strict=True), w.tolist(), strict=True))
+        for (i, j), value in forward.items():
+            if abs(forward.get((j, i), 0.0) - value) > _TOL:
+                raise AssumptionError(
+                    f"{where}: Assumption 1(2) fails: W is not symmetric (w_{i}{j} = {value:.3g}, "
+                    f"w_{j}{i} = {forward.get((j, i), 0.0):.3g}); build each round from an "
+                    "undirected graph"
+                )
+
+    @cached_property
+    def psd(self) -> bool:
+        """Whether ``W_t`` is positive semi-definite (Gershgorin, else its spectrum)."""
+        if (self.self_weight >= self.weights.sum(axis=0) - _TOL).all():
+            return True  # diagonally dominant with a non-negative diagonal
+        if self.n > DENSE_UP_TO:
+            import scipy.sparse as sp
+            import scipy.sparse.linalg as sla
+
+            W = sp.csr_matrix(self.matrix()) if self.n <= 4 * DENSE_UP_TO else None
+            if W is None:
+                return False
+            return bool(sla.eigsh(W, k=1, which="SA", return_eigenvectors=False)[0] >= -_TOL)
+        return bool(np.linalg.eigvalsh(self.matrix())[0] >= -_TOL)
+
+    def lazy(self) -> GossipRound:
+        """``(W_t + I) / 2``."""
+        return GossipRound((1 + self.self_weight) / 2, self.peers, self.weights / 2)
+
+
+def _clique_entries(groups: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Off-diagonal entries of exact averaging within each group (weights ``1/|group|``)."""
+    rows, cols, w = [], [], []
+    for members in groups:
+        m = len(members)
+        if m < 2:
+            continue
+        r, c = np.meshgrid(members, members, indexing="ij")
+        rows.append(r.ravel())
+        cols.append(c.ravel())
+        w.append(np.full(m * m, 1.0 / m))
+    if not rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    return np.concatenate(rows), np.concatenate(cols), np.concatenate(w)
+
+
+@dataclass(frozen=True, eq=False)
+class TopologySchedule:
+    """Mixing matrices ``W_t`` by gossip round: periodic (``rounds``) or drawn (``draw``).
+
+    Attributes:
+        n: number of agents.
+        name: a readable name, e.g. ``"one_peer_exponential(32)"``.
+        rounds: ``W_0 .. W_{period-1}`` of a periodic schedule.
+        draw: ``t -> W_t`` of a random schedule (deterministic in ``t``).
+    """
+
+    n: int
+    name: str
+    rounds: tuple[GossipRound, ...] = ()
+    draw: Callable[[int], GossipRound] | None = None
+
+    def __post_init__(self) -> None:
+        if (not self.rounds) == (self.draw is None):
+            raise ValueError("a schedule has either a periodic list of rounds or a draw(t)")
+        for t, r in enumerate(self.rounds):
+            if r.n != self.n:
+                raise AssumptionError(f"{self.name}: round {t} has {r.n} agents, not {self.n}")
+            r.check(f"{self.name}, round {t}")
+        if self.rounds and self.n > 1 and self.period_contraction >= 1 - 1e-9:
+            raise AssumptionError(
+                f"{self.name}: the product of W_t over one period does not contract "
+                f"(||prod W_t - 11^T/n|| = {self.period_contraction:.4g}), so the agents never "
+                "reach consensus; add rounds or edges that connect the graph"
+            )
+
+    # ------------------------------------------------------------------ rounds
+    @property
+    def period(self) -> int | None:
+        """Rounds after which ``W_t`` repeats; ``None`` for a random schedule."""
+        return len(self.rounds) if self.rounds else None
+
+    def at(self, t: int) -> GossipRound:
+        """``W_t`` in gather form."""
+        if self.draw is not None:
+            return self.draw(t)
+        return self.rounds[t % len(self.rounds)]
+
+    def matrices(self, count: int | None = None, start: int = 0) -> list[np.ndarray]:
+        """Dense ``W_start .. W_{start+count-1}`` (one period by default)."""
+        count = count if count is not None else (self.period or RANDOM_SAMPLE)
+        return [self.at(start + t).matrix() for t in range(count)]
+
+    def _sample_length(self) -> int:
+        return self.period or RANDOM_SAMPLE
+
+    # ---------------------------------------------------------------- spectra
+    def _contraction(self, count: int) -> float:
+        """``||W_{count-1} ... W_0 - 11^T/n||_2``."""
+        if self.n <= DENSE_UP_TO:
+            P = np.eye(self.n)
+            for t in range(count):
+                P = self.at(t).apply(P)
+            return float(np.linalg.norm(P - 1.0 / self.n, ord=2))
+        # power iteration on (A - J)^T (A - J); A^T applies the (symmetric) rounds reversed
+        rng = np.random.default_rng(0)
+        v = rng.standard_normal(self.n)
+        value = 0.0
+        for _ in range(100):
+            v -= v.mean()
+            v /= np.linalg.norm(v) or 1.0
+            u = v
+            for t in range(count):
+                u = self.at(t).apply(u)
+            value = float(np.linalg.norm(u - u.mean()))
+            for t in reversed(range(count)):
+                u = self.at(t).apply(u)
+            v = u
+        return value
+
+    @cached_property
+    def period_contraction(self) -> float:
+        """``||prod_t W_t - 11^T/n||`` over one period (a random schedule: its first 64 rounds)."""
+        return self._contraction(self._sample_length())
+
+    @property
+    def lam(self) -> float:
+        """The per-round rate: the period's contraction to the power ``1 / period``."""
+        return self.period_contraction ** (1.0 / self._sample_length())
+
+    @property
+    def spectral_gap(self) -> float:
+        return 1.0 - self.lam
+
+    @cached_property
+    def psd(self) -> bool:
+        """Whether every ``W_t`` is positive semi-definite (Assumption 1(3)); sampled if random."""
+        return all(self.at(t).psd for t in range(self._sample_length()))
+
+    @property
+    def max_degree(self) -> int:
+        """Most peers any agent has in one round."""
+        return max(int(self.at(t).messages.max(initial=0)) for t in range(self._sample_length()))
+
+    def lazy(self) -> TopologySchedule:
+        """Every ``W_t`` replaced by ``(W_t + I) / 2`` (positive semi-definite)."""
+        if self.draw is not None:
+            draw = self.draw
+            return TopologySchedule(self.n, f"lazy({self.name})", draw=lambda t: draw(t).lazy())
+        return TopologySchedule(self.n, f"lazy({self.name})", tuple(r.lazy() for r in self.rounds))
+
+    def summary(self) -> dict[str, float | int | str]:
+        """The schedule's figures as a plain dict (for tables and the CLI)."""
+        return {
+            "name": self.name,
+            "n": self.n,
+            "period": self.period or "random",
+            "period contraction": self.period_contraction,
+            "lambda (per round)": self.lam,
+            "max peers per round": self.max_degree,
+            "every W_t PSD": str(self.psd),
+        }
+
+    def __repr__(self) -> str:
+        return f"TopologySchedule({self.name}, n={self.n}, period={self.period or 'random'})"
+
+
+# -------------------------------------------------------------------- builders
+def _agents(n: object) -> int:
+    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"the number of agents n must be an integer >= 1; got {n!r}")
+    return int(n)
+
+
+def _identity(n: int) -> GossipRound:
+    return GossipRound.from_entries(n, np.zeros(0), np.zeros(0), np.zeros(0))
+
+
+def one_peer_exponential(n: int) -> TopologySchedule:
+    """Symmetrised one-peer exponential graph (see the module docstring)."""
+    n = _agents(n)
+    idx = np.arange(n)
+    rounds = []
+    for m in range(math.ceil(math.log2(n))):
+        o = 2**m
+        if 2 * o == n:
+            rounds.append(GossipRound.from_entries(n, idx, (idx + o) % n, np.full(n, 0.5)))
+        else:
+            rows = np.concatenate([idx, idx])
+            cols = np.concatenate([(idx + o) % n, (idx - o) % n])
+            rounds.append(GossipRound.from_entries(n, rows, cols, np.full(2 * n, 0.25)))
+    return TopologySchedule(n, f"one_peer_exponential({n})", tuple(rounds) or (_identity(n),))
+
+
+def one_peer_hypercube(n: int) -> TopologySchedule:
+    """``n = 2^p`` agents; round ``m`` pairs ``i`` with ``i XOR 2^m``: exact average after ``p``."""
+    n = _agents(n)
+    if n & (n - 1):
+        low = 1 << (n.bit_length() - 1)
+        raise ValueError(
+            f"one_peer_hypercube needs n to be a power of two; got {n} (use {low} or {2 * low}, "
+            "or base_graph, which takes any n)"
+        )
+    return _renamed(base_graph(n, base=2), f"one_peer_hypercube({n})")
+
+
+def _renamed(schedule: TopologySchedule, name: str) -> TopologySchedule:
+    return TopologySchedule(schedule.n, name, schedule.rounds)
+
+
+def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
+    """A Base-(k+1) graph, ``k = base - 1``: at most ``k`` peers per round, exact average after one period.
+
+    After the idea of Takezawa et al. (NeurIPS 2023); the construction and its
+    round count are this package's own:
+
+    1. Write ``n = sum_l a_l base^{p_l}`` (base-``base`` digits ``a_l`` in 1..k,
+       ``p_0 > p_1 > ...``) and split the agents into consecutive groups ``V_l`` of
+       ``a_l`` pieces of ``base^{p_l}`` agents. Each group averages exactly: ``p_l``
+       rounds of cliques of ``base`` agents that differ in one base-``base`` digit of
+       their position in the piece, then one round of cliques across its pieces.
+    2. Merge rounds ``m = 0 .. L-2``: every agent of the tail ``V_{m+1} ∪ ...`` (fewer
+       than ``base^{p_m}`` agents) links to one agent in each piece of ``V_m`` with
+       weight ``base^{p_m} / S_m`` (``S_m = |V_m ∪ tail|``). By induction every tail
+       agent then holds ``(S_{m+1}/n) mean(own group) + (1/n) sum_{m' <= m} |V_m'| mean(V_m')``,
+       and the last group holds the average.
+    3. Each piece of ``V_m`` re-averages (``p_m`` digit rounds, overlapping the later
+       merges); mass conservation makes every piece's average the global one.
+
+    Merge rounds give a tail agent more weight on its peers than on itself, so
+    those ``W_t`` have a negative eigenvalue (:attr:`TopologySchedule.psd` is
+    ``False``); finite-time exactness needs them as they are.
+    """
+    n = _agents(n)
+    if not isinstance(base, int | np.integer) or isinstance(base, bool) or base < 2:
+        raise ValueError(f"base must be an integer >= 2 (k + 1 for k peers); got {base!r}")
+    base = int(base)
+    groups = []  # (start, pieces a, power p)
+    start = 0
+    for p in reversed(range(int(math.log(n, base)) + 2)):
+        a = (n // base**p) % base
+        if a:
+            groups.append((start, a, p))
+            start += a * base**p
+
+    def digit_cliques(first: int, pieces: int, p: int, r: int) -> list[np.ndarray]:
+        """Within each piece, cliques of agents differing only in digit ``r``."""
+        size, step = base**p, base**r
+        local = np.arange(size)
+        low = local[(local // step) % base == 0]
+        return [
+            first + q * size + low_i + step * np.arange(base)
+            for q in range(pieces)
+            for low_i in low
+        ]
+
+    rounds: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
+
+    def put(index: int, entries: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        while len(rounds) <= index:
+            rounds.append([])
+        rounds[index].append(entries)
+
+    # 1. every group averages
+    for first, a, p in groups:
+        for r in range(p):
+            put(r, _clique_entries(digit_cliques(first, a, p, r)))
+        if a > 1:
+            size = base**p
+            put(p, _clique_entries([first + size * np.arange(a) + x for x in range(size)]))
+    phase = max((p + (a > 1) for _, a, p in groups), default=0)
+    # 2. merges, and 3. re-averaging of the merged group's pieces
+    for m, (first, a, p) in enumerate(groups[:-1]):
+        size = base**p
+        tail_start = first + a * size
+        tail = np.arange(tail_start, n)
+        S = n - first
+        partners = (first + size * np.arange(a))[None, :] + (tail - tail_start)[:, None]
+        rows = np.repeat(tail, a)
+        cols = partners.ravel()
+        w = np.full(len(rows), size / S)
+        put(phase + m, (np.concatenate([rows, cols]), np.concatenate([cols, rows]), np.tile(w, 2)))
+        for r in range(p):
+            put(phase + m + 1 + r, _clique_entries(digit_cliques(first, a, p, r)))
+    built = tuple(
+        GossipRound.from_entries(
+            n, *(np.concatenate([e[i] for e in entries]) for i in range(3))
+        )
+        for entries in rounds
+    )
+    return TopologySchedule(n, f"base_graph({n}, base={base})", built or (_identity(n),))
+
+
+def random_matchings(n: int, *, seed: int = 0) -> TopologySchedule:
+    """A fresh uniformly random perfect matching every round (seeded by ``(seed, t)``)."""
+    n = _agents(n)
+    seed = int(seed)
+
+    def draw(t: int) -> GossipRound:
+        perm = np.random.default_rng([seed, t]).permutation(n)
+        a, b = perm[0 : n - 1 : 2], perm[1:n:2]
+        half = np.full(2 * len(a), 0.5)
+        return GossipRound.from_entries(n, np.concatenate([a, b]), np.concatenate([b, a]), half)
+
+    return TopologySchedule(n, f"random_matchings({n}, seed={seed})", draw=draw)
+
+
+def sequence(matrices: Sequence[object], *, name: str = "sequence") -> TopologySchedule:
+    """Any list of mixing matrices, repeated in order (each checked; see the module docstring)."""
+    arrays = []
+    for t, W in enumerate(matrices):
+        if isinstance(W, torch.Tensor):
+            W = W.detach().cpu().double().numpy()
+        arr = np.asarray(W, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+            raise AssumptionError(f"{name}, round {t}: the matrix must be square; got {arr.shape}")
+        row_err = float(np.max(np.abs(arr.sum(axis=1) - 1.0)))
+        if row_err > _TOL:
+            raise AssumptionError(
+                f"{name}, round {t}: Assumption 1(2) fails: W is not doubly stochastic (rows sum "
+                f"to 1 within {row_err:.3g}); normalise it, e.g. with metropolis_hastings_weights"
+            )
+        arrays.append(arr)
+    if not arrays:
+        raise ValueError(f"{name}: give at least one matrix")
+    rounds = tuple(GossipRound.from_matrix(W) for W in arrays)
+    return TopologySchedule(arrays[0].shape[0], name, rounds)
