@@ -2,7 +2,8 @@
 
 Usage: python worker.py MODE OUT   with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set.
 MODE "equivalence": every registered algorithm on the quadratic problem and on
-a tiny network; each rank saves its final row to OUT/MODE-rank{r}.pt.
+a tiny network, over the ring and over time-varying topologies (SCHEDULES);
+each rank saves its final row to OUT/MODE-rank{r}.pt.
 MODE "failure": rank 3 exits during step 5; the others must fail cleanly.
 MODE "hang": rank 3 stops answering at step 5; its neighbours must time out.
 """
@@ -29,6 +30,13 @@ STEPS = 15
 VARIANTS = {name: (name, {}) for name in dopt.algorithms.names()} | {
     "dsgt/packed": ("dsgt", {"atc": False}),
     "dsgt_hb/packed": ("dsgt_hb", {"atc": False}),
+}
+
+
+#: time-varying topologies of the equivalence runs: (problem kind, schedule)
+SCHEDULES = {
+    "matchings": ("quadratic", lambda: dopt.topology.random_matchings(4, seed=3)),
+    "one_peer_exp": ("net", lambda: dopt.topology.one_peer_exponential(4)),
 }
 
 
@@ -89,6 +97,25 @@ def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
             [p.detach().reshape(-1) for p in model.parameters()]
         )[None]
     results["rounds"] = comm.stats.rounds
+    for label, (kind, schedule) in SCHEDULES.items():
+        tv = DistributedCommunicator(schedule(), timeout=5.0)
+        tv.check_consistency()
+        for variant, (name, extra) in VARIANTS.items():
+            tv.stats.reset()  # W_t from round 0, as a fresh simulator
+            alg = dopt.algorithms.make(name, **hyper(name), **extra)
+            if kind == "quadratic":
+                prob = quadratic()
+                gen = torch.Generator().manual_seed(7)
+                state = alg.init(prob.initial_point()[rows])
+                for _ in range(STEPS):
+                    state = alg.step(state, prob.gradient(state.x, gen, rows=rows), tv)
+            else:
+                net = tiny_net([rank])
+                state = alg.init(net.initial_point())
+                for _ in range(STEPS):
+                    grads, _ = net.gradient_and_loss(state.x)
+                    state = alg.step(state, grads, tv)
+            results[f"{label}/{variant}"] = state.x.clone()
     torch.save(results, out / f"equivalence-rank{rank}.pt")
 
 

@@ -17,8 +17,9 @@ Two kernels compute ``W Z`` for ``Z`` of shape ``(n, ...)`` folded to ``(n, k)``
   ``W_t`` in gather form, ``out = s * z + sum_slot w_slot * z[peers_slot]``: linear
   in ``n`` (one indexed read per peer slot), whatever ``W_t`` is this round.
 
-``kernel="auto"`` picks ``gather`` for schedules, ``shift`` for circulant topologies, ``sparse`` when ``W`` is
-sparse (density <= 0.1), ``n >= 64`` and rows are long (``k >= 1024``), else ``dense``.
+``kernel="auto"`` picks ``gather`` for schedules, ``shift`` for circulant topologies,
+``sparse`` when ``W`` is sparse (density <= 0.1), ``n >= 64`` and rows are long
+(``k >= 1024``), else ``dense``.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ import torch
 
 from decentopt.comm.base import CommStats
 from decentopt.topology.circulant import CirculantTopology
-from decentopt.topology.sparse import SparseTopology
 from decentopt.topology.schedule import GossipRound, TopologySchedule
+from decentopt.topology.sparse import SparseTopology
 from decentopt.topology.topology import Topology
 
 __all__ = ["SimulatedCommunicator"]
@@ -195,7 +196,7 @@ class SimulatedCommunicator:
     def _gather_mix(
         self, this_round: GossipRound, t: int, flat: torch.Tensor, target: torch.Tensor
     ) -> None:
-        """``(W_t z)_i = s_i z_i + sum_slot w_slot,i z_{peer_slot,i}``: one indexed read per slot."""
+        """``(W_t z)_i = s_i z_i + sum_slot w_{slot,i} z_{peer(slot,i)}``: a read per slot."""
         schedule = self._schedule
         assert schedule is not None
         if schedule.period is None:  # drawn afresh every round

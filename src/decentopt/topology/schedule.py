@@ -67,9 +67,10 @@ RANDOM_SAMPLE = 64
 
 @dataclass(frozen=True, eq=False)
 class GossipRound:
-    """One ``W_t`` in gather form: ``(W z)_i = self_weight[i] z_i + sum_s weights[s, i] z_{peers[s, i]}``.
+    """One ``W_t`` in gather form.
 
-    Unused slots point at the agent itself with weight 0.
+    ``(W z)_i = self_weight[i] z_i + sum_s weights[s, i] z_{peers[s, i]}``; unused
+    slots point at the agent itself with weight 0.
     """
 
     self_weight: np.ndarray  # (n,)
@@ -87,7 +88,7 @@ class GossipRound:
 
     @classmethod
     def from_entries(cls, n: int, rows: np.ndarray, cols: np.ndarray, w: np.ndarray) -> GossipRound:
-        """The round with off-diagonal entries ``W[rows, cols] = w``; the diagonal fills rows to 1."""
+        """The round with entries ``W[rows, cols] = w`` off the diagonal; it fills rows to 1."""
         rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
         w = np.asarray(w, np.float64)
         keep = (rows != cols) & (w != 0)
@@ -111,7 +112,8 @@ class GossipRound:
     def matrix(self) -> np.ndarray:
         """The dense ``W_t`` (for small ``n``: tests, pictures, spectra)."""
         W = np.diag(self.self_weight.copy())
-        np.add.at(W, (np.broadcast_to(np.arange(self.n), self.peers.shape), self.peers), self.weights)
+        agents = np.broadcast_to(np.arange(self.n), self.peers.shape)
+        np.add.at(W, (agents, self.peers), self.weights)
         return W
 
     def apply(self, z: np.ndarray) -> np.ndarray:
@@ -366,7 +368,7 @@ def _renamed(schedule: TopologySchedule, name: str) -> TopologySchedule:
 
 
 def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
-    """A Base-(k+1) graph, ``k = base - 1``: at most ``k`` peers per round, exact average after one period.
+    """A Base-(k+1) graph (``k = base - 1``): at most ``k`` peers per round, exact after a period.
 
     After the idea of Takezawa et al. (NeurIPS 2023); the construction and its
     round count are this package's own:
@@ -440,9 +442,7 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
         for r in range(p):
             put(phase + m + 1 + r, _clique_entries(digit_cliques(first, a, p, r)))
     built = tuple(
-        GossipRound.from_entries(
-            n, *(np.concatenate([e[i] for e in entries]) for i in range(3))
-        )
+        GossipRound.from_entries(n, *(np.concatenate([e[i] for e in entries]) for i in range(3)))
         for entries in rounds
     )
     return TopologySchedule(n, f"base_graph({n}, base={base})", built or (_identity(n),))
