@@ -19,6 +19,7 @@ from decentopt.experiments import ConfigError, RunSpec, load_spec, run_spec, wri
 from decentopt.experiments.claims import check_claims, claims_markdown
 from decentopt.experiments.spec import PAPER_PRESETS
 from decentopt.experiments.studies import run_methods, run_table1
+from decentopt.experiments.topologies import run_topologies
 from decentopt.results import FolderBusy
 
 __all__ = ["COMMANDS", "main"]
@@ -104,6 +105,22 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
     p.add_argument("--out", type=Path, help="output folder (default results/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of resuming")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--x",
+        choices=list(X_AXES),
+        default="iterations",
+        help="horizontal axis of the curves: iterations, gossip rounds, bytes sent per agent, "
+        "or modelled time (the spec's [network])",
+    )
+
+
+#: --x choices -> result columns
+X_AXES = {
+    "iterations": "step",
+    "rounds": "rounds",
+    "bytes": "bytes_per_agent",
+    "time": "model_time",
+}
 
 
 def _study(args: argparse.Namespace) -> int:
@@ -111,6 +128,16 @@ def _study(args: argparse.Namespace) -> int:
     out = args.out or Path("results") / (name + ("-quick" if args.quick else ""))
     if name == "table1":
         files = run_table1(out, quick=args.quick)
+    elif name == "topologies":
+        files = run_topologies(
+            out,
+            quick=args.quick,
+            check=args.check,
+            overrides=args.overrides,
+            force=args.force,
+            progress=not args.no_progress,
+            jobs=args.jobs,
+        )
     else:
         claims = (lambda spec: _claims(spec) if spec.claims else None) if args.check else None
         files = run_methods(
@@ -127,7 +154,11 @@ def _study(args: argparse.Namespace) -> int:
 
 
 #: Reproduction targets that are studies rather than run specifications.
-STUDIES: dict[str, Callable[[argparse.Namespace], int]] = {"table1": _study, "methods": _study}
+STUDIES: dict[str, Callable[[argparse.Namespace], int]] = {
+    "table1": _study,
+    "methods": _study,
+    "topologies": _study,
+}
 
 
 def _claims(spec: RunSpec) -> Callable[[dict], str]:
@@ -161,7 +192,9 @@ def _run_command(args: argparse.Namespace) -> int:
         return 0
     modified = args.quick or bool(args.overrides)
     claims = _claims(spec) if args.check else None
-    files = write_report(spec, outcome.rows, out, modified=modified, claims=claims)
+    files = write_report(
+        spec, outcome.rows, out, modified=modified, claims=claims, x=X_AXES[args.x]
+    )
     print(
         f"{spec.name}: {len(outcome.ran)} unit(s) computed, {len(outcome.kept)} resumed, "
         f"{outcome.seconds:.1f} s; wrote " + ", ".join(map(str, files))

@@ -102,6 +102,15 @@ def coincident_groups(curves: dict[str, np.ndarray], rtol: float = 1e-3) -> list
     return groups
 
 
+#: Axis labels of the columns a curve can be drawn against (``--x``).
+X_LABELS = {
+    "step": "iteration",
+    "rounds": "gossip rounds",
+    "bytes_per_agent": "bytes sent per agent",
+    "model_time": "modelled seconds",
+}
+
+
 def plot_curves(
     rows: Sequence[dict[str, Any]],
     metric: str,
@@ -120,7 +129,8 @@ def plot_curves(
     ``panel_title`` is formatted with ``key``, ``value`` and, when rows carry a
     ``zeta2`` column, ``zeta2`` (its mean in the panel). ``xscale``: ``"auto"``
     (log when records are log-spaced), ``"log"`` or ``"linear"``. ``x``: the column
-    on the horizontal axis (``"step"``, or ``"rounds"`` for gossip rounds).
+    on the horizontal axis: ``"step"``, ``"rounds"``, ``"bytes_per_agent"`` or
+    ``"model_time"`` (the run's network model).
     """
     panels: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
@@ -157,7 +167,7 @@ def plot_curves(
         if scale in ("log", "symlog"):
             ax.set_xscale("symlog", linthresh=1.0)
         ax.set_yscale("log")
-        label = {"step": "iteration", "rounds": "gossip rounds"}.get(x, x)
+        label = X_LABELS.get(x, x)
         ax.set_xlabel(label + (" (log scale)" if scale != "linear" else ""))
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         if panel:

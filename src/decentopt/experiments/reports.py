@@ -108,8 +108,12 @@ def write_report(
     modified: bool,
     claims: Callable[[dict[tuple[float, str], Stat]], str] | None = None,
     say: Callable[[str], None] = print,
+    x: str = "step",
 ) -> list[Path]:
-    """Print and write ``summary.md`` and the figures; ``claims`` renders the claim checks."""
+    """Print and write ``summary.md`` and the figures; ``claims`` renders the claim checks.
+
+    ``x``: the column the curves of a panel sweep are drawn against (see
+    :data:`~decentopt.plotting.X_LABELS`)."""
     title = spec.title(modified)
     if spec.panel is None:
         tables = final_markdown(rows, spec.params.metrics)
@@ -124,7 +128,10 @@ def write_report(
         )
         panels = {"panel": spec.panel, "panel_order": levels_by_zeta(stats), "title": title}
         panel_title = "{key} = {value:g}  (ζ² = {zeta2:.3g})"
-        files = plot_curves(rows, spec.metric, out / spec.name, panel_title=panel_title, **panels)
+        scale = "auto" if x in ("step", "rounds") else "linear"
+        files = plot_curves(
+            rows, spec.metric, out / spec.name, panel_title=panel_title, x=x, xscale=scale, **panels
+        )
     say(tables)
     report = [f"# {spec.name}: {title}", "", tables]
     if claims is not None:
