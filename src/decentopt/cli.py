@@ -33,6 +33,7 @@ def _configure_topology(p: argparse.ArgumentParser) -> None:
     p.add_argument("--p", type=float, help="edge probability (erdos_renyi)")
     p.add_argument("--seed", type=int, default=0, help="graph seed (erdos_renyi, random_matchings)")
     p.add_argument("--base", type=int, default=2, help="base_graph's base k+1 (k peers per round)")
+    p.add_argument("--draw", type=Path, metavar="FILE.png", help="also draw the graph (each round)")
     p.add_argument("--matrix", type=Path, help="a W saved with numpy.save (.npy) or as text")
     p.add_argument("--L", type=float, default=1.0, help="smoothness constant (default 1)")
     p.add_argument("--beta", type=float, default=0.9, help="momentum (default 0.9)")
@@ -70,6 +71,11 @@ def _run_topology(args: argparse.Namespace) -> int:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
+    if args.draw is not None:
+        from decentopt.plotting import plot_network
+
+        fmt = args.draw.suffix.lstrip(".") or "png"
+        print("drew " + ", ".join(map(str, plot_network(topo, args.draw, formats=(fmt,)))))
     return 0
 
 

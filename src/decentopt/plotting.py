@@ -19,13 +19,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from decentopt.algorithms.registry import PAPER_ORDER
+from decentopt.topology.schedule import TopologySchedule
 
 __all__ = [
     "LABELS",
     "coincident_groups",
     "ordered",
+    "plot_contraction",
     "plot_curves",
     "plot_epochs",
+    "plot_network",
     "plot_scaling",
     "save_figure",
     "style_for",
@@ -128,7 +131,8 @@ def plot_curves(
 
     ``panel_title`` is formatted with ``key``, ``value`` and, when rows carry a
     ``zeta2`` column, ``zeta2`` (its mean in the panel). ``xscale``: ``"auto"``
-    (log when records are log-spaced), ``"log"`` or ``"linear"``. ``x``: the column
+    (symlog when records are log-spaced), ``"symlog"``, ``"log"`` (true log; x = 0
+    left out: for seconds and bytes) or ``"linear"``. ``x``: the column
     on the horizontal axis: ``"step"``, ``"rounds"``, ``"bytes_per_agent"`` or
     ``"model_time"`` (the run's network model).
     """
@@ -164,8 +168,10 @@ def plot_curves(
             ax.fill_between(steps, lo, hi, color=style["color"], alpha=0.12, lw=0)
             legend.setdefault(alg, line)
         scale = x_scale(all_steps) if xscale == "auto" else xscale
-        if scale in ("log", "symlog"):
+        if scale == "symlog":
             ax.set_xscale("symlog", linthresh=1.0)
+        elif scale == "log":  # seconds or bytes: the start (0) is left out
+            ax.set_xscale("log")
         ax.set_yscale("log")
         label = X_LABELS.get(x, x)
         ax.set_xlabel(label + (" (log scale)" if scale != "linear" else ""))
@@ -282,3 +288,65 @@ def save_figure(
         written.append(path)
     plt.close(fig)
     return written
+
+
+def _rounds_to_draw(network: Any, limit: int = 8) -> list[np.ndarray]:
+    """Dense ``W`` of a static graph, or the ``W_t`` of one period (a random schedule: 4)."""
+    if not isinstance(network, TopologySchedule):
+        return [network.W.numpy()]
+    return network.matrices(count=min(network.period or 4, limit))
+
+
+def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",)) -> list[Path]:
+    """The graph of a topology (one panel) or of each round of a schedule's period, agents on
+    a circle, edge width by weight."""
+    import networkx as nx
+
+    matrices = _rounds_to_draw(network)
+    n = matrices[0].shape[0]
+    fig, axes = plt.subplots(1, len(matrices), figsize=(2.6 * len(matrices), 2.8), squeeze=False)
+    pos = nx.circular_layout(range(n))
+    for t, (ax, W) in enumerate(zip(axes[0], matrices, strict=True)):
+        graph = nx.Graph()
+        graph.add_nodes_from(range(n))
+        rows, cols = np.nonzero(np.triu(W, 1))
+        weights = W[rows, cols].tolist()
+        graph.add_weighted_edges_from(zip(rows.tolist(), cols.tolist(), weights, strict=True))
+        widths = [0.6 + 3 * d["weight"] for _, _, d in graph.edges(data=True)]
+        nx.draw_networkx_edges(graph, pos, ax=ax, width=widths, edge_color="#4477aa", alpha=0.8)
+        nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=60, node_color="#222222")
+        ax.set_title(f"round {t}" if len(matrices) > 1 else network.name, fontsize=9)
+        ax.set_axis_off()
+    if len(matrices) > 1:
+        fig.suptitle(network.name, fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, out, formats)
+
+
+def plot_contraction(
+    networks: Sequence[Any], out: str | Path, rounds: int = 40, formats: Sequence[str] = ("png",)
+) -> list[Path]:
+    """``||W_{t-1} ... W_0 - 11^T/n||_2`` against gossip rounds ``t``: how fast each graph
+    averages (exact averaging drops to round-off)."""
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    for i, network in enumerate(networks):
+        n = network.n
+        P = np.eye(n)
+        values = [1.0]
+        for t in range(rounds):
+            W = (
+                network.at(t).matrix()
+                if isinstance(network, TopologySchedule)
+                else network.W.numpy()
+            )
+            P = W @ P
+            values.append(max(float(np.linalg.norm(P - 1.0 / n, 2)), 1e-16))
+        style = style_for(network.name, i)
+        ax.plot(range(rounds + 1), values, label=network.name, markevery=5, **style)
+    ax.set_yscale("log")
+    ax.set_xlabel("gossip rounds t")
+    ax.set_ylabel(r"$\|W_{t-1}\cdots W_0 - \frac{1}{n}11^\top\|_2$")
+    ax.grid(alpha=0.3, which="both", lw=0.4)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    return save_figure(fig, out, formats)

@@ -54,6 +54,10 @@ class ExactDiffusion(HyperParams):
     References: K. Yuan, B. Ying, X. Zhao, A. H. Sayed, "Exact diffusion for
     distributed optimization and learning", IEEE TSP 2019; H. Tang et al.,
     "D²: Decentralized training over decentralized data", ICML 2018.
+
+    Over a time-varying topology (``W_t`` per round) the correction, built for one
+    fixed W, is unstable: it diverges over one-peer graphs (measured at alpha = 0.05 and 0.005);
+    the lazy rounds ``(W_t + I)/2`` converge (docs/topologies.md).
     """
 
     name: ClassVar[str] = "ed"

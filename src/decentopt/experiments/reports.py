@@ -128,7 +128,7 @@ def write_report(
         )
         panels = {"panel": spec.panel, "panel_order": levels_by_zeta(stats), "title": title}
         panel_title = "{key} = {value:g}  (ζ² = {zeta2:.3g})"
-        scale = "auto" if x in ("step", "rounds") else "linear"
+        scale = "auto" if x in ("step", "rounds") else "log"
         files = plot_curves(
             rows, spec.metric, out / spec.name, panel_title=panel_title, x=x, xscale=scale, **panels
         )

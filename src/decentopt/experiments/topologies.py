@@ -237,11 +237,13 @@ def run_topologies(
     progress: bool,
     jobs: int = 1,
     say: Callable[[str], None] = print,
+    sizes: tuple[int, ...] = SIZES,
 ) -> list[Path]:
+    """Run (or resume) the study into ``out``; ``sizes``: the numbers of agents."""
     cases: list[Case] = []
     everything: list[dict[str, Any]] = []
     for preset in PRESETS:
-        for n in SIZES:
+        for n in sizes:
             case = Case(preset, n, {}, {}, {})
             for graph, table in GRAPHS.items():
                 sets = [f"agents={n}"] + [f"topology.{k}={json.dumps(v)}" for k, v in table.items()]
@@ -287,7 +289,7 @@ def run_topologies(
                     panel="agents",
                     panel_title="n = {value}",
                     x=x,
-                    xscale="linear" if x == "model_time" else "auto",
+                    xscale="log" if x == "model_time" else "auto",
                     title=f"{LABELS.get(method, method)} on {preset.removeprefix('topologies_')}"
                     f" against {'modelled seconds' if x == 'model_time' else 'iterations'}",
                 )

@@ -1,0 +1,100 @@
+"""The topology study and the network cost columns of every run."""
+
+from __future__ import annotations
+
+import pytest
+
+from decentopt.cli import main
+from decentopt.experiments import load_spec, run_spec
+from decentopt.experiments.topologies import CLAIMS, GRAPHS, run_topologies
+from decentopt.results import read_csv
+from tests.experiments.test_spec import BASE, write
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def test_rows_carry_the_communication_and_the_network_models_time(tmp_path):
+    text = BASE + "\n[network]\nbandwidth = 1e6\nlatency = 1e-3\ncompute = 2e-3\n"
+    spec = load_spec(write(tmp_path, text))
+    rows = run_spec(spec, tmp_path / "out", progress=False, log=quiet).rows
+    payload = 3 * 8  # d = 3 float64 entries per column
+    for row in rows:
+        t = row["step"]  # ED and EDM: one round per step over the ring, 2 peers each
+        assert row["rounds"] == t and row["busiest_messages"] == 2 * t
+        assert row["bytes_per_agent"] == pytest.approx(2 * t * payload)
+        want = t * 2e-3 + 2 * t * 1e-3 + 2 * t * payload / 1e6
+        assert row["model_time"] == pytest.approx(want)
+    # the network model is presentation: a new one reprices stored rows without rerunning
+    cheaper = load_spec(write(tmp_path, text.replace("latency = 1e-3", "latency = 0.0")))
+    again = run_spec(cheaper, tmp_path / "out", progress=False, log=quiet)
+    assert again.ran == [] and all(r["model_time"] < 1e-2 * max(r["step"], 1) for r in again.rows)
+
+
+def test_a_time_varying_topology_in_a_specification(tmp_path):
+    text = BASE.replace('name = "ring"', 'name = "base_graph"\nbase = 3')
+    spec = load_spec(write(tmp_path, text))
+    assert spec.build_topology().period == spec.build_topology().period >= 2
+    out = tmp_path / "out"
+    rows = run_spec(spec, out, progress=False, log=quiet).rows
+    assert max(r["busiest_messages"] for r in rows) <= 2 * max(r["step"] for r in rows)
+    assert (
+        main(
+            [
+                "run",
+                str(tmp_path / "cfg.toml"),
+                "--out",
+                str(tmp_path / "cli"),
+                "--x",
+                "time",
+                "--no-progress",
+                "--jobs",
+                "1",
+            ]
+        )
+        == 0
+    )
+    assert (tmp_path / "cli" / "tiny.png").is_file()
+    bad = write(tmp_path, BASE.replace('name = "ring"', 'name = "base_graph"\nk = 3'), "bad.toml")
+    assert main(["run", str(bad), "--out", str(tmp_path / "bad")]) == 2
+
+
+def test_the_study_runs_resumes_and_judges_its_claims(tmp_path, capsys):
+    out = tmp_path / "study"
+    files = run_topologies(
+        out,
+        quick=True,
+        check=True,
+        overrides=["iterations=40"],
+        force=False,
+        progress=False,
+        say=quiet,
+        sizes=(16,),
+    )
+    rows = read_csv(out / "results.csv")
+    assert {r["graph"] for r in rows} == set(GRAPHS)
+    assert {r["problem"] for r in rows} == {"topologies_quadratic", "topologies_logistic"}
+    text = (out / "summary.md").read_text()
+    assert text.count("| one_peer_hypercube |") == 2 and "## Claims" in text
+    assert f"of {len(CLAIMS)} claims hold in this run" in text
+    assert any(f.name == "topologies_quadratic_dsgd_time.png" for f in files)
+    # time-varying rounds are cheaper per iteration than the complete graph's
+    last = {
+        r["graph"]: r for r in rows if r["step"] == 40 and r["problem"] == "topologies_quadratic"
+    }
+    assert last["one_peer_hypercube"]["model_time"] < last["complete"]["model_time"]
+    # a rerun resumes every unit
+    said: list[str] = []
+    run_topologies(
+        out,
+        quick=True,
+        check=False,
+        overrides=["iterations=40"],
+        force=False,
+        progress=False,
+        say=said.append,
+        sizes=(16,),
+    )
+    assert not any("done" in s or " s" == s[-2:] for s in said if s.startswith("  "))
+    assert sum("resumed: 8 finished unit(s)" in s for s in said) == 2 * len(GRAPHS)
