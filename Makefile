@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_fig1.py
 	$(PY) benchmarks/bench_neural.py
 	$(PY) benchmarks/bench_comm.py
+	$(PY) benchmarks/bench_topologies.py
 
 clean:
 	rm -rf $(VENV) results

@@ -62,6 +62,7 @@ class SimulatedCommunicator:
         self.stats = CommStats()
         self._schedule = topology if isinstance(topology, TopologySchedule) else None
         self._gather_cache: dict[tuple[int, torch.dtype, torch.device], tuple] = {}
+        self._gathered: tuple[tuple, torch.Tensor] | None = None
         if self._schedule is not None:
             if kernel != "auto":
                 raise ValueError(
@@ -208,8 +209,13 @@ class SimulatedCommunicator:
             form = self._gather_cache[key]
         self_weight, peers, weights = form
         torch.mul(flat, self_weight, out=target)
+        key = (flat.shape, flat.dtype, flat.device)
+        if self._gathered is None or self._gathered[0] != key:  # one buffer, reused every round
+            self._gathered = (key, torch.empty_like(flat))
+        gathered = self._gathered[1]
         for slot in range(peers.shape[0]):
-            target.addcmul_(flat.index_select(0, peers[slot]), weights[slot])
+            torch.index_select(flat, 0, peers[slot], out=gathered)
+            target.addcmul_(gathered, weights[slot])
 
     def _sparse_mix(self, flat: torch.Tensor, target: torch.Tensor) -> None:
         for i, w_ii, nbrs in self._rows:

@@ -158,14 +158,19 @@ class GossipRound:
         used = self.weights > 0
         rows = np.broadcast_to(np.arange(self.n), self.peers.shape)[used]
         cols, w = self.peers[used], self.weights[used]
-        forward = dict(zip(zip(rows.tolist(), cols.tolist(), strict=True), w.tolist(), strict=True))
-        for (i, j), value in forward.items():
-            if abs(forward.get((j, i), 0.0) - value) > _TOL:
-                raise AssumptionError(
-                    f"{where}: Assumption 1(2) fails: W is not symmetric (w_{i}{j} = {value:.3g}, "
-                    f"w_{j}{i} = {forward.get((j, i), 0.0):.3g}); build each round from an "
-                    "undirected graph"
-                )
+        # symmetric: the entries sorted by (i, j) equal those sorted by (j, i), transposed
+        forward, backward = np.lexsort((cols, rows)), np.lexsort((rows, cols))
+        same = np.array_equal(rows[forward], cols[backward]) and np.array_equal(
+            cols[forward], rows[backward]
+        )
+        bad = np.flatnonzero(np.abs(w[forward] - w[backward]) > _TOL) if same else [0]
+        if len(bad):
+            k = forward[bad[0]]
+            i, j = int(rows[k]), int(cols[k])
+            raise AssumptionError(
+                f"{where}: Assumption 1(2) fails: W is not symmetric (w_{i}{j} = {w[k]:.3g}, "
+                f"but w_{j}{i} differs); build each round from an undirected graph"
+            )
 
     @cached_property
     def psd(self) -> bool:
@@ -187,20 +192,13 @@ class GossipRound:
         return GossipRound((1 + self.self_weight) / 2, self.peers, self.weights / 2)
 
 
-def _clique_entries(groups: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Off-diagonal entries of exact averaging within each group (weights ``1/|group|``)."""
-    rows, cols, w = [], [], []
-    for members in groups:
-        m = len(members)
-        if m < 2:
-            continue
-        r, c = np.meshgrid(members, members, indexing="ij")
-        rows.append(r.ravel())
-        cols.append(c.ravel())
-        w.append(np.full(m * m, 1.0 / m))
-    if not rows:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-    return np.concatenate(rows), np.concatenate(cols), np.concatenate(w)
+def _clique_entries(cliques: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Off-diagonal entries of exact averaging within each row of ``cliques`` (``(count, m)``
+    agents, weights ``1/m``)."""
+    count, m = cliques.shape
+    rows = np.repeat(cliques, m, axis=1).ravel()
+    cols = np.tile(cliques, (1, m)).ravel()
+    return rows, cols, np.full(count * m * m, 1.0 / max(m, 1))
 
 
 @dataclass(frozen=True, eq=False)
@@ -226,14 +224,32 @@ class TopologySchedule:
             if r.n != self.n:
                 raise AssumptionError(f"{self.name}: round {t} has {r.n} agents, not {self.n}")
             r.check(f"{self.name}, round {t}")
-        if self.rounds and self.n > 1 and self.period_contraction >= 1 - 1e-9:
+        # with positive diagonals, the period's product contracts iff the union of the
+        # rounds' graphs is connected: an O(edges) check instead of a spectrum
+        if self.rounds and self.n > 1 and self._components() > 1:
             raise AssumptionError(
-                f"{self.name}: the product of W_t over one period does not contract "
-                f"(||prod W_t - 11^T/n|| = {self.period_contraction:.4g}), so the agents never "
-                "reach consensus; add rounds or edges that connect the graph"
+                f"{self.name}: the product of W_t over one period does not contract (the "
+                f"rounds together leave the agents in {self._components()} groups that never "
+                "exchange), so they never reach consensus; add rounds or edges that connect "
+                "the graph"
             )
 
     # ------------------------------------------------------------------ rounds
+    def _components(self) -> int:
+        import scipy.sparse as sp
+        from scipy.sparse.csgraph import connected_components
+
+        rows, cols = [], []
+        for r in self.rounds:
+            used = r.weights > 0
+            rows.append(np.broadcast_to(np.arange(self.n), r.peers.shape)[used])
+            cols.append(r.peers[used])
+        union = sp.coo_matrix(
+            (np.ones(sum(map(len, rows))), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(self.n, self.n),
+        )
+        return int(connected_components(union, directed=False)[0])
+
     @property
     def period(self) -> int | None:
         """Rounds after which ``W_t`` repeats; ``None`` for a random schedule."""
@@ -402,16 +418,13 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
             groups.append((start, a, p))
             start += a * base**p
 
-    def digit_cliques(first: int, pieces: int, p: int, r: int) -> list[np.ndarray]:
-        """Within each piece, cliques of agents differing only in digit ``r``."""
+    def digit_cliques(first: int, pieces: int, p: int, r: int) -> np.ndarray:
+        """Within each piece, cliques (rows) of agents differing only in digit ``r``."""
         size, step = base**p, base**r
         local = np.arange(size)
         low = local[(local // step) % base == 0]
-        return [
-            first + q * size + low_i + step * np.arange(base)
-            for q in range(pieces)
-            for low_i in low
-        ]
+        starts = (first + size * np.arange(pieces)[:, None] + low[None, :]).ravel()
+        return starts[:, None] + step * np.arange(base)[None, :]
 
     rounds: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
 
@@ -426,7 +439,7 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
             put(r, _clique_entries(digit_cliques(first, a, p, r)))
         if a > 1:
             size = base**p
-            put(p, _clique_entries([first + size * np.arange(a) + x for x in range(size)]))
+            put(p, _clique_entries(first + np.arange(size)[:, None] + size * np.arange(a)[None, :]))
     phase = max((p + (a > 1) for _, a, p in groups), default=0)
     # 2. merges, and 3. re-averaging of the merged group's pieces
     for m, (first, a, p) in enumerate(groups[:-1]):
@@ -456,8 +469,10 @@ def random_matchings(n: int, *, seed: int = 0) -> TopologySchedule:
     def draw(t: int) -> GossipRound:
         perm = np.random.default_rng([seed, t]).permutation(n)
         a, b = perm[0 : n - 1 : 2], perm[1:n:2]
-        half = np.full(2 * len(a), 0.5)
-        return GossipRound.from_entries(n, np.concatenate([a, b]), np.concatenate([b, a]), half)
+        peers = np.arange(n, dtype=np.int64)  # an idle agent (odd n) points at itself
+        peers[a], peers[b] = b, a
+        weights = np.where(peers != np.arange(n), 0.5, 0.0)
+        return GossipRound(1.0 - weights, peers[None], weights[None])
 
     return TopologySchedule(n, f"random_matchings({n}, seed={seed})", draw=draw)
 
