@@ -142,3 +142,38 @@ def test_a_column_far_above_the_others_counts_as_diverged():
     assert run.diverged.tolist() == [False, False, True, False]
     last = run.records[-1].metrics["norm"]
     assert np.isnan(last[2]) and np.allclose(last[[0, 1, 3]], 2.0)
+
+
+def test_checkpoints_inside_an_epoch_resume_the_epochs_loss_exactly(tmp_path):
+    """checkpoint_every = 3 with epochs of 4: resuming at step 6 (mid-epoch 2) keeps the
+    partial loss sum, so train_loss equals the uninterrupted run's."""
+    comm = lambda: SimulatedCommunicator(dopt.topology.ring(3))  # noqa: E731
+    alg = dopt.algorithms.make("dsgd", lr=0.1)
+    plan = Plan(8, (4, 8), period=4)
+    full = run_loop(alg, CountingLosses(), comm(), plan, log=quiet)
+    run_loop(
+        alg,
+        CountingLosses(),
+        comm(),
+        plan,
+        log=quiet,
+        checkpoint_dir=tmp_path,
+        checkpoint_every=3,
+        stop_after=7,
+    )
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000003", "step-00000006"]
+    resumed = run_loop(
+        alg, CountingLosses(), comm(), plan, log=quiet, checkpoint_dir=tmp_path, checkpoint_every=3
+    )
+    assert resumed.resumed_from == 6
+    assert [r.metrics["train_loss"][0] for r in resumed.records] == [7.5, 19.5]
+    assert [r.metrics["train_loss"][0] for r in full.records] == [7.5, 19.5]
+
+
+def test_checkpoints_by_minutes(tmp_path):
+    """checkpoint_minutes = 0 (every check, i.e. every CHECK_EVERY steps) without epochs."""
+    from decentopt.driver import CHECK_EVERY
+
+    noisy_quadratic_run(checkpoint_dir=tmp_path, checkpoint_every=10**6, checkpoint_minutes=1e-9)
+    steps = sorted(int(p.name.split("-")[1]) for p in tmp_path.glob("step-*"))
+    assert steps and all(s % CHECK_EVERY == 0 for s in steps)

@@ -83,6 +83,22 @@ def _run_topology(args: argparse.Namespace) -> int:
 def _configure_launch(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--nproc", type=int, required=True, help="processes (agents) to start")
     p.add_argument("--threads", type=int, default=1, help="OMP threads per process (default 1)")
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="K",
+        help="restart every process up to K times when one fails; runs resume from their "
+        "latest complete checkpoint (default 0)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between SIGTERM and SIGKILL for the processes left when one fails "
+        "(default 5)",
+    )
     example = "e.g. -m decentopt reproduce fig3 --quick"
     p.add_argument("-m", "--module", action="store_true", help=f"run a module, {example}")
     p.add_argument("script", help="a Python script (or a module with -m)")
@@ -90,7 +106,15 @@ def _configure_launch(p: argparse.ArgumentParser) -> None:
 
 
 def _run_launch(args: argparse.Namespace) -> int:
-    return launch(args.nproc, args.script, args.args, module=args.module, threads=args.threads)
+    return launch(
+        args.nproc,
+        args.script,
+        args.args,
+        module=args.module,
+        threads=args.threads,
+        max_restarts=args.max_restarts,
+        grace=args.grace,
+    )
 
 
 # ------------------------------------------------------------ reproduce / run
@@ -223,7 +247,8 @@ COMMANDS: dict[
         _run_topology,
     ),
     "launch": (
-        "start N local processes (one agent each) of a script, through torchrun",
+        "start N local processes (one agent each) of a script, supervised; --max-restarts K "
+        "restarts them all when one fails (runs resume from their checkpoints)",
         _configure_launch,
         _run_launch,
     ),

@@ -210,6 +210,8 @@ def run_loop(
     seed: int = 0,
     x0: torch.Tensor | None = None,
     checkpoint_dir: str | Path | None = None,
+    checkpoint_every: int | None = None,
+    checkpoint_minutes: float | None = None,
     blowup: float = 1e10,
     stop_after: int | None = None,
     threads: int | None = None,
@@ -220,7 +222,10 @@ def run_loop(
 
     ``plan.period`` (steps per epoch, if any): mini-batch losses are averaged over
     the current epoch (``train_loss``, the sum over agents of their mean losses)
-    and a checkpoint is written at its end when ``checkpoint_dir`` is given.
+    and a checkpoint is written at its end when ``checkpoint_dir`` is given --
+    or every ``checkpoint_every`` steps instead, and also whenever
+    ``checkpoint_minutes`` have passed since the last one (checked every
+    ``CHECK_EVERY`` steps, agreed by every rank).
 
     Args:
         gradient: ``(x, generator) -> (gradients, losses or None)``; by default
@@ -283,6 +288,7 @@ def run_loop(
         else:
             comm.stats.__dict__.update(counted)
         start_step = int(saved["step"])
+        losses = saved.get("losses")
         log(f"resuming {algorithm.name} from step {start_step}")
 
     def check(t: int) -> None:
@@ -309,6 +315,21 @@ def run_loop(
             v[diverged_at >= 0] = np.nan
         lr = float(algorithm.lr_at(max(t - 1, 0)))
         records.append(Record(t, values, lr, *timing, *_counts(comm.stats)))
+
+    last_saved = [time.monotonic()]
+
+    def due(step: int) -> bool:
+        """Whether a checkpoint is written after ``step`` (every rank decides alike)."""
+        if checkpoint_every:
+            if step % checkpoint_every == 0:
+                return True
+        elif period and step % period == 0:
+            return True
+        if checkpoint_minutes and step % CHECK_EVERY == 0:
+            late = time.monotonic() - last_saved[0] >= 60 * checkpoint_minutes
+            flag = torch.tensor([[1.0 if late else 0.0]], dtype=torch.float64, device=x.device)
+            return bool(comm.mean(flag).item() > 0)  # any rank's clock decides for all
+        return False
 
     bar = None
     if progress is True:
@@ -343,19 +364,21 @@ def run_loop(
                 check(t + 1)
             if period and (t + 1) % period == 0:
                 losses = None
-                if checkpoint_dir is not None:
-                    payload = {
-                        "state": dict(state._asdict()),  # type: ignore[attr-defined]
-                        "problem": problem.state_dict(),
-                        "generator": generator.get_state(),
-                        "torch_rng": torch.get_rng_state(),
-                        "records": records,
-                        "diverged_at": diverged_at,
-                        "timing": timing,
-                        "rounds": dict(vars(comm.stats)),
-                        "step": t + 1,
-                    }
-                    save_checkpoint(checkpoint_dir, t + 1, payload, barrier=comm.barrier)
+            if checkpoint_dir is not None and due(t + 1):
+                payload = {
+                    "state": dict(state._asdict()),  # type: ignore[attr-defined]
+                    "problem": problem.state_dict(),
+                    "generator": generator.get_state(),
+                    "torch_rng": torch.get_rng_state(),
+                    "records": records,
+                    "diverged_at": diverged_at,
+                    "timing": timing,
+                    "rounds": dict(vars(comm.stats)),
+                    "losses": losses,  # a checkpoint may fall inside an epoch
+                    "step": t + 1,
+                }
+                save_checkpoint(checkpoint_dir, t + 1, payload, barrier=comm.barrier)
+                last_saved[0] = time.monotonic()
             if bar is not None:
                 bar.update(1)
             elif callable(progress):

@@ -15,6 +15,7 @@ import torch
 
 import decentopt as dopt
 from decentopt.comm import SimulatedCommunicator
+from decentopt.results import read_csv
 from tests.distributed import worker
 from tests.experiments.test_spec import NEURAL
 
@@ -217,3 +218,63 @@ def test_training_preset_runs_one_agent_per_process(tmp_path):
         timeout=300,
     )
     assert wrong.returncode != 0 and "4 agents but 2 processes" in wrong.stderr + wrong.stdout
+
+
+#: rank 1 dies (kill -9 alike) right after the first complete checkpoint, on the first attempt
+FAULTY = """
+import os, sys, threading, time
+from pathlib import Path
+from decentopt.cli import main
+
+out = Path(sys.argv[sys.argv.index("--out") + 1])
+if os.environ["RANK"] == "1" and os.environ["DECENTOPT_ATTEMPT"] == "0":
+    def die_after_first_checkpoint():
+        while not list(out.glob("runs/*/step-*/COMPLETE")):
+            time.sleep(0.005)
+        os._exit(9)
+    threading.Thread(target=die_after_first_checkpoint, daemon=True).start()
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_killed_worker_is_restarted_and_the_run_ends_as_an_uninterrupted_one(tmp_path):
+    """`launch --max-restarts 1`: one of 4 ranks dies mid-training; all restart, resume from
+    the last complete checkpoint, and the rows equal those of a run that was never hurt."""
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_TRAINING.replace("epochs = 2", "epochs = 3"))
+    script = tmp_path / "faulty.py"
+    script.write_text(FAULTY)
+
+    def launch_run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "decentopt", "launch", "-n", "4", *extra]
+        cmd += ["run", str(config), "--out", str(out), "--no-progress"]
+        env = os.environ | {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
+
+    hurt = launch_run(tmp_path / "hurt", "--max-restarts", "1", "--grace", "2", str(script))
+    log = hurt.stdout[-3000:] + hurt.stderr[-3000:]
+    assert hurt.returncode == 0, log
+    assert "rank 1 exited with code 9" in hurt.stderr and "(attempt 2)" in hurt.stderr, log
+    assert "resuming edm from step" in hurt.stdout, log
+    clean = launch_run(tmp_path / "clean", "-m", "decentopt")
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    timing = {"grad_seconds", "other_seconds"}
+    rows = [
+        [{k: v for k, v in r.items() if k not in timing} for r in read_csv(t / "results.csv")]
+        for t in (tmp_path / "hurt", tmp_path / "clean")
+    ]
+    assert len(rows[0]) == 3 and rows[0] == rows[1]  # epochs 1-3
+
+
+def test_without_restarts_a_dead_worker_ends_the_job_with_its_code(tmp_path):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_TRAINING)
+    script = tmp_path / "faulty.py"
+    script.write_text(FAULTY)
+    cmd = [sys.executable, "-m", "decentopt", "launch", "-n", "4", "--grace", "1", str(script)]
+    cmd += ["run", str(config), "--out", str(tmp_path / "out"), "--no-progress"]
+    env = os.environ | {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    start = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 9 and "no restarts left" in done.stderr
+    assert time.monotonic() - start < 120

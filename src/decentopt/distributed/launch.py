@@ -1,39 +1,130 @@
-"""Start N local processes, one agent each, through torchrun (``decentopt launch``)."""
+"""``decentopt launch``: N local processes, one agent each, supervised and restarted.
+
+The launcher sets the environment torchrun would (``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) and
+watches the processes. When one exits with an error, the others are sent
+SIGTERM, and whatever has not ended ``grace`` seconds later (a stopped or hung
+process) is killed. With ``max_restarts = K`` the whole job is then started
+again, up to K times, on a fresh port; ``DECENTOPT_ATTEMPT`` tells the
+processes which attempt they are. Runs of ``decentopt run``/``reproduce``
+resume from their latest complete checkpoint (every rank's file intact), so
+a job that loses a worker finishes with the rows of an uninterrupted run.
+
+Why not torchrun's elastic agent: restarting workers on the agent's store
+failed here with gloo ("connectFullMesh failed ... Connection refused") in
+torch 2.13, and its SIGTERM-to-SIGKILL grace period is fixed at 30 s. Use
+torchrun directly for jobs across machines.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
-__all__ = ["launch", "torchrun_command"]
+__all__ = ["launch", "worker_command"]
+
+#: How often the launcher looks at its processes (seconds).
+POLL = 0.05
 
 
-def torchrun_command(nproc: int, target: str, args: Sequence[str], *, module: bool) -> list[str]:
-    """The torchrun command line: rendezvous on 127.0.0.1 at a free port."""
-    if nproc < 1:
-        raise ValueError(f"the number of processes must be >= 1; got {nproc}")
+def worker_command(target: str, args: Sequence[str], *, module: bool) -> list[str]:
+    """The command line of one worker process."""
+    return [sys.executable, *(["-m"] if module else []), target, *args]
+
+
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    rendezvous = ["--master-addr=127.0.0.1", f"--master-port={port}"]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
-    return [*torchrun, *rendezvous, *(["-m"] if module else []), target, *args]
+        return int(s.getsockname()[1])
+
+
+def _stop(procs: list[subprocess.Popen], grace: float) -> None:
+    """SIGTERM every live process, then SIGKILL what is left after ``grace`` seconds."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(POLL)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _supervise(procs: list[subprocess.Popen], grace: float) -> tuple[int, int | None]:
+    """Wait for every process; on the first failure stop the rest. Returns (code, failed rank)."""
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            _stop(procs, grace)
+            return failed[0][1], failed[0][0]
+        if all(c == 0 for c in codes):
+            return 0, None
+        time.sleep(POLL)
 
 
 def launch(
-    nproc: int, target: str, args: Sequence[str] = (), *, module: bool = False, threads: int = 1
+    nproc: int,
+    target: str,
+    args: Sequence[str] = (),
+    *,
+    module: bool = False,
+    threads: int = 1,
+    max_restarts: int = 0,
+    grace: float = 5.0,
+    log: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
 ) -> int:
     """Run ``target`` (a script, or a module with ``module``) on ``nproc`` local processes.
 
     Each process gets ``threads`` OpenMP threads and, unless set, transparent huge
     pages for large CPU tensors (they cut the page faults of allocating an
     ``(n, P)`` parameter stack every step; set ``THP_MEM_ALLOC_ENABLE=0`` to opt out).
-    Returns the exit code of torchrun.
+    A failed job is restarted up to ``max_restarts`` times; ``grace``: seconds
+    between SIGTERM and SIGKILL for the processes left when one fails. Returns
+    the exit code of the last attempt (0 on success).
     """
-    cmd = torchrun_command(nproc, target, args, module=module)
-    env = {"THP_MEM_ALLOC_ENABLE": "1"} | dict(os.environ) | {"OMP_NUM_THREADS": str(threads)}
-    print(" ".join(cmd), file=sys.stderr)
-    return subprocess.call(cmd, env=env)
+    if nproc < 1:
+        raise ValueError(f"the number of processes must be >= 1; got {nproc}")
+    if max_restarts < 0 or grace < 0:
+        raise ValueError(
+            f"max_restarts and grace must be >= 0; got {max_restarts} and {grace} "
+            "(--max-restarts 1 restarts a failed job once; --grace 5 waits 5 s before SIGKILL)"
+        )
+    command = worker_command(target, args, module=module)
+    base = {"THP_MEM_ALLOC_ENABLE": "1"} | dict(os.environ) | {"OMP_NUM_THREADS": str(threads)}
+    code = 0
+    for attempt in range(max_restarts + 1):
+        port = _free_port()
+        log(f"launch: {nproc} processes of `{' '.join(command[1:])}` (attempt {attempt + 1})")
+        common = {
+            "WORLD_SIZE": str(nproc),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "DECENTOPT_ATTEMPT": str(attempt),
+        }
+        procs = []
+        try:
+            for rank in range(nproc):
+                env = base | common | {"RANK": str(rank), "LOCAL_RANK": str(rank)}
+                procs.append(subprocess.Popen(command, env=env))
+            code, rank = _supervise(procs, grace)
+        except KeyboardInterrupt:
+            _stop(procs, grace)
+            raise
+        if code == 0:
+            return 0
+        more = attempt < max_restarts
+        log(
+            f"launch: rank {rank} exited with code {code}; the other ranks were stopped; "
+            + ("restarting every rank (runs resume from their checkpoints)" if more else "")
+            + ("" if more else "no restarts left (--max-restarts)")
+        )
+    return code

@@ -140,6 +140,8 @@ def run_spec(
                 plan,
                 seed=noise,
                 checkpoint_dir=checkpoints,
+                checkpoint_every=spec.checkpoint_every,
+                checkpoint_minutes=spec.checkpoint_minutes,
                 threads=spec.threads,
                 progress=progress and job.main,
                 log=say,

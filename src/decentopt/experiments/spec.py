@@ -52,7 +52,7 @@ PAPER_PRESETS = [
 #: Fields that change how results are shown, not what they are: outside the fingerprint.
 PRESENTATION = frozenset(
     "claims name description reproduces source metric also_report threshold timeout threads "
-    "network".split()
+    "network checkpoint_every checkpoint_minutes".split()
 )
 #: The layout of result rows; stored units of another layout are recomputed.
 ROW_FORMAT = 2
@@ -99,6 +99,8 @@ class _Shared:
     mix_rounds: int = bounded(1, minimum=1)
     acceleration: Literal["none", "chebyshev"] = "none"
     network: NetworkModel = field(default_factory=NetworkModel)
+    checkpoint_every: int | None = bounded(None, minimum=1)
+    checkpoint_minutes: float | None = bounded(None, above=0)
     name: str = ""
     description: str = ""
     reproduces: str = ""
