@@ -87,3 +87,19 @@ def test_file_system_faults_are_one_line_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "a-file" in err and "writable folder" in err
     assert "Traceback" not in err
+
+
+def test_an_output_file_that_is_a_folder_is_a_one_line_error_and_keeps_the_work(tmp_path, capsys):
+    from tests.experiments.test_spec import BASE, write
+
+    cfg = str(write(tmp_path, BASE))
+    out = tmp_path / "out"
+    (out / "results.csv").mkdir(parents=True)  # where the table must go, a folder
+    assert main(["run", cfg, "--out", str(out), "--no-progress", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "results.csv" in err and "Traceback" not in err
+    assert "Units finished before are saved" in err
+    assert len(list((out / "runs").glob("*/meta.json"))) == 2  # both units were kept
+    (out / "results.csv").rmdir()
+    assert main(["run", cfg, "--out", str(out), "--no-progress", "--jobs", "1"]) == 0
+    assert "0 unit(s) computed, 2 resumed" in capsys.readouterr().out

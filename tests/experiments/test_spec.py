@@ -266,3 +266,35 @@ def test_an_override_in_an_old_name_still_applies(tmp_path):
         spec = load_spec(write(tmp_path, NEURAL, "n.toml"), overrides=["epochs=1", "milestones=[]"])
     assert spec.params.epochs == 1 and spec.params.milestones == ()
     assert "top-level 'epochs'" in str(caught[0].message)
+
+
+@pytest.mark.parametrize(
+    ("change", "pattern"),
+    [
+        (("d = 3", 'd = "ten"'), r"\[problem_params\]: 'd' must be a whole number, found 'ten'"),
+        (("d = 3", "d = -3"), r"\[problem_params\]: 'd' must be >= 1, found -3"),
+        (("p = 4", "p = 4\nsigma2 = -1.0"), r"\[problem_params\]: 'sigma2' must be >= 0"),
+        (("p = 4", "p = 4\nsigma2 = nan"), r"'sigma2' must be a (finite )?number"),
+        (("c = [1.0, 0.5]", "c = [1.0, nan]"), r"'c' must be a list of numbers"),
+        (("c = [1.0, 0.5]", "c = [1.0, inf]"), r"'c' must be a list of numbers"),
+        (("agents = 6", "agents = -3"), "'agents' must be >= 1, found -3"),
+    ],
+)
+def test_problem_parameter_errors_name_the_file_and_key(tmp_path, change, pattern):
+    with pytest.raises(ConfigError, match=pattern) as info:
+        load_spec(write(tmp_path, BASE.replace(*change, 1)))
+    assert str(tmp_path / "cfg.toml") in str(info.value)
+
+
+def test_absurd_sizes_are_refused_before_anything_is_written(tmp_path):
+    from decentopt.experiments.runner import check_memory, run_spec
+
+    huge = load_spec(write(tmp_path, BASE.replace("runs = 2", "runs = 100000000")))
+    with pytest.raises(ConfigError, match=r"needs about [\d.]+ GiB .* lower runs, agents") as info:
+        run_spec(huge, tmp_path / "out", progress=False, log=lambda _: None)
+    assert "GiB of memory are available" in str(info.value)
+    assert not (tmp_path / "out").exists()  # nothing written
+    small = load_spec(write(tmp_path, BASE, "small.toml"))
+    assert 0 < check_memory(small, available=1e12) < 1e6
+    with pytest.warns(UserWarning, match="will take days"):
+        load_spec(write(tmp_path, BASE.replace("iterations = 50", "iterations = 1e12")))

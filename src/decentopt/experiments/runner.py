@@ -34,7 +34,7 @@ from decentopt.experiments.store import ResultStore, Unit
 from decentopt.perf import keep_freed_memory
 from decentopt.results import lock_folder, write_csv_atomic
 
-__all__ = ["Outcome", "run_spec"]
+__all__ = ["Outcome", "available_memory", "check_memory", "run_spec"]
 
 #: What forked workers compute with (set just before the fork, inherited, never pickled).
 _WORK: dict[str, Any] = {}
@@ -61,6 +61,34 @@ def _in_workers(
                 say(f"  {pending[index][0].name:14s} done ({len(results)}/{len(pending)})")
         _WORK.clear()
     return results
+
+
+def available_memory() -> float | None:
+    """Bytes the system can still give this process (Linux ``MemAvailable``), if known."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(spec: RunSpec, available: float | None = None) -> float:
+    """Refuse, before anything is allocated or written, a run that cannot fit in memory;
+    returns the estimate in bytes."""
+    runs = spec.runs if spec.params.batch_runs else 1
+    parts = spec.params.memory_bytes(agents=spec.agents, runs=runs)
+    need = float(sum(parts.values()))
+    available = available_memory() if available is None else available
+    if available is not None and need > available:
+        detail = ", ".join(f"{k} {v / 2**30:.3g} GiB" for k, v in parts.items() if v)
+        knobs = "runs, agents or the sizes in [problem_params]"
+        raise ConfigError(
+            f"{spec.source}: this run needs about {need / 2**30:.3g} GiB ({detail}) but "
+            f"{available / 2**30:.3g} GiB of memory are available; lower {knobs}"
+        )
+    return need
 
 
 @dataclass
@@ -94,6 +122,7 @@ def run_spec(
             f"--nproc-per-node {spec.agents} (one agent per process)"
         )
     say = log if job.main else (lambda _: None)
+    check_memory(spec)  # before anything is built or written
     kind, seeds = spec.params, spec.seeds
     topo = spec.build_topology()
     shared = DistributedCommunicator(topo, timeout=spec.timeout) if job.world > 1 else None

@@ -238,6 +238,16 @@ class LogisticSpec(ConvexSpec):
     def describe(self) -> str:
         return f"Logistic regression ({self.describe_params()})"
 
+    def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
+        """What building and running it holds, by part (samples in float64 and the
+        compute copy)."""
+        cols = runs * len(self.sigma_h2)
+        samples = agents * cols * self.m * (self.d + 1)
+        return {
+            "samples (three copies)": 3 * 8 * samples,
+            "iterates and algorithm state": 6 * 8 * agents * cols * self.d,
+        }
+
     def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Logistic:
         self.refuse_rank(rank)
         compute = None if self.compute_dtype is None else getattr(torch, self.compute_dtype)

@@ -398,6 +398,17 @@ class NeuralSpec:
             f"{self.epochs} epochs"
         )
 
+    def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
+        """What one run holds, by part: every agent's parameters with the algorithm's
+        buffers and gradients, and the data set (CIFAR-10: 50,000 + 10,000 images)."""
+        params = sum(p.numel() for p in make_model(self.model).parameters())
+        images = {"cifar10": 60_000 * 3 * 32 * 32, "digits": 1_797 * 64}[self.dataset]
+        width = 8 if self.dtype == "float64" else 4
+        return {
+            "parameters, algorithm buffers and gradients": 6 * width * agents * params,
+            "data set": 4 * images,
+        }
+
     def check(self, iterations: int | None) -> None:
         if iterations is not None:
             raise ValueError("a neural run is sized in epochs: drop 'iterations', set 'epochs'")

@@ -246,6 +246,17 @@ class QuadraticSpec(ConvexSpec):
     def describe(self) -> str:
         return f"Quadratic ({self.describe_params()})"
 
+    def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
+        """What building and running it holds, by part (built in float64, then cast)."""
+        cols, d, p = runs * len(self.c), self.d, self.p
+        each = agents * cols * 8
+        low = p < d  # the low-memory form keeps no per-agent d x d matrices
+        return {
+            "A and its noise factor": 2 * each * p * d,
+            "Hessians and fused gradient": 0 if low else 3 * each * d * (d + 1),
+            "iterates and algorithm state": 6 * each * d,
+        }
+
     def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Quadratic:
         self.refuse_rank(rank)
         return Quadratic.paper(
