@@ -132,6 +132,9 @@ def test_killed_peer_stops_the_others_with_a_clear_error(tmp_path):
     for rank in range(3):
         text = (tmp_path / f"failure-rank{rank}.txt").read_text()
         assert f"rank {rank}: gossip round" in text and "neighbour" in text
+        assert "failed at once" in text  # not the configured timeout: the peer is gone
+    for rank in (0, 2):  # rank 3's neighbours on the ring name it
+        assert "waiting for neighbour 3:" in (tmp_path / f"failure-rank{rank}.txt").read_text()
     assert elapsed < 45
 
 
@@ -143,7 +146,34 @@ def test_silent_peer_makes_its_neighbours_time_out(tmp_path):
     for rank in (0, 2):  # rank 3's neighbours on the ring wait 5 s, then fail clearly
         text = (tmp_path / f"failure-rank{rank}.txt").read_text()
         assert f"rank {rank}: gossip round" in text and "timeout 5 s" in text
+        assert "waiting for neighbour 3:" in text and "failed after 5." in text
     assert time.monotonic() - start < 60
+
+
+def test_a_rank_that_never_starts_fails_the_others_at_start_up_within_the_timeout():
+    """WORLD_SIZE says 3 but only 2 processes start: both fail within 2x the 4 s timeout."""
+    port = free_port()
+    code = "from decentopt.distributed import runtime; runtime.init('gloo', timeout=4)"
+    procs = []
+    start = time.monotonic()
+    for rank in range(2):
+        env = os.environ | {
+            "RANK": str(rank),
+            "WORLD_SIZE": "3",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True
+            )
+        )
+    errors = [p.communicate(timeout=60)[1] for p in procs]
+    assert all(p.returncode != 0 for p in procs)
+    assert time.monotonic() - start < 2 * 4 + 10  # start-up of two interpreters included
+    for rank, err in enumerate(errors):
+        assert f"rank {rank}: start-up: not every one of the 3 ranks joined" in err, err[-2000:]
 
 
 @pytest.mark.parametrize("stage", ["mean", "barrier"])

@@ -138,19 +138,31 @@ class DistributedCommunicator:
             ops.append(dist.P2POp(dist.irecv, buf, j, group=self.group))
         round_ = self.stats.rounds
         if ops:
+            start = time.monotonic()
+            peer = None
             try:
                 works = dist.batch_isend_irecv(ops)
-                for work in works:
+                for k, work in enumerate(works):  # ops alternate send, receive per neighbour
+                    peer = neighbors[k // 2][0] if len(works) == len(ops) else None
                     if self.backend == "gloo":
                         work.wait(self.timeout)
                     else:
                         work.wait()
             except RuntimeError as exc:
-                peers = ", ".join(str(j) for j, _ in neighbors)
+                waited = time.monotonic() - start
+                who = (
+                    f"neighbour {peer}"
+                    if peer is not None
+                    else "neighbour(s) " + ", ".join(str(j) for j, _ in neighbors)
+                )
+                how = (
+                    f"after {waited:.1f} s (timeout {self.timeout.total_seconds():g} s)"
+                    if waited >= 0.5 * self.timeout.total_seconds()
+                    else f"at once ({waited:.2f} s: its connection closed)"
+                )
                 raise PeerFailure(
-                    f"rank {self.rank}: gossip round {round_} failed waiting for neighbour(s) "
-                    f"{peers} (timeout {self.timeout.total_seconds():g} s): a peer died, hung or "
-                    f"disconnected. Underlying error: {exc}"
+                    f"rank {self.rank}: gossip round {round_} failed {how} waiting for {who}: "
+                    f"it died, hung or disconnected. Underlying error: {exc}"
                 ) from None
         payload = flat.numel() * flat.element_size()
         self.stats.add_round(mean_messages, max_messages, payload, len(neighbors) * payload)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -32,7 +33,18 @@ def init(backend: str = "auto", *, timeout: float = 300.0) -> tuple[int, int]:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout))
+    start = time.monotonic()
+    try:
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout))
+    except (RuntimeError, dist.DistError) as exc:  # a rank never came (or the store died)
+        from decentopt.comm.distributed import PeerFailure
+
+        raise PeerFailure(
+            f"rank {os.environ['RANK']}: start-up: not every one of the {os.environ['WORLD_SIZE']} "
+            f"ranks joined within {time.monotonic() - start:.1f} s (timeout {timeout:g} s); "
+            "check that WORLD_SIZE matches the processes started. Underlying error: "
+            f"{str(exc).splitlines()[0]}"
+        ) from None
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -69,8 +81,9 @@ class Job:
                 dist.barrier()
 
 
-def job() -> Job:
-    """The current job; under torchrun (``WORLD_SIZE`` > 1) the process group is initialised."""
+def job(timeout: float = 300.0) -> Job:
+    """The current job; under torchrun (``WORLD_SIZE`` > 1) the process group is initialised,
+    waiting at most ``timeout`` seconds for every rank."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return Job()
-    return Job(*init())
+    return Job(*init(timeout=timeout))

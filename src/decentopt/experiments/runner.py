@@ -115,7 +115,7 @@ def run_spec(
     worker processes, one thread each; the results are those of a serial run.
     """
     start = time.perf_counter()
-    job = runtime.job()
+    job = runtime.job(spec.timeout)
     if job.world > 1 and job.world != spec.agents:
         raise ConfigError(
             f"{spec.source}: {spec.agents} agents but {job.world} processes; launch with "
