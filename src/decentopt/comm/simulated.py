@@ -43,6 +43,8 @@ Kernel = Literal["auto", "dense", "sparse", "shift", "csr", "gather"]
 _SPARSE_MIN_N = 64
 _SPARSE_MAX_DENSITY = 0.1
 _SPARSE_MIN_COLS = 1024
+#: Bytes of output rows the shift kernel fills at a time (they stay in cache).
+_BLOCK_BYTES = 1 << 20
 
 
 class SimulatedCommunicator:
@@ -185,14 +187,31 @@ class SimulatedCommunicator:
         return self._csr_cache[key]
 
     def _shift_mix(self, flat: torch.Tensor, target: torch.Tensor) -> None:
-        """``(W z)_i = sum_o c_o z_{(i + o) mod n}``: one pass per offset, no matrix."""
+        """``(W z)_i = sum_o c_o z_{(i + o) mod n}``: one pass per offset, no matrix.
+
+        Long rows go in blocks of rows about ``_BLOCK_BYTES`` large, so that a block
+        of ``target`` stays in cache while every offset adds into it: measured on
+        (256, 10^5) float32, 1.9x a copy instead of 2.9x (benchmarks/bench_peers.py).
+        """
         n, stencil = self.n, self._stencil
         assert stencil is not None
-        torch.mul(flat, dict(stencil).get(0, 0.0), out=target)
-        for o, w in stencil:
-            if o:
-                target[: n - o].add_(flat[o:], alpha=w)
-                target[n - o :].add_(flat[:o], alpha=w)
+        row_bytes = flat.shape[1] * flat.element_size()
+        # states that fit in the last-level cache go in one block
+        rows = n if row_bytes * n <= 8 * _BLOCK_BYTES else max(1, _BLOCK_BYTES // row_bytes)
+        center = dict(stencil).get(0, 0.0)
+        for a in range(0, n, rows):
+            b = min(a + rows, n)
+            block = target[a:b]
+            torch.mul(flat[a:b], center, out=block)
+            for o, w in stencil:
+                if not o:
+                    continue
+                # rows a+o .. b+o (mod n), in at most two contiguous pieces
+                start = (a + o) % n
+                first = min(b - a, n - start)
+                block[:first].add_(flat[start : start + first], alpha=w)
+                if first < b - a:
+                    block[first:].add_(flat[: b - a - first], alpha=w)
 
     def _gather_mix(
         self, this_round: GossipRound, t: int, flat: torch.Tensor, target: torch.Tensor
