@@ -104,14 +104,15 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
 def augment_cifar(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Standard CIFAR augmentation on a batch: random 32x32 crop of the 4-padded image, flip."""
     b, _, h, w = images.shape
+    dev = images.device  # draws come from the (CPU) generator; the work stays on the device
     padded = torch.nn.functional.pad(images, (4, 4, 4, 4))
-    dy = torch.randint(0, 9, (b,), generator=generator)
-    dx = torch.randint(0, 9, (b,), generator=generator)
-    rows = (dy.view(b, 1) + torch.arange(h)).view(b, 1, h, 1)
-    cols = (dx.view(b, 1) + torch.arange(w)).view(b, 1, 1, w)
-    batch = torch.arange(b).view(b, 1, 1, 1)
-    chans = torch.arange(images.shape[1]).view(1, -1, 1, 1)
+    dy = torch.randint(0, 9, (b,), generator=generator).to(dev)
+    dx = torch.randint(0, 9, (b,), generator=generator).to(dev)
+    rows = (dy.view(b, 1) + torch.arange(h, device=dev)).view(b, 1, h, 1)
+    cols = (dx.view(b, 1) + torch.arange(w, device=dev)).view(b, 1, 1, w)
+    batch = torch.arange(b, device=dev).view(b, 1, 1, 1)
+    chans = torch.arange(images.shape[1], device=dev).view(1, -1, 1, 1)
     out = padded[batch, chans, rows, cols]
-    flip = torch.rand(b, generator=generator) < 0.5
+    flip = (torch.rand(b, generator=generator) < 0.5).to(dev)
     out[flip] = out[flip].flip(-1)
     return out

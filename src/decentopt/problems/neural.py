@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -42,6 +43,7 @@ from decentopt.schedules import epoch_schedule
 __all__ = ["AgentSampler", "NeuralProblem", "NeuralSpec"]
 
 Backend = Literal["auto", "loop", "vmap"]
+Precision = Literal["auto", "float32", "bf16"]
 
 
 @dataclass
@@ -124,6 +126,12 @@ class NeuralProblem:
         seed: mini-batch sampling and augmentation seed.
         agent_ids: the global ids of these agents (a distributed rank passes its own).
         mean_share: mean samples per agent over all agents (sets the epoch length).
+        precision: ``"bf16"`` runs forward and backward under bf16 autocast while
+            parameters, gradients and the algorithm's state stay float32;
+            ``"auto"`` (default) is bf16 on CUDA and float32 elsewhere.
+        channels_last: feed images in channels-last layout (GPU convolutions).
+        compile: ``torch.compile`` the batched gradient (vmap backend); a failure
+            warns and falls back to eager.
     """
 
     def __init__(
@@ -140,6 +148,9 @@ class NeuralProblem:
         seed: int = 0,
         agent_ids: tuple[int, ...] | None = None,
         mean_share: float | None = None,
+        precision: Precision = "auto",
+        channels_last: bool = False,
+        compile: bool = False,
     ) -> None:
         if backend not in ("auto", "loop", "vmap"):
             raise ValueError(f"backend must be 'auto', 'loop' or 'vmap'; got {backend!r}")
@@ -165,13 +176,21 @@ class NeuralProblem:
         self.x_star = None  # no known optimum
         self.has_buffers = any(True for _ in model.buffers())
         self.replicas = [copy.deepcopy(self.model) for _ in range(self.n)]
-        self._grad = torch.zeros(self.n, self.dim, device=self.device)
+        self._grad = torch.zeros(self.n, self.dim, device=self.device, dtype=self.dtype)
         self._bind_grads()
         if backend == "vmap" and self.has_buffers:
             raise ValueError(
                 "the vmap backend needs a model without buffers (e.g. no BatchNorm); "
                 "use backend='loop'"
             )
+        if precision not in ("auto", "float32", "bf16"):
+            raise ValueError(f"precision must be 'auto', 'float32' or 'bf16'; got {precision!r}")
+        #: bf16 autocast of forward and backward; parameters, gradients and the
+        #: algorithm's state stay float32. "auto": bf16 on CUDA, float32 elsewhere.
+        self.bf16 = precision == "bf16" or (precision == "auto" and self.device.type == "cuda")
+        self.channels_last = bool(channels_last)
+        self.compile = bool(compile)
+        self._compiled: Callable[..., Any] | None = None
         self.backend = backend if backend != "auto" else self._pick_backend()
 
     # ---------------------------------------------------------------- layout
@@ -213,7 +232,7 @@ class NeuralProblem:
         images, labels = self.x_train[idx], self.y_train[idx]
         if self.augment is not None:
             flat = images.reshape(-1, *images.shape[2:])
-            images = self.augment(flat.cpu(), generator).to(self.device).view(images.shape)
+            images = self.augment(flat, generator).view(images.shape)  # on the device
         return images, labels
 
     def _loop_grads(self, x: torch.Tensor, images: torch.Tensor, labels: torch.Tensor):
@@ -222,7 +241,8 @@ class NeuralProblem:
         losses = torch.empty(self.n, device=self.device)
         for i, replica in enumerate(self.replicas):
             replica.train()
-            loss = F.cross_entropy(replica(images[i]), labels[i])
+            with self._autocast():
+                loss = F.cross_entropy(replica(self._layout(images[i])), labels[i])
             loss.backward()
             losses[i] = loss.detach()
         return self._grad.clone(), losses
@@ -236,10 +256,41 @@ class NeuralProblem:
 
         def loss_fn(flat: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             params = dict(zip(names, self.views(flat), strict=True))
-            return F.cross_entropy(functional_call(model, params, (xb,)), yb)
+            with self._autocast():
+                return F.cross_entropy(functional_call(model, params, (self._layout(xb),)), yb)
 
-        grads, losses = vmap(grad_and_value(loss_fn), randomness="different")(x, images, labels)
+        batched = vmap(grad_and_value(loss_fn), randomness="different")
+        if self.compile:
+            return self._run_compiled(batched, x, images, labels)
+        grads, losses = batched(x, images, labels)
         return grads, losses
+
+    def _layout(self, images: torch.Tensor) -> torch.Tensor:
+        """One agent's ``(B, C, H, W)`` batch, channels-last when asked (faster convolutions
+        on GPUs with tensor cores)."""
+        if self.channels_last and images.ndim == 4:
+            return images.contiguous(memory_format=torch.channels_last)
+        return images
+
+    def _autocast(self) -> Any:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    def _run_compiled(self, batched: Callable[..., Any], *args: torch.Tensor) -> Any:
+        """The batched gradient through ``torch.compile``; on any failure, a warning and
+        the eager function from then on."""
+        if self._compiled is None:
+            self._compiled = torch.compile(batched)
+        try:
+            return self._compiled(*args)
+        except Exception as exc:  # compilers fail in many ways; the run must go on
+            warnings.warn(
+                f"torch.compile of the batched gradient failed ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}); running it eagerly",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            self.compile = False
+            return batched(*args)
 
     def gradient_and_loss(
         self, x: torch.Tensor, generator: torch.Generator | None = None
@@ -389,6 +440,9 @@ class NeuralSpec:
     device: str = "cpu"
     backend: Literal["auto", "loop", "vmap"] = "auto"
     dtype: Literal["float32", "float64"] = "float32"
+    precision: Literal["auto", "float32", "bf16"] = "auto"
+    channels_last: bool = False
+    compile: bool = False
 
     def describe(self) -> str:
         model = {"vgg11": "VGG-11", "small_cnn": "small CNN"}.get(self.model, self.model)
@@ -446,6 +500,9 @@ class NeuralSpec:
             seed=seed,
             agent_ids=None if rank is None else (rank,),
             mean_share=float(np.mean(split.sizes)),
+            precision=self.precision,
+            channels_last=self.channels_last,
+            compile=self.compile,
         )
 
     def plan(self, problem: NeuralProblem, iterations: int | None, points: int) -> Plan:
