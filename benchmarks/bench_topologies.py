@@ -16,23 +16,15 @@ import argparse
 import multiprocessing as mp
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 
 import torch
+from bench_peers import busy, cli_seconds  # benchmarks/ is on the path when run as a script
 
 from decentopt.comm import SimulatedCommunicator
 from decentopt.topology import base_graph, one_peer_exponential, random_matchings, ring
 
 N, COLS = 100_000, 64
-
-
-def busy(stop: mp.Event) -> None:  # type: ignore[valid-type]
-    x = 0
-    while not stop.is_set():  # type: ignore[attr-defined]
-        x += 1
 
 
 def mixing(repeats: int = 7, rounds: int = 20) -> None:
@@ -69,12 +61,7 @@ def mixing(repeats: int = 7, rounds: int = 20) -> None:
 
 
 def study_seconds(full: bool) -> float:
-    with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "decentopt", "reproduce", "topologies", "--out", out]
-        cmd += ["--no-progress", "--check"] + ([] if full else ["--quick"])
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True)
-        return time.perf_counter() - start
+    return cli_seconds("reproduce", "topologies", "--check", *([] if full else ["--quick"]))
 
 
 def main() -> None:

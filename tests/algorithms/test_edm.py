@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import decentopt as dopt
@@ -40,11 +41,20 @@ def test_edm_with_beta_zero_is_ed():
     np.testing.assert_allclose(edm.history["dist_to_opt"], ed.history["dist_to_opt"], rtol=1e-10)
 
 
-def test_edm_average_is_momentum_sgd():
+@pytest.mark.parametrize(
+    ("network", "steps", "atol"),
+    [
+        (lambda n: random_topology(n, 3), 200, 1e-11),
+        # a changing W_t (doubly stochastic every round) keeps the identity; ED's correction
+        # is unstable over it, so fewer steps keep the iterates' scale moderate
+        (lambda n: dopt.topology.random_matchings(n, seed=2), 60, 1e-10),
+    ],
+    ids=["random W", "random matchings"],
+)
+def test_edm_average_is_momentum_sgd(network, steps, atol):
     """xbar(t+1) = xbar(t) - alpha mbar(t) exactly, with noisy gradients and a random W."""
-    n, d, steps = 9, 5, 200
-    topo = random_topology(n, 3)
-    comm = SimulatedCommunicator(topo)
+    n, d = 9, 5
+    comm = SimulatedCommunicator(network(n))
     oracle = LinearOracle(n, d, steps, seed=4, noise=1.0)
     alpha, beta = 0.07, 0.85
     alg = dopt.algorithms.make("edm", lr=alpha, beta=beta)
@@ -56,8 +66,8 @@ def test_edm_average_is_momentum_sgd():
         mbar = beta * mbar + (1 - beta) * g.mean(0)
         xbar = xbar - alpha * mbar
         state = alg.step(state, g, comm)
-        torch.testing.assert_close(state.x.mean(0), xbar, rtol=0, atol=1e-11)
-        torch.testing.assert_close(state.m.mean(0), mbar, rtol=0, atol=1e-12)
+        torch.testing.assert_close(state.x.mean(0), xbar, rtol=0, atol=atol)
+        torch.testing.assert_close(state.m.mean(0), mbar, rtol=0, atol=atol / 10)
     # the agents do not agree (so the identity is not trivial)
     assert (state.x - state.x.mean(0)).abs().max() > 1e-3
 

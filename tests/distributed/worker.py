@@ -62,23 +62,30 @@ def tiny_net(rows: np.ndarray, seed: int = 0) -> NeuralProblem:
     return NeuralProblem(model, data, tuple(shares[i] for i in rows), batch_size=10, backend="loop")
 
 
-def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
-    results = {}
-    rows = slice(rank, rank + 1)
-    for variant, (name, extra) in VARIANTS.items():
-        alg = dopt.algorithms.make(name, **hyper(name), **extra)
+def steps_of(alg, kind: str, rank: int, comm: DistributedCommunicator) -> torch.Tensor:
+    """This rank's row after STEPS steps of ``alg`` on the quadratic or the tiny network."""
+    if kind == "quadratic":
+        rows = slice(rank, rank + 1)
         prob = quadratic()
         gen = torch.Generator().manual_seed(7)
         state = alg.init(prob.initial_point()[rows])
         for _ in range(STEPS):
             state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
-        results[f"quadratic/{variant}"] = state.x.clone()
-        net = tiny_net([rank])
-        state = alg.init(net.initial_point())
-        for _ in range(STEPS):
-            grads, _ = net.gradient_and_loss(state.x)
-            state = alg.step(state, grads, comm)
-        results[f"net/{variant}"] = state.x.clone()
+        return state.x.clone()
+    net = tiny_net([rank])
+    state = alg.init(net.initial_point())
+    for _ in range(STEPS):
+        grads, _ = net.gradient_and_loss(state.x)
+        state = alg.step(state, grads, comm)
+    return state.x.clone()
+
+
+def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
+    results = {}
+    for variant, (name, extra) in VARIANTS.items():
+        alg = dopt.algorithms.make(name, **hyper(name), **extra)
+        for kind in ("quadratic", "net"):
+            results[f"{kind}/{variant}"] = steps_of(alg, kind, rank, comm)
         # the same training through the torch.optim-style wrapper on a plain model
         net = tiny_net([rank])
         model = net.model
@@ -103,19 +110,7 @@ def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
         for variant, (name, extra) in VARIANTS.items():
             tv.stats.reset()  # W_t from round 0, as a fresh simulator
             alg = dopt.algorithms.make(name, **hyper(name), **extra)
-            if kind == "quadratic":
-                prob = quadratic()
-                gen = torch.Generator().manual_seed(7)
-                state = alg.init(prob.initial_point()[rows])
-                for _ in range(STEPS):
-                    state = alg.step(state, prob.gradient(state.x, gen, rows=rows), tv)
-            else:
-                net = tiny_net([rank])
-                state = alg.init(net.initial_point())
-                for _ in range(STEPS):
-                    grads, _ = net.gradient_and_loss(state.x)
-                    state = alg.step(state, grads, tv)
-            results[f"{label}/{variant}"] = state.x.clone()
+            results[f"{label}/{variant}"] = steps_of(alg, kind, rank, tv)
     torch.save(results, out / f"equivalence-rank{rank}.pt")
 
 

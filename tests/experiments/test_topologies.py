@@ -62,16 +62,20 @@ def test_a_time_varying_topology_in_a_specification(tmp_path):
 
 def test_the_study_runs_resumes_and_judges_its_claims(tmp_path, capsys):
     out = tmp_path / "study"
-    files = run_topologies(
-        out,
-        quick=True,
-        check=True,
-        overrides=["iterations=40"],
-        force=False,
-        progress=False,
-        say=quiet,
-        sizes=(16,),
-    )
+
+    def study(check: bool, say) -> list:
+        return run_topologies(
+            out,
+            quick=True,
+            check=check,
+            overrides=["iterations=40"],
+            force=False,
+            progress=False,
+            say=say,
+            sizes=(16,),
+        )
+
+    files = study(True, quiet)
     rows = read_csv(out / "results.csv")
     assert {r["graph"] for r in rows} == set(GRAPHS)
     assert {r["problem"] for r in rows} == {"topologies_quadratic", "topologies_logistic"}
@@ -86,15 +90,6 @@ def test_the_study_runs_resumes_and_judges_its_claims(tmp_path, capsys):
     assert last["one_peer_hypercube"]["model_time"] < last["complete"]["model_time"]
     # a rerun resumes every unit
     said: list[str] = []
-    run_topologies(
-        out,
-        quick=True,
-        check=False,
-        overrides=["iterations=40"],
-        force=False,
-        progress=False,
-        say=said.append,
-        sizes=(16,),
-    )
+    study(False, said.append)
     assert not any("done" in s or " s" == s[-2:] for s in said if s.startswith("  "))
     assert sum("resumed: 8 finished unit(s)" in s for s in said) == 2 * len(GRAPHS)

@@ -17,7 +17,6 @@ from decentopt.topology import (
     random_matchings,
     sequence,
 )
-from tests.algorithms.test_common import LinearOracle
 
 BUILDERS = {
     "one_peer_exponential": lambda n: one_peer_exponential(n),
@@ -149,24 +148,6 @@ def test_chebyshev_acceleration_refuses_a_changing_w():
     plain = MultiRound(SimulatedCommunicator(one_peer_exponential(8)), 3, "none")
     plain.mix(torch.ones(8, 2))
     assert plain.stats.rounds == 3
-
-
-def test_edm_average_is_momentum_sgd_over_a_time_varying_topology():
-    """Doubly stochastic W_t at every round keeps xbar(t+1) = xbar(t) - alpha mbar(t) exact."""
-    n, d, steps = 12, 4, 60
-    comm = SimulatedCommunicator(random_matchings(n, seed=2))
-    oracle = LinearOracle(n, d, steps, seed=4, noise=1.0)
-    alpha, beta = 0.05, 0.8
-    alg = dopt.algorithms.make("edm", lr=alpha, beta=beta)
-    state = alg.init(torch.from_numpy(np.random.default_rng(5).standard_normal((n, d))))
-    xbar, mbar = state.x.mean(0), torch.zeros(d)
-    for t in range(steps):
-        g = oracle.stacked(t, state.x)
-        mbar = beta * mbar + (1 - beta) * g.mean(0)
-        xbar = xbar - alpha * mbar
-        state = alg.step(state, g, comm)
-        torch.testing.assert_close(state.x.mean(0), xbar, rtol=0, atol=1e-10)
-    assert (state.x - state.x.mean(0)).abs().max() > 1e-3
 
 
 def _final_error(name: str, network, iterations: int = 3000) -> tuple[float, bool]:
