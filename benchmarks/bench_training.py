@@ -37,6 +37,7 @@ import decentopt as dopt
 from decentopt.comm import SimulatedCommunicator
 from decentopt.data import Dataset
 from decentopt.models import make_model
+from decentopt.perf import keep_freed_memory
 from decentopt.problems.neural import NeuralProblem
 
 IMAGES_PER_EPOCH = 50_000
@@ -179,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="timed steps per configuration")
     parser.add_argument("--budget", type=float, default=420.0, help="seconds; later rows skipped")
     parser.add_argument("--no-compile", action="store_true", help="skip the compiled rows")
+    parser.add_argument("--no-runs", action="store_true", help="skip the 3 runs x n rows")
     parser.add_argument("--out", type=Path, default=Path("results/bench_training"))
     args = parser.parse_args(argv)
     start = time.monotonic()
+    if not args.device.startswith("cuda"):
+        keep_freed_memory()  # as training does: freed state blocks are not returned per step
     if args.tiny:
         model_name, shape, agents, batch = "small_cnn", (1, 8, 8), 4, 8
     else:
@@ -211,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows.append({"config": f"ceiling: one model, batch {agents * batch}, {p}", **row})
     for label, kw in configs:
-        for stack in (agents, 3 * agents):
+        for stack in (agents,) if args.no_runs else (agents, 3 * agents):
             if time.monotonic() - start > args.budget:
                 rows.append({"config": f"{label}, {stack} agents", "skipped": "time budget"})
                 continue
