@@ -64,6 +64,9 @@ class MeanSpec:
     def columns(self, problem: MeanEstimation) -> list[dict[str, Any]]:
         return [{"run": r} for r in range(problem.runs)]
 
+    def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
+        return {"targets, iterates and state": 6 * 8 * agents * runs * self.d}
+
 
 TOY = """
 problem = "mean"

@@ -255,8 +255,13 @@ def test_parallel_units_give_the_serial_results(cfg_path, tmp_path):
     assert again.ran == [] and numbers(again.rows) == numbers(serial.rows)
 
 
-def test_a_problem_too_large_for_memory_is_a_clear_error(cfg_path, tmp_path, capsys):
+def test_a_problem_too_large_for_memory_is_a_clear_error(cfg_path, tmp_path, capsys, monkeypatch):
     args = ["run", str(cfg_path), "--out", str(tmp_path / "o"), "--no-progress", "--jobs", "1"]
+    assert main([*args, "--set", "runs=100000000"]) == 2  # refused by the estimate
+    err = capsys.readouterr().err
+    assert "needs about" in err and "lower runs" in err and "Traceback" not in err
+    # an estimate that lets it through: the allocator's refusal says the same
+    monkeypatch.setattr("decentopt.experiments.runner.check_memory", lambda spec: 0.0)
     assert main([*args, "--set", "runs=100000000"]) == 2
     err = capsys.readouterr().err
     assert "does not fit in memory" in err and "lower runs" in err and "Traceback" not in err

@@ -140,6 +140,11 @@ class ProblemSpec(Protocol):
         """Labels of each column of the metrics (e.g. the heterogeneity level)."""
         ...
 
+    def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
+        """About how many bytes building and running it holds, by part; a run that needs
+        more than the available memory is refused before anything is allocated."""
+        ...
+
 
 class ConvexSpec:
     """What the convex kinds share: all runs and panel levels in one stacked problem,
