@@ -30,3 +30,35 @@ def test_plot_writes_files_with_labelled_axes(tmp_path):
     ]
     files = plot_curves(rows, "err", tmp_path / "fig", formats=("png",))
     assert files[0].is_file()
+
+
+def test_graph_pictures_of_static_and_time_varying_topologies(tmp_path, capsys):
+    import decentopt as dopt
+    from decentopt.cli import main
+    from decentopt.plotting import plot_contraction, plot_network
+
+    [one] = plot_network(dopt.topology.ring(8), tmp_path / "ring")
+    [rounds] = plot_network(dopt.topology.base_graph(7), tmp_path / "base")
+    assert one.stat().st_size > 0 and rounds.stat().st_size > one.stat().st_size  # 5 panels
+    [curve] = plot_contraction(
+        [dopt.topology.ring(8), dopt.topology.one_peer_hypercube(8)], tmp_path / "c", rounds=6
+    )
+    assert curve.is_file()
+    assert (
+        main(["topology", "one_peer_exponential", "--n", "8", "--draw", str(tmp_path / "d.png")])
+        == 0
+    )
+    assert (tmp_path / "d.png").is_file() and "drew" in capsys.readouterr().out
+
+
+def test_curves_against_rounds_after_a_run_stopped(tmp_path):
+    """A run stopped early repeats its last counts on later steps; drawing against them works."""
+    from decentopt.plotting import plot_curves
+
+    rows = [
+        {"algorithm": "ed", "run": r, "step": s, "rounds": min(s, 10), "err": 1.0 / (1 + s)}
+        for r in range(2)
+        for s in (0, 5, 10, 20, 40)
+    ]
+    [png] = plot_curves(rows, "err", tmp_path / "r", x="rounds", formats=("png",))
+    assert png.is_file()

@@ -143,16 +143,20 @@ def plot_curves(
     fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
     legend: dict[str, Any] = {}
     for ax, key in zip(axes[0], keys, strict=True):
+        # grouped by step: the x column (rounds, bytes, time) can repeat after a run stops
         curves: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        where: dict[str, dict[int, float]] = defaultdict(dict)
         for row in panels[key]:
-            curves[row["algorithm"]][row[x]].append(row[metric])
+            curves[row["algorithm"]][row["step"]].append(row[metric])
+            where[row["algorithm"]][row["step"]] = row[x]
         means: dict[str, np.ndarray] = {}
         order = ordered(list(curves))
-        all_steps: list[int] = []
+        all_steps: list[float] = []
         for i, alg in enumerate(order):
-            steps = np.array(sorted(curves[alg]))
+            by_step = sorted(curves[alg])
+            steps = np.array([where[alg][s] for s in by_step])
             all_steps += steps.tolist()
-            vals = np.array([curves[alg][s] for s in steps], dtype=float)  # (steps, R)
+            vals = np.array([curves[alg][s] for s in by_step], dtype=float)  # (steps, R)
             with np.errstate(all="ignore"):
                 mean = np.nanmean(vals, axis=1)
                 lo, hi = np.nanpercentile(vals, [10, 90], axis=1)
