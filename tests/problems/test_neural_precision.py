@@ -66,3 +66,15 @@ def test_a_failing_compile_warns_and_runs_eagerly(monkeypatch):
         got = compiled.gradient_and_loss(x)[0]
     torch.testing.assert_close(got, eager.gradient_and_loss(x)[0])
     assert not compiled.compile  # eager from then on
+
+
+def test_agents_are_evaluated_in_one_batched_call_as_one_by_one():
+    problem = tiny(backend="loop")
+    x = problem.initial_point()
+    x = x + 0.1 * torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=x.dtype)
+    batched = problem.evaluate_agents(x, batch=5)
+    problem._bind_params(x)
+    one_by_one = [problem.evaluate(replica) for replica in problem.replicas]
+    np.testing.assert_allclose(batched[0], [r[0] for r in one_by_one], rtol=1e-5)
+    np.testing.assert_allclose(batched[1], [r[1] for r in one_by_one], rtol=0)
+    assert len(set(np.round(batched[0], 6))) == problem.n  # the agents differ

@@ -349,11 +349,38 @@ class NeuralProblem:
         return total / count, correct / count
 
     @torch.no_grad()
-    def evaluate_agents(self, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """Test loss and accuracy of every agent's own model, ``(n,)`` each."""
-        self._bind_params(x)
-        results = [self.evaluate(replica) for replica in self.replicas]
-        return np.array([r[0] for r in results]), np.array([r[1] for r in results])
+    def evaluate_agents(self, x: torch.Tensor, batch: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+        """Test loss and accuracy of every agent's own model, ``(n,)`` each.
+
+        Models without buffers are evaluated for all agents at once (``vmap`` over the
+        stacked parameters, one call per test batch); others one replica at a time.
+        """
+        if self.has_buffers:
+            self._bind_params(x)
+            results = [self.evaluate(replica) for replica in self.replicas]
+            return np.array([r[0] for r in results]), np.array([r[1] for r in results])
+        from torch.func import functional_call, vmap
+
+        model, names = self.model, self.names
+        model.eval()
+
+        def logits(flat: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
+            return functional_call(model, dict(zip(names, self.views(flat), strict=True)), (xb,))
+
+        every = vmap(logits, in_dims=(0, None))
+        total = torch.zeros(self.n, dtype=torch.float64, device=self.device)
+        correct = torch.zeros(self.n, dtype=torch.int64, device=self.device)
+        y_all = self.data.y_test
+        batch = max(1, batch // self.n)  # images per call over all agents: about ``batch``
+        for s in range(0, len(y_all), batch):
+            xb = self.data.x_test[s : s + batch].to(self.device)
+            yb = y_all[s : s + batch].to(self.device)
+            out = every(x, xb)  # (n, b, classes)
+            loss = F.cross_entropy(out.flatten(0, 1), yb.repeat(self.n), reduction="none")
+            total += loss.view(self.n, -1).sum(1).double()
+            correct += (out.argmax(-1) == yb).sum(1)
+        count = len(y_all)
+        return (total / count).cpu().numpy(), (correct.double() / count).cpu().numpy()
 
     def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, float]:
         """Test loss/accuracy of the averaged model and (mean over agents) of each agent's
