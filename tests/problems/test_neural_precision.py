@@ -72,7 +72,7 @@ def test_agents_are_evaluated_in_one_batched_call_as_one_by_one():
     problem = tiny(backend="loop")
     x = problem.initial_point()
     x = x + 0.1 * torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=x.dtype)
-    batched = problem.evaluate_agents(x, batch=5)
+    batched = problem.evaluate_agents(x, batch=5, batched=True)
     problem._bind_params(x)
     one_by_one = [problem.evaluate(replica) for replica in problem.replicas]
     np.testing.assert_allclose(batched[0], [r[0] for r in one_by_one], rtol=1e-5)

@@ -349,13 +349,18 @@ class NeuralProblem:
         return total / count, correct / count
 
     @torch.no_grad()
-    def evaluate_agents(self, x: torch.Tensor, batch: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+    def evaluate_agents(
+        self, x: torch.Tensor, batch: int = 1000, *, batched: bool | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Test loss and accuracy of every agent's own model, ``(n,)`` each.
 
-        Models without buffers are evaluated for all agents at once (``vmap`` over the
-        stacked parameters, one call per test batch); others one replica at a time.
+        ``batched`` (default: on CUDA): all agents at once, ``vmap`` over the stacked
+        parameters, one call per test batch (models without buffers). Otherwise one
+        replica at a time -- faster on the CPU (digits, 16 agents: 0.04 s against 0.08 s).
         """
-        if self.has_buffers:
+        if batched is None:
+            batched = self.device.type == "cuda"
+        if self.has_buffers or not batched:
             self._bind_params(x)
             results = [self.evaluate(replica) for replica in self.replicas]
             return np.array([r[0] for r in results]), np.array([r[1] for r in results])
