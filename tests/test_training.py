@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -100,3 +101,45 @@ def test_training_learns_and_records():
     assert rows[-1]["train_loss"] < rows[0]["train_loss"]
     assert rows[-1]["test_acc"] > 0.4
     assert {"agent_test_acc", "grad_seconds", "other_seconds"} <= set(rows[0])
+
+
+def test_batched_runs_give_each_run_the_rows_it_has_alone(tmp_path):
+    """`batch_runs = true` with the loop backend: two runs stepped as one (n, 2, P) state
+    reproduce, row for row, the runs computed one at a time (dropout included)."""
+    from decentopt.experiments import load_spec, run_spec
+    from tests.experiments.test_spec import NEURAL, write
+
+    text = NEURAL.replace("runs = 1", "runs = 2").replace("epochs = 3", "epochs = 2")
+    text = text.replace("milestones = [2]\n", "").replace("[algorithms.ed]\n", "")
+    alone = load_spec(write(tmp_path, text, "alone.toml"))
+    together = load_spec(
+        write(
+            tmp_path,
+            text.replace('backend = "loop"', 'backend = "loop"\nbatch_runs = true'),
+            "b.toml",
+        )
+    )
+    quiet = {"progress": False, "log": lambda _: None}
+    rows = [
+        run_spec(s, tmp_path / name, **quiet).rows for s, name in ((alone, "a"), (together, "b"))
+    ]
+    assert rows[1] and len(rows[0]) == len(rows[1]) == 4  # 2 runs x 2 epochs
+
+    def key(r):
+        return (r["run"], r["step"])
+
+    skip = {"grad_seconds", "other_seconds"}
+    for a, b in zip(sorted(rows[0], key=key), sorted(rows[1], key=key), strict=True):
+        for k in a:
+            if k not in skip:
+                want = b[k] if isinstance(b[k], str) else pytest.approx(b[k], rel=1e-6, abs=1e-9)
+                assert a[k] == want, (k, a[k], b[k])
+    vmap = load_spec(
+        write(
+            tmp_path,
+            text.replace('backend = "loop"', 'backend = "vmap"\nbatch_runs = true'),
+            "v.toml",
+        )
+    )
+    got = run_spec(vmap, tmp_path / "v", **quiet).rows
+    assert sorted({r["run"] for r in got}) == [0, 1] and all(r["train_loss"] > 0 for r in got)

@@ -309,8 +309,9 @@ def run_loop(
         values = {k: _column_values(v) for k, v in metrics(state.x).items()}
         if losses is not None and period:
             done = t - (t - 1) // period * period  # steps into the current epoch
-            mean = comm.mean((losses / done).reshape(-1, 1).float())
-            values["train_loss"] = np.array([agents * float(mean.reshape(-1)[0])])
+            rows = losses.shape[0]  # agents here; one loss per column (run) each
+            mean = comm.mean((losses / done).reshape(rows, -1).float())
+            values["train_loss"] = agents * mean.reshape(-1).double().cpu().numpy()
         for v in values.values():
             v[diverged_at >= 0] = np.nan
         lr = float(algorithm.lr_at(max(t - 1, 0)))

@@ -197,7 +197,7 @@ def run_spec(
                     (Unit(folder, spec.fingerprint(variant.label, run), info), variant, run)
                 )
         done: dict[str, tuple[list, dict]] = {}
-        if jobs > 1 and kind.batch_runs and job.world == 1:
+        if jobs > 1 and kind.batch_runs and kind.panel is not None and job.world == 1:
             with warnings.catch_warnings():  # the store warns about a corrupt unit when run
                 warnings.simplefilter("ignore")
                 pending = [u for u in units if force or store.stored(u[0]) is None]

@@ -116,7 +116,7 @@ class ProblemSpec(Protocol):
     #: The metrics a run records; the first is the default headline metric.
     metrics: ClassVar[tuple[str, ...]]
     #: True: all runs are columns of one problem (one unit of work per algorithm).
-    batch_runs: ClassVar[bool]
+    batch_runs: bool  # a class constant, or a field when the kind lets the user choose
 
     def describe(self) -> str:
         """The problem part of a figure title."""
@@ -152,7 +152,7 @@ class ConvexSpec:
 
     panel: ClassVar[str]
     metrics: ClassVar[tuple[str, ...]] = ("dist_to_opt", "grad_norm", "opt_gap", "consensus")
-    batch_runs: ClassVar[bool] = True
+    batch_runs: bool  # a class constant, or a field when the kind lets the user choose = True
 
     def levels(self) -> tuple[float, ...]:
         return getattr(self, self.panel)
