@@ -152,7 +152,7 @@ class ConvexSpec:
 
     panel: ClassVar[str]
     metrics: ClassVar[tuple[str, ...]] = ("dist_to_opt", "grad_norm", "opt_gap", "consensus")
-    batch_runs: bool  # a class constant, or a field when the kind lets the user choose = True
+    batch_runs: ClassVar[bool] = True
 
     def levels(self) -> tuple[float, ...]:
         return getattr(self, self.panel)
