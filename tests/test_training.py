@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -104,18 +106,18 @@ def test_training_learns_and_records():
 
 
 def test_batched_runs_give_each_run_the_rows_it_has_alone(tmp_path):
-    """`batch_runs = true` with the loop backend: two runs stepped as one (n, 2, P) state
+    """`runs_per_batch = 2` with the loop backend: two runs stepped as one (n, 2, P) state
     reproduce, row for row, the runs computed one at a time (dropout included)."""
     from decentopt.experiments import load_spec, run_spec
     from tests.experiments.test_spec import NEURAL, write
 
-    text = NEURAL.replace("runs = 1", "runs = 2").replace("epochs = 3", "epochs = 2")
+    text = NEURAL.replace("runs = 1", "runs = 3").replace("epochs = 3", "epochs = 2")
     text = text.replace("milestones = [2]\n", "").replace("[algorithms.ed]\n", "")
     alone = load_spec(write(tmp_path, text, "alone.toml"))
     together = load_spec(
         write(
             tmp_path,
-            text.replace('backend = "loop"', 'backend = "loop"\nbatch_runs = true'),
+            text.replace('backend = "loop"', 'backend = "loop"\nruns_per_batch = 2'),
             "b.toml",
         )
     )
@@ -123,7 +125,9 @@ def test_batched_runs_give_each_run_the_rows_it_has_alone(tmp_path):
     rows = [
         run_spec(s, tmp_path / name, **quiet).rows for s, name in ((alone, "a"), (together, "b"))
     ]
-    assert rows[1] and len(rows[0]) == len(rows[1]) == 4  # 2 runs x 2 epochs
+    assert rows[1] and len(rows[0]) == len(rows[1]) == 6  # 3 runs x 2 epochs
+    units = sorted(p.name for p in (tmp_path / "b" / "runs").iterdir())
+    assert units == ["edm-run2", "edm-runs0-1"]  # runs 0 and 1 together, then run 2
 
     def key(r):
         return (r["run"], r["step"])
@@ -137,9 +141,12 @@ def test_batched_runs_give_each_run_the_rows_it_has_alone(tmp_path):
     vmap = load_spec(
         write(
             tmp_path,
-            text.replace('backend = "loop"', 'backend = "vmap"\nbatch_runs = true'),
+            text.replace('backend = "loop"', 'backend = "vmap"\nruns_per_batch = 2'),
             "v.toml",
         )
     )
     got = run_spec(vmap, tmp_path / "v", **quiet).rows
-    assert sorted({r["run"] for r in got}) == [0, 1] and all(r["train_loss"] > 0 for r in got)
+    assert sorted({r["run"] for r in got}) == [0, 1, 2] and all(r["train_loss"] > 0 for r in got)
+    fit = load_spec(write(tmp_path, text.replace("runs = 3", "runs = 3\n"), "f.toml"))
+    params = dataclasses.replace(fit.params, runs_per_batch=0)
+    assert params.run_groups(3, 4) == [(0, 1, 2)]  # a tiny model: every run fits at once

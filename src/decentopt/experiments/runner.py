@@ -41,9 +41,9 @@ _WORK: dict[str, Any] = {}
 
 
 def _work(index: int) -> tuple[int, tuple[list, dict]]:
-    _unit, variant, run = _WORK["pending"][index]
+    _unit, variant, group = _WORK["pending"][index]
     with intra_op_threads(1, 0):
-        return index, _WORK["compute"](variant, run, Path())
+        return index, _WORK["compute"](variant, group, Path())
 
 
 def _in_workers(
@@ -77,7 +77,9 @@ def available_memory() -> float | None:
 def check_memory(spec: RunSpec, available: float | None = None) -> float:
     """Refuse, before anything is allocated or written, a run that cannot fit in memory;
     returns the estimate in bytes."""
-    runs = spec.runs if spec.params.batch_runs else 1
+    kind = spec.params
+    groups = [None] if kind.batch_runs else kind.run_groups(spec.runs, spec.agents)
+    runs = max(spec.runs if g is None else len(g) for g in groups)
     parts = spec.params.memory_bytes(agents=spec.agents, runs=runs)
     need = float(sum(parts.values()))
     available = available_memory() if available is None else available
@@ -131,12 +133,12 @@ def run_spec(
     keep_freed_memory()
     built: dict[int | None, Any] = {}
 
-    def problem_for(run: int | None) -> Any:
-        if run is None and run in built:  # a batched problem serves every variant
-            return built[run]
+    def problem_for(group: tuple[int, ...] | None) -> Any:
+        if group is None and group in built:  # a batched problem serves every variant
+            return built[group]
         t0 = time.perf_counter()
         try:
-            problem = spec.build_problem(run, job.rank if job.world > 1 else None)
+            problem = spec.build_problem(group, job.rank if job.world > 1 else None)
         except (MemoryError, RuntimeError) as exc:  # the allocator refused
             if "alloc" not in str(exc).lower() and not isinstance(exc, MemoryError):
                 raise
@@ -145,11 +147,12 @@ def run_spec(
                 "lower runs, agents or the problem's sizes in [problem_params]"
             ) from None
         say(f"{spec.name}: {problem!r} on {topo!r} (built in {time.perf_counter() - t0:.1f} s)")
-        built[run] = problem
+        built[group] = problem
         return problem
 
-    def compute(variant: Variant, run: int | None, folder: Path) -> tuple[list, dict]:
-        problem = problem_for(run)
+    def compute(variant: Variant, group: tuple[int, ...] | None, folder: Path) -> tuple[list, dict]:
+        problem = problem_for(group)
+        run = None if group is None else group[0]
         comm = shared or SimulatedCommunicator(topo)
         if spec.mix_rounds > 1:
             comm = MultiRound(comm, spec.mix_rounds, spec.acceleration)
@@ -175,9 +178,17 @@ def run_spec(
                 progress=progress and job.main,
                 log=say,
             )
-        labels = [c | ({} if run is None else {"run": run}) for c in kind.columns(problem)]
+        labels = kind.columns(problem)
+        if run is not None:  # runs of a group are numbered from its first
+            labels = [c | {"run": run + c.get("run", 0)} for c in labels]
         n_div = int(traj.diverged.sum())
-        which = variant.label + ("" if run is None else f" run {run}")
+        which = variant.label + (
+            ""
+            if group is None
+            else f" run {run}"
+            if len(group) == 1
+            else f" runs {run}-{group[-1]}"
+        )
         say(f"  {which:14s} {traj.wall_time:7.2f} s" + (f", {n_div} diverged" if n_div else ""))
         facts = {"seconds": traj.wall_time, "diverged": n_div, "gossip_rounds": comm.stats.rounds}
         return traj.rows(labels, variant.label, plan.period), facts
@@ -185,29 +196,38 @@ def run_spec(
     # one run writes a folder at a time; stale temporary files of killed writes go
     with lock_folder(out) if job.main else contextlib.nullcontext():
         rows: list[dict[str, Any]] = []
-        runs: list[int | None] = [None] if kind.batch_runs else list(range(spec.runs))
+        groups = [None] if kind.batch_runs else kind.run_groups(spec.runs, spec.agents)
         units = []
-        for run in runs:
+        for group in groups:
+            run = None if group is None else group[0]
             for variant in spec.algorithms.values():
-                name = variant.label + ("" if run is None else f"-run{run}")
+                name = variant.label + (
+                    ""
+                    if group is None
+                    else f"-run{run}"
+                    if len(group) == 1
+                    else f"-runs{run}-{group[-1]}"
+                )
                 info = {"algorithm": variant.label, "method": variant.method, "run": run}
+                if group is not None and len(group) > 1:
+                    info["runs"] = list(group)
                 info["hyperparams"] = variant.hyperparams
                 folder = re.sub(r"[^\w.=(),+-]", "_", name)
                 units.append(
-                    (Unit(folder, spec.fingerprint(variant.label, run), info), variant, run)
+                    (Unit(folder, spec.fingerprint(variant.label, run), info), variant, group)
                 )
         done: dict[str, tuple[list, dict]] = {}
-        if jobs > 1 and kind.batch_runs and kind.panel is not None and job.world == 1:
+        if jobs > 1 and groups == [None] and job.world == 1:
             with warnings.catch_warnings():  # the store warns about a corrupt unit when run
                 warnings.simplefilter("ignore")
                 pending = [u for u in units if force or store.stored(u[0]) is None]
             if len(pending) > 1:
                 done = _in_workers(jobs, pending, compute, problem_for, say)
-        for unit, variant, run in units:
+        for unit, variant, group in units:
             compute_unit = (
                 (lambda _, r=done[unit.name]: r)
                 if unit.name in done
-                else (lambda folder, v=variant, r=run: compute(v, r, folder))
+                else (lambda folder, v=variant, g=group: compute(v, g, folder))
             )
             rows += store.cached(unit, compute_unit)
     if store.kept:

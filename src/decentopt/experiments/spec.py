@@ -149,11 +149,16 @@ class RunSpec(_Shared):
                 raise ConfigError(f"--only: {unknown_name('algorithm', label, self.algorithms)}")
         return dataclasses.replace(self, algorithms={k: self.algorithms[k] for k in labels})
 
-    def build_problem(self, run: int | None = None, rank: int | None = None) -> Any:
-        """The problem of all runs (``run=None``, batched kinds) or of one run; ``rank``:
-        only that agent (one process per agent)."""
-        runs, seed = (self.runs, self.seeds.data) if run is None else (1, self.seeds.data + run)
-        return self.params.build(agents=self.agents, runs=runs, seed=seed, rank=rank)
+    def build_problem(self, runs: tuple[int, ...] | None = None, rank: int | None = None) -> Any:
+        """The problem of all runs (``None``, batched kinds) or of the runs ``runs``
+        (consecutive; run r has data seed ``seeds.data + r``); ``rank``: only that agent
+        (one process per agent)."""
+        if runs is None:
+            return self.params.build(
+                agents=self.agents, runs=self.runs, seed=self.seeds.data, rank=rank
+            )
+        seed = self.seeds.data + runs[0]
+        return self.params.build(agents=self.agents, runs=len(runs), seed=seed, rank=rank)
 
     def build_topology(self) -> topology.Network:
         spec = dict(self.topology)

@@ -115,8 +115,9 @@ class ProblemSpec(Protocol):
     panel: ClassVar[str | None]
     #: The metrics a run records; the first is the default headline metric.
     metrics: ClassVar[tuple[str, ...]]
-    #: True: all runs are columns of one problem (one unit of work per algorithm).
-    batch_runs: bool  # a class constant, or a field when the kind lets the user choose
+    #: True: all runs are columns of one problem (one unit of work per algorithm);
+    #: False: the units are :meth:`run_groups`.
+    batch_runs: ClassVar[bool]
 
     def describe(self) -> str:
         """The problem part of a figure title."""
@@ -143,6 +144,11 @@ class ProblemSpec(Protocol):
     def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
         """About how many bytes building and running it holds, by part; a run that needs
         more than the available memory is refused before anything is allocated."""
+        ...
+
+    def run_groups(self, runs: int, agents: int) -> list[tuple[int, ...]]:
+        """Kinds with ``batch_runs = False``: the units of work over runs, groups of
+        consecutive run indices, each built and stepped together."""
         ...
 
 

@@ -541,6 +541,7 @@ class NeuralSpec:
     """
 
     panel: ClassVar[str | None] = None
+    batch_runs: ClassVar[bool] = False  # units: run_groups (runs_per_batch)
     metrics: ClassVar[tuple[str, ...]] = (
         "test_acc",
         "test_loss",
@@ -569,8 +570,9 @@ class NeuralSpec:
     precision: Literal["auto", "float32", "bf16"] = "auto"
     channels_last: bool = False
     compile: bool = False
-    #: all runs stepped together as one ``(n, R, P)`` state (:class:`BatchedRuns`)
-    batch_runs: bool = False
+    #: runs stepped together as one ``(n, R, P)`` state (:class:`BatchedRuns`): 1 (each
+    #: run alone, the default), k, or 0 for as many as fit in the available memory
+    runs_per_batch: int = bounded(1, minimum=0)
 
     def describe(self) -> str:
         model = {"vgg11": "VGG-11", "small_cnn": "small CNN"}.get(self.model, self.model)
@@ -604,7 +606,7 @@ class NeuralSpec:
     def build(
         self, *, agents: int, runs: int, seed: int, rank: int | None
     ) -> NeuralProblem | BatchedRuns:
-        if self.batch_runs:  # run r as alone: data seed + r
+        if runs > 1:  # run r as alone: data seed + r
             return BatchedRuns(
                 [self._one(agents=agents, seed=seed + r, rank=rank) for r in range(runs)]
             )
@@ -655,6 +657,16 @@ class NeuralSpec:
             gamma=self.gamma,
             warmup_epochs=self.warmup_epochs,
         )
+
+    def run_groups(self, runs: int, agents: int) -> list[tuple[int, ...]]:
+        size = self.runs_per_batch
+        if size == 0:  # as many as the memory holds, by this kind's own estimate
+            from decentopt.experiments.runner import available_memory
+
+            one = sum(self.memory_bytes(agents=agents, runs=1).values())
+            free = available_memory()
+            size = runs if free is None else max(1, min(runs, int(0.8 * free // one)))
+        return [tuple(range(a, min(a + size, runs))) for a in range(0, runs, size)]
 
     def columns(self, problem: NeuralProblem | BatchedRuns) -> list[dict[str, Any]]:
         if isinstance(problem, BatchedRuns):
