@@ -32,6 +32,8 @@ def test_cached_computes_once_and_records_its_facts(tmp_path):
         lambda d: (d / "rows.csv").write_text("step,x\n0,1.0\n"),  # truncated table
         lambda d: (d / "rows.csv").write_text("step,x\n0,1.0\n1,0.25\n"),  # edited value
         lambda d: (d / "rows.csv").unlink(),
+        lambda d: (d / "rows.csv").write_text(""),  # emptied
+        lambda d: (d / "meta.json").write_text(""),  # emptied
         lambda d: (d / "meta.json").write_text('{"fingerprint": "f1", "rows"'),  # half-written
     ],
 )

@@ -110,8 +110,12 @@ def load_checkpoint(root: str | Path, step: int) -> dict[str, Any]:
         )
     manifest_path = folder / f"rank{rank}.json"
     if manifest_path.is_file():  # checkpoints of earlier releases have none
-        manifest = json.loads(manifest_path.read_text())
-        if path.stat().st_size != manifest["bytes"] or _digest(path) != manifest["sha256"]:
+        try:
+            manifest = json.loads(manifest_path.read_text())
+            size, digest = manifest["bytes"], manifest["sha256"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{manifest_path} is damaged ({type(exc).__name__}: {exc})") from None
+        if path.stat().st_size != size or _digest(path) != digest:
             raise ValueError(f"{path} does not match its manifest (truncated or altered)")
     try:
         return torch.load(path, weights_only=False)
