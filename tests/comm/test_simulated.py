@@ -147,3 +147,35 @@ def test_sparse_assumption_checks():
             [1 / 3, 1 / 3, 1 / 3, 1 / 3, 1 / 3], [0, 1, -1, n - 1, -(n - 1)], shape=(n, n)
         )
         SparseTopology(bipartite, "even metropolis ring")
+
+
+def test_the_compiled_shift_kernel_equals_the_eager_one():
+    topo = dopt.topology.ring(64)
+    z = torch.randn(64, 3, 5, dtype=torch.float32)
+    eager = SimulatedCommunicator(topo, kernel="shift").mix(z)
+    comm = SimulatedCommunicator(topo, kernel="compiled")
+    got = comm.mix(z)
+    torch.testing.assert_close(got, eager, rtol=1e-6, atol=1e-6)
+    out = torch.empty_like(z)
+    comm.mix(z, out=out)
+    torch.testing.assert_close(out, eager, rtol=1e-6, atol=1e-6)
+    assert comm.stats.rounds == 2
+    with pytest.raises(ValueError, match="needs a circulant topology"):
+        SimulatedCommunicator(dopt.topology.ring(8), kernel="compiled")
+
+
+def test_a_failing_compile_of_the_mix_falls_back_to_the_shift_kernel(monkeypatch):
+    def broken(fn, **kw):
+        def call(*args):
+            raise RuntimeError("no compiler here")
+
+        return call
+
+    monkeypatch.setattr(torch, "compile", broken)
+    topo = dopt.topology.ring(64)
+    z = torch.randn(64, 4, dtype=torch.float64)
+    comm = SimulatedCommunicator(topo, kernel="compiled")
+    with pytest.warns(RuntimeWarning, match="torch.compile of the mixing kernel failed"):
+        got = comm.mix(z)
+    torch.testing.assert_close(got, SimulatedCommunicator(topo, kernel="shift").mix(z))
+    assert comm.kernel == "shift"
