@@ -17,7 +17,7 @@ def tiny(precision: str = "float32", backend: str = "vmap", **kw) -> NeuralProbl
         torch.nn.ReLU(),
         torch.nn.Flatten(),
         torch.nn.Linear(4 * 8 * 8, 10),
-    ).float()  # the test session's default dtype may be float64
+    ).float()  # other tests may have set float64 as the default dtype
     g = torch.Generator().manual_seed(1)
     x = torch.randn(64, 1, 8, 8, generator=g, dtype=torch.float32)
     y = torch.randint(0, 10, (64,), generator=g)
