@@ -6,6 +6,7 @@ Commands are registered in :data:`COMMANDS` (name -> (help, configure, run)).
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -49,15 +50,14 @@ def _build_topology(args: argparse.Namespace) -> topology.Network:
         return topology.from_matrix(loader(args.matrix), name=args.matrix.name)
     if args.n is None:
         raise ValueError(f"give the number of agents: decentopt topology {args.name} --n 32")
-    kwargs: dict[str, object] = {}
-    if args.weights:
-        kwargs["weights"] = args.weights
-    if args.name == "erdos_renyi":
-        kwargs |= {"p": args.p if args.p is not None else 0.2, "seed": args.seed}
-    if args.name == "random_matchings":
-        kwargs["seed"] = args.seed
-    if args.name == "base_graph":
-        kwargs["base"] = args.base
+    builder = topology.REGISTRY.get(args.name)
+    accepted = inspect.signature(builder).parameters if builder is not None else {}
+    if args.weights and builder is not None and "weights" not in accepted:
+        raise ValueError(f"{args.name} takes no --weights")
+    # every option the builder has a parameter for (--p defaults to 0.2 where it is required)
+    options = {"weights": args.weights, "p": 0.2 if args.p is None else args.p}
+    options |= {"seed": args.seed, "base": args.base}
+    kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
     return topology.make(args.name, args.n, **kwargs)
 
 

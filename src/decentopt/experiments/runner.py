@@ -63,6 +63,12 @@ def _in_workers(
     return results
 
 
+def _run_groups(spec: RunSpec) -> list[tuple[int, ...] | None]:
+    """The units over runs: ``[None]`` (all runs as columns of one problem) or groups."""
+    kind = spec.params
+    return [None] if kind.batch_runs else list(kind.run_groups(spec.runs, spec.agents))
+
+
 def available_memory() -> float | None:
     """Bytes the system can still give this process (Linux ``MemAvailable``), if known."""
     try:
@@ -77,9 +83,7 @@ def available_memory() -> float | None:
 def check_memory(spec: RunSpec, available: float | None = None) -> float:
     """Refuse, before anything is allocated or written, a run that cannot fit in memory;
     returns the estimate in bytes."""
-    kind = spec.params
-    groups = [None] if kind.batch_runs else kind.run_groups(spec.runs, spec.agents)
-    runs = max(spec.runs if g is None else len(g) for g in groups)
+    runs = max(spec.runs if g is None else len(g) for g in _run_groups(spec))
     parts = spec.params.memory_bytes(agents=spec.agents, runs=runs)
     need = float(sum(parts.values()))
     available = available_memory() if available is None else available
@@ -196,7 +200,7 @@ def run_spec(
     # one run writes a folder at a time; stale temporary files of killed writes go
     with lock_folder(out) if job.main else contextlib.nullcontext():
         rows: list[dict[str, Any]] = []
-        groups = [None] if kind.batch_runs else kind.run_groups(spec.runs, spec.agents)
+        groups = _run_groups(spec)
         units = []
         for group in groups:
             run = None if group is None else group[0]

@@ -163,6 +163,11 @@ class ConvexSpec:
     def levels(self) -> tuple[float, ...]:
         return getattr(self, self.panel)
 
+    @staticmethod
+    def state_bytes(agents: int, columns: int, d: int) -> float:
+        """Iterates and algorithm state: about six float64 ``(n, columns, d)`` tensors."""
+        return 6 * 8 * agents * columns * d
+
     def check(self, iterations: int | None) -> None:
         if iterations is None:
             raise ValueError("a convex sweep needs 'iterations' (the number of steps)")

@@ -245,7 +245,7 @@ class LogisticSpec(ConvexSpec):
         samples = agents * cols * self.m * (self.d + 1)
         return {
             "samples (three copies)": 3 * 8 * samples,
-            "iterates and algorithm state": 6 * 8 * agents * cols * self.d,
+            "iterates and algorithm state": self.state_bytes(agents, cols, self.d),
         }
 
     def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Logistic:

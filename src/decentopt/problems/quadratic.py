@@ -254,7 +254,7 @@ class QuadraticSpec(ConvexSpec):
         return {
             "A and its noise factor": 2 * each * p * d,
             "Hessians and fused gradient": 0 if low else 3 * each * d * (d + 1),
-            "iterates and algorithm state": 6 * each * d,
+            "iterates and algorithm state": self.state_bytes(agents, cols, d),
         }
 
     def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Quadratic:
