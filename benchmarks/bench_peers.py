@@ -90,32 +90,40 @@ def scaling(sizes: list[int], d: int, iterations: int) -> list[tuple[int, float]
     return out
 
 
-def large_state(repeats: int) -> None:
-    """EDM step and ring mix on a (256, 1e5) float32 state against the measured copy time.
+def large_state(
+    repeats: int, label: str, graph: str = "ring", n: int = 256, d: int = 100_000
+) -> None:
+    """EDM step and mix on an (n, d) float32 state against the measured copy time.
 
     A copy reads and writes the state once (2 passes); an EDM step must read x, psi,
-    m, g and write x, psi, m (7 passes), so its bound is 3.5 copies.
+    m, g and write x, psi, m (7 passes), so its bound is 3.5 copies. By default the
+    simulator fuses EDM's update with the mix in a C kernel; ``kernel="shift"`` shows
+    the step unfused, ``native=False`` with ``kernel="compiled"`` fused by torch.compile.
     """
     from decentopt.comm import SimulatedCommunicator
     from decentopt.perf import keep_freed_memory
 
     keep_freed_memory()
-    n, d = 256, 100_000
-    comm = SimulatedCommunicator(dopt.topology.ring(n))
-    compiled = SimulatedCommunicator(dopt.topology.ring(n), kernel="compiled")
+    topology = getattr(dopt.topology, graph)(n)
+    eager = SimulatedCommunicator(topology, kernel="shift")  # update, then mix: no fusion
+    default = SimulatedCommunicator(topology)  # kernel="auto": the native fused step
+    compiled = SimulatedCommunicator(topology, kernel="compiled", native=False)
     alg = dopt.algorithms.make("edm", lr=0.01, beta=0.9)
     x = torch.randn(n, d)
     g, state = torch.randn_like(x), alg.init(x)
-    compiled.mix(x)  # compilation happens here, outside the timing
-    timings: dict[str, list[float]] = {"copy": [], "mix": [], "mix compiled": [], "step": []}
-    timings["step compiled mix"] = []
+    compiled.mix(x)  # compilation and the C build happen here, outside the timing
+    alg.step(state, g, compiled)
+    alg.step(state, g, default)
     work = {
         "copy": x.clone,
-        "mix": lambda: comm.mix(x),
-        "mix compiled": lambda: compiled.mix(x),
-        "step": lambda: alg.step(state, g, comm),
-        "step compiled mix": lambda: alg.step(state, g, compiled),
+        f"{graph} mix, shift kernel": lambda: eager.mix(x),
+        f"{graph} mix, default (native C kernel)": lambda: default.mix(x),
+        f"{graph} mix, kernel='compiled'": lambda: compiled.mix(x),
+        "EDM step, update then mix": lambda: alg.step(state, g, eager),
+        "EDM step, fused (default; native C kernel)": lambda: alg.step(state, g, default),
+        "EDM step, fused by torch.compile": lambda: alg.step(state, g, compiled),
     }
+    timings: dict[str, list[float]] = {name: [] for name in work}
     for _ in range(repeats):
         for name, fn in work.items():
             fn()
@@ -124,13 +132,14 @@ def large_state(repeats: int) -> None:
                 fn()
             timings[name].append((time.perf_counter() - start) / 3)
     copy = statistics.median(timings["copy"])
-    bounds = {"mix": copy, "mix compiled": copy, "step": 3.5 * copy}
-    for name, bound in (bounds | {"step compiled mix": 3.5 * copy}).items():
+    for name in list(work)[1:]:
+        bound = 3.5 * copy if "step" in name else copy
         ratios = [t / bound for t in timings[name]]
         print(
-            f"{name} on ({n}, {d}) float32: {statistics.median(timings[name]) * 1e3:.1f} ms, "
-            f"{min(ratios):.2f}x / {statistics.median(ratios):.2f}x its memory bound "
-            f"(copy {copy * 1e3:.1f} ms; target <= 1.5x)"
+            f"{label}: {name} on ({n}, {d}) float32: "
+            f"{statistics.median(timings[name]) * 1e3:.1f} ms, {min(ratios):.2f}x / "
+            f"{statistics.median(ratios):.2f}x its memory bound (copy {copy * 1e3:.1f} ms"
+            f"{'; target <= 1.5x' if graph == 'ring' and n == 256 else ''})"
         )
 
 
@@ -178,7 +187,26 @@ def main() -> None:
         print(f"EDM on ring({n}), d = 100: {sec * 1e6:.0f} us/it")
     slope = np.polyfit(np.log([n * 100 for n, _ in rows]), np.log([s for _, s in rows]), 1)[0]
     print(f"fitted exponent of time in n*d: {slope:.2f} (target <= 1.1)")
-    large_state(3 if args.quick else 5)
+    for threads in (1, default):
+        for loaded in (False, True):
+            torch.set_num_threads(threads)
+            stop = mp.Event()
+            hog = mp.Process(target=busy, args=(stop,)) if loaded else None
+            if hog is not None:
+                hog.start()
+            try:
+                label = f"threads {threads}{', one core busy' if loaded else ''}"
+                large_state(3 if args.quick else 5, label)
+            finally:
+                stop.set()
+                if hog is not None:
+                    hog.join()
+    torch.set_num_threads(1)
+    large_state(3, "threads 1", graph="exponential")  # 16 terms per mix
+    for threads in (1, default):  # a tall state: many agents, shorter rows
+        torch.set_num_threads(threads)
+        large_state(3, f"threads {threads}", n=20_000, d=1_000)
+    torch.set_num_threads(default)
     if args.skip_preset:
         return
     for jobs in (1, 2):

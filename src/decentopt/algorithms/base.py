@@ -23,7 +23,11 @@ __all__ = [
     "AlgorithmState",
     "HyperParams",
     "MomentumHyperParams",
+    "Scalar",
+    "add_scaled",
     "check_initial_point",
+    "heavy_ball",
+    "interpolate",
     "momentum_direction",
 ]
 
@@ -113,8 +117,28 @@ class MomentumHyperParams(HyperParams):
             )
 
 
-def momentum_direction(
-    m: torch.Tensor, g: torch.Tensor, hp: MomentumHyperParams
+#: A scalar of an elementwise update: a Python float, or a 0-d tensor when the
+#: update is compiled (so that a new step size does not recompile it).
+Scalar = float | torch.Tensor
+
+
+def add_scaled(x: torch.Tensor, y: torch.Tensor, a: Scalar) -> torch.Tensor:
+    """``x + a y`` in one operation for a float ``a``, and for a 0-d tensor ``a`` too."""
+    if isinstance(a, torch.Tensor):
+        return x + a * y
+    return torch.add(x, y, alpha=a)
+
+
+def interpolate(a: torch.Tensor, b: torch.Tensor, w: Scalar) -> torch.Tensor:
+    """``a + w (b - a)`` (``torch.lerp``); for a 0-d tensor ``w`` written out, which
+    compiles to plainer code than ``lerp``'s two-sided formula."""
+    if isinstance(w, torch.Tensor):
+        return a + w * (b - a)
+    return torch.lerp(a, b, w)
+
+
+def heavy_ball(
+    m: torch.Tensor, g: torch.Tensor, beta: Scalar, *, nesterov: bool, dampening: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One heavy-ball update: returns ``(m_new, direction)``.
 
@@ -122,15 +146,22 @@ def momentum_direction(
         m^+ = \\beta m + s g, \\qquad d = m^+ \\ \\text{or}\\ \\beta m^+ + s g
         \\ (\\text{Nesterov}),\\qquad s = 1 - \\beta \\text{ if dampening else } 1.
     """
-    if hp.dampening:
-        m_new = torch.lerp(g, m, hp.beta)  # beta m + (1 - beta) g
-        if hp.nesterov:
-            return m_new, torch.lerp(g, m_new, hp.beta)
+    if dampening:
+        m_new = interpolate(g, m, beta)  # beta m + (1 - beta) g
+        if nesterov:
+            return m_new, interpolate(g, m_new, beta)
         return m_new, m_new
-    m_new = torch.add(g, m, alpha=hp.beta)
-    if hp.nesterov:
-        return m_new, torch.add(g, m_new, alpha=hp.beta)
+    m_new = add_scaled(g, m, beta)
+    if nesterov:
+        return m_new, add_scaled(g, m_new, beta)
     return m_new, m_new
+
+
+def momentum_direction(
+    m: torch.Tensor, g: torch.Tensor, hp: MomentumHyperParams
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`heavy_ball` with ``hp``'s ``beta``, ``nesterov`` and ``dampening``."""
+    return heavy_ball(m, g, hp.beta, nesterov=hp.nesterov, dampening=hp.dampening)
 
 
 def check_initial_point(x0: torch.Tensor, owner: str) -> torch.Tensor:

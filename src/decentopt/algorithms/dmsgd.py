@@ -2,20 +2,53 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
+from decentopt.algorithms.base import (
+    MomentumHyperParams,
+    Scalar,
+    add_scaled,
+    check_initial_point,
+    heavy_ball,
+)
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
+from decentopt.comm.native import implements
 
 
 class DmSGDState(NamedTuple):
     x: torch.Tensor
     m: torch.Tensor
     t: int = 0
+
+
+@implements("momentum_descend", inputs=3, scalars=2, outputs=2)
+def momentum_descend(
+    x: torch.Tensor,
+    m: torch.Tensor,
+    g: torch.Tensor,
+    alpha: Scalar,
+    beta: Scalar,
+    *,
+    nesterov: bool,
+    dampening: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DmSGD's elementwise part: ``(x - alpha d, m+)``; the first is what the agents mix."""
+    m_new, direction = heavy_ball(m, g, beta, nesterov=nesterov, dampening=dampening)
+    return add_scaled(x, direction, -alpha), m_new
+
+
+@functools.cache
+def _momentum_descend_with(
+    nesterov: bool, dampening: bool
+) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """``momentum_descend`` with its options bound, made once (a step should not build it)."""
+    return functools.partial(momentum_descend, nesterov=nesterov, dampening=dampening)
 
 
 @register
@@ -44,7 +77,6 @@ class DmSGD(MomentumHyperParams):
         return DmSGDState(x=x0, m=torch.zeros_like(x0))
 
     def step(self, state: DmSGDState, grad: torch.Tensor, comm: Communicator) -> DmSGDState:
-        alpha = self.lr_at(state.t)
-        m, direction = momentum_direction(state.m, grad, self)
-        x_next = comm.mix(torch.add(state.x, direction, alpha=-alpha))
+        update = _momentum_descend_with(self.nesterov, self.dampening)
+        x_next, m = comm.mix_map(update, (state.x, state.m, grad), (self.lr_at(state.t), self.beta))
         return DmSGDState(x=x_next, m=m, t=state.t + 1)

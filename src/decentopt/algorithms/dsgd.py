@@ -7,14 +7,21 @@ from typing import ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import HyperParams, check_initial_point
+from decentopt.algorithms.base import HyperParams, Scalar, add_scaled, check_initial_point
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
+from decentopt.comm.native import implements
 
 
 class DSGDState(NamedTuple):
     x: torch.Tensor
     t: int = 0
+
+
+@implements("descend", inputs=2, scalars=1, outputs=1)
+def descend(x: torch.Tensor, g: torch.Tensor, alpha: Scalar) -> tuple[torch.Tensor]:
+    """DSGD's elementwise part, ``(x - alpha g,)``: what the agents mix."""
+    return (add_scaled(x, g, -alpha),)
 
 
 @register
@@ -40,5 +47,5 @@ class DSGD(HyperParams):
         return DSGDState(x=check_initial_point(x0, self.name))
 
     def step(self, state: DSGDState, grad: torch.Tensor, comm: Communicator) -> DSGDState:
-        alpha = self.lr_at(state.t)
-        return DSGDState(x=comm.mix(torch.add(state.x, grad, alpha=-alpha)), t=state.t + 1)
+        (x_next,) = comm.mix_map(descend, (state.x, grad), (self.lr_at(state.t),))
+        return DSGDState(x=x_next, t=state.t + 1)

@@ -7,15 +7,27 @@ from typing import ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import HyperParams, check_initial_point
+from decentopt.algorithms.base import HyperParams, Scalar, add_scaled, check_initial_point
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
+from decentopt.comm.native import implements
 
 
 class EDState(NamedTuple):
     x: torch.Tensor
     psi: torch.Tensor
     t: int = 0
+
+
+@implements("correct", inputs=3, scalars=1, outputs=2)
+def correct(
+    x: torch.Tensor, psi: torch.Tensor, direction: torch.Tensor, alpha: Scalar
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact Diffusion's adapt and correct, elementwise: ``(phi, psi+)`` with
+    ``psi+ = x - alpha d`` and ``phi = psi+ + x - psi``."""
+    psi_next = add_scaled(x, direction, -alpha)
+    phi = torch.sub(x, psi).add_(psi_next)  # in place on a fresh temporary: one pass fewer
+    return phi, psi_next
 
 
 def adapt_correct_combine(
@@ -29,13 +41,14 @@ def adapt_correct_combine(
     """The Exact-Diffusion step shared by ED, EDM and NIDS; returns ``(x_next, psi_next)``.
 
     ``psi+ = x - alpha d``, ``phi = psi+ + x - psi``, ``x+ = W~ phi`` with
-    ``W~ = I - c (I - W)`` (``c = 1``: ``W`` itself). Storing ``psi`` (rather than the
+    ``W~ = I - c (I - W)`` (``c = 1``: ``W`` itself, through :meth:`Communicator.mix_map`,
+    which may fuse the update with the mix). Storing ``psi`` (rather than the
     previous gradient) keeps the correction exact when ``alpha`` changes over time.
     """
-    psi_next = torch.add(x, direction, alpha=-alpha)
-    phi = torch.sub(x, psi).add_(psi_next)  # in place on a fresh temporary: one pass fewer
     if c == 1.0:
-        return comm.mix(phi), psi_next
+        x_next, psi_next = comm.mix_map(correct, (x, psi, direction), (alpha,))
+        return x_next, psi_next
+    phi, psi_next = correct(x, psi, direction, alpha)
     return comm.mix(phi).mul_(c).add_(phi, alpha=1 - c), psi_next
 
 

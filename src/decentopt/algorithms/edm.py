@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
-from decentopt.algorithms.ed import adapt_correct_combine
+from decentopt.algorithms.base import MomentumHyperParams, Scalar, check_initial_point, heavy_ball
+from decentopt.algorithms.ed import correct
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
+from decentopt.comm.native import implements
 
 
 class EDMState(NamedTuple):
@@ -18,6 +21,30 @@ class EDMState(NamedTuple):
     psi: torch.Tensor
     m: torch.Tensor
     t: int = 0
+
+
+@implements("edm", inputs=4, scalars=2, outputs=3)
+def edm_update(
+    x: torch.Tensor,
+    psi: torch.Tensor,
+    m: torch.Tensor,
+    g: torch.Tensor,
+    alpha: Scalar,
+    beta: Scalar,
+    *,
+    nesterov: bool,
+    dampening: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """EDM's elementwise part: ``(phi, psi+, m+)``; ``phi`` is what the agents mix."""
+    m_new, direction = heavy_ball(m, g, beta, nesterov=nesterov, dampening=dampening)
+    phi, psi_next = correct(x, psi, direction, alpha)
+    return phi, psi_next, m_new
+
+
+@functools.cache
+def _edm_update_with(nesterov: bool, dampening: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """``edm_update`` with its options bound, made once (a step should not build it)."""
+    return functools.partial(edm_update, nesterov=nesterov, dampening=dampening)
 
 
 @register
@@ -55,7 +82,8 @@ class EDM(MomentumHyperParams):
         return EDMState(x=x0, psi=x0.clone(), m=torch.zeros_like(x0))
 
     def step(self, state: EDMState, grad: torch.Tensor, comm: Communicator) -> EDMState:
-        alpha = self.lr_at(state.t)
-        m, direction = momentum_direction(state.m, grad, self)
-        x_next, psi = adapt_correct_combine(state.x, state.psi, direction, alpha, comm)
+        update = _edm_update_with(self.nesterov, self.dampening)
+        x_next, psi, m = comm.mix_map(
+            update, (state.x, state.psi, state.m, grad), (self.lr_at(state.t), self.beta)
+        )
         return EDMState(x=x_next, psi=psi, m=m, t=state.t + 1)

@@ -29,7 +29,7 @@ from typing import Literal
 
 import torch
 
-from decentopt.comm.base import CommStats, Communicator
+from decentopt.comm.base import CommStats, Communicator, Elementwise, map_then_mix
 from decentopt.topology import Network
 
 __all__ = ["MultiRound"]
@@ -107,6 +107,11 @@ class MultiRound:
         if out is None:
             return result
         return out.copy_(result)
+
+    def mix_map(
+        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[float] = ()
+    ) -> tuple[torch.Tensor, ...]:
+        return map_then_mix(self, fn, tensors, scalars)
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         return self.inner.mean(z)

@@ -8,7 +8,7 @@ rank of the distributed backend it holds the agents that rank owns, ``(1, ...)``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -17,7 +17,14 @@ import torch
 if TYPE_CHECKING:
     from decentopt.topology import Network
 
-__all__ = ["CommStats", "Communicator"]
+__all__ = ["CommStats", "Communicator", "Elementwise", "map_then_mix"]
+
+#: A row-wise update ``fn(*tensors, *scalars) -> (y_0, y_1, ...)``: every output
+#: element depends only on the inputs' elements at the same index, so it may be
+#: evaluated on any block of columns. Scalars arrive as Python floats or as 0-d
+#: tensors of the state's dtype (use them in arithmetic, not as ``alpha=`` keywords;
+#: :func:`decentopt.algorithms.base.add_scaled` does both).
+Elementwise = Callable[..., tuple[torch.Tensor, ...]]
 
 
 @dataclass
@@ -70,6 +77,20 @@ class Communicator(Protocol):
         """``[W z for z in zs]`` in one gossip round (the tensors travel packed together)."""
         ...
 
+    def mix_map(
+        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[float] = ()
+    ) -> tuple[torch.Tensor, ...]:
+        """``(W y_0, y_1, ...)`` where ``(y_0, y_1, ...) = fn(*tensors, *scalars)``: an
+        elementwise update whose first output is mixed, in one gossip round.
+
+        The same as :func:`map_then_mix`; a communicator may instead evaluate ``fn``
+        on blocks of columns and mix each block while it is in cache (the simulator's
+        ``kernel="compiled"``). ``fn`` should be a module-level function (or a
+        ``functools.partial`` of one with constant keywords): compiled code is kept per
+        function.
+        """
+        ...
+
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         """Exact average over all agents (for metrics only, not a gossip round)."""
         ...
@@ -77,3 +98,14 @@ class Communicator(Protocol):
     def barrier(self, stage: str) -> None:
         """Wait for every process of the job (a no-op in one process); ``stage`` names it."""
         ...
+
+
+def map_then_mix(
+    comm: Communicator,
+    fn: Elementwise,
+    tensors: Sequence[torch.Tensor],
+    scalars: Sequence[float] = (),
+) -> tuple[torch.Tensor, ...]:
+    """:meth:`Communicator.mix_map` done plainly: evaluate ``fn``, then mix its first output."""
+    first, *rest = fn(*tensors, *scalars)
+    return (comm.mix(first), *rest)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from decentopt.comm.base import CommStats
+from decentopt.comm.base import CommStats, Elementwise, map_then_mix
 from decentopt.topology.schedule import TopologySchedule
 from decentopt.topology.topology import Topology
 
@@ -182,6 +182,11 @@ class DistributedCommunicator:
         mixed = self.mix(torch.cat(flats, dim=1))
         parts = mixed.split([f.shape[1] for f in flats], dim=1)
         return [p.reshape(z.shape) for p, z in zip(parts, zs, strict=True)]
+
+    def mix_map(
+        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[float] = ()
+    ) -> tuple[torch.Tensor, ...]:
+        return map_then_mix(self, fn, tensors, scalars)
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         """Exact average over all ranks; a rank that does not join within ``timeout``

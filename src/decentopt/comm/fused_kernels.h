@@ -1,0 +1,253 @@
+/* The kernels of fused.c for one element type T (names end in SUFFIX); with
+ * VECTOR, LANES-wide vector operations V, LOAD, STOREU, STREAM, SET, ADD, SUB, MUL.
+ *
+ * Heavy ball, as decentopt.algorithms.base.heavy_ball: m+ = g + damp (m - g) + keep m
+ * (damp = beta, keep = 0 with dampening; damp = 0, keep = beta without), and the
+ * direction d = m+, or with Nesterov the same formula applied to m+.
+ */
+#define FN(name) CAT(name, SUFFIX)
+
+/* How many elements of a row to write one by one before dst is 64-byte aligned. */
+static int64_t FN(lead)(const T *dst, int64_t w) {
+    const uintptr_t off = (uintptr_t)dst & 63;
+    if (off % sizeof(T)) return w; /* never aligned: all of it one by one */
+    const int64_t head = off ? (int64_t)((64 - off) / sizeof(T)) : 0;
+    return head < w ? head : w;
+}
+
+/* Columns [j0, j1) of one row of the update, element by element. */
+static void FN(update_scalar)(int kind, int nesterov, const T *const *in, T *const *out,
+                              int outputs, int64_t off, int64_t j0, int64_t j1, T alpha, T damp,
+                              T keep, T *mixed) {
+    const T *x = in[0] + off;
+    for (int64_t j = j0; j < j1; j++) {
+        if (kind == DESCEND) {
+            mixed[j] = x[j] - alpha * in[1][off + j];
+            continue;
+        }
+        T dir;
+        if (kind == CORRECT) {
+            dir = in[2][off + j];
+        } else { /* inputs (x, m, g) or (x, psi, m, g) */
+            const T *m = kind == MOMENTUM_DESCEND ? in[1] + off : in[2] + off;
+            const T *g = kind == MOMENTUM_DESCEND ? in[2] + off : in[3] + off;
+            const T mn = g[j] + damp * (m[j] - g[j]) + keep * m[j];
+            dir = nesterov ? g[j] + damp * (mn - g[j]) + keep * mn : mn;
+            if (outputs) out[kind == EDM ? 2 : 1][off + j] = mn;
+        }
+        const T step = x[j] - alpha * dir;
+        if (kind == MOMENTUM_DESCEND) {
+            mixed[j] = step;
+        } else { /* step is psi+; y0 = phi = psi+ + x - psi */
+            mixed[j] = step + (x[j] - in[1][off + j]);
+            if (outputs) out[1][off + j] = step;
+        }
+    }
+}
+
+#if VECTOR
+/* Columns [j0, j1) (a multiple of LANES, outputs aligned at j0) with vectors and
+   non-temporal stores of the outputs. */
+static void FN(update_vector)(int kind, int nesterov, const T *const *in, T *const *out,
+                              int outputs, int64_t off, int64_t j0, int64_t j1, T alpha, T damp,
+                              T keep, T *mixed) {
+    const V va = SET(alpha), vd = SET(damp), vk = SET(keep);
+    const T *x = in[0] + off;
+    if (kind == DESCEND) {
+        const T *g = in[1] + off;
+        for (int64_t j = j0; j < j1; j += LANES)
+            STOREU(mixed + j, SUB(LOAD(x + j), MUL(va, LOAD(g + j))));
+        return;
+    }
+    const int momentum = kind != CORRECT; /* inputs (x, m, g) or (x, psi, m, g) */
+    const T *m = !momentum ? NULL : kind == MOMENTUM_DESCEND ? in[1] + off : in[2] + off;
+    const T *g = !momentum ? NULL : kind == MOMENTUM_DESCEND ? in[2] + off : in[3] + off;
+    T *m_out = !momentum ? NULL : kind == MOMENTUM_DESCEND ? out[1] + off : out[2] + off;
+    for (int64_t j = j0; j < j1; j += LANES) {
+        V dir;
+        if (kind == CORRECT) {
+            dir = LOAD(in[2] + off + j);
+        } else {
+            const V vg = LOAD(g + j), vm = LOAD(m + j);
+            const V mn = ADD(ADD(vg, MUL(vd, SUB(vm, vg))), MUL(vk, vm));
+            dir = nesterov ? ADD(ADD(vg, MUL(vd, SUB(mn, vg))), MUL(vk, mn)) : mn;
+            if (outputs) STREAM(m_out + j, mn);
+        }
+        const V vx = LOAD(x + j);
+        const V step = SUB(vx, MUL(va, dir));
+        if (kind == MOMENTUM_DESCEND) {
+            STOREU(mixed + j, step);
+        } else {
+            STOREU(mixed + j, ADD(step, SUB(vx, LOAD(in[1] + off + j))));
+            if (outputs) STREAM(out[1] + off + j, step);
+        }
+    }
+}
+#endif
+
+/* One row segment (w columns from offset off) of the update; y0 goes to mixed, and
+   the other outputs to memory when `outputs` (a halo row computes y0 only). */
+static void FN(update_row)(int kind, int nesterov, const T *const *in, T *const *out,
+                           int outputs, int64_t off, int64_t w, T alpha, T damp, T keep,
+                           T *mixed) {
+#if VECTOR
+    /* the streamed outputs share one alignment (same shape, allocated alike) */
+    const int64_t head = kind == DESCEND ? 0 : FN(lead)(out[1] + off, w);
+    const int64_t body = head + (w - head) / LANES * LANES;
+    FN(update_scalar)(kind, nesterov, in, out, outputs, off, 0, head, alpha, damp, keep, mixed);
+    FN(update_vector)(kind, nesterov, in, out, outputs, off, head, body, alpha, damp, keep, mixed);
+    FN(update_scalar)(kind, nesterov, in, out, outputs, off, body, w, alpha, damp, keep, mixed);
+#else
+    FN(update_scalar)(kind, nesterov, in, out, outputs, off, 0, w, alpha, damp, keep, mixed);
+#endif
+}
+
+/* dst[j] = sum_q weights[q] rows[q][j] for j in [j0, j1), element by element. */
+static void FN(mix_scalar)(const T *const *rows, int64_t k, const T *weights, int64_t j0,
+                           int64_t j1, T *dst) {
+    for (int64_t j = j0; j < j1; j++) {
+        T acc = weights[0] * rows[0][j];
+        for (int64_t q = 1; q < k; q++) acc += weights[q] * rows[q][j];
+        dst[j] = acc;
+    }
+}
+
+/* dst[0:w] = sum_q weights[q] rows[q][0:w]. */
+static void FN(mix_row)(const T *const *rows, int64_t k, const T *weights, int64_t w, T *dst) {
+#if VECTOR
+    const int64_t head = FN(lead)(dst, w);
+    const int64_t body = head + (w - head) / LANES * LANES;
+    FN(mix_scalar)(rows, k, weights, 0, head, dst);
+    if (k == 3) { /* rings */
+        const V c0 = SET(weights[0]), c1 = SET(weights[1]), c2 = SET(weights[2]);
+        const T *r0 = rows[0], *r1 = rows[1], *r2 = rows[2];
+        for (int64_t j = head; j < body; j += LANES)
+            STREAM(dst + j, ADD(ADD(MUL(c0, LOAD(r0 + j)), MUL(c1, LOAD(r1 + j))),
+                                MUL(c2, LOAD(r2 + j))));
+    } else {
+        for (int64_t j = head; j < body; j += LANES) {
+            V acc = MUL(SET(weights[0]), LOAD(rows[0] + j));
+            for (int64_t q = 1; q < k; q++) acc = ADD(acc, MUL(SET(weights[q]), LOAD(rows[q] + j)));
+            STREAM(dst + j, acc);
+        }
+    }
+    FN(mix_scalar)(rows, k, weights, body, w, dst);
+#else
+    FN(mix_scalar)(rows, k, weights, 0, w, dst);
+#endif
+}
+
+/* The farthest row an output reads, either way round the ring. */
+static int64_t FN(reach)(int64_t n, int64_t k, const int64_t *offsets) {
+    int64_t reach = 0;
+    for (int64_t q = 0; q < k; q++) {
+        const int64_t o = offsets[q] < n - offsets[q] ? offsets[q] : n - offsets[q];
+        if (o > reach) reach = o;
+    }
+    return reach;
+}
+
+/* A far-reaching stencil: every row of a block of columns kept (rows in order, each
+   output mixed once all its rows exist, the ones that wrap around at the end). */
+static void FN(all_rows)(int kind, int nesterov, int64_t n, int64_t d, const T *const *in,
+                         T *const *out, T alpha, T damp, T keep, int64_t k,
+                         const int64_t *offsets, const T *weights, int64_t reach, T *buffer,
+                         int64_t a, int64_t w, int64_t width) {
+    const T *rows[MAX_TERMS];
+    for (int64_t i = 0; i <= n; i++) {
+        if (i < n)
+            FN(update_row)(kind, nesterov, in, out, 1, i * d + a, w, alpha, damp, keep,
+                           buffer + i * width);
+        /* after row i: the output row i - reach; after the last, the wrapping ones */
+        for (int64_t r = i < n ? i - reach : 0; r < (i < n ? i - reach + 1 : n); r++) {
+            const int wraps = r < reach || r >= n - reach;
+            if (r < 0 || (i < n) == wraps) continue;
+            for (int64_t q = 0; q < k; q++) rows[q] = buffer + ((r + offsets[q]) % n) * width;
+            FN(mix_row)(rows, k, weights, w, out[0] + r * d + a);
+        }
+    }
+}
+
+/* A short reach: output rows [r0, r1) of a block of columns. The rows from r0 - reach
+   to r1 + reach - 1 (round the ring) are updated in order into a ring of 2 reach + 1
+   kept rows -- the ones outside [r0, r1), a halo, for y0 only -- and output row r is
+   mixed as soon as row r + reach exists. */
+static void FN(row_range)(int kind, int nesterov, int64_t n, int64_t d, const T *const *in,
+                          T *const *out, T alpha, T damp, T keep, int64_t k,
+                          const int64_t *offsets, const T *weights, int64_t reach, T *buffer,
+                          int64_t a, int64_t w, int64_t width, int64_t r0, int64_t r1) {
+    const int64_t span = 2 * reach + 1, own = r1 - r0;
+    const T *rows[MAX_TERMS];
+    for (int64_t s = 0; s < own + 2 * reach; s++) {
+        const int64_t j = ((r0 - reach + s) % n + n) % n;
+        const int mine = s >= reach && s < reach + own;
+        FN(update_row)(kind, nesterov, in, out, mine, j * d + a, w, alpha, damp, keep,
+                       buffer + (s % span) * width);
+        if (s < 2 * reach) continue;
+        const int64_t t = s - 2 * reach, r = r0 + t; /* rows r - reach .. r + reach exist */
+        for (int64_t q = 0; q < k; q++) {
+            const int64_t o = offsets[q] <= reach ? offsets[q] : offsets[q] - n; /* signed */
+            rows[q] = buffer + ((t + reach + o) % span) * width;
+        }
+        FN(mix_row)(rows, k, weights, w, out[0] + r * d + a);
+    }
+}
+
+int FN(decentopt_update_mix)(int kind, int nesterov, int dampening, int64_t n, int64_t d,
+                             const T *const *in, T *const *out, T alpha, T beta, int64_t k,
+                             const int64_t *offsets, const T *weights, int64_t width,
+                             int threads) {
+    if (k < 1 || k > MAX_TERMS || width < 1 || width > MAX_WIDTH || kind < 0 || kind > EDM)
+        return 1;
+    const T damp = dampening ? beta : (T)0, keep = dampening ? (T)0 : beta;
+    const int64_t reach = FN(reach)(n, k, offsets);
+    const int short_reach = n > 4 * reach + 1;
+    const int64_t blocks = (d + width - 1) / width;
+    /* narrow states: threads share out ranges of rows too (a halo of 2 reach rows each) */
+    int64_t parts = short_reach && blocks < threads ? (threads + blocks - 1) / blocks : 1;
+    if (parts > n / (2 * reach + 1)) parts = n / (2 * reach + 1) > 0 ? n / (2 * reach + 1) : 1;
+    const int64_t kept = short_reach ? 2 * reach + 1 : n;
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+    {
+        T *buffer = malloc((size_t)(kept * width) * sizeof(T));
+        failed |= buffer == NULL;
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t b = 0; b < blocks; b++) {
+            for (int64_t p = 0; p < parts; p++) {
+                if (buffer == NULL) continue;
+                const int64_t a = b * width, w = d - a < width ? d - a : width;
+                if (short_reach)
+                    FN(row_range)(kind, nesterov, n, d, in, out, alpha, damp, keep, k, offsets,
+                                  weights, reach, buffer, a, w, width, p * n / parts,
+                                  (p + 1) * n / parts);
+                else
+                    FN(all_rows)(kind, nesterov, n, d, in, out, alpha, damp, keep, k, offsets,
+                                 weights, reach, buffer, a, w, width);
+            }
+        }
+        free(buffer);
+    }
+    fence();
+    return failed;
+}
+
+int FN(decentopt_mix)(int64_t n, int64_t d, const T *z, T *out, int64_t k,
+                      const int64_t *offsets, const T *weights, int64_t width, int threads) {
+    if (k < 1 || k > MAX_TERMS || width < 1) return 1;
+    const int64_t blocks = (d + width - 1) / width;
+    /* threads share out blocks, or the rows of one block: every output row is its own */
+#pragma omp parallel for collapse(2) num_threads(threads) schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+        for (int64_t r = 0; r < n; r++) {
+            const int64_t a = b * width, w = d - a < width ? d - a : width;
+            const T *rows[MAX_TERMS];
+            for (int64_t q = 0; q < k; q++) rows[q] = z + ((r + offsets[q]) % n) * d + a;
+            FN(mix_row)(rows, k, weights, w, out + r * d + a);
+        }
+    }
+    fence();
+    return 0;
+}
+
+#undef FN
