@@ -179,3 +179,19 @@ def test_checkpoints_by_minutes(tmp_path):
     noisy_quadratic_run(checkpoint_dir=tmp_path, checkpoint_every=10**6, checkpoint_minutes=1e-9)
     steps = sorted(int(p.name.split("-")[1]) for p in tmp_path.glob("step-*"))
     assert steps and all(s % CHECK_EVERY == 0 for s in steps)
+
+
+def test_large_states_keep_freed_memory_in_the_process(monkeypatch):
+    """From LARGE_STATE_BYTES of state the loop asks glibc to recycle freed blocks
+    (each step's tensors would otherwise be page-faulted in afresh)."""
+    import decentopt.driver as driver
+
+    calls: list[int] = []
+    monkeypatch.setattr(driver, "keep_freed_memory", lambda: calls.append(1) or True)
+    prob = dopt.problems.Quadratic.paper(n=8, d=5, p=10, sigma2=0.0, repetitions=1, seed=0)
+    alg = dopt.algorithms.make("dsgd", lr=0.05)
+    dopt.simulate(alg, prob, dopt.topology.ring(8), 2)
+    assert calls == []  # a small state leaves the process's allocator alone
+    monkeypatch.setattr(driver, "LARGE_STATE_BYTES", 8 * 5 * 8)
+    dopt.simulate(alg, prob, dopt.topology.ring(8), 2)
+    assert calls == [1]

@@ -29,6 +29,7 @@ import torch
 from decentopt.algorithms.base import Algorithm, AlgorithmState
 from decentopt.comm.base import CommStats, Communicator
 from decentopt.distributed.checkpoint import load_latest, save_checkpoint
+from decentopt.perf import keep_freed_memory
 from decentopt.problems.base import Plan
 
 if TYPE_CHECKING:
@@ -49,6 +50,10 @@ CHECK_EVERY = 50
 #: 2-core machine: below it a second thread gains at most 2x when the machine is idle and
 #: costs 5-24x when another process is busy (benchmarks/bench_peers.py).
 THREADS_CROSSOVER = 2**20
+#: From this many bytes of state, freed blocks stay in the process
+#: (:func:`~decentopt.perf.keep_freed_memory`): glibc would otherwise return each
+#: step's tensors to the system and page-fault fresh ones in on the next.
+LARGE_STATE_BYTES = 8 << 20
 #: A column also diverges when mean_i ||x_i||^2 exceeds this many times the median of
 #: the others (relative to each column's start): a run blowing up slowly is not averaged in.
 OUTLIER = 1e6
@@ -248,6 +253,8 @@ def run_loop(
     gradient = gradient or problem.gradient_and_loss
     metrics = metrics or (lambda z: problem.metrics(z, comm))
     x = problem.initial_point() if x0 is None else x0
+    if x.device.type == "cpu" and x.numel() * x.element_size() >= LARGE_STATE_BYTES:
+        keep_freed_memory()
     # timings on a GPU need the queued kernels finished
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     state = algorithm.init(x)
