@@ -9,6 +9,8 @@ stochastic gradient evaluated at ``state.x``; all tensors are agent-first
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -29,6 +31,7 @@ __all__ = [
     "heavy_ball",
     "interpolate",
     "momentum_direction",
+    "with_momentum_options",
 ]
 
 
@@ -155,6 +158,15 @@ def heavy_ball(
     if nesterov:
         return m_new, add_scaled(g, m_new, beta)
     return m_new, m_new
+
+
+@functools.cache
+def with_momentum_options(
+    update: Callable[..., tuple[torch.Tensor, ...]], nesterov: bool, dampening: bool
+) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """``update`` with its ``nesterov`` and ``dampening`` keywords bound, made once per
+    combination (a step should not build it; compiled code is kept per function)."""
+    return functools.partial(update, nesterov=nesterov, dampening=dampening)
 
 
 def momentum_direction(

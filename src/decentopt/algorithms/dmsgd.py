@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -15,6 +13,7 @@ from decentopt.algorithms.base import (
     add_scaled,
     check_initial_point,
     heavy_ball,
+    with_momentum_options,
 )
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
@@ -43,14 +42,6 @@ def momentum_descend(
     return add_scaled(x, direction, -alpha), m_new
 
 
-@functools.cache
-def _momentum_descend_with(
-    nesterov: bool, dampening: bool
-) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """``momentum_descend`` with its options bound, made once (a step should not build it)."""
-    return functools.partial(momentum_descend, nesterov=nesterov, dampening=dampening)
-
-
 @register
 @dataclass(frozen=True)
 class DmSGD(MomentumHyperParams):
@@ -77,6 +68,6 @@ class DmSGD(MomentumHyperParams):
         return DmSGDState(x=x0, m=torch.zeros_like(x0))
 
     def step(self, state: DmSGDState, grad: torch.Tensor, comm: Communicator) -> DmSGDState:
-        update = _momentum_descend_with(self.nesterov, self.dampening)
+        update = with_momentum_options(momentum_descend, self.nesterov, self.dampening)
         x_next, m = comm.mix_map(update, (state.x, state.m, grad), (self.lr_at(state.t), self.beta))
         return DmSGDState(x=x_next, m=m, t=state.t + 1)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import MomentumHyperParams, Scalar, check_initial_point, heavy_ball
+from decentopt.algorithms.base import (
+    MomentumHyperParams,
+    Scalar,
+    check_initial_point,
+    heavy_ball,
+    with_momentum_options,
+)
 from decentopt.algorithms.ed import correct
 from decentopt.algorithms.registry import register
 from decentopt.comm.base import Communicator
@@ -39,12 +43,6 @@ def edm_update(
     m_new, direction = heavy_ball(m, g, beta, nesterov=nesterov, dampening=dampening)
     phi, psi_next = correct(x, psi, direction, alpha)
     return phi, psi_next, m_new
-
-
-@functools.cache
-def _edm_update_with(nesterov: bool, dampening: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """``edm_update`` with its options bound, made once (a step should not build it)."""
-    return functools.partial(edm_update, nesterov=nesterov, dampening=dampening)
 
 
 @register
@@ -82,7 +80,7 @@ class EDM(MomentumHyperParams):
         return EDMState(x=x0, psi=x0.clone(), m=torch.zeros_like(x0))
 
     def step(self, state: EDMState, grad: torch.Tensor, comm: Communicator) -> EDMState:
-        update = _edm_update_with(self.nesterov, self.dampening)
+        update = with_momentum_options(edm_update, self.nesterov, self.dampening)
         x_next, psi, m = comm.mix_map(
             update, (state.x, state.psi, state.m, grad), (self.lr_at(state.t), self.beta)
         )
