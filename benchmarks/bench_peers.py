@@ -143,6 +143,27 @@ def large_state(
         )
 
 
+def huge_ring() -> None:
+    """``ring(100000)``: build it, its lambda (closed form), one mix of a (100000, 10) state."""
+    start = time.perf_counter()
+    topo = dopt.topology.ring(100_000)
+    built = time.perf_counter() - start
+    start = time.perf_counter()
+    lam = topo.lam
+    spectral = time.perf_counter() - start
+    from decentopt.comm import SimulatedCommunicator
+
+    comm, z = SimulatedCommunicator(topo), torch.randn(100_000, 10)
+    comm.mix(z)
+    start = time.perf_counter()
+    comm.mix(z)
+    mixed = time.perf_counter() - start
+    print(
+        f"ring(100000): built in {built * 1e3:.1f} ms, lambda = {lam:.10f} in "
+        f"{spectral * 1e3:.2f} ms, a (100000, 10) mix in {mixed * 1e3:.1f} ms (target < 1 s each)"
+    )
+
+
 def busy(stop: mp.Event) -> None:  # type: ignore[valid-type]
     x = 0
     while not stop.is_set():  # type: ignore[attr-defined]
@@ -187,6 +208,7 @@ def main() -> None:
         print(f"EDM on ring({n}), d = 100: {sec * 1e6:.0f} us/it")
     slope = np.polyfit(np.log([n * 100 for n, _ in rows]), np.log([s for _, s in rows]), 1)[0]
     print(f"fitted exponent of time in n*d: {slope:.2f} (target <= 1.1)")
+    huge_ring()
     for threads in (1, default):
         for loaded in (False, True):
             torch.set_num_threads(threads)
