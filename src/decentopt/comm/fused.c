@@ -20,6 +20,7 @@
  * The kernels for one element type are in fused_kernels.h, included once for
  * float and once for double.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,62 @@ static void fence(void) {
 #if defined(__AVX512F__)
     _mm_sfence(); /* non-temporal stores are visible to other threads after this */
 #endif
+}
+
+/* Threads: started for each call and joined before it returns (no pool survives
+   it, so a process forked later -- a sweep's workers -- inherits no threads; an
+   OpenMP pool would hang such a child on its next parallel call). */
+#define MAX_THREADS 256
+typedef void (*task_fn)(const void *shared, int64_t first, int64_t last, void *scratch);
+
+struct share {
+    task_fn fn;
+    const void *shared;
+    int64_t first, last;
+    size_t scratch;
+    int failed;
+};
+
+static void *run_share(void *arg) {
+    struct share *s = arg;
+    void *scratch = s->scratch ? malloc(s->scratch) : NULL;
+    if (s->scratch && scratch == NULL) {
+        s->failed = 1;
+    } else {
+        s->fn(s->shared, s->first, s->last, scratch);
+        fence();
+    }
+    free(scratch);
+    return NULL;
+}
+
+/* fn over tasks [0, tasks) in contiguous shares, one per thread (the caller's
+   thread takes the first); each thread gets `scratch` bytes of its own. 1 if a
+   scratch buffer could not be allocated. */
+static int run_parallel(task_fn fn, const void *shared, int64_t tasks, int threads,
+                        size_t scratch) {
+    if (tasks <= 0) return 0;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > tasks) threads = (int)tasks;
+    if (threads < 1) threads = 1;
+    struct share shares[MAX_THREADS];
+    pthread_t ids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int t = 0; t < threads; t++)
+        shares[t] = (struct share){fn, shared, t * tasks / threads, (t + 1) * tasks / threads,
+                                   scratch, 0};
+    for (int t = 1; t < threads; t++)
+        started[t] = pthread_create(&ids[t], NULL, run_share, &shares[t]) == 0;
+    run_share(&shares[0]);
+    int failed = shares[0].failed;
+    for (int t = 1; t < threads; t++) {
+        if (started[t])
+            pthread_join(ids[t], NULL);
+        else
+            run_share(&shares[t]); /* no thread to be had: this one does it */
+        failed |= shares[t].failed;
+    }
+    return failed;
 }
 
 #define T float

@@ -193,61 +193,83 @@ static void FN(row_range)(int kind, int nesterov, int64_t n, int64_t d, const T 
     }
 }
 
+/* What every task of one call shares. */
+struct FN(update_job) {
+    int kind, nesterov, short_reach;
+    int64_t n, d, k, reach, width, parts;
+    const T *const *in;
+    T *const *out;
+    T alpha, damp, keep;
+    const int64_t *offsets;
+    const T *weights;
+};
+
+/* Tasks [first, last): task = block of columns * parts + range of rows. */
+static void FN(update_tasks)(const void *shared, int64_t first, int64_t last, void *buffer) {
+    const struct FN(update_job) *job = shared;
+    const int64_t n = job->n, d = job->d, width = job->width, parts = job->parts;
+    for (int64_t task = first; task < last; task++) {
+        const int64_t b = task / parts, p = task % parts;
+        const int64_t a = b * width, w = d - a < width ? d - a : width;
+        if (job->short_reach)
+            FN(row_range)(job->kind, job->nesterov, n, d, job->in, job->out, job->alpha,
+                          job->damp, job->keep, job->k, job->offsets, job->weights, job->reach,
+                          buffer, a, w, width, p * n / parts, (p + 1) * n / parts);
+        else
+            FN(all_rows)(job->kind, job->nesterov, n, d, job->in, job->out, job->alpha,
+                         job->damp, job->keep, job->k, job->offsets, job->weights, job->reach,
+                         buffer, a, w, width);
+    }
+}
+
 int FN(decentopt_update_mix)(int kind, int nesterov, int dampening, int64_t n, int64_t d,
                              const T *const *in, T *const *out, T alpha, T beta, int64_t k,
                              const int64_t *offsets, const T *weights, int64_t width,
                              int threads) {
     if (k < 1 || k > MAX_TERMS || width < 1 || width > MAX_WIDTH || kind < 0 || kind > EDM)
         return 1;
-    const T damp = dampening ? beta : (T)0, keep = dampening ? (T)0 : beta;
     const int64_t reach = FN(reach)(n, k, offsets);
     const int short_reach = n > 4 * reach + 1;
     const int64_t blocks = (d + width - 1) / width;
     /* narrow states: threads share out ranges of rows too (a halo of 2 reach rows each) */
     int64_t parts = short_reach && blocks < threads ? (threads + blocks - 1) / blocks : 1;
     if (parts > n / (2 * reach + 1)) parts = n / (2 * reach + 1) > 0 ? n / (2 * reach + 1) : 1;
-    const int64_t kept = short_reach ? 2 * reach + 1 : n;
-    int failed = 0;
-#pragma omp parallel num_threads(threads) reduction(| : failed)
-    {
-        T *buffer = malloc((size_t)(kept * width) * sizeof(T));
-        failed |= buffer == NULL;
-#pragma omp for collapse(2) schedule(static)
-        for (int64_t b = 0; b < blocks; b++) {
-            for (int64_t p = 0; p < parts; p++) {
-                if (buffer == NULL) continue;
-                const int64_t a = b * width, w = d - a < width ? d - a : width;
-                if (short_reach)
-                    FN(row_range)(kind, nesterov, n, d, in, out, alpha, damp, keep, k, offsets,
-                                  weights, reach, buffer, a, w, width, p * n / parts,
-                                  (p + 1) * n / parts);
-                else
-                    FN(all_rows)(kind, nesterov, n, d, in, out, alpha, damp, keep, k, offsets,
-                                 weights, reach, buffer, a, w, width);
-            }
-        }
-        free(buffer);
+    const struct FN(update_job) job = {
+        kind, nesterov, short_reach, n, d, k, reach, width, parts, in, out, alpha,
+        dampening ? beta : (T)0, dampening ? (T)0 : beta, offsets, weights};
+    const int64_t kept = short_reach ? 2 * reach + 1 : n; /* rows of y0 a task keeps */
+    return run_parallel(FN(update_tasks), &job, blocks * parts, threads,
+                        (size_t)(kept * width) * sizeof(T));
+}
+
+struct FN(mix_job) {
+    int64_t n, d, k, width;
+    const T *z;
+    T *out;
+    const int64_t *offsets;
+    const T *weights;
+};
+
+/* Tasks [first, last): task = block of columns * n + output row. */
+static void FN(mix_tasks)(const void *shared, int64_t first, int64_t last, void *unused) {
+    (void)unused;
+    const struct FN(mix_job) *job = shared;
+    const int64_t n = job->n, d = job->d, width = job->width;
+    const T *rows[MAX_TERMS];
+    for (int64_t task = first; task < last; task++) {
+        const int64_t b = task / n, r = task % n;
+        const int64_t a = b * width, w = d - a < width ? d - a : width;
+        for (int64_t q = 0; q < job->k; q++) rows[q] = job->z + ((r + job->offsets[q]) % n) * d + a;
+        FN(mix_row)(rows, job->k, job->weights, w, job->out + r * d + a);
     }
-    fence();
-    return failed;
 }
 
 int FN(decentopt_mix)(int64_t n, int64_t d, const T *z, T *out, int64_t k,
                       const int64_t *offsets, const T *weights, int64_t width, int threads) {
     if (k < 1 || k > MAX_TERMS || width < 1) return 1;
-    const int64_t blocks = (d + width - 1) / width;
+    const struct FN(mix_job) job = {n, d, k, width, z, out, offsets, weights};
     /* threads share out blocks, or the rows of one block: every output row is its own */
-#pragma omp parallel for collapse(2) num_threads(threads) schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
-        for (int64_t r = 0; r < n; r++) {
-            const int64_t a = b * width, w = d - a < width ? d - a : width;
-            const T *rows[MAX_TERMS];
-            for (int64_t q = 0; q < k; q++) rows[q] = z + ((r + offsets[q]) % n) * d + a;
-            FN(mix_row)(rows, k, weights, w, out + r * d + a);
-        }
-    }
-    fence();
-    return 0;
+    return run_parallel(FN(mix_tasks), &job, (d + width - 1) / width * n, threads, 0);
 }
 
 #undef FN

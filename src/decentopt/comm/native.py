@@ -10,7 +10,7 @@ mixed rows in a buffer) and 2.2x eagerly; the mix 0.9-1.2x a copy, against
 1.8-2.1x (``benchmarks/bench_peers.py``).
 
 The source is compiled on first use with the system's C compiler (``$CC``, else
-``cc``; ``-O3 -march=native -fopenmp``) into a cache folder
+``cc``; ``-O3 -march=native -pthread``) into a cache folder
 (``$DECENTOPT_CACHE``, else ``~/.cache/decentopt``), named by a hash of the
 source, the flags, the compiler and the CPU's features, and loaded with
 :mod:`ctypes` (which releases the GIL during a call). When there is
@@ -42,7 +42,7 @@ __all__ = ["NativeUpdate", "implements", "library", "mix", "native_update", "run
 
 _SOURCE = Path(__file__).with_name("fused.c")
 _HEADER = Path(__file__).with_name("fused_kernels.h")
-_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+_FLAGS = ("-O3", "-march=native", "-pthread", "-shared", "-fPIC", "-std=c11")
 _KINDS = {"descend": 0, "momentum_descend": 1, "correct": 2, "edm": 3}
 #: Largest stencil and block width the C code accepts (MAX_TERMS, MAX_WIDTH there).
 MAX_TERMS, MAX_WIDTH = 64, 8192
