@@ -13,6 +13,7 @@ import decentopt as dopt
 from decentopt.comm import SimulatedCommunicator, native
 from decentopt.comm import simulated as simulated_module
 from decentopt.comm.base import map_then_mix
+from decentopt.topology.circulant import CirculantTopology
 
 HAS_CC = shutil.which("cc") is not None
 run = native.run
@@ -181,3 +182,22 @@ def test_the_fused_step_is_the_same_at_any_thread_count(small_blocks):
             assert torch.equal(a, b)
     want = alg.step(alg.init(x0), g, SimulatedCommunicator(topo, kernel="shift"))
     torch.testing.assert_close(results[0].x, want.x, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler to build the native kernels")
+def test_a_small_ring_stored_dense_takes_the_kernels_for_large_states_only(small_blocks):
+    """ring(16) is stored as a dense W (circulant from 64 agents): found circulant, its
+    large states are fused; a graph that is not circulant is left to the GEMM."""
+    ring = dopt.topology.ring(16)
+    assert not isinstance(ring, CirculantTopology)
+    comm = SimulatedCommunicator(ring)
+    assert comm._circulant == ((0, 0.5), (1, 0.25), (15, 0.25))
+    alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
+    x0, g = torch.randn(16, 300, dtype=torch.float64), torch.randn(16, 300, dtype=torch.float64)
+    got = alg.step(alg.init(x0), g, comm)
+    want = alg.step(alg.init(x0), g, SimulatedCommunicator(ring, kernel="dense"))
+    for a, b in zip(got[:-1], want[:-1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    z = torch.randn(16, 300, dtype=torch.float64)
+    torch.testing.assert_close(comm.mix(z), ring.W @ z, rtol=1e-12, atol=1e-12)
+    assert SimulatedCommunicator(dopt.topology.star(16))._circulant is None

@@ -71,6 +71,12 @@ _FUSED_MIN_BYTES = 8 << 20
 #: float32: 1.05x the memory bound against 1.3x at 4 KB), and, for a stencil that
 #: reaches far (the kernel then keeps all n rows of a block), blocks of at most 8 MB.
 _NATIVE_ROW_BYTES = 32 << 10
+#: Rows of the native mix of a short-reach stencil: its rows r - 1, r, r + 1 stay in
+#: cache (on (256, 10^5) float32 whole rows of 400 KB: 1.2x a copy, 1.3x in 32 KB blocks;
+#: on (16, 2 * 10^6), rows of 8 MB: 1.5x).
+_NATIVE_MIX_ROW_BYTES = 512 << 10
+#: Dense topologies up to this size are checked for being circulant.
+_CIRCULANT_CHECK_MAX = 1024
 _NATIVE_BLOCK_BYTES = 8 << 20
 
 
@@ -81,6 +87,18 @@ def _stencil_sum(z: torch.Tensor, stencil: tuple[tuple[int, float], ...]) -> tor
         if o:
             out = out + w * torch.roll(z, -o, 0)
     return out
+
+
+def _circulant_stencil(W: np.ndarray) -> tuple[tuple[int, float], ...] | None:
+    """``((o, c_o), ...)`` when ``W[i, j] = c_{(j - i) mod n}`` exactly (a ring of fewer
+    than 64 agents is stored dense, yet its large states take the C kernels); else None."""
+    n = W.shape[0]
+    if n > _CIRCULANT_CHECK_MAX:
+        return None
+    offsets = (np.arange(n)[None, :] - np.arange(n)[:, None]) % n
+    if not np.array_equal(W, W[0][offsets]):
+        return None
+    return tuple((int(o), float(W[0, o])) for o in np.flatnonzero(W[0]))
 
 
 def _function_key(fn: Elementwise) -> object:
@@ -124,12 +142,15 @@ class SimulatedCommunicator:
                     f"kernel='auto' (got {kernel!r})"
                 )
             self._stencil, self._csr, self._rows, self._W_cache = None, None, (), {}
+            self._circulant = None
             self._sparse_ok = False
             return
         assert isinstance(topology, Topology)
         degrees = topology.degrees
         self._messages = (float(degrees.mean()), int(degrees.max(initial=0)))
         self._stencil = topology.stencil if circulant else None
+        #: the stencil whenever W is circulant, stored so or dense: the C kernels use it
+        self._circulant = self._stencil
         self._csr = topology.csr if isinstance(topology, SparseTopology) else None
         self._csr_cache: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
         if circulant or self._csr is not None:  # no dense W: 10^5 agents would need 80 GB
@@ -138,6 +159,7 @@ class SimulatedCommunicator:
             self._sparse_ok = False
             return
         W = topology.W.numpy()
+        self._circulant = _circulant_stencil(W)
         # (i, w_ii, ((j, w_ij), ...)) for the sparse kernel; Python floats avoid
         # a tensor-to-scalar conversion per term.
         self._rows = tuple(
@@ -210,11 +232,17 @@ class SimulatedCommunicator:
             kernel = "shift"  # compilation failed: the eager kernel from now on
             target = torch.empty_like(flat) if target is None else target
         assert target is not None
-        if kernel == "dense":
+        if (
+            self.kernel == "auto"
+            and self._circulant is not None
+            and flat.numel() * flat.element_size() >= _FUSED_MIN_BYTES
+            and self._native_mix(flat, target)
+        ):
+            pass  # a large state over a circulant W: the C kernel did it
+        elif kernel == "dense":
             torch.mm(self._dense_W(flat), flat, out=target)
         elif kernel == "shift":
-            if not (self.kernel == "auto" and self._native_mix(flat, target)):
-                self._shift_mix(flat, target)
+            self._shift_mix(flat, target)
         elif kernel == "csr":
             target.copy_(torch.sparse.mm(self._sparse_W(flat), flat))
         else:
@@ -295,7 +323,7 @@ class SimulatedCommunicator:
             raise ValueError("mix_map needs at least one tensor to update")
         first = tensors[0]
         if (
-            self._stencil is None
+            self._circulant is None
             or self.kernel not in ("auto", "compiled")
             or first.numel() * first.element_size() < _FUSED_MIN_BYTES
             or any(t.shape != first.shape or t.dtype != first.dtype for t in tensors)
@@ -314,8 +342,8 @@ class SimulatedCommunicator:
 
     def _reach(self) -> int:
         """The farthest agent a row of the circulant ``W`` reads, either way round."""
-        assert self._stencil is not None
-        return max(min(o % self.n, self.n - o % self.n) for o, _ in self._stencil)
+        assert self._circulant is not None
+        return max(min(o % self.n, self.n - o % self.n) for o, _ in self._circulant)
 
     def _native_width(self, flat: torch.Tensor) -> int:
         """Columns per block of the fused kernel: rows of 32 KB; a far-reaching stencil
@@ -335,7 +363,7 @@ class SimulatedCommunicator:
 
     def _native_mix(self, flat: torch.Tensor, target: torch.Tensor) -> bool:
         """The C mix of a circulant graph for a large state; ``False`` when not used."""
-        stencil = self._stencil
+        stencil = self._circulant
         assert stencil is not None
         if (
             not self._native_ok
@@ -345,9 +373,12 @@ class SimulatedCommunicator:
             or not (flat.is_contiguous() and target.is_contiguous())
         ):
             return False
-        # a short reach reads neighbours' rows from cache however long: whole rows (the
+        # a short reach reads its neighbours' rows from cache: rows of up to 512 KB (the
         # threads share them out); a far-reaching stencil, a block of all rows from cache
-        width = flat.shape[1] if self._reach() <= 4 else self._native_width(flat)
+        if self._reach() <= 4:
+            width = min(flat.shape[1], _NATIVE_MIX_ROW_BYTES // flat.element_size())
+        else:
+            width = self._native_width(flat)
         try:
             native.mix(flat, target, stencil, width)
         except RuntimeError:  # "auto" asked for nothing compiled: the eager kernel
@@ -361,7 +392,7 @@ class SimulatedCommunicator:
         """The C kernel of a registered update; ``None`` when there is none to use (with a
         warning, if ``warn``, when the kernels cannot be built)."""
         found = native.native_update(fn)
-        stencil = self._stencil
+        stencil = self._circulant
         assert stencil is not None
         if (
             found is None
