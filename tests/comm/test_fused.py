@@ -23,7 +23,6 @@ run = native.run
 def small_blocks(monkeypatch):
     """Fuse states of any size, in blocks narrow enough that a state has several."""
     monkeypatch.setattr(simulated_module, "_FUSED_MIN_BYTES", 0)
-    monkeypatch.setattr(simulated_module, "_NATIVE_ROW_BYTES", 48 * 8)
     monkeypatch.setattr(simulated_module, "_FUSED_ROW_BYTES", 48 * 8)
 
 

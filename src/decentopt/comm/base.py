@@ -84,10 +84,10 @@ class Communicator(Protocol):
         elementwise update whose first output is mixed, in one gossip round.
 
         The same as :func:`map_then_mix`; a communicator may instead evaluate ``fn``
-        on blocks of columns and mix each block while it is in cache (the simulator's
-        ``kernel="compiled"``). ``fn`` should be a module-level function (or a
-        ``functools.partial`` of one with constant keywords): compiled code is kept per
-        function.
+        on blocks of columns and mix each block while it is in cache (the simulator,
+        for large states over a circulant ``W``). ``fn`` should be a module-level
+        function (or a ``functools.partial`` of one with constant keywords): compiled
+        code is kept per function.
         """
         ...
 

@@ -35,6 +35,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -155,6 +156,22 @@ def supports(tensor: torch.Tensor) -> bool:
     return tensor.device.type == "cpu" and tensor.dtype in _CTYPES
 
 
+def _entry(name: str, dtype: torch.dtype) -> tuple[Any, type]:
+    """The C function ``decentopt_<name>_<f32|f64>`` and its scalar type."""
+    lib, why = library()
+    if lib is None:
+        raise RuntimeError(why)
+    scalar_type, suffix = _CTYPES[dtype]
+    return getattr(lib, f"decentopt_{name}_{suffix}"), scalar_type
+
+
+def _stencil_args(stencil: Sequence[tuple[int, float]], n: int, scalar_type: type) -> tuple:
+    """``(k, offsets, weights)`` as the C functions take them."""
+    k = len(stencil)
+    offsets = (ctypes.c_int64 * k)(*(o % n for o, _ in stencil))
+    return ctypes.c_int64(k), offsets, (scalar_type * k)(*(w for _, w in stencil))
+
+
 def run(
     update: NativeUpdate,
     nesterov: bool,
@@ -170,40 +187,29 @@ def run(
     Raises ``RuntimeError`` when the library is missing or the kernel reports a
     failure (out of memory for its buffers, or arguments it does not take).
     """
-    lib, why = library()
-    if lib is None:
-        raise RuntimeError(why)
+    kernel, scalar_type = _entry("update_mix", flats[0].dtype)
     n, d = flats[0].shape
-    scalar_type, suffix = _CTYPES[flats[0].dtype]
-    alpha = scalars[0]
     beta = scalars[1] if len(scalars) > 1 else 0.0
-    k = len(stencil)
-    offsets = (ctypes.c_int64 * k)(*(o % n for o, _ in stencil))
-    weights = (scalar_type * k)(*(w for _, w in stencil))
-    pointer = ctypes.c_void_p
-    ins = (pointer * len(flats))(*(t.data_ptr() for t in flats))
-    targets = (pointer * len(outs))(*(t.data_ptr() for t in outs))
-    status = getattr(lib, f"decentopt_update_mix_{suffix}")(
+    pointers = ctypes.c_void_p
+    status = kernel(
         ctypes.c_int(_KINDS[update.kind]),
         ctypes.c_int(int(nesterov)),
         ctypes.c_int(int(dampening)),
         ctypes.c_int64(n),
         ctypes.c_int64(d),
-        ins,
-        targets,
-        scalar_type(alpha),
+        (pointers * len(flats))(*(t.data_ptr() for t in flats)),
+        (pointers * len(outs))(*(t.data_ptr() for t in outs)),
+        scalar_type(scalars[0]),
         scalar_type(beta),
-        ctypes.c_int64(k),
-        offsets,
-        weights,
+        *_stencil_args(stencil, n, scalar_type),
         ctypes.c_int64(width),
         ctypes.c_int(torch.get_num_threads()),
     )
     if status:
         raise RuntimeError(
-            f"the native {update.kind} kernel failed: buffers of {n} x {width} values could "
-            f"not be allocated, or it was given {k} stencil terms (at most {MAX_TERMS}) or a "
-            f"block width of {width} (at most {MAX_WIDTH})"
+            f"the native {update.kind} kernel failed: its row buffers ({width} columns) could "
+            f"not be allocated, or it was given {len(stencil)} stencil terms (at most "
+            f"{MAX_TERMS}) or a block width of {width} (at most {MAX_WIDTH})"
         )
 
 
@@ -214,22 +220,18 @@ def mix(
 
     Raises ``RuntimeError`` as :func:`run` does.
     """
-    lib, why = library()
-    if lib is None:
-        raise RuntimeError(why)
+    kernel, scalar_type = _entry("mix", flat.dtype)
     n, d = flat.shape
-    scalar_type, suffix = _CTYPES[flat.dtype]
-    k = len(stencil)
-    status = getattr(lib, f"decentopt_mix_{suffix}")(
+    status = kernel(
         ctypes.c_int64(n),
         ctypes.c_int64(d),
         ctypes.c_void_p(flat.data_ptr()),
         ctypes.c_void_p(out.data_ptr()),
-        ctypes.c_int64(k),
-        (ctypes.c_int64 * k)(*(o % n for o, _ in stencil)),
-        (scalar_type * k)(*(w for _, w in stencil)),
+        *_stencil_args(stencil, n, scalar_type),
         ctypes.c_int64(width),
         ctypes.c_int(torch.get_num_threads()),
     )
     if status:
-        raise RuntimeError(f"the native mix was given {k} stencil terms (at most {MAX_TERMS})")
+        raise RuntimeError(
+            f"the native mix was given {len(stencil)} stencil terms (at most {MAX_TERMS})"
+        )

@@ -18,13 +18,6 @@ Kernels that compute ``W Z`` for ``Z`` of shape ``(n, ...)`` folded to ``(n, k)`
   pass -- for large states (seconds of compilation on first use; a failure warns
   and falls back to ``shift``).
 
-For a circulant topology and a state of at least 8 MB,
-:meth:`SimulatedCommunicator.mix_map` runs an algorithm's elementwise update and
-the mix together on blocks of columns, so that the mixed quantity is never
-written to memory: DSGD's, DmSGD's, ED's and EDM's through C kernels
-(:mod:`decentopt.comm.native`, under ``auto`` and ``compiled``), any other update
-through ``torch.compile`` (``compiled`` only).
-
 * ``gather``: for a :class:`~decentopt.topology.TopologySchedule`, the round's
   ``W_t`` in gather form, ``out = s * z + sum_slot w_slot * z[peers_slot]``: linear
   in ``n`` (one indexed read per peer slot), whatever ``W_t`` is this round.
@@ -34,6 +27,13 @@ through ``torch.compile`` (``compiled`` only).
 compiler is there: 0.9-1.2x a copy on (256, 10^5) float32, against 1.8-2.1x),
 ``sparse`` when ``W`` is sparse (density <= 0.1), ``n >= 64`` and rows are long
 (``k >= 1024``), else ``dense``.
+
+For a circulant ``W`` (stored by its stencil, or dense and found circulant) and a
+state of at least 8 MB, :meth:`SimulatedCommunicator.mix_map` runs an algorithm's
+elementwise update and the mix together on blocks of columns, so that the mixed
+quantity is never written to memory: DSGD's, DmSGD's, ED's and EDM's through C
+kernels (:mod:`decentopt.comm.native`, under ``auto`` and ``compiled``), any other
+update through ``torch.compile`` (``compiled`` only).
 """
 
 from __future__ import annotations
@@ -61,23 +61,22 @@ _SPARSE_MAX_DENSITY = 0.1
 _SPARSE_MIN_COLS = 1024
 #: Bytes of output rows the shift kernel fills at a time (they stay in cache).
 _BLOCK_BYTES = 1 << 20
-#: Row length of a block of columns of the fused update and mix: the rows the
-#: stencil reads for one output row stay in cache (measured on (256, 10^5) float32:
-#: 8192 columns best, 1.3x the step's memory bound against 1.5x unblocked).
-_FUSED_ROW_BYTES = 32 << 10
 #: States smaller than this update and mix separately (nothing to gain in cache).
 _FUSED_MIN_BYTES = 8 << 20
-#: The fused kernel's blocks: rows of at most 32 KB (best measured on (256, 10^5)
-#: float32: 1.05x the memory bound against 1.3x at 4 KB), and, for a stencil that
-#: reaches far (the kernel then keeps all n rows of a block), blocks of at most 8 MB.
-_NATIVE_ROW_BYTES = 32 << 10
-#: Rows of the native mix of a short-reach stencil: its rows r - 1, r, r + 1 stay in
+#: Row length of a block of columns of the fused update and mix: the rows the
+#: stencil reads for one output row stay in cache (measured on (256, 10^5) float32:
+#: 8192 columns best -- C kernel 1.05x the step's memory bound against 1.3x at 1024,
+#: torch.compile 1.3x against 1.5x unblocked).
+_FUSED_ROW_BYTES = 32 << 10
+#: A stencil that reaches far makes the C kernel keep all n rows of a block: blocks
+#: of at most this size.
+_NATIVE_BLOCK_BYTES = 8 << 20
+#: Rows of the C mix of a short-reach stencil: its rows r - 1, r, r + 1 stay in
 #: cache (on (256, 10^5) float32 whole rows of 400 KB: 1.2x a copy, 1.3x in 32 KB blocks;
 #: on (16, 2 * 10^6), rows of 8 MB: 1.5x).
 _NATIVE_MIX_ROW_BYTES = 512 << 10
 #: Dense topologies up to this size are checked for being circulant.
 _CIRCULANT_CHECK_MAX = 1024
-_NATIVE_BLOCK_BYTES = 8 << 20
 
 
 def _stencil_sum(z: torch.Tensor, stencil: tuple[tuple[int, float], ...]) -> torch.Tensor:
@@ -99,6 +98,11 @@ def _circulant_stencil(W: np.ndarray) -> tuple[tuple[int, float], ...] | None:
     if not np.array_equal(W, W[0][offsets]):
         return None
     return tuple((int(o), float(W[0, o])) for o in np.flatnonzero(W[0]))
+
+
+def _reach(stencil: tuple[tuple[int, float], ...] | None, n: int) -> int:
+    """The farthest agent a row of the circulant ``W`` reads, either way round."""
+    return max((min(o % n, n - o % n) for o, _ in stencil or ()), default=0)
 
 
 def _function_key(fn: Elementwise) -> object:
@@ -142,7 +146,7 @@ class SimulatedCommunicator:
                     f"kernel='auto' (got {kernel!r})"
                 )
             self._stencil, self._csr, self._rows, self._W_cache = None, None, (), {}
-            self._circulant = None
+            self._circulant, self._reach = None, 0
             self._sparse_ok = False
             return
         assert isinstance(topology, Topology)
@@ -151,6 +155,7 @@ class SimulatedCommunicator:
         self._stencil = topology.stencil if circulant else None
         #: the stencil whenever W is circulant, stored so or dense: the C kernels use it
         self._circulant = self._stencil
+        self._reach = _reach(self._circulant, self.n)
         self._csr = topology.csr if isinstance(topology, SparseTopology) else None
         self._csr_cache: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
         if circulant or self._csr is not None:  # no dense W: 10^5 agents would need 80 GB
@@ -160,6 +165,7 @@ class SimulatedCommunicator:
             return
         W = topology.W.numpy()
         self._circulant = _circulant_stencil(W)
+        self._reach = _reach(self._circulant, self.n)
         # (i, w_ii, ((j, w_ij), ...)) for the sparse kernel; Python floats avoid
         # a tensor-to-scalar conversion per term.
         self._rows = tuple(
@@ -340,17 +346,12 @@ class SimulatedCommunicator:
         self.stats.add_round(*self._messages, payload, self._edges * payload)
         return tuple(o.view(first.shape) for o in fused)
 
-    def _reach(self) -> int:
-        """The farthest agent a row of the circulant ``W`` reads, either way round."""
-        assert self._circulant is not None
-        return max(min(o % self.n, self.n - o % self.n) for o, _ in self._circulant)
-
     def _native_width(self, flat: torch.Tensor) -> int:
         """Columns per block of the fused kernel: rows of 32 KB; a far-reaching stencil
         (the kernel then keeps all n rows of a block) in blocks of at most 8 MB."""
         size, cols = flat.element_size(), flat.shape[1]
-        width = _NATIVE_ROW_BYTES // size
-        if self.n <= 4 * self._reach() + 1:
+        width = _FUSED_ROW_BYTES // size
+        if self.n <= 4 * self._reach + 1:
             width = min(width, _NATIVE_BLOCK_BYTES // (self.n * size))
         width = max(16, min(width, native.MAX_WIDTH) // 16 * 16)
         # as many blocks as a multiple of the threads, so that none waits for another
@@ -361,21 +362,27 @@ class SimulatedCommunicator:
             width = max(16, -(-cols // (16 * blocks)) * 16)
         return width
 
-    def _native_mix(self, flat: torch.Tensor, target: torch.Tensor) -> bool:
-        """The C mix of a circulant graph for a large state; ``False`` when not used."""
+    def _native_stencil(self, flat: torch.Tensor) -> tuple[tuple[int, float], ...] | None:
+        """The circulant stencil when the C kernels may take ``flat``, else ``None``."""
         stencil = self._circulant
-        assert stencil is not None
         if (
-            not self._native_ok
-            or flat.numel() * flat.element_size() < _FUSED_MIN_BYTES
+            stencil is None
+            or not self._native_ok
             or not native.supports(flat)
             or len(stencil) > native.MAX_TERMS
-            or not (flat.is_contiguous() and target.is_contiguous())
         ):
+            return None
+        return stencil
+
+    def _native_mix(self, flat: torch.Tensor, target: torch.Tensor) -> bool:
+        """The C mix of a circulant graph (the caller checked the state is large);
+        ``False`` when not used."""
+        stencil = self._native_stencil(flat)
+        if stencil is None or not (flat.is_contiguous() and target.is_contiguous()):
             return False
         # a short reach reads its neighbours' rows from cache: rows of up to 512 KB (the
         # threads share them out); a far-reaching stencil, a block of all rows from cache
-        if self._reach() <= 4:
+        if self._reach <= 4:
             width = min(flat.shape[1], _NATIVE_MIX_ROW_BYTES // flat.element_size())
         else:
             width = self._native_width(flat)
@@ -392,14 +399,8 @@ class SimulatedCommunicator:
         """The C kernel of a registered update; ``None`` when there is none to use (with a
         warning, if ``warn``, when the kernels cannot be built)."""
         found = native.native_update(fn)
-        stencil = self._circulant
-        assert stencil is not None
-        if (
-            found is None
-            or not self._native_ok
-            or not native.supports(flats[0])
-            or len(stencil) > native.MAX_TERMS
-        ):
+        stencil = self._native_stencil(flats[0])
+        if found is None or stencil is None:
             return None
         update, nesterov, dampening = found
         if len(flats) != update.inputs or len(scalars) != update.scalars:
