@@ -5,9 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-slow test-all lint bench clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
@@ -20,6 +20,12 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 	$(PY) -m ruff check src tests benchmarks examples
+
+# multi-process jobs and whole studies (CI runs them after `make test`)
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow
+
+test-all: test test-slow
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_peers.py

@@ -98,7 +98,7 @@ def large_state(
     A copy reads and writes the state once (2 passes); an EDM step must read x, psi,
     m, g and write x, psi, m (7 passes), so its bound is 3.5 copies. By default the
     simulator fuses EDM's update with the mix in a C kernel; ``kernel="shift"`` shows
-    the step unfused, ``native=False`` with ``kernel="compiled"`` fused by torch.compile.
+    the step unfused, ``kernel="compiled"`` fused by torch.compile.
     """
     from decentopt.comm import SimulatedCommunicator
     from decentopt.perf import keep_freed_memory
@@ -122,7 +122,7 @@ def large_state(
         "EDM step, fused (default; native C kernel)": lambda: alg.step(state, g, default),
     }
     if plain == "shift":  # torch.compile's kernels are for circulant topologies
-        compiled = SimulatedCommunicator(topology, kernel="compiled", native=False)
+        compiled = SimulatedCommunicator(topology, kernel="compiled")
         compiled.mix(x)  # compilation happens here, outside the timing
         alg.step(state, g, compiled)
         work[f"{graph} mix, kernel='compiled'"] = lambda: compiled.mix(x)

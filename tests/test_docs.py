@@ -30,7 +30,15 @@ def test_every_doc_with_code_is_collected():
     assert {"README.md", "problems.md", "distributed.md", "theory.md"} <= names
 
 
-@pytest.mark.parametrize("doc", [p for p in DOCS if snippets(p)], ids=lambda p: p.name)
+#: Docs whose snippets run for more than ~10 s (whole studies): in the slow step.
+LONG = {"problems.md"}
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [pytest.param(p, marks=pytest.mark.slow) if p.name in LONG else p for p in DOCS if snippets(p)],
+    ids=lambda p: p.name,
+)
 def test_snippets_run(doc, tmp_path):
     code = "\n\n".join(snippets(doc))
     with socket.socket() as s:

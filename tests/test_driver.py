@@ -10,7 +10,7 @@ import torch
 import decentopt as dopt
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.driver import run_loop
-from decentopt.problems.base import Plan
+from decentopt.plan import Plan
 
 
 class CountingLosses:
@@ -46,10 +46,11 @@ def test_train_loss_is_the_sum_over_agents_of_each_epochs_mean_loss():
     problem = CountingLosses()
     comm = SimulatedCommunicator(dopt.topology.ring(3))
     alg = dopt.algorithms.make("dsgd", lr=0.1)
-    run = run_loop(alg, problem, comm, Plan(8, (4, 8), period=4), log=quiet)
+    plan = Plan(8, (4, 8), period=4)
+    run = run_loop(alg, problem, comm, plan, labels=[{"run": 0}], log=quiet)
     # epoch 1 sees losses 1..4 (mean 2.5), epoch 2 losses 5..8 (mean 6.5); 3 agents
     assert [r.metrics["train_loss"][0] for r in run.records] == [7.5, 19.5]
-    rows = run.rows([{"run": 0}], "dsgd", period=4)
+    rows = run.rows
     assert [r["epoch"] for r in rows] == [1, 2] and rows[0]["lr"] == 0.1
 
 
@@ -184,7 +185,7 @@ def test_checkpoints_by_minutes(tmp_path):
 def test_large_states_keep_freed_memory_in_the_process(monkeypatch):
     """From LARGE_STATE_BYTES of state the loop asks glibc to recycle freed blocks
     (each step's tensors would otherwise be page-faulted in afresh)."""
-    import decentopt.driver as driver
+    import decentopt.driver.loop as driver
 
     calls: list[int] = []
     monkeypatch.setattr(driver, "keep_freed_memory", lambda: calls.append(1) or True)

@@ -39,7 +39,7 @@ def test_one_agent_equals_plain_single_model_training(tmp_path):
             progress=False,
             log=lambda _: None,
             checkpoint_dir=ckpt,
-        )
+        ).rows
         trained = load_checkpoint(ckpt, latest_checkpoint(ckpt))["state"]["x"][0]
         # the same mini-batches, drawn by an identical sampler, on a plain model
         model = tiny_cnn()
@@ -74,11 +74,11 @@ def test_checkpoint_and_resume_reproduce_the_uninterrupted_run(tmp_path):
     alg = dopt.algorithms.make("edm", lr=sched, beta=0.9)
     quiet = {"progress": False, "log": lambda _: None}
     torch.manual_seed(0)
-    full = train(alg, make_problem(), topo, epochs=4, **quiet)
+    full = train(alg, make_problem(), topo, epochs=4, **quiet).rows
     torch.manual_seed(0)
     train(alg, make_problem(), topo, epochs=4, checkpoint_dir=tmp_path, stop_after_epoch=2, **quiet)
     torch.manual_seed(123)  # the resumed process starts with another RNG state
-    resumed = train(alg, make_problem(), topo, epochs=4, checkpoint_dir=tmp_path, **quiet)
+    resumed = train(alg, make_problem(), topo, epochs=4, checkpoint_dir=tmp_path, **quiet).rows
     assert len(resumed) == len(full) == 4
     for a, b in zip(full, resumed, strict=True):
         for key in ("train_loss", "test_loss", "test_acc", "consensus", "lr"):
@@ -98,7 +98,7 @@ def test_training_learns_and_records():
         eval_every=5,
         progress=False,
         log=lambda _: None,
-    )
+    ).rows
     assert [r["epoch"] for r in rows] == [5, 10, 15]
     assert rows[-1]["train_loss"] < rows[0]["train_loss"]
     assert rows[-1]["test_acc"] > 0.4

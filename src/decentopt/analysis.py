@@ -2,7 +2,7 @@
 
 Pure functions of arrays: when a curve settles below a threshold, how fast it
 approaches its limit, whether it is still falling at the end, and whether one
-mean is below another by more than :data:`SIGNIFICANCE` standard errors. The
+mean is below another at the family-wise level :data:`ALPHA`. The
 experiment summaries (:mod:`decentopt.experiments.summary`) and the claim checks
 are built on them; they serve any table of recorded runs.
 """
@@ -13,11 +13,13 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from scipy import stats
 
 __all__ = [
-    "SIGNIFICANCE",
+    "ALPHA",
     "compare",
     "compare_settling",
+    "critical_value",
     "mean_se",
     "settling_step",
     "still_decreasing",
@@ -78,28 +80,87 @@ def settling_step(steps: np.ndarray, curve: np.ndarray, threshold: float) -> int
     return int(np.ceil(steps[k - 1] + frac * (steps[k] - steps[k - 1])))
 
 
-#: Standard errors a difference must exceed to count.
-SIGNIFICANCE = 2.0
+#: Family-wise error rate of a comparison claim: the chance that a claim about methods of
+#: the same distribution gets a verdict other than "inconclusive" (Bonferroni over the
+#: claim's comparisons, e.g. one per heterogeneity level).
+ALPHA = 0.05
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error of the mean (NaN for a single value: no spread to see)."""
     arr = np.asarray(values, dtype=float)
-    return float(arr.mean()), float(arr.std(ddof=1) / np.sqrt(arr.size)) if arr.size > 1 else 0.0
+    if arr.size < 2:
+        return float(arr.mean()) if arr.size else float("nan"), float("nan")
+    return float(arr.mean()), float(arr.std(ddof=1) / np.sqrt(arr.size))
 
 
-def compare(a: float, se_a: float, b: float, se_b: float) -> int:
-    """-1 if ``a`` is significantly lower than ``b``, +1 if higher, 0 within noise."""
-    se = math.sqrt(np.nan_to_num(se_a) ** 2 + np.nan_to_num(se_b) ** 2)
-    if b - a > SIGNIFICANCE * se:
+def critical_value(se_a: float, n_a: int, se_b: float, n_b: int, comparisons: int) -> float:
+    """Welch's two-sided critical t at level ``ALPHA / comparisons`` (normal when the run
+    counts are unknown)."""
+    level = 1 - ALPHA / (2 * max(1, comparisons))
+    va, vb = se_a**2, se_b**2
+    if n_a >= 2 and n_b >= 2 and va + vb > 0:
+        df = (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
+        return float(stats.t.ppf(level, df))
+    return float(stats.norm.ppf(level))
+
+
+def compare(
+    a: float,
+    se_a: float,
+    b: float,
+    se_b: float,
+    *,
+    runs: tuple[int, int] = (0, 0),
+    comparisons: int = 1,
+) -> int | None:
+    """-1 if ``a`` is significantly lower than ``b``, +1 if higher, 0 within noise; ``None``
+    when the noise is unknown (a standard error is NaN: one run of a random problem).
+
+    Welch's t-test at level ``ALPHA / comparisons`` (``runs``: the runs behind each
+    mean); two exact values (standard errors 0: deterministic runs) are ordered as
+    they are, up to round-off.
+    """
+    if not (np.isfinite(a) and np.isfinite(b)) or np.isnan(se_a) or np.isnan(se_b):
+        return None
+    if se_a == 0 and se_b == 0:
+        if abs(a - b) <= 1e-12 * max(abs(a), abs(b)):
+            return 0
+        return -1 if a < b else 1
+    gap = critical_value(se_a, runs[0], se_b, runs[1], comparisons) * math.hypot(se_a, se_b)
+    if b - a > gap:
         return -1
-    if a - b > SIGNIFICANCE * se:
+    if a - b > gap:
         return 1
     return 0
 
 
-def compare_settling(a: Sequence[float], b: Sequence[float]) -> int:
-    """-1 if runs of ``a`` settle significantly sooner than ``b``'s, +1 later, 0 unclear."""
-    a_never, b_never = np.isinf(a).any(), np.isinf(b).any()
-    if a_never or b_never:
-        return 0 if a_never and b_never else (1 if a_never else -1)
-    return compare(*mean_se(a), *mean_se(b))
+def compare_settling(
+    a: Sequence[float], b: Sequence[float], *, comparisons: int = 1, exact: bool = False
+) -> int | None:
+    """-1 if runs of ``a`` settle significantly sooner than ``b``'s, +1 later, 0 unclear;
+    ``None`` with fewer than two runs of a random problem.
+
+    A two-sided Mann-Whitney U test at level ``ALPHA / comparisons`` on the settling
+    iterations, a run that never settles ranked after every one that does (two
+    never-settling methods are equal, not one sooner). ``exact``: deterministic runs,
+    whose single values are compared as they are.
+    """
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if xa.size == 0 or xb.size == 0:
+        return None
+    if xa.size < 2 or xb.size < 2:
+        if not exact:
+            return None
+        ma, mb = xa.mean(), xb.mean()
+        return 0 if ma == mb else (-1 if ma < mb else 1)
+    pooled = np.concatenate([xa, xb])
+    if np.all(pooled == pooled[0]):
+        return 0
+    finite = pooled[np.isfinite(pooled)]
+    never = (finite.max() if finite.size else 0.0) * 2 + 1  # ranks after every settled run
+    xa, xb = np.where(np.isinf(xa), never, xa), np.where(np.isinf(xb), never, xb)
+    test = stats.mannwhitneyu(xa, xb, alternative="two-sided")
+    if test.pvalue >= ALPHA / max(1, comparisons):
+        return 0
+    return 1 if test.statistic > xa.size * xb.size / 2 else -1

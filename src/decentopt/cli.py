@@ -157,7 +157,7 @@ def _study(args: argparse.Namespace) -> int:
     name = args.source
     out = args.out or Path("results") / (name + ("-quick" if args.quick else ""))
     if name == "table1":
-        files = run_table1(out, quick=args.quick)
+        files = run_table1(out, quick=args.quick, force=args.force)
     elif name == "topologies":
         files = run_topologies(
             out,

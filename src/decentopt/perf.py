@@ -1,4 +1,4 @@
-"""Process-level memory settings for large simulated models on the CPU.
+"""Process-level memory: how much is available, and settings for large models on the CPU.
 
 A step over an ``(n, P)`` stack allocates a few tensors of ``n P`` numbers (for
 16 agents of VGG-11, 624 MB each) and frees the previous ones. glibc serves
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from pathlib import Path
 
-__all__ = ["keep_freed_memory"]
+__all__ = ["available_memory", "keep_freed_memory"]
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
@@ -37,3 +38,14 @@ def keep_freed_memory() -> bool:
         return False
     _applied = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**30))
     return _applied
+
+
+def available_memory() -> float | None:
+    """Bytes the system can still give this process (Linux ``MemAvailable``), if known."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -14,13 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from decentopt.simulate import SimulationResult
-
 __all__ = [
     "FolderBusy",
     "lock_folder",
     "read_csv",
-    "tidy_rows",
     "write_csv_atomic",
     "write_text_atomic",
 ]
@@ -68,22 +65,6 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
         yield folder
     finally:
         lock.unlink(missing_ok=True)
-
-
-def tidy_rows(result: SimulationResult, labels: Mapping[str, Any] | None = None) -> list[dict]:
-    """Flatten a simulation into rows ``labels + algorithm, run, step, metrics...``."""
-    labels = dict(labels or {})
-    metrics = list(result.history)
-    rows = []
-    R = len(result.diverged)
-    for r in range(R):
-        for k, step in enumerate(result.steps):
-            row = {**labels, "algorithm": result.algorithm, "run": r, "step": int(step)}
-            for name in metrics:
-                row[name] = float(result.history[name][k, r])
-            row["diverged_at"] = int(result.diverged_at[r])
-            rows.append(row)
-    return rows
 
 
 @contextmanager

@@ -11,50 +11,30 @@ which records metrics on a grid of steps and stops a diverging repetition
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from decentopt._checks import as_count
 from decentopt.algorithms.base import Algorithm
-from decentopt.comm.base import CommStats
-from decentopt.comm.simulated import Kernel, SimulatedCommunicator
-from decentopt.driver import TAIL_POINTS, check_gradient, record_steps, run_loop
-from decentopt.problems.base import Plan, StackedProblem
+from decentopt.comm.simulated import SimulatedCommunicator
+from decentopt.driver import Result, check_gradient, run_loop
+from decentopt.plan import TAIL_POINTS, Plan, record_steps
+from decentopt.problems.base import StackedProblem
 from decentopt.topology.topology import Topology
 
-__all__ = ["TAIL_POINTS", "SimulationResult", "check_gradient", "record_steps", "simulate"]
+__all__ = [
+    "TAIL_POINTS",
+    "Result",
+    "SimulationResult",
+    "check_gradient",
+    "record_steps",
+    "simulate",
+]
 
 
-@dataclass
-class SimulationResult:
-    """Metric trajectories of one simulated run.
-
-    Attributes:
-        algorithm: the algorithm's registered name.
-        steps: the recorded step indices (0 is the initial point).
-        history: metric name -> array ``(len(steps), R)``; NaN after divergence.
-        diverged: ``(R,)`` bool, whether each repetition was stopped.
-        diverged_at: ``(R,)`` step at which divergence was detected (-1 if none).
-        final_state: the algorithm state after the last step.
-        comm: communication totals (rounds, bytes) of the run.
-        wall_time: seconds spent in the loop.
-    """
-
-    algorithm: str
-    steps: np.ndarray
-    history: dict[str, np.ndarray]
-    diverged: np.ndarray
-    diverged_at: np.ndarray
-    final_state: Any
-    comm: CommStats
-    wall_time: float
-
-    def final(self, metric: str) -> np.ndarray:
-        """The metric at the last recorded step, per repetition ``(R,)``."""
-        return self.history[metric][-1]
+#: What :func:`simulate` returns: the one result type of every run.
+SimulationResult = Result
 
 
 def _broadcast_x0(x0: torch.Tensor | None, problem: StackedProblem) -> torch.Tensor:
@@ -86,11 +66,11 @@ def simulate(
     x0: torch.Tensor | None = None,
     record: Literal["log", "all"] | int = "log",
     points: int = 100,
-    kernel: Kernel = "auto",
+    kernel: str = "auto",
     blowup: float = 1e10,
     threads: int | None = None,
     progress: bool | Callable[[int], None] = False,
-) -> SimulationResult:
+) -> Result:
     """Run one algorithm on all agents and repetitions of a problem.
 
     Args:
@@ -122,7 +102,7 @@ def simulate(
         raise ValueError(f"blowup must be > 1; got {blowup}")
     steps = record_steps(iterations, record, points)
     comm = SimulatedCommunicator(topology, kernel=kernel)
-    run = run_loop(
+    return run_loop(
         algorithm,
         problem,
         comm,
@@ -134,14 +114,5 @@ def simulate(
         blowup=blowup,
         threads=threads,
         progress=progress,
-    )
-    return SimulationResult(
-        algorithm=algorithm.name,
-        steps=steps,
-        history={k: np.stack([r.metrics[k] for r in run.records]) for k in run.records[0].metrics},
-        diverged=run.diverged.copy(),
-        diverged_at=run.diverged_at,
-        final_state=run.final_state,
-        comm=comm.stats,
-        wall_time=run.wall_time,
+        labels=[{"run": r} for r in range(problem.repetitions)],
     )

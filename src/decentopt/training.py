@@ -2,7 +2,8 @@
 
 :func:`train` runs one algorithm for some epochs (an epoch: the steps in which an
 average agent sees its data once) through :func:`decentopt.driver.run_loop` and
-returns one tidy row per evaluation: ``train_loss`` (the paper's ``sum_i f_i(x_i)``,
+returns its :class:`~decentopt.driver.Result`, whose ``rows`` hold one tidy row per
+evaluation: ``train_loss`` (the paper's ``sum_i f_i(x_i)``,
 from each agent's mini-batch losses over the epoch), test loss and accuracy of
 the averaged model and (mean over agents) of each agent's own, ``consensus``,
 ``lr`` and the seconds spent in gradients and in the rest. Checkpoints after
@@ -19,8 +20,8 @@ from typing import Any
 from decentopt.algorithms.base import Algorithm
 from decentopt.comm.base import Communicator
 from decentopt.comm.simulated import SimulatedCommunicator
-from decentopt.driver import run_loop
-from decentopt.problems.base import Plan
+from decentopt.driver import Result, run_loop
+from decentopt.plan import Plan
 from decentopt.problems.neural import NeuralProblem
 from decentopt.schedules import epoch_schedule
 from decentopt.topology.topology import Topology
@@ -42,8 +43,8 @@ def train(
     seed: int = 0,
     threads: int | None = None,
     log: Callable[[str], None] = print,
-) -> list[dict[str, Any]]:
-    """Train and return one row per evaluation (see the module docstring).
+) -> Result:
+    """Train; the result's ``rows`` hold one row per evaluation (see the module docstring).
 
     ``network``: a topology (all of ``problem``'s agents are simulated in this
     process), or a communicator; with a :class:`~decentopt.comm.DistributedCommunicator`
@@ -63,7 +64,7 @@ def train(
         raise ValueError("epochs and eval_every must be >= 1")
     spe = problem.sampler.steps_per_epoch
     evals = {e for e in range(1, epochs + 1) if e % eval_every == 0} | {epochs}
-    run = run_loop(
+    return run_loop(
         algorithm,
         problem,
         network,
@@ -73,6 +74,6 @@ def train(
         stop_after=None if stop_after_epoch is None else stop_after_epoch * spe,
         threads=threads,
         progress=progress,
+        labels=[dict(labels or {})],
         log=log,
     )
-    return run.rows([dict(labels or {})], algorithm.name, spe)

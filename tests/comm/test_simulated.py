@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -18,13 +20,19 @@ def test_kernels_compute_W_times_Z(kernel, shape):
     torch.testing.assert_close(comm.mix(Z), want, rtol=1e-12, atol=1e-12)
 
 
+def kernel_for(comm: SimulatedCommunicator, n: int, cols: int) -> str:
+    return comm.mixer_for(torch.empty(n, cols)).name
+
+
 def test_float32_and_auto_choice():
     topo = dopt.topology.ring(128)  # circulant: shift-and-add, no dense W
     comm = SimulatedCommunicator(topo)
-    assert comm.kernel_for(10) == comm.kernel_for(5000) == "shift"
+    assert kernel_for(comm, 128, 10) == kernel_for(comm, 128, 5000) == "shift"
+    assert kernel_for(comm, 128, 10**5) == "native"  # from 8 MB: the C kernels
     sparse = SimulatedCommunicator(dopt.topology.erdos_renyi(128, 0.03, seed=1))
-    assert sparse.kernel_for(10) == "dense" and sparse.kernel_for(5000) == "sparse"
-    assert SimulatedCommunicator(dopt.topology.ring(16)).kernel_for(10**6) == "dense"
+    assert kernel_for(sparse, 128, 10) == "dense" and kernel_for(sparse, 128, 5000) == "sparse"
+    small_ring = SimulatedCommunicator(dopt.topology.ring(16))
+    assert kernel_for(small_ring, 16, 1000) == "dense"
     Z = torch.randn(128, 5000, dtype=torch.float32)
     out = comm.mix(Z)
     assert out.dtype == torch.float32
@@ -125,7 +133,7 @@ def test_large_graphs_are_stored_sparse_and_match_their_dense_form():
     assert topo.neighbors == dense.neighbors and topo.max_degree == 4
     Z = torch.randn(1024, 3, dtype=torch.float64)
     comm = SimulatedCommunicator(topo)
-    assert comm.kernel_for(3) == "csr"
+    assert kernel_for(comm, 1024, 3) == "csr"
     torch.testing.assert_close(comm.mix(Z), SimulatedCommunicator(dense).mix(Z), atol=1e-14, rtol=0)
     assert comm.stats.bytes_sent == 1024 * 4 * 3 * 8  # counted per edge, as before
 
@@ -161,7 +169,11 @@ def test_the_compiled_shift_kernel_equals_the_eager_one():
     torch.testing.assert_close(out, eager, rtol=1e-6, atol=1e-6)
     assert comm.stats.rounds == 2
     with pytest.raises(ValueError, match="needs a circulant topology"):
-        SimulatedCommunicator(dopt.topology.ring(8), kernel="compiled")
+        SimulatedCommunicator(dopt.topology.star(8), kernel="compiled")
+    # a ring of fewer than 64 agents is stored dense, and found circulant
+    small = SimulatedCommunicator(dopt.topology.ring(8), kernel="compiled")
+    z8 = torch.randn(8, 5)
+    torch.testing.assert_close(small.mix(z8), dopt.topology.ring(8).W @ z8)
 
 
 def test_a_failing_compile_of_the_mix_falls_back_to_the_shift_kernel(monkeypatch):
@@ -178,4 +190,32 @@ def test_a_failing_compile_of_the_mix_falls_back_to_the_shift_kernel(monkeypatch
     with pytest.warns(RuntimeWarning, match="torch.compile of the mixing kernel failed"):
         got = comm.mix(z)
     torch.testing.assert_close(got, SimulatedCommunicator(topo, kernel="shift").mix(z))
-    assert comm.kernel == "shift"
+    assert comm.mixers[0].failed
+    with warnings.catch_warnings():  # warned once: later rounds go eagerly without a word
+        warnings.simplefilter("error")
+        torch.testing.assert_close(comm.mix(z), got)
+
+
+def test_mix_refuses_integer_states_and_copies_an_overlapping_out():
+    comm = SimulatedCommunicator(dopt.topology.ring(8))
+    with pytest.raises(TypeError, match="floating-point tensor"):
+        comm.mix(torch.arange(16).reshape(8, 2))
+    topo = dopt.topology.ring(64)
+    z = torch.randn(64, 2, 3)
+    want = SimulatedCommunicator(topo).mix(z)
+    for kernel in ("auto", "shift", "dense"):
+        state = z.clone()
+        SimulatedCommunicator(topo, kernel=kernel).mix(state, out=state)  # in place
+        torch.testing.assert_close(state, want)
+    with pytest.raises(ValueError, match="same shape and dtype"):
+        comm.mix(torch.randn(8, 3), out=torch.empty(8, 3, dtype=torch.float32))
+
+
+def test_an_empty_state_is_mixed_into_an_empty_state():
+    from decentopt.native import library
+
+    kernels = ("auto", "native") if library()[0] is not None else ("auto",)
+    for topo in (dopt.topology.ring(8), dopt.topology.ring(64)):
+        for kernel in kernels:
+            out = SimulatedCommunicator(topo, kernel=kernel).mix(torch.empty(topo.n, 0))
+            assert out.shape == (topo.n, 0)

@@ -19,6 +19,9 @@ from decentopt.results import read_csv
 from tests.distributed import worker
 from tests.experiments.test_spec import NEURAL
 
+#: every test here starts several processes: the second step of `make test-all`
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("worker.py")
 ROOT = Path(__file__).resolve().parents[2]
 

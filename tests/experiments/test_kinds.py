@@ -7,10 +7,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from decentopt import problems
 from decentopt._schema import bounded
 from decentopt.cli import main
-from decentopt.problems.base import Plan, StatelessProblem
+from decentopt.experiments import kinds
+from decentopt.plan import Plan
+from decentopt.problems.base import StatelessProblem
 from decentopt.results import read_csv
 
 
@@ -42,6 +43,10 @@ class MeanSpec:
 
     d: int = bounded(3, minimum=1)
     noise: float = bounded(0.0, minimum=0)
+
+    @property
+    def deterministic(self) -> bool:
+        return self.noise == 0
 
     def describe(self) -> str:
         return f"mean estimation (d = {self.d})"
@@ -86,7 +91,7 @@ lr = 0.5
 
 
 def test_a_registered_kind_runs_through_decentopt_run(tmp_path, capsys):
-    problems.register_kind("mean", MeanSpec)
+    kinds.register_kind("mean", MeanSpec)
     try:
         path = tmp_path / "toy.toml"
         path.write_text(TOY)
@@ -101,4 +106,4 @@ def test_a_registered_kind_runs_through_decentopt_run(tmp_path, capsys):
         assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
         assert "[problem_params]: unknown key 'spread'" in capsys.readouterr().err
     finally:
-        problems.KINDS.pop("mean")
+        kinds.KINDS.pop("mean")

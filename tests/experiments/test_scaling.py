@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from decentopt.experiments.scaling import TRANSIENT_EXPONENT, run_scaling, scaling_markdown
 
@@ -21,6 +22,7 @@ QUICK_EXPONENTS = {
 QUICK_TOLERANCE = 0.05
 
 
+@pytest.mark.slow
 def test_quick_scaling_study_is_complete_and_finite():
     rows = run_scaling(seeds=2, quick=True, log=lambda _: None)
     variables = {(r.quantity, r.method, r.variable) for r in rows}
@@ -40,3 +42,27 @@ def test_quick_scaling_study_is_complete_and_finite():
     assert abs(zeta.mean - 1.0) < 1e-6
     table = scaling_markdown(rows)
     assert table.count("\n") == len(rows) + 2
+
+
+@pytest.mark.slow
+def test_the_study_goes_through_the_store_and_resumes(tmp_path):
+    """Every simulation is a unit of the store: a rerun computes nothing and gives the
+    same exponents; a damaged unit is computed again."""
+    from decentopt.experiments.store import ResultStore
+
+    quiet = lambda _: None  # noqa: E731
+    first = ResultStore(tmp_path / "runs")
+    rows = run_scaling(seeds=2, quick=True, log=quiet, store=first)
+    assert first.ran and not first.kept
+    again = ResultStore(tmp_path / "runs")
+    same = run_scaling(seeds=2, quick=True, log=quiet, store=again)
+    assert again.kept == first.ran and not again.ran
+    assert [r.exponents for r in rows] == [r.exponents for r in same]
+    (tmp_path / "runs" / first.ran[0] / "rows.csv").write_text("seed,value\n0,1\n")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        third = ResultStore(tmp_path / "runs")
+        run_scaling(seeds=2, quick=True, log=quiet, store=third)
+    assert third.ran == [first.ran[0]]

@@ -19,6 +19,7 @@ def test_methods_presets_compare_the_same_grid_and_name_real_variants(name):
             assert label in spec.algorithms, (name, label)
 
 
+@pytest.mark.slow
 def test_methods_study_reports_tuned_steps_rounds_and_claims(tmp_path, monkeypatch, capsys):
     grid = "[defaults]\nlr = [0.05, 0.1]\nbeta = 0.8\n[algorithms.edm]\n[algorithms.dsgt_hb]\n"
     convex = BASE.split("[defaults]")[0] + grid

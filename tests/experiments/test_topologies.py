@@ -60,6 +60,7 @@ def test_a_time_varying_topology_in_a_specification(tmp_path):
     assert main(["run", str(bad), "--out", str(tmp_path / "bad")]) == 2
 
 
+@pytest.mark.slow
 def test_the_study_runs_resumes_and_judges_its_claims(tmp_path, capsys):
     out = tmp_path / "study"
 

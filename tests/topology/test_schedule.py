@@ -181,7 +181,7 @@ def test_a_method_that_needs_psd_is_warned_on_a_base_graph():
     logged = []
     comm = SimulatedCommunicator(base_graph(7))
     from decentopt.driver import run_loop
-    from decentopt.problems.base import Plan
+    from decentopt.plan import Plan
 
     run_loop(dopt.algorithms.make("ed", lr=0.01), prob, comm, Plan(2, (2,)), log=logged.append)
     assert "needs every W positive semi-definite" in logged[0] and "lazy()" in logged[0]

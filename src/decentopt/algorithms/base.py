@@ -12,13 +12,15 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
 
 from decentopt._checks import as_real
-from decentopt.comm.base import Communicator
 from decentopt.schedules import LearningRate, lr_at, validate_lr
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import Communicator
 
 __all__ = [
     "Algorithm",

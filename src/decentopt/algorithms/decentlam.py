@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
 from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
 from decentopt.algorithms.registry import register
-from decentopt.comm.base import Communicator
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import Communicator
 
 
 class DecentLaMState(NamedTuple):

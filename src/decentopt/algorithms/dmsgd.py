@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
@@ -16,8 +16,9 @@ from decentopt.algorithms.base import (
     with_momentum_options,
 )
 from decentopt.algorithms.registry import register
-from decentopt.comm.base import Communicator
-from decentopt.comm.native import implements
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import Communicator
 
 
 class DmSGDState(NamedTuple):
@@ -26,7 +27,6 @@ class DmSGDState(NamedTuple):
     t: int = 0
 
 
-@implements("momentum_descend", inputs=3, scalars=2, outputs=2)
 def momentum_descend(
     x: torch.Tensor,
     m: torch.Tensor,

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
 from decentopt.algorithms.base import HyperParams, Scalar, add_scaled, check_initial_point
 from decentopt.algorithms.registry import register
-from decentopt.comm.base import Communicator
-from decentopt.comm.native import implements
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import Communicator
 
 
 class DSGDState(NamedTuple):
@@ -18,7 +19,6 @@ class DSGDState(NamedTuple):
     t: int = 0
 
 
-@implements("descend", inputs=2, scalars=1, outputs=1)
 def descend(x: torch.Tensor, g: torch.Tensor, alpha: Scalar) -> tuple[torch.Tensor]:
     """DSGD's elementwise part, ``(x - alpha g,)``: what the agents mix."""
     return (add_scaled(x, g, -alpha),)

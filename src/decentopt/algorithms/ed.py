@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
 from decentopt.algorithms.base import HyperParams, Scalar, add_scaled, check_initial_point
 from decentopt.algorithms.registry import register
-from decentopt.comm.base import Communicator
-from decentopt.comm.native import implements
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import Communicator
 
 
 class EDState(NamedTuple):
@@ -19,7 +20,6 @@ class EDState(NamedTuple):
     t: int = 0
 
 
-@implements("correct", inputs=3, scalars=1, outputs=2)
 def correct(
     x: torch.Tensor, psi: torch.Tensor, direction: torch.Tensor, alpha: Scalar
 ) -> tuple[torch.Tensor, torch.Tensor]:

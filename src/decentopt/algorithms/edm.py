@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
@@ -16,8 +16,9 @@ from decentopt.algorithms.base import (
 )
 from decentopt.algorithms.ed import correct
 from decentopt.algorithms.registry import register
-from decentopt.comm.base import Communicator
-from decentopt.comm.native import implements
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import Communicator
 
 
 class EDMState(NamedTuple):
@@ -27,7 +28,6 @@ class EDMState(NamedTuple):
     t: int = 0
 
 
-@implements("edm", inputs=4, scalars=2, outputs=3)
 def edm_update(
     x: torch.Tensor,
     psi: torch.Tensor,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
@@ -11,7 +11,9 @@ from decentopt._checks import as_real
 from decentopt.algorithms.base import HyperParams, check_initial_point
 from decentopt.algorithms.ed import adapt_correct_combine
 from decentopt.algorithms.registry import register
-from decentopt.comm.base import Communicator
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import Communicator
 
 
 class NIDSState(NamedTuple):

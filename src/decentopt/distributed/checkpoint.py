@@ -3,9 +3,12 @@
 Layout: ``DIR/step-00000123/rank0.pt ... rankN.pt``, beside each a manifest
 ``rankR.json`` (size and SHA-256 of the ``.pt``, written after it), and a
 ``COMPLETE`` marker that rank 0 writes after every rank has written its part.
-The last two complete steps are kept. On resume, :func:`load_latest` takes the
-newest step whose file verifies on *every* rank; a truncated or altered file is
-reported with its path and the previous complete step is used instead, so a
+The last two complete steps are kept. Payloads hold tensors and plain data only
+(numbers, strings, lists, dicts) and are read with ``torch.load(weights_only=True)``,
+so a planted file cannot run code; a file without its manifest is never loaded.
+On resume, :func:`load_latest` takes the newest step whose file verifies on
+*every* rank; a truncated or altered file is reported with its path and the
+previous complete step is used instead, so a
 crash in the middle of writing, or a damaged disk block, never resumes ranks at
 different steps or from corrupt state. ``DIR`` must be visible to every rank.
 """
@@ -109,17 +112,20 @@ def load_checkpoint(root: str | Path, step: int) -> dict[str, Any]:
             "number of processes?"
         )
     manifest_path = folder / f"rank{rank}.json"
-    if manifest_path.is_file():  # checkpoints of earlier releases have none
-        try:
-            manifest = json.loads(manifest_path.read_text())
-            size, digest = manifest["bytes"], manifest["sha256"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"{manifest_path} is damaged ({type(exc).__name__}: {exc})") from None
-        if path.stat().st_size != size or _digest(path) != digest:
-            raise ValueError(f"{path} does not match its manifest (truncated or altered)")
+    if not manifest_path.is_file():  # never trusted: it says what was written
+        raise ValueError(f"{path} has no manifest {manifest_path.name}; it is not loaded")
     try:
-        return torch.load(path, weights_only=False)
-    except Exception as exc:  # a corrupt pickle or zip archive
+        manifest = json.loads(manifest_path.read_text())
+        size, digest = manifest["bytes"], manifest["sha256"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{manifest_path} is damaged ({type(exc).__name__}: {exc})") from None
+    if manifest.get("file") != path.name:
+        raise ValueError(f"{manifest_path} describes {manifest.get('file')!r}, not {path.name}")
+    if path.stat().st_size != size or _digest(path) != digest:
+        raise ValueError(f"{path} does not match its manifest (truncated or altered)")
+    try:  # tensors and plain data only: loading runs no code from the file
+        return torch.load(path, weights_only=True)
+    except Exception as exc:  # a corrupt archive, or objects that are not plain data
         raise ValueError(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
 
 

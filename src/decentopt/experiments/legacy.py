@@ -16,8 +16,8 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from decentopt import problems
 from decentopt._schema import ConfigError
+from decentopt.experiments import kinds
 
 __all__ = ["renamed"]
 
@@ -43,7 +43,7 @@ def renamed(
         move("'repetitions'", "'runs'", raw.pop("repetitions"), raw, "runs")
     if isinstance(raw.get("topology"), dict) and "n" in raw["topology"]:
         move("[topology] n", "the top-level 'agents'", raw["topology"].pop("n"), raw, "agents")
-    kind = problems.KINDS.get(raw.get("problem", problem))  # type: ignore[arg-type]
+    kind = kinds.KINDS.get(raw.get("problem", problem))  # type: ignore[arg-type]
     params = raw.setdefault("problem_params", {})
     if kind is not None and isinstance(params, dict):
         het = raw.pop("heterogeneity", None)

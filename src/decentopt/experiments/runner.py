@@ -31,10 +31,10 @@ from decentopt.distributed import runtime
 from decentopt.driver import intra_op_threads, run_loop
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
 from decentopt.experiments.store import ResultStore, Unit
-from decentopt.perf import keep_freed_memory
+from decentopt.perf import available_memory, keep_freed_memory
 from decentopt.results import lock_folder, write_csv_atomic
 
-__all__ = ["Outcome", "available_memory", "check_memory", "run_spec"]
+__all__ = ["Outcome", "check_memory", "run_spec"]
 
 #: What forked workers compute with (set just before the fork, inherited, never pickled).
 _WORK: dict[str, Any] = {}
@@ -67,17 +67,6 @@ def _run_groups(spec: RunSpec) -> list[tuple[int, ...] | None]:
     """The units over runs: ``[None]`` (all runs as columns of one problem) or groups."""
     kind = spec.params
     return [None] if kind.batch_runs else list(kind.run_groups(spec.runs, spec.agents))
-
-
-def available_memory() -> float | None:
-    """Bytes the system can still give this process (Linux ``MemAvailable``), if known."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def check_memory(spec: RunSpec, available: float | None = None) -> float:
@@ -166,10 +155,13 @@ def run_spec(
         alg = variant.make()
         alg = alg.with_hyperparams(lr=kind.step_size(alg.lr, problem))
         noise = seeds.noise + (run or 0)
+        labels = kind.columns(problem)
+        if run is not None:  # runs of a group are numbered from its first
+            labels = [c | {"run": run + c.get("run", 0)} for c in labels]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(1000 + noise + 7919 * job.rank)  # dropout, per agent
             checkpoints = folder if plan.period else None
-            traj = run_loop(
+            result = run_loop(
                 alg,
                 problem,
                 comm,
@@ -180,12 +172,11 @@ def run_spec(
                 checkpoint_minutes=spec.checkpoint_minutes,
                 threads=spec.threads,
                 progress=progress and job.main,
+                labels=labels,
                 log=say,
             )
-        labels = kind.columns(problem)
-        if run is not None:  # runs of a group are numbered from its first
-            labels = [c | {"run": run + c.get("run", 0)} for c in labels]
-        n_div = int(traj.diverged.sum())
+        result.algorithm = variant.label
+        n_div = int(result.diverged.sum())
         which = variant.label + (
             ""
             if group is None
@@ -193,9 +184,9 @@ def run_spec(
             if len(group) == 1
             else f" runs {run}-{group[-1]}"
         )
-        say(f"  {which:14s} {traj.wall_time:7.2f} s" + (f", {n_div} diverged" if n_div else ""))
-        facts = {"seconds": traj.wall_time, "diverged": n_div, "gossip_rounds": comm.stats.rounds}
-        return traj.rows(labels, variant.label, plan.period), facts
+        say(f"  {which:14s} {result.wall_time:7.2f} s" + (f", {n_div} diverged" if n_div else ""))
+        facts = {"seconds": result.wall_time, "diverged": n_div, "gossip_rounds": comm.stats.rounds}
+        return result.rows, facts
 
     # one run writes a folder at a time; stale temporary files of killed writes go
     with lock_folder(out) if job.main else contextlib.nullcontext():

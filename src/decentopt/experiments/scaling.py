@@ -21,10 +21,17 @@ fitted by least squares on a log-log scale, one fit per seed:
 
 The paper's exponents come from upper bounds; a measured exponent smaller in
 magnitude does not contradict a bound, and the table says which case holds.
+
+Every simulation of the study is a unit of the result store (when one is given,
+as ``decentopt reproduce table1`` does): an interrupted study resumes, and a
+measurement is computed again only when its settings change.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +42,7 @@ import torch
 
 from decentopt import algorithms, theory, topology
 from decentopt.experiments.reports import markdown_table
+from decentopt.experiments.store import ResultStore, Unit
 from decentopt.problems import Quadratic
 from decentopt.simulate import simulate
 
@@ -73,11 +81,44 @@ def _fit(xs: Sequence[float], ys: np.ndarray) -> tuple[float, ...]:
     return tuple(float(np.polyfit(lx, np.log(col), 1)[0]) for col in ys.T)
 
 
-def _steady_bias(
-    name: str, hp: dict, prob: Quadratic, topo: topology.Topology, iterations: int
+#: The layout of a measurement unit's rows; units of another layout are recomputed.
+ROW_FORMAT = 1
+
+
+def measured(
+    store: ResultStore | None, name: str, key: dict[str, Any], compute: Callable[[], np.ndarray]
 ) -> np.ndarray:
-    res = simulate(algorithms.make(name, **hp), prob, topo, iterations, record=iterations)
-    return res.final("dist_to_opt")
+    """``compute()`` (one value per seed) through the store's unit ``name``, fingerprinted
+    by ``key``: stored values are reused while ``key`` is unchanged."""
+    if store is None:
+        return np.asarray(compute(), dtype=np.float64)
+    blob = json.dumps(key | {"rows": ROW_FORMAT}, sort_keys=True, default=repr)
+    unit = Unit(name, hashlib.sha256(blob.encode()).hexdigest()[:16], {"measures": key})
+
+    def rows(_folder: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        values = np.asarray(compute(), dtype=np.float64).reshape(-1)
+        return [{"seed": s, "value": float(v)} for s, v in enumerate(values)], {}
+
+    stored = store.cached(unit, rows)
+    return np.array([r["value"] for r in sorted(stored, key=lambda r: r["seed"])])
+
+
+def _steady_bias(
+    name: str,
+    hp: dict,
+    prob: Quadratic,
+    topo: topology.Topology,
+    iterations: int,
+    store: ResultStore | None = None,
+    unit: str = "",
+    key: dict[str, Any] | None = None,
+) -> np.ndarray:
+    def compute() -> np.ndarray:
+        res = simulate(algorithms.make(name, **hp), prob, topo, iterations, record=iterations)
+        return res.final("dist_to_opt")
+
+    about = {"method": name, "hp": hp, "graph": topo.name, "iterations": iterations}
+    return measured(store, unit, about | (key or {}), compute)
 
 
 def _iterations(alpha: float, mu: float, gap: float) -> int:
@@ -85,13 +126,19 @@ def _iterations(alpha: float, mu: float, gap: float) -> int:
     return int(min(150_000, 25 / (alpha * mu) + 25 / gap))
 
 
-def dmsgd_bias_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list[ScalingRow]:
+def dmsgd_bias_rows(
+    seeds: int, quick: bool, log: Callable[[str], None], store: ResultStore | None = None
+) -> list[ScalingRow]:
     n, d, p = (8, 4, 8) if quick else (16, 5, 10)
     base = {"lr": 0.02 if quick else 0.001, "beta": 0.5, "dampening": False}
     rows = []
 
     def problem(n_agents: int, c: float | list[float] = 1.0) -> Quadratic:
         return Quadratic.paper(n=n_agents, d=d, p=p, c=c, sigma2=0.0, repetitions=seeds, seed=11)
+
+    def bias(unit: str, hp: dict, prob: Quadratic, topo: topology.Topology, T: int, c: Any = 1.0):
+        key = {"problem": {"n": prob.n, "d": d, "p": p, "c": c, "seeds": seeds, "seed": 11}}
+        return _steady_bias("dmsgd", hp, prob, topo, T, store, f"bias-{unit}", key)
 
     prob = problem(n)
     topo = topology.ring(n)
@@ -101,27 +148,29 @@ def dmsgd_bias_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list
     ys = []
     for a in alphas:
         T = _iterations(a / (1 - base["beta"]), mu, topo.spectral_gap)
-        ys.append(_steady_bias("dmsgd", base | {"lr": a}, prob, topo, T))
+        ys.append(bias(f"alpha{a:g}", base | {"lr": a}, prob, topo, T))
     rows.append(ScalingRow.fitted("DmSGD bias", "dmsgd", "alpha", 2.0, xs=alphas, ys=ys))
     log(f"  DmSGD bias vs alpha: {rows[-1].mean:.2f}")
 
     cs = [2.0, 1.0, 0.5, 0.25]
     multi = problem(n, cs)
     T = _iterations(base["lr"] / (1 - base["beta"]), mu, topo.spectral_gap)
-    bias = _steady_bias("dmsgd", base, multi, topo, T).reshape(len(cs), seeds)
+    levels = bias("zeta", base, multi, topo, T, c=cs).reshape(len(cs), seeds)
     zeta = multi.zeta2.numpy().reshape(len(cs), seeds)
     xs = tuple(float(z) for z in zeta.mean(axis=1))
     exps = tuple(
-        float(np.polyfit(np.log(zeta[:, s]), np.log(bias[:, s]), 1)[0]) for s in range(seeds)
+        float(np.polyfit(np.log(zeta[:, s]), np.log(levels[:, s]), 1)[0]) for s in range(seeds)
     )
-    rows.append(ScalingRow("DmSGD bias", "dmsgd", "zeta^2", 1.0, exps, xs, tuple(map(tuple, bias))))
+    rows.append(
+        ScalingRow("DmSGD bias", "dmsgd", "zeta^2", 1.0, exps, xs, tuple(map(tuple, levels)))
+    )
     log(f"  DmSGD bias vs zeta^2: {rows[-1].mean:.2f}")
 
     betas = [0.0, 0.3, 0.6, 0.8]
     ys = []
     for b in betas:
         T = _iterations(base["lr"] / (1 - b), mu, topo.spectral_gap)
-        ys.append(_steady_bias("dmsgd", base | {"beta": b}, prob, topo, T))
+        ys.append(bias(f"beta{b:g}", base | {"beta": b}, prob, topo, T))
     gaps_beta = [1 - b for b in betas]
     rows.append(ScalingRow.fitted("DmSGD bias", "dmsgd", "1 - beta", -2.0, xs=gaps_beta, ys=ys))
     log(f"  DmSGD bias vs 1 - beta: {rows[-1].mean:.2f}")
@@ -131,7 +180,7 @@ def dmsgd_bias_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list
     for m in sizes:
         pm, tm = problem(m), topology.ring(m)
         T = _iterations(base["lr"] / (1 - base["beta"]), float(pm.mu.min()), tm.spectral_gap)
-        ys.append(_steady_bias("dmsgd", base, pm, tm, T) / pm.zeta2.numpy())
+        ys.append(bias(f"ring{m}", base, pm, tm, T) / pm.zeta2.numpy())
         gaps.append(tm.spectral_gap)
     rows.append(
         ScalingRow.fitted("DmSGD bias / zeta^2", "dmsgd", "1 - lambda", -2.0, xs=gaps, ys=ys)
@@ -140,10 +189,20 @@ def dmsgd_bias_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list
     return rows
 
 
+def _consensus_sum(
+    name: str, hp: dict, prob: Quadratic, topo: topology.Topology, iterations: int
+) -> np.ndarray:
+    """The consensus error summed over every iteration of a run, per seed."""
+    res = simulate(algorithms.make(name, **hp), prob, topo, iterations, record="all")
+    return np.nansum(res.history["consensus"], axis=0)
+
+
 TRANSIENT_EXPONENT = {"ed": -2.0, "edm": -2.0, "dsgt": -3.0, "dsgt_hb": -3.0}
 
 
-def transient_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list[ScalingRow]:
+def transient_rows(
+    seeds: int, quick: bool, log: Callable[[str], None], store: ResultStore | None = None
+) -> list[ScalingRow]:
     d, p = (4, 8) if quick else (5, 10)
     sizes = [6, 8, 12] if quick else [8, 12, 16, 24, 32, 48, 64]
     momentum = {"lr": 0.02, "beta": 0.5}
@@ -158,8 +217,9 @@ def transient_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list[
         zeta0 = np.array([theory.zeta0_squared(topo.W, grad0[:, r]) for r in range(seeds)])
         T = int(min(80_000, 40 / (0.02 * float(prob.mu.min())) + 60 / topo.spectral_gap))
         for name, hp in hps.items():
-            res = simulate(algorithms.make(name, **hp), prob, topo, T, record="all")
-            cumulative = np.nansum(res.history["consensus"], axis=0)
+            accumulated = functools.partial(_consensus_sum, name, hp, prob, topo, T)
+            key = {"method": name, "hp": hp, "n": m, "d": d, "p": p, "seeds": seeds, "T": T}
+            cumulative = measured(store, f"transient-ring{m}-{name}", key, accumulated)
             sums[name].append(cumulative / zeta0)
         log(f"  transient, ring({m}), 1 - lambda = {topo.spectral_gap:.4g}, {T} iterations")
     labels = {name: ("heterogeneity transient", name, "1 - lambda") for name in hps}
@@ -170,16 +230,23 @@ def transient_rows(seeds: int, quick: bool, log: Callable[[str], None]) -> list[
 
 
 def run_scaling(
-    *, seeds: int = 5, quick: bool = False, log: Callable[[str], None] = print
+    *,
+    seeds: int = 5,
+    quick: bool = False,
+    log: Callable[[str], None] = print,
+    store: ResultStore | None = None,
 ) -> list[ScalingRow]:
-    """Run both studies; ``quick`` uses small sizes (for tests), the default the full table."""
+    """Run both studies; ``quick`` uses small sizes (for tests), the default the full table.
+
+    ``store``: every simulation is a unit of it (resumable); without one, all run afresh.
+    """
     if seeds < 2:
         raise ValueError("the scaling study needs at least 2 seeds to report a spread")
     torch.manual_seed(0)
     log("DmSGD steady-state bias (deterministic gradients):")
-    rows = dmsgd_bias_rows(seeds, quick, log)
+    rows = dmsgd_bias_rows(seeds, quick, log, store)
     log("heterogeneity transient (deterministic gradients):")
-    rows += transient_rows(seeds, quick, log)
+    rows += transient_rows(seeds, quick, log, store)
     return rows
 
 

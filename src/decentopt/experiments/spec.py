@@ -1,7 +1,7 @@
 """The run specification: one TOML schema for every kind of experiment.
 
 A specification names a problem kind (``problem``, with its own section
-``[problem_params]``: the dataclass registered in :data:`decentopt.problems.KINDS`),
+``[problem_params]``: the dataclass registered in :data:`decentopt.experiments.kinds.KINDS`),
 the ``agents`` and their ``[topology]``, the algorithms (``[algorithms.LABEL]``
 with ``[defaults]``; a ``method`` key makes a labelled variant, a list value a
 grid of variants), seeds by role, how many independent ``runs``, and what
@@ -34,10 +34,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from decentopt import algorithms, problems, topology
+from decentopt import algorithms, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError, bounded, parse
 from decentopt.comm.cost import NetworkModel
+from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.legacy import renamed
 
@@ -291,9 +292,9 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
             f"{source}: 'name' must be a plain file name (letters, digits, "
             f"'_', '-', '.', '+'; no path), found {top.name!r}"
         )
-    if top.problem not in problems.KINDS:
-        raise ConfigError(f"{source}: {unknown_name('problem', top.problem, problems.KINDS)}")
-    kind = problems.KINDS[top.problem]
+    if top.problem not in kinds.KINDS:
+        raise ConfigError(f"{source}: {unknown_name('problem', top.problem, kinds.KINDS)}")
+    kind = kinds.KINDS[top.problem]
     if (top.iterations or 0) > 10**8:
         warnings.warn(
             f"{source}: {top.iterations:.3g} iterations will take days; is that meant?",
@@ -301,6 +302,12 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
             stacklevel=3,
         )
     params = parse(kind, top.problem_params, f"{source} [problem_params]")
+    missing = kinds.missing_members(params)
+    if missing:
+        raise ConfigError(
+            f"{source}: the problem kind {top.problem!r} ({kind.__name__}) lacks "
+            f"{', '.join(missing)} of decentopt.experiments.kinds.ProblemSpec; add them"
+        )
     try:
         params.check(top.iterations)
     except ValueError as exc:

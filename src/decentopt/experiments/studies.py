@@ -18,9 +18,10 @@ from decentopt.experiments.reports import markdown_table, write_report
 from decentopt.experiments.runner import run_spec
 from decentopt.experiments.scaling import run_scaling, scaling_markdown, scaling_table
 from decentopt.experiments.spec import RunSpec, load_spec
+from decentopt.experiments.store import ResultStore
 from decentopt.experiments.summary import levels_by_zeta, summarise
 from decentopt.plotting import LABELS, plot_curves, plot_scaling
-from decentopt.results import write_csv_atomic, write_text_atomic
+from decentopt.results import lock_folder, write_csv_atomic, write_text_atomic
 
 __all__ = ["METHODS", "run_methods", "run_table1", "tuned_markdown"]
 
@@ -28,8 +29,15 @@ __all__ = ["METHODS", "run_methods", "run_table1", "tuned_markdown"]
 METHODS = ("methods_quadratic", "methods_logistic", "methods_digits")
 
 
-def run_table1(out: Path, *, quick: bool, say: Callable[[str], None] = print) -> list[Path]:
-    rows = run_scaling(seeds=3 if quick else 5, quick=quick, log=say)
+def run_table1(
+    out: Path, *, quick: bool, force: bool = False, say: Callable[[str], None] = print
+) -> list[Path]:
+    """Table 1's scaling study into ``out``; each simulation a unit of ``out/runs``."""
+    with lock_folder(out):
+        store = ResultStore(out / "runs", force=force)
+        rows = run_scaling(seeds=3 if quick else 5, quick=quick, log=say, store=store)
+    if store.kept:
+        say(f"resumed: {len(store.kept)} finished measurement(s) kept")
     md = scaling_markdown(rows)
     say(md)
     write_text_atomic(out / "table1.md", md)

@@ -20,7 +20,9 @@ For each (heterogeneity level, algorithm):
   iteration over the transient (:func:`~decentopt.analysis.transient_rate`); negative means linear
   convergence to the limit;
 * ``runs``, ``tail_points``, ``tail_from``, ``tail_to``: what the
-  steady state rests on.
+  steady state rests on; with a single run of a problem with gradient noise the
+  standard error is NaN (unknown: comparisons are then inconclusive), of a
+  deterministic one 0.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class Stat:
     tail_points: int = 0
     tail_from: int = 0
     tail_to: int = 0
+    #: the problem has no gradient noise: a single run's value is exact (its SE is 0)
+    deterministic: bool = False
 
     @property
     def still_decreasing(self) -> bool:
@@ -69,6 +73,7 @@ def summarise(
     """Statistics per (panel level, algorithm) of a panel sweep (see the module docstring)."""
     metric = metric or spec.metric
     param = spec.panel
+    exact = bool(spec.params.deterministic)
     grouped: dict[tuple[float, str], dict[int, list[tuple[int, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -99,7 +104,7 @@ def summarise(
                 steady=steady,
                 steady_se=float(per_rep.std(ddof=1) / np.sqrt(len(per_rep)))
                 if len(per_rep) > 1
-                else float("nan"),
+                else (0.0 if exact else float("nan")),
                 final=float(values[alive][:, -1].mean()),
                 iters=settling_step(steps, mean_curve, spec.threshold),
                 diverged=int((~alive).sum()),
@@ -112,9 +117,10 @@ def summarise(
                 tail_points=int(tail.sum()),
                 tail_from=int(steps[tail][0]),
                 tail_to=int(steps[-1]),
+                deterministic=exact,
             )
         else:
-            stat = Stat(np.nan, np.nan, np.nan, None, len(values), zeta2)
+            stat = Stat(np.nan, np.nan, np.nan, None, len(values), zeta2, deterministic=exact)
         stats[key] = stat
     return stats
 

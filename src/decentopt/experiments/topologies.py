@@ -15,6 +15,7 @@ modelled time (the presets' ``[network]``). ``--check`` judges the claims of
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 from collections.abc import Callable
@@ -24,8 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from decentopt.analysis import SIGNIFICANCE, compare, settling_step
-from decentopt.experiments.claims import Verdict
+from decentopt.analysis import ALPHA, compare, settling_step
+from decentopt.experiments.claims import (
+    Claim,
+    Verdict,
+    check_claims,
+    claims_markdown,
+    combine,
+    ordered_verdict,
+)
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.runner import run_spec
 from decentopt.experiments.spec import RunSpec, load_spec
@@ -92,121 +100,133 @@ class Case:
 
 
 # ------------------------------------------------------------------- claims
-@dataclass(frozen=True)
-class StudyClaim:
-    text: str
-    test: str
-    check: Callable[[Case], tuple[bool | None, str]]
+# Each claim is judged on every case (problem, n) with the statistics of every other
+# claim (claims.py): a comparison is decided by Welch's t-test at the claim's
+# family-wise level, Bonferroni-corrected over its comparisons in all cases;
+# within noise a strict claim is inconclusive.
 
 
-def _steady(case: Case, graph: str, method: str) -> tuple[float, float]:
-    s = case.stats[graph][method]
-    return s.steady, s.steady_se
+def _order(case: Case, a: tuple[str, str], b: tuple[str, str], comparisons: int) -> int | None:
+    """Compare the steady errors of (graph, method) ``a`` and ``b`` in one case."""
+    x, y = case.stats[a[0]][a[1]], case.stats[b[0]][b[1]]
+    return compare(
+        x.steady, x.steady_se, y.steady, y.steady_se, runs=(x.runs, y.runs),
+        comparisons=comparisons,
+    )  # fmt: skip
 
 
-def _one_peer_cheaper(case: Case) -> tuple[bool | None, str]:
-    graphs = ("one_peer_exponential", "exponential")
-    per_step = {}
-    for g in graphs:
-        last = max(case.rows[g], key=lambda r: r["step"])
-        per_step[g] = last["model_time"] / max(last["step"], 1)
-    one, static = (_steady(case, g, "dsgd") for g in graphs)
-    if one[0] != one[0] or static[0] != static[0]:
-        return None, "a run diverged"
-    cheaper = per_step[graphs[0]] < per_step[graphs[1]]
-    no_worse = compare(*one, *static) <= 0
-    return cheaper and no_worse, (
-        f"{per_step[graphs[0]] * 1e3:.3g} vs {per_step[graphs[1]] * 1e3:.3g} ms per iteration; "
-        f"error {one[0]:.2e} vs {static[0]:.2e}"
-    )
+def _word(order: int | None) -> str:
+    return {None: "unknown", -1: "lower", 0: "equal within noise", 1: "higher"}[order]
 
 
-def _base_no_worse(case: Case) -> tuple[bool | None, str]:
-    base, one = _steady(case, "base_3", "dsgd"), _steady(case, "one_peer_exponential", "dsgd")
-    order = compare(*base, *one)
-    return (None if order == 0 else order < 0), f"{base[0]:.2e} vs {one[0]:.2e}"
+def _per_case(
+    cases: list[Case], judge: Callable[[Case, int], tuple[bool | None, str]], comparisons: int
+) -> Verdict:
+    """Holds when it holds in every case, fails when it fails in one (three-way)."""
+    results = [(case, *judge(case, comparisons * len(cases))) for case in cases]
+    mark = {True: "yes", False: "no", None: "?"}
+    evidence = "; ".join(f"{c.name}: {mark[h]} ({e})" for c, h, e in results)
+    return Verdict(combine([h for _, h, _ in results]), evidence)
 
 
-def _sparser_more_bias(case: Case) -> tuple[bool | None, str]:
-    chain = ("complete", "exponential", "torus", "ring")
-    values = [_steady(case, g, "dsgd") for g in chain]
-    reversed_ = [
-        f"{a} > {b}"
-        for (a, va), (b, vb) in zip(
-            zip(chain, values, strict=True), zip(chain[1:], values[1:], strict=True), strict=False
+def _one_peer_cheaper(cases: list[Case]) -> Verdict:
+    def judge(case: Case, k: int) -> tuple[bool | None, str]:
+        graphs = ("one_peer_exponential", "exponential")
+        per_step = {}
+        for g in graphs:
+            last = max(case.rows[g], key=lambda r: r["step"])
+            per_step[g] = last["model_time"] / max(last["step"], 1)
+        order = _order(case, (graphs[0], "dsgd"), (graphs[1], "dsgd"), k)
+        cheaper = per_step[graphs[0]] < per_step[graphs[1]]
+        holds = False if not cheaper else ordered_verdict(order, strict=False)
+        one, static = (case.stats[g]["dsgd"].steady for g in graphs)
+        return holds, (
+            f"{per_step[graphs[0]] * 1e3:.3g} vs {per_step[graphs[1]] * 1e3:.3g} ms per "
+            f"iteration; error {one:.2e} vs {static:.2e} ({_word(order)})"
         )
-        if compare(*va, *vb) > 0
-    ]
-    text = " ≤ ".join(f"{v[0]:.2e}" for v in values)
-    return not reversed_, text + (f"; reversed: {', '.join(reversed_)}" if reversed_ else "")
+
+    return _per_case(cases, judge, 1)
 
 
-def _exact_diffusion_needs_fixed_w(case: Case) -> tuple[bool | None, str]:
-    static_ok = all(case.stats[g][m].diverged == 0 for g in STATIC for m in ("ed", "edm"))
-    failed = [g for g in TIME_VARYING if any(case.stats[g][m].diverged for m in ("ed", "edm"))]
-    return static_ok and len(failed) == len(TIME_VARYING), (
-        f"static graphs: {'none' if static_ok else 'some'} diverged; time-varying graphs where "
-        f"ED/EDM diverged: {', '.join(failed) or 'none'}"
-    )
+def _base_no_worse(cases: list[Case]) -> Verdict:
+    def judge(case: Case, k: int) -> tuple[bool | None, str]:
+        order = _order(case, ("base_3", "dsgd"), ("one_peer_exponential", "dsgd"), k)
+        base, one = (case.stats[g]["dsgd"].steady for g in ("base_3", "one_peer_exponential"))
+        return ordered_verdict(order, strict=True), f"{base:.2e} vs {one:.2e} ({_word(order)})"
+
+    return _per_case(cases, judge, 1)
 
 
-def _tracking_exact(case: Case) -> tuple[bool | None, str]:
-    lower = []
-    for g in TIME_VARYING:
-        order = compare(*_steady(case, g, "dsgt"), *_steady(case, g, "dsgd"))
-        lower.append(order < 0)
-    return all(lower), f"DSGT below DSGD on {sum(lower)} of {len(lower)} time-varying graphs"
+SPARSER = ("complete", "exponential", "torus", "ring")
 
 
+def _sparser_more_bias(cases: list[Case]) -> Verdict:
+    def judge(case: Case, k: int) -> tuple[bool | None, str]:
+        steps = list(itertools.pairwise(SPARSER))
+        orders = [_order(case, (a, "dsgd"), (b, "dsgd"), k) for a, b in steps]
+        values = " < ".join(f"{case.stats[g]['dsgd'].steady:.2e}" for g in SPARSER)
+        words = ", ".join(
+            f"{a} vs {b}: {_word(o)}" for (a, b), o in zip(steps, orders, strict=True)
+        )
+        return combine([ordered_verdict(o, strict=True) for o in orders]), f"{values} ({words})"
+
+    return _per_case(cases, judge, len(SPARSER) - 1)
+
+
+def _exact_diffusion_needs_fixed_w(cases: list[Case]) -> Verdict:
+    def judge(case: Case, k: int) -> tuple[bool | None, str]:
+        static_ok = all(case.stats[g][m].diverged == 0 for g in STATIC for m in ("ed", "edm"))
+        failed = [g for g in TIME_VARYING if any(case.stats[g][m].diverged for m in ("ed", "edm"))]
+        return static_ok and len(failed) == len(TIME_VARYING), (
+            f"static graphs: {'none' if static_ok else 'some'} diverged; time-varying graphs "
+            f"where ED/EDM diverged: {', '.join(failed) or 'none'}"
+        )
+
+    return _per_case(cases, judge, 1)
+
+
+def _tracking_exact(cases: list[Case]) -> Verdict:
+    def judge(case: Case, k: int) -> tuple[bool | None, str]:
+        orders = [_order(case, (g, "dsgt"), (g, "dsgd"), k) for g in TIME_VARYING]
+        words = ", ".join(f"{g}: {_word(o)}" for g, o in zip(TIME_VARYING, orders, strict=True))
+        return combine([ordered_verdict(o, strict=True) for o in orders]), f"DSGT vs DSGD: {words}"
+
+    return _per_case(cases, judge, len(TIME_VARYING))
+
+
+_TEST = f"at a {ALPHA:.0%} family-wise level over every case"
 CLAIMS = (
-    StudyClaim(
+    Claim(
         "The one-peer exponential graph costs less modelled time per iteration than the "
         "static exponential graph and leaves DSGD no more error (Ying et al. 2021).",
-        f"modelled ms per iteration, and DSGD's steady error not higher by > {SIGNIFICANCE:g} SE",
+        f"modelled ms per iteration, and DSGD's steady error not higher, {_TEST}",
         _one_peer_cheaper,
     ),
-    StudyClaim(
+    Claim(
         "With the same two peers per round, the Base-3 graph leaves DSGD less error than the "
         "one-peer exponential graph (Takezawa et al. 2023).",
-        f"DSGD's steady error lower by > {SIGNIFICANCE:g} SE",
+        f"DSGD's steady error lower, {_TEST}",
         _base_no_worse,
     ),
-    StudyClaim(
+    Claim(
         "DSGD's heterogeneity bias grows as the static graph gets sparser: complete, "
         "exponential, torus, ring (Koloskova et al. 2020).",
-        f"no step of the chain higher by > {SIGNIFICANCE:g} SE",
+        f"every step of the chain higher, {_TEST}",
         _sparser_more_bias,
     ),
-    StudyClaim(
+    Claim(
         "ED and EDM, whose correction assumes one fixed W, converge over every static graph "
         "and diverge over the time-varying ones (measured here; their analyses take W fixed).",
         "runs stopped as diverged",
         _exact_diffusion_needs_fixed_w,
     ),
-    StudyClaim(
+    Claim(
         "Gradient tracking removes the heterogeneity bias over time-varying graphs too "
         "(Nedić, Olshevsky, Shi 2017): DSGT ends below DSGD on every one-peer graph.",
-        f"steady errors, lower by > {SIGNIFICANCE:g} SE",
+        f"DSGT's steady error lower on every time-varying graph, {_TEST}",
         _tracking_exact,
     ),
 )
-
-
-def judge(cases: list[Case]) -> list[tuple[StudyClaim, Verdict]]:
-    """Every claim over every case: holds when it holds in all, fails when it fails in one."""
-    out = []
-    for claim in CLAIMS:
-        results = [(case, *claim.check(case)) for case in cases]
-        holds: bool | None = True
-        if any(h is False for _, h, _ in results):
-            holds = False
-        elif any(h is None for _, h, _ in results):
-            holds = None
-        evidence = "; ".join(
-            f"{c.name}: {'yes' if h else 'no' if h is False else '?'} ({e})" for c, h, e in results
-        )
-        out.append((claim, Verdict(holds, evidence)))
-    return out
 
 
 # ------------------------------------------------------------------- report
@@ -294,12 +314,8 @@ def run_topologies(
                     f" against {'modelled seconds' if x == 'model_time' else 'iterations'}",
                 )
     if check:
-        verdicts = judge(cases)
-        marks = {True: "holds", False: "**does not hold**", None: "inconclusive"}
-        table = markdown_table(
-            ["claim", "test", "measured", "verdict"],
-            [(c.text, c.test, v.evidence, marks[v.holds]) for c, v in verdicts],
-        )
+        verdicts = check_claims(CLAIMS, cases)
+        table = claims_markdown(verdicts)
         counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
         sections += [
             "## Claims",

@@ -21,18 +21,18 @@ by Newton's method to machine precision, so ``f(xbar) - f*`` and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from decentopt._checks import as_count, as_real, check_problem_dtype
-from decentopt._schema import bounded
-from decentopt.comm.base import Communicator
-from decentopt.problems.base import ConvexSpec, StatelessProblem
+from decentopt.problems.base import StatelessProblem
 
-__all__ = ["Logistic", "LogisticSpec"]
+if TYPE_CHECKING:
+    from decentopt.comm.base import Communicator
+
+__all__ = ["Logistic"]
 
 
 class Logistic(StatelessProblem):
@@ -215,51 +215,4 @@ class Logistic(StatelessProblem):
         return (
             f"Logistic(n={self.n}, R={self.repetitions}, m={self.m}, d={self.dim}, "
             f"mu={self.mu}, sigma_s2={self.sigma_s2})"
-        )
-
-
-@dataclass(frozen=True)
-class LogisticSpec(ConvexSpec):
-    """``problem = "logistic"``: the paper's Figure 2 problem (see :meth:`Logistic.paper`).
-
-    ``sigma_h2`` lists the heterogeneity levels, one panel each.
-    """
-
-    panel: ClassVar[str] = "sigma_h2"
-
-    d: int = bounded(20, minimum=1)
-    m: int = bounded(2000, minimum=1)
-    sigma_h2: tuple[float, ...] = (1.0,)
-    mu: float = bounded(0.01, minimum=0)
-    sigma_s2: float = bounded(0.01, minimum=0)
-    dtype: Literal["float32", "float64"] = "float64"
-    compute_dtype: Literal["float32", "float64"] | None = None
-
-    def describe(self) -> str:
-        return f"Logistic regression ({self.describe_params()})"
-
-    def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
-        """What building and running it holds, by part (samples in float64 and the
-        compute copy)."""
-        cols = runs * len(self.sigma_h2)
-        samples = agents * cols * self.m * (self.d + 1)
-        return {
-            "samples (three copies)": 3 * 8 * samples,
-            "iterates and algorithm state": self.state_bytes(agents, cols, self.d),
-        }
-
-    def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Logistic:
-        self.refuse_rank(rank)
-        compute = None if self.compute_dtype is None else getattr(torch, self.compute_dtype)
-        return Logistic.paper(
-            n=agents,
-            d=self.d,
-            m=self.m,
-            sigma_h2=list(self.sigma_h2),
-            mu=self.mu,
-            sigma_s2=self.sigma_s2,
-            repetitions=runs,
-            seed=seed,
-            dtype=getattr(torch, self.dtype),
-            compute_dtype=compute,
         )

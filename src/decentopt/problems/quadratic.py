@@ -26,18 +26,18 @@ near 1-3), which is what makes the paper's ``alpha = 0.05`` stable.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from decentopt._checks import as_count, as_real, check_problem_dtype
-from decentopt._schema import bounded
-from decentopt.comm.base import Communicator
-from decentopt.problems.base import ConvexSpec, StatelessProblem
+from decentopt.problems.base import StatelessProblem
 
-__all__ = ["Quadratic", "QuadraticSpec"]
+if TYPE_CHECKING:
+    from decentopt.comm.base import Communicator
+
+__all__ = ["Quadratic"]
 
 
 class Quadratic(StatelessProblem):
@@ -225,47 +225,4 @@ class Quadratic(StatelessProblem):
         return (
             f"Quadratic(n={self.n}, R={self.repetitions}, p={self.p}, d={self.dim}, "
             f"sigma2={self.sigma2})"
-        )
-
-
-@dataclass(frozen=True)
-class QuadraticSpec(ConvexSpec):
-    """``problem = "quadratic"``: the paper's Figure 1 problem (see :meth:`Quadratic.paper`).
-
-    ``c`` lists the heterogeneity scales, one panel each (``zeta^2 ~ 1/c^2``).
-    """
-
-    panel: ClassVar[str] = "c"
-
-    d: int = bounded(10, minimum=1)
-    p: int = bounded(20, minimum=1)
-    sigma2: float = bounded(0.05, minimum=0)
-    c: tuple[float, ...] = (1.0,)
-    dtype: Literal["float32", "float64"] = "float64"
-
-    def describe(self) -> str:
-        return f"Quadratic ({self.describe_params()})"
-
-    def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
-        """What building and running it holds, by part (built in float64, then cast)."""
-        cols, d, p = runs * len(self.c), self.d, self.p
-        each = agents * cols * 8
-        low = p < d  # the low-memory form keeps no per-agent d x d matrices
-        return {
-            "A and its noise factor": 2 * each * p * d,
-            "Hessians and fused gradient": 0 if low else 3 * each * d * (d + 1),
-            "iterates and algorithm state": self.state_bytes(agents, cols, d),
-        }
-
-    def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Quadratic:
-        self.refuse_rank(rank)
-        return Quadratic.paper(
-            n=agents,
-            d=self.d,
-            p=self.p,
-            c=list(self.c),
-            sigma2=self.sigma2,
-            repetitions=runs,
-            seed=seed,
-            dtype=getattr(torch, self.dtype),
         )

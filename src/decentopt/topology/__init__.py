@@ -28,9 +28,8 @@ from decentopt.topology.graphs import (
     star,
     torus,
 )
-from decentopt.topology.schedule import (
-    GossipRound,
-    TopologySchedule,
+from decentopt.topology.schedule import GossipRound, TopologySchedule
+from decentopt.topology.time_varying import (
     base_graph,
     one_peer_exponential,
     one_peer_hypercube,

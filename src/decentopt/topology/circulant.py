@@ -19,10 +19,19 @@ import torch
 
 from decentopt.topology.topology import _TOL, AssumptionError, Topology
 
-__all__ = ["DENSE_LIMIT", "CirculantTopology", "circulant_from_offsets", "spectrum"]
+__all__ = [
+    "DENSE_LIMIT",
+    "CirculantTopology",
+    "circulant_from_offsets",
+    "find_stencil",
+    "reach",
+    "spectrum",
+]
 
 #: Largest n for which ``W`` is materialised on request (8 * n^2 bytes).
 DENSE_LIMIT = 16_384
+#: Dense topologies up to this size are checked for being circulant.
+CIRCULANT_CHECK_MAX = 1024
 
 
 def spectrum(n: int, stencil: dict[int, float] | tuple[tuple[int, float], ...]) -> np.ndarray:
@@ -117,3 +126,24 @@ def circulant_from_offsets(n: int, offsets: set[int], name: str, lazy: bool | st
         stencil[0] += 0.5
         name = f"lazy({name})"
     return CirculantTopology(n, stencil, name)
+
+
+def find_stencil(topology: object) -> tuple[tuple[int, float], ...] | None:
+    """``((o, c_o), ...)`` when ``W[i, j] = c_{(j - i) mod n}`` exactly: the stencil of a
+    circulant topology, or of a dense ``W`` that is circulant (rings and exponential
+    graphs of fewer than 64 agents are stored dense); ``None`` otherwise."""
+    if isinstance(topology, CirculantTopology):
+        return topology.stencil
+    if type(topology) is not Topology or topology.n > CIRCULANT_CHECK_MAX:
+        return None
+    W = topology.W.numpy()
+    n = W.shape[0]
+    offsets = (np.arange(n)[None, :] - np.arange(n)[:, None]) % n
+    if not np.array_equal(W, W[0][offsets]):
+        return None
+    return tuple((int(o), float(W[0, o])) for o in np.flatnonzero(W[0]))
+
+
+def reach(stencil: tuple[tuple[int, float], ...], n: int) -> int:
+    """The farthest agent a row of the circulant ``W`` reads, either way round."""
+    return max((min(o % n, n - o % n) for o, _ in stencil), default=0)

@@ -1,41 +1,55 @@
 /* Elementwise updates fused with a circulant mix, for decentopt's simulator.
  *
- * decentopt_update_mix_<t> computes, for every agent row i and column j of an
+ * decentopt_update_mix_<t>_<isa> computes, for every agent row i and column j of an
  * (n, d) state,
  *
  *     (y0, y1, ...) = update(inputs[i, j]),   out0[i, j] = sum_q w_q y0[(i + o_q) mod n, j],
  *
- * where update is one of the library's own (decentopt/comm/native.py registers
- * each with the Python function it implements; tests check both agree). y0 is
- * never written to memory: columns go in blocks, a block's y0 rows wait in a
- * buffer that stays in cache, and an output row is mixed as soon as the rows it
- * reads exist. decentopt_mix_<t> is the plain mix, out = W z.
+ * where update is one of the library's own, named in api.c (UPDATE_KINDS) in this
+ * order: decentopt/comm/mixers/native.py maps each to the Python function it
+ * implements, and the tests check both agree. y0 is never written to memory:
+ * columns go in blocks, a block's y0 rows wait in a buffer that stays in cache,
+ * and an output row is mixed as soon as the rows it reads exist.
+ * decentopt_mix_<t>_<isa> is the plain mix, out = W z.
+ *
+ * This file is compiled once per instruction set (decentopt/native/build.py):
+ * with -mavx512f, with -mavx2 -mfma and with the baseline flags, each with
+ * DECENTOPT_ISA naming it, and the objects are linked into one library. Python
+ * picks the variant the CPU supports at run time (decentopt_cpu_level in api.c),
+ * so one built wheel is fast on every x86-64 CPU and correct on any other.
  *
  * What makes them fast (measured on a (256, 10^5) float32 state, see
  * benchmarks/bench_peers.py): every input of a row read in one loop, so the
- * memory streams run together; with AVX-512, outputs written by non-temporal
- * stores straight from registers (no output line is read first); the ring's
- * three-term sum unrolled (a loop over the terms cost more than the loads).
+ * memory streams run together; with AVX-512 or AVX2, outputs written by
+ * non-temporal stores straight from registers (no output line is read first);
+ * the ring's three-term sum unrolled (a loop over the terms cost more than the loads).
  *
- * The kernels for one element type are in fused_kernels.h, included once for
- * float and once for double.
+ * The kernels for one element type are in kernels.h, included once for float
+ * and once for double.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
+#ifndef DECENTOPT_ISA
+#define DECENTOPT_ISA generic
+#endif
+
+/* The order of UPDATE_KINDS in api.c. */
 enum { DESCEND = 0, MOMENTUM_DESCEND = 1, CORRECT = 2, EDM = 3 };
 #define MAX_TERMS 64
 #define MAX_WIDTH 8192
 #define CAT_(a, b) a##_##b
 #define CAT(a, b) CAT_(a, b)
+/* An exported name: base, element type and instruction set, e.g. decentopt_mix_f32_avx2. */
+#define EXPORT(name) CAT(CAT(name, SUFFIX), DECENTOPT_ISA)
 
 static void fence(void) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
     _mm_sfence(); /* non-temporal stores are visible to other threads after this */
 #endif
 }
@@ -109,10 +123,21 @@ static int run_parallel(task_fn fn, const void *shared, int64_t tasks, int threa
 #define ADD _mm512_add_ps
 #define SUB _mm512_sub_ps
 #define MUL _mm512_mul_ps
+#elif defined(__AVX2__)
+#define VECTOR 1
+#define LANES 8
+#define V __m256
+#define LOAD _mm256_loadu_ps
+#define STOREU _mm256_storeu_ps
+#define STREAM _mm256_stream_ps
+#define SET _mm256_set1_ps
+#define ADD _mm256_add_ps
+#define SUB _mm256_sub_ps
+#define MUL _mm256_mul_ps
 #else
 #define VECTOR 0
 #endif
-#include "fused_kernels.h"
+#include "kernels.h"
 #undef T
 #undef SUFFIX
 #undef LANES
@@ -137,5 +162,15 @@ static int run_parallel(task_fn fn, const void *shared, int64_t tasks, int threa
 #define ADD _mm512_add_pd
 #define SUB _mm512_sub_pd
 #define MUL _mm512_mul_pd
+#elif defined(__AVX2__)
+#define LANES 4
+#define V __m256d
+#define LOAD _mm256_loadu_pd
+#define STOREU _mm256_storeu_pd
+#define STREAM _mm256_stream_pd
+#define SET _mm256_set1_pd
+#define ADD _mm256_add_pd
+#define SUB _mm256_sub_pd
+#define MUL _mm256_mul_pd
 #endif
-#include "fused_kernels.h"
+#include "kernels.h"

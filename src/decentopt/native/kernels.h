@@ -1,4 +1,4 @@
-/* The kernels of fused.c for one element type T (names end in SUFFIX); with
+/* The kernels of kernels.c for one element type T (names end in SUFFIX); with
  * VECTOR, LANES-wide vector operations V, LOAD, STOREU, STREAM, SET, ADD, SUB, MUL.
  *
  * Heavy ball, as decentopt.algorithms.base.heavy_ball: m+ = g + damp (m - g) + keep m
@@ -222,12 +222,14 @@ static void FN(update_tasks)(const void *shared, int64_t first, int64_t last, vo
     }
 }
 
-int FN(decentopt_update_mix)(int kind, int nesterov, int dampening, int64_t n, int64_t d,
+int EXPORT(decentopt_update_mix)(int kind, int nesterov, int dampening, int64_t n, int64_t d,
                              const T *const *in, T *const *out, T alpha, T beta, int64_t k,
                              const int64_t *offsets, const T *weights, int64_t width,
                              int threads) {
-    if (k < 1 || k > MAX_TERMS || width < 1 || width > MAX_WIDTH || kind < 0 || kind > EDM)
+    if (k < 1 || k > MAX_TERMS || width < 1 || width > MAX_WIDTH || kind < 0 || kind > EDM ||
+        n < 0 || d < 0)
         return 1;
+    if (n == 0 || d == 0) return 0; /* nothing to compute (and no block to share out) */
     const int64_t reach = FN(reach)(n, k, offsets);
     const int short_reach = n > 4 * reach + 1;
     const int64_t blocks = (d + width - 1) / width;
@@ -264,9 +266,10 @@ static void FN(mix_tasks)(const void *shared, int64_t first, int64_t last, void 
     }
 }
 
-int FN(decentopt_mix)(int64_t n, int64_t d, const T *z, T *out, int64_t k,
+int EXPORT(decentopt_mix)(int64_t n, int64_t d, const T *z, T *out, int64_t k,
                       const int64_t *offsets, const T *weights, int64_t width, int threads) {
-    if (k < 1 || k > MAX_TERMS || width < 1) return 1;
+    if (k < 1 || k > MAX_TERMS || width < 1 || n < 0 || d < 0) return 1;
+    if (n == 0 || d == 0) return 0;
     const struct FN(mix_job) job = {n, d, k, width, z, out, offsets, weights};
     /* threads share out blocks, or the rows of one block: every output row is its own */
     return run_parallel(FN(mix_tasks), &job, (d + width - 1) / width * n, threads, 0);

@@ -1,0 +1,90 @@
+"""What a mixer is: one way of computing ``W z`` (and, where it can, an update fused with it).
+
+A mixer is built once for a network by the communicator (``kernel=NAME`` picks
+one, ``kernel="auto"`` a chain of them, see :func:`decentopt.comm.mixers.chain`)
+and called on the folded ``(n, k)`` state of every gossip round:
+
+* :meth:`Mixer.mix` returns ``W_t z`` (``t``: the round; a static graph ignores it);
+* :meth:`Mixer.mix_map` evaluates an elementwise update and mixes its first output
+  in one pass, where the mixer has a kernel for that update; ``None`` otherwise,
+  and the communicator updates, then mixes;
+* :meth:`Mixer.supports` says whether it can mix a state at all (device, dtype),
+  :meth:`Mixer.preferred` whether ``"auto"`` should give it that state.
+
+A new kernel is one module of this package: a class with these methods,
+registered with :func:`register`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
+
+import torch
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import Elementwise
+    from decentopt.topology import Network
+
+__all__ = ["MIXERS", "Mixer", "MixerBase", "MixerUnavailable", "register"]
+
+
+class MixerUnavailable(ValueError):
+    """A mixer cannot serve this network (e.g. a circulant kernel for a random graph)."""
+
+
+class Mixer(Protocol):
+    name: ClassVar[str]
+
+    def supports(self, flat: torch.Tensor) -> str:
+        """``""`` when this mixer can mix ``flat``; otherwise why not (one line)."""
+        ...
+
+    def preferred(self, flat: torch.Tensor) -> bool:
+        """Whether ``kernel="auto"`` should give ``flat`` to this mixer."""
+        ...
+
+    def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:
+        """``W_t flat`` for a folded ``(n, k)`` state, into ``out`` when given."""
+        ...
+
+    def mix_map(
+        self, fn: Elementwise, flats: Sequence[torch.Tensor], scalars: Sequence[float], t: int
+    ) -> list[torch.Tensor] | None:
+        """``[W_t y_0, y_1, ...]`` for ``(y_0, ...) = fn(*flats, *scalars)`` in one pass, or
+        ``None`` when this mixer has no fused kernel for ``fn`` and these states."""
+        ...
+
+
+class MixerBase:
+    """Defaults: mixes any state, preferred whenever it can, no fused updates."""
+
+    name: ClassVar[str] = ""
+
+    def supports(self, flat: torch.Tensor) -> str:
+        return ""
+
+    def preferred(self, flat: torch.Tensor) -> bool:
+        return not self.supports(flat)
+
+    def mix_map(
+        self, fn: Elementwise, flats: Sequence[torch.Tensor], scalars: Sequence[float], t: int
+    ) -> list[torch.Tensor] | None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+#: Every mixer by its ``kernel=`` name.
+MIXERS: dict[str, Callable[[Network], Mixer]] = {}
+M = TypeVar("M", bound=type)
+
+
+def register(cls: M) -> M:
+    """Class decorator: make ``kernel=cls.name`` build this mixer."""
+    name = cls.name  # type: ignore[attr-defined]
+    if not name or name in MIXERS or name == "auto":
+        raise ValueError(f"a mixer needs a new name other than 'auto'; got {name!r}")
+    MIXERS[name] = cls
+    return cls

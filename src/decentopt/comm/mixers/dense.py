@@ -1,0 +1,35 @@
+"""``kernel="dense"``: one GEMM ``W @ Z`` -- best for small ``n`` or a dense ``W``."""
+
+from __future__ import annotations
+
+import torch
+
+from decentopt.comm.mixers.base import MixerBase, MixerUnavailable, register
+from decentopt.topology import Network, Topology
+
+__all__ = ["DenseMixer"]
+
+
+@register
+class DenseMixer(MixerBase):
+    """``W @ z`` with ``W`` cast once per dtype and device (built on request for graphs
+    stored by stencil or in CSR, up to :data:`~decentopt.topology.circulant.DENSE_LIMIT`)."""
+
+    name = "dense"
+
+    def __init__(self, network: Network) -> None:
+        if not isinstance(network, Topology):
+            raise MixerUnavailable(f"kernel='dense' needs a static topology; {network.name} is not")
+        self.topology = network
+        self._cache: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+    def matrix(self, like: torch.Tensor) -> torch.Tensor:
+        key = (like.dtype, like.device)
+        if key not in self._cache:
+            self._cache[key] = self.topology.W.to(dtype=like.dtype, device=like.device)
+        return self._cache[key]
+
+    def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:
+        if out is None:
+            return torch.mm(self.matrix(flat), flat)
+        return torch.mm(self.matrix(flat), flat, out=out)

@@ -1,0 +1,207 @@
+"""``kernel="native"``: the C kernels of :mod:`decentopt.native` for circulant graphs.
+
+For a circulant ``W`` (stored by its stencil, or dense and found circulant) the
+library mixes in one pass, and for the library's own updates -- DSGD's, DmSGD's,
+ED's and EDM's, the table :data:`UPDATES` -- computes the update and the mix of
+its first output together, block of columns by block of columns, so that the
+mixed quantity is never written to memory. On (256, 10^5) float32 over ring(256)
+an EDM step then takes 1.2x its 7-pass memory bound at one thread and 0.9x at
+two, against 2.2x updating and mixing separately; the mix 0.9-1.2x a copy,
+against 1.8-2.1x (``benchmarks/bench_peers.py``). ``"auto"`` takes it for CPU
+states of float32 or float64 from 8 MB when the library is there.
+
+Each update of :data:`UPDATES` is the Python function it implements: that
+function stays the reference, and the tests check both give the same numbers
+for every option and every instruction-set variant of the library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from decentopt import native
+from decentopt.algorithms.dmsgd import momentum_descend
+from decentopt.algorithms.dsgd import descend
+from decentopt.algorithms.ed import correct
+from decentopt.algorithms.edm import edm_update
+from decentopt.comm.mixers.base import MixerBase, register
+from decentopt.comm.mixers.shift import circulant_stencil
+from decentopt.topology import Network
+from decentopt.topology.circulant import reach
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import Elementwise
+
+__all__ = ["UPDATES", "NativeMixer", "NativeUpdate", "lookup"]
+
+#: States smaller than this are left to the other mixers under "auto" (nothing to gain).
+MIN_BYTES = 8 << 20
+#: Row length of a block of columns of the fused update and mix: the rows the stencil
+#: reads for one output row stay in cache (measured on (256, 10^5) float32: 8192
+#: columns best -- 1.05x the step's memory bound against 1.3x at 1024).
+ROW_BYTES = 32 << 10
+#: A stencil that reaches far makes the kernel keep all n rows of a block: blocks of at
+#: most this size.
+BLOCK_BYTES = 8 << 20
+#: Rows of the plain mix of a short-reach stencil: rows r - 1, r, r + 1 stay in cache
+#: (on (256, 10^5) float32 whole rows of 400 KB: 1.2x a copy, 1.3x in 32 KB blocks).
+MIX_ROW_BYTES = 512 << 10
+
+
+@dataclass(frozen=True)
+class NativeUpdate:
+    """A C update: its kind (an entry of :data:`decentopt.native.UPDATE_KINDS`) and how
+    many tensors, scalars and outputs it takes."""
+
+    kind: str
+    inputs: int
+    scalars: int
+    outputs: int
+
+
+#: The library's updates by the Python function each implements.
+UPDATES: dict[Callable[..., object], NativeUpdate] = {
+    descend: NativeUpdate("descend", inputs=2, scalars=1, outputs=1),
+    momentum_descend: NativeUpdate("momentum_descend", inputs=3, scalars=2, outputs=2),
+    correct: NativeUpdate("correct", inputs=3, scalars=1, outputs=2),
+    edm_update: NativeUpdate("edm", inputs=4, scalars=2, outputs=3),
+}
+
+
+def lookup(fn: Callable[..., object]) -> tuple[NativeUpdate, bool, bool] | None:
+    """``(update, nesterov, dampening)`` for a function of :data:`UPDATES` (or a partial of
+    one with only ``nesterov`` / ``dampening`` keywords); ``None`` otherwise."""
+    keywords: dict[str, object] = {}
+    if isinstance(fn, functools.partial):
+        if fn.args or set(fn.keywords) - {"nesterov", "dampening"}:
+            return None
+        keywords, fn = dict(fn.keywords), fn.func
+    update = UPDATES.get(fn)
+    if update is None:
+        return None
+    return update, bool(keywords.get("nesterov", False)), bool(keywords.get("dampening", True))
+
+
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+
+
+@register
+class NativeMixer(MixerBase):
+    name = "native"
+
+    def __init__(self, network: Network, isa: str | None = None) -> None:
+        """``isa``: a variant of the library to run (tests); by default the CPU's best."""
+        self.n = network.n
+        self.stencil = circulant_stencil(network, self.name)
+        self.reach = reach(self.stencil, self.n)
+        self.isa = isa
+        self._offsets = (ctypes.c_int64 * len(self.stencil))(*(o % self.n for o, _ in self.stencil))
+        self._weights = {
+            suffix: (scalar * len(self.stencil))(*(w for _, w in self.stencil))
+            for suffix, scalar in (("f32", ctypes.c_float), ("f64", ctypes.c_double))
+        }
+
+    def supports(self, flat: torch.Tensor) -> str:
+        if flat.device.type != "cpu" or flat.dtype not in _SUFFIX:
+            return (
+                f"the C kernels take CPU float32/float64 states, not {flat.dtype} on {flat.device}"
+            )
+        if len(self.stencil) > native.MAX_TERMS:
+            return f"the C kernels take at most {native.MAX_TERMS} stencil terms"
+        return native.library()[1]
+
+    def preferred(self, flat: torch.Tensor) -> bool:
+        return flat.numel() * flat.element_size() >= MIN_BYTES and not self.supports(flat)
+
+    def _function(self, name: str, dtype: torch.dtype) -> ctypes._CFuncPtr:
+        lib, why = native.library()
+        if lib is None:
+            raise RuntimeError(f"kernel='native': the C kernels are not available ({why})")
+        return lib.function(name, _SUFFIX[dtype], self.isa)
+
+    def _stencil_args(self, dtype: torch.dtype) -> tuple:
+        return len(self.stencil), self._offsets, self._weights[_SUFFIX[dtype]]
+
+    def block_width(self, flat: torch.Tensor) -> int:
+        """Columns per block of the fused kernel: rows of ``ROW_BYTES``; a far-reaching
+        stencil (all n rows of a block kept) in blocks of at most ``BLOCK_BYTES``."""
+        size, cols = flat.element_size(), flat.shape[1]
+        width = ROW_BYTES // size
+        if self.n <= 4 * self.reach + 1:
+            width = min(width, BLOCK_BYTES // (self.n * size))
+        width = max(16, min(width, native.MAX_WIDTH) // 16 * 16)
+        # as many blocks as a multiple of the threads, so that none waits for another
+        threads = torch.get_num_threads()
+        blocks = -(-cols // width)
+        if blocks > 1:
+            blocks = -(-blocks // threads) * threads
+            width = max(16, -(-cols // (16 * blocks)) * 16)
+        return width
+
+    def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:
+        flat = flat.contiguous()
+        target = torch.empty_like(flat) if out is None else out
+        # a short reach reads its neighbours' rows from cache: rows of up to 512 KB (the
+        # threads share them out); a far-reaching stencil, a block of all rows from cache
+        if self.reach <= 4:
+            width = max(1, min(flat.shape[1], MIX_ROW_BYTES // flat.element_size()))
+        else:
+            width = self.block_width(flat)
+        n, d = flat.shape
+        status = self._function("decentopt_mix", flat.dtype)(
+            n, d, flat.data_ptr(), target.data_ptr(), *self._stencil_args(flat.dtype), width,
+            torch.get_num_threads(),
+        )  # fmt: skip
+        if status:
+            raise RuntimeError(
+                f"the native mix was given {len(self.stencil)} stencil terms (at most "
+                f"{native.MAX_TERMS})"
+            )
+        return target
+
+    def mix_map(
+        self, fn: Elementwise, flats: Sequence[torch.Tensor], scalars: Sequence[float], t: int
+    ) -> list[torch.Tensor] | None:
+        found = lookup(fn)
+        if found is None:
+            return None
+        update, nesterov, dampening = found
+        first = flats[0]
+        if (
+            len(flats) != update.inputs
+            or len(scalars) != update.scalars
+            or any(f.shape != first.shape or f.dtype != first.dtype for f in flats)
+        ):
+            return None
+        flats = [f.contiguous() for f in flats]
+        outs = [torch.empty_like(flats[0]) for _ in range(update.outputs)]
+        n, d = first.shape
+        width = self.block_width(first)
+        pointers = ctypes.c_void_p
+        status = self._function("decentopt_update_mix", first.dtype)(
+            native.UPDATE_KINDS.index(update.kind),
+            int(nesterov),
+            int(dampening),
+            n,
+            d,
+            (pointers * len(flats))(*(f.data_ptr() for f in flats)),
+            (pointers * len(outs))(*(o.data_ptr() for o in outs)),
+            float(scalars[0]),
+            float(scalars[1]) if len(scalars) > 1 else 0.0,
+            *self._stencil_args(first.dtype),
+            width,
+            torch.get_num_threads(),
+        )
+        if status:
+            raise RuntimeError(
+                f"the native {update.kind} kernel failed: its row buffers ({width} columns) "
+                f"could not be allocated, or it was given {len(self.stencil)} stencil terms "
+                f"(at most {native.MAX_TERMS})"
+            )
+        return outs

@@ -1,0 +1,31 @@
+"""The one loop (:func:`run_loop`) and the one result type (:class:`Result`) of every run.
+
+:mod:`.loop` composes the parts: :mod:`.recorder`, :mod:`.guard` (divergence) and
+:mod:`.checkpointer`; :mod:`.result` holds what a run returns.
+"""
+
+from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
+from decentopt.driver.guard import DivergenceGuard
+from decentopt.driver.loop import (
+    LARGE_STATE_BYTES,
+    THREADS_CROSSOVER,
+    check_gradient,
+    intra_op_threads,
+    run_loop,
+)
+from decentopt.driver.recorder import Recorder
+from decentopt.driver.result import Record, Result
+
+__all__ = [
+    "CHECK_EVERY",
+    "LARGE_STATE_BYTES",
+    "THREADS_CROSSOVER",
+    "Checkpointer",
+    "DivergenceGuard",
+    "Record",
+    "Recorder",
+    "Result",
+    "check_gradient",
+    "intra_op_threads",
+    "run_loop",
+]

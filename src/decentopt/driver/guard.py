@@ -1,0 +1,76 @@
+"""The divergence guard: a column that blows up is stopped, reported and recorded as NaN."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from decentopt.algorithms.base import AlgorithmState
+from decentopt.comm.base import Communicator
+
+__all__ = ["OUTLIER", "DivergenceGuard"]
+
+#: A column also diverges when mean_i ||x_i||^2 exceeds this many times the median of
+#: the others (relative to each column's start): a run blowing up slowly is not averaged in.
+OUTLIER = 1e6
+
+
+def column_norms(x: torch.Tensor, comm: Communicator) -> torch.Tensor:
+    """``mean_i ||x_i||^2`` per column over all agents (collective under torch.distributed)."""
+    return comm.mean(x.pow(2).sum(-1).unsqueeze(-1).double()).reshape(-1).cpu()
+
+
+def _zero_columns(state: AlgorithmState, mask: torch.Tensor) -> AlgorithmState:
+    """Zero the columns in ``mask`` in every stacked ``(n, R, d)`` tensor of the state."""
+    updates = {}
+    for name, value in state._asdict().items():  # type: ignore[attr-defined]
+        if isinstance(value, torch.Tensor) and value.ndim == 3:
+            keep = (~mask).view(1, -1, 1).to(value.device)
+            updates[name] = torch.where(keep, value, 0.0)
+    return state._replace(**updates)
+
+
+class DivergenceGuard:
+    """Stops the columns whose iterates leave every sensible bound.
+
+    A column diverges when ``mean_i ||x_i||^2`` is not finite, exceeds
+    ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)``, or exceeds ``OUTLIER`` times the
+    median of the other columns (each relative to its start). A stopped column is
+    zeroed so that it cannot overflow, and its step kept in :attr:`diverged_at`.
+    """
+
+    def __init__(
+        self, x0: torch.Tensor, x_star: torch.Tensor | None, comm: Communicator, blowup: float
+    ) -> None:
+        self.comm = comm
+        self.scale = 1.0 + column_norms(x0, comm)
+        if x_star is not None:
+            self.scale = self.scale + x_star.pow(2).sum(-1).reshape(-1).cpu()
+        self.limit = blowup * self.scale
+        self.diverged_at = np.full(self.scale.numel(), -1, dtype=np.int64)
+
+    @property
+    def alive(self) -> int:
+        """Columns still running."""
+        return int((self.diverged_at < 0).sum())
+
+    def check(self, state: Any, t: int) -> Any:
+        """Mark the columns diverged by step ``t``; returns the state with them zeroed."""
+        sq = column_norms(state.x, self.comm)
+        bad = ~torch.isfinite(sq) | (sq > self.limit)
+        if len(sq) > 2 and bool((~bad).any()):  # or far above the median of the others
+            rel = sq / self.scale
+            bad |= rel > OUTLIER * rel[~bad].median().clamp_min(1e-300)
+        new = bad.numpy() & (self.diverged_at < 0)
+        self.diverged_at[new] = t
+        if (self.diverged_at >= 0).any():
+            return _zero_columns(state, torch.from_numpy(self.diverged_at >= 0))
+        return state
+
+    def blank(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``values`` (one per column) with the stopped columns set to NaN."""
+        for v in values.values():
+            v[self.diverged_at >= 0] = np.nan
+        return values

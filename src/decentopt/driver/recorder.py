@@ -1,0 +1,78 @@
+"""The recorder: metrics on a grid of steps, and each epoch's mean mini-batch loss."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from decentopt.comm.base import CommStats, Communicator
+from decentopt.driver.result import Record
+
+__all__ = ["Recorder"]
+
+
+def column_values(value: Any) -> np.ndarray:
+    """A metric as float64 numbers, one per column (Python floats keep their precision)."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().to(torch.float64).cpu().numpy()
+    return np.array(value, dtype=np.float64).reshape(-1)
+
+
+def counts(stats: CommStats) -> tuple[int, float, int, int]:
+    return stats.rounds, stats.bytes_per_agent, stats.busiest_messages, stats.busiest_bytes
+
+
+class Recorder:
+    """Keeps the records of a run and the running sum of the current epoch's losses.
+
+    ``train_loss`` (with ``period``) is the paper's ``sum_i f_i(x_i)``: the number
+    of agents times the mean over agents of each agent's mean mini-batch loss over
+    the epoch so far.
+    """
+
+    def __init__(
+        self,
+        metrics: Callable[[torch.Tensor], dict[str, Any]],
+        comm: Communicator,
+        period: int | None,
+        lr_at: Callable[[int], float],
+    ) -> None:
+        self.metrics, self.comm, self.period, self.lr_at = metrics, comm, period, lr_at
+        self.records: list[Record] = []
+        self.losses: torch.Tensor | None = None  # summed over the current epoch
+        self.agents = comm.topology.n  # in total; a rank holds fewer
+
+    def add_loss(self, loss: torch.Tensor | None) -> None:
+        if loss is not None:
+            loss = loss.detach()
+            self.losses = loss.clone() if self.losses is None else self.losses.add_(loss)
+
+    def end_of_step(self, t: int) -> None:
+        """After step ``t``: a new epoch starts a new loss sum."""
+        if self.period and t % self.period == 0:
+            self.losses = None
+
+    def note(self, t: int, x: torch.Tensor, timing: list[float], blank: Callable) -> None:
+        """Record the metrics of ``x`` at step ``t`` (stopped columns NaN)."""
+        values = {k: column_values(v) for k, v in self.metrics(x).items()}
+        if self.losses is not None and self.period:
+            done = t - (t - 1) // self.period * self.period  # steps into the current epoch
+            rows = self.losses.shape[0]  # agents here; one loss per column (run) each
+            mean = self.comm.mean((self.losses / done).reshape(rows, -1).float())
+            values["train_loss"] = self.agents * mean.reshape(-1).double().cpu().numpy()
+        values = blank(values)
+        lr = float(self.lr_at(max(t - 1, 0)))
+        self.records.append(Record(t, values, lr, *timing, *counts(self.comm.stats)))
+
+    def pad(self, steps: list[int], timing: list[float]) -> None:
+        """NaN records for the steps a run stopped before (every column diverged)."""
+        if not self.records:
+            return
+        for s in steps:
+            if s > self.records[-1].step:
+                nan = {k: np.full_like(v, np.nan) for k, v in self.records[-1].metrics.items()}
+                lr = float(self.lr_at(s - 1))
+                self.records.append(Record(s, nan, lr, *timing, *counts(self.comm.stats)))

@@ -1,0 +1,139 @@
+"""The interface of a problem *kind* in a run specification, and what the convex kinds share.
+
+A :class:`ProblemSpec` is one section of a run specification: the frozen
+dataclass read from ``[problem_params]``, which builds the problem and says how
+long a run is and where it is recorded. Adding a kind is one file with such a
+class plus one call of :func:`decentopt.experiments.kinds.register_kind`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from decentopt.plan import Plan, record_steps
+from decentopt.problems.base import Problem
+
+__all__ = ["ConvexSpec", "ProblemSpec", "missing_members"]
+
+
+@runtime_checkable
+class ProblemSpec(Protocol):
+    """``[problem_params]`` of one problem kind (a frozen dataclass)."""
+
+    #: A list-valued field with one figure panel per value (e.g. heterogeneity), or None.
+    panel: ClassVar[str | None]
+    #: The metrics a run records; the first is the default headline metric.
+    metrics: ClassVar[tuple[str, ...]]
+    #: True: all runs are columns of one problem (one unit of work per algorithm);
+    #: False: the units are :meth:`run_groups`.
+    batch_runs: ClassVar[bool]
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether a run has no randomness of its own (no gradient noise): one run then
+        gives exact values, and comparisons need no standard error."""
+        ...
+
+    def describe(self) -> str:
+        """The problem part of a figure title."""
+        ...
+
+    def check(self, iterations: int | None) -> None:
+        """Cross-field checks (``iterations``: the top-level key); raise ValueError with the fix."""
+        ...
+
+    def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Problem:
+        """The problem for ``runs`` columns (data seed ``seed``); ``rank``: one agent only."""
+        ...
+
+    def plan(self, problem: Problem, iterations: int | None, points: int) -> Plan: ...
+
+    def step_size(self, lr: Any, problem: Problem) -> Any:
+        """The step size as the algorithm takes it (e.g. epochs turned into steps)."""
+        ...
+
+    def columns(self, problem: Problem) -> list[dict[str, Any]]:
+        """Labels of each column of the metrics (e.g. the heterogeneity level)."""
+        ...
+
+    def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
+        """About how many bytes building and running it holds, by part; a run that needs
+        more than the available memory is refused before anything is allocated."""
+        ...
+
+    def run_groups(self, runs: int, agents: int) -> list[tuple[int, ...]]:
+        """Kinds with ``batch_runs = False``: the units of work over runs, groups of
+        consecutive run indices, each built and stepped together."""
+        ...
+
+
+#: What every kind's section has (``run_groups`` only where ``batch_runs`` is False).
+MEMBERS = (
+    "panel",
+    "metrics",
+    "batch_runs",
+    "deterministic",
+    "describe",
+    "check",
+    "build",
+    "plan",
+    "step_size",
+    "columns",
+    "memory_bytes",
+)
+
+
+def missing_members(params: object) -> list[str]:
+    """The members of :class:`ProblemSpec` a kind's section lacks (a clear error, not an
+    AttributeError in the middle of a run)."""
+    needed = MEMBERS if getattr(params, "batch_runs", True) else (*MEMBERS, "run_groups")
+    return [name for name in needed if not hasattr(params, name)]
+
+
+class ConvexSpec:
+    """What the convex kinds share: all runs and panel levels in one stacked problem,
+    ``iterations`` steps recorded on a log grid, metrics per column."""
+
+    panel: ClassVar[str]
+    metrics: ClassVar[tuple[str, ...]] = ("dist_to_opt", "grad_norm", "opt_gap", "consensus")
+    batch_runs: ClassVar[bool] = True
+
+    def levels(self) -> tuple[float, ...]:
+        return getattr(self, self.panel)
+
+    @staticmethod
+    def state_bytes(agents: int, columns: int, d: int) -> float:
+        """Iterates and algorithm state: about six float64 ``(n, columns, d)`` tensors."""
+        return 6 * 8 * agents * columns * d
+
+    def check(self, iterations: int | None) -> None:
+        if iterations is None:
+            raise ValueError("a convex sweep needs 'iterations' (the number of steps)")
+        if not self.levels():
+            raise ValueError(f"'{self.panel}' must be a non-empty list of numbers (one panel each)")
+
+    def refuse_rank(self, rank: int | None) -> None:
+        if rank is not None:
+            raise ValueError(
+                f"{type(self).__name__}: a convex sweep simulates every agent in one process; "
+                "run it without torchrun"
+            )
+
+    def plan(self, problem: Problem, iterations: int | None, points: int) -> Plan:
+        assert iterations is not None  # check() requires it
+        return Plan(iterations, tuple(record_steps(iterations, "log", points).tolist()))
+
+    def step_size(self, lr: Any, problem: Problem) -> Any:
+        return lr
+
+    def columns(self, problem: Any) -> list[dict[str, Any]]:
+        levels, R = self.levels(), problem.repetitions // len(self.levels())
+        return [
+            {self.panel: levels[col // R], "zeta2": float(problem.zeta2[col]), "run": col % R}
+            for col in range(problem.repetitions)
+        ]
+
+    def describe_params(self, skip: tuple[str, ...] = ("dtype", "compute_dtype")) -> str:
+        return ", ".join(
+            f"{k} = {v}" for k, v in vars(self).items() if k not in (*skip, self.panel)
+        )

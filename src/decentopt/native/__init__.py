@@ -1,0 +1,261 @@
+"""The native kernels: a C library built when the package is installed, loaded with ctypes.
+
+``kernels.c`` fuses the library's own elementwise updates (DSGD's, DmSGD's, ED's
+and EDM's) with a circulant mix, and has the plain circulant mix; ``build.py``
+compiles it once per instruction set (AVX-512, AVX2 + FMA, baseline) into one
+library. Which functions exist and which update each ``kind`` computes is known
+here and in :mod:`decentopt.comm.mixers.native`, the mixer that calls them;
+nothing else imports this module.
+
+Where the library comes from, in order:
+
+1. **installed**: ``pip install`` built it beside this file (``_kernels*.so``),
+   so an installed wheel needs no compiler;
+2. **built at first use** (a source checkout, or an install whose build had no
+   compiler): the same recipe with ``$CC`` (else ``cc``) into a private cache
+   folder (``$DECENTOPT_CACHE``, else ``~/.cache/decentopt``, created ``0700``),
+   named by a hash of the sources, the recipe and the compiler. The library's
+   SHA-256 and size are recorded beside it when it is built and checked before
+   every load; a file or folder owned by another user or writable by others is
+   refused; a library that fails a check is built again;
+3. **none**: :func:`library` says why, and the simulator mixes with torch.
+
+``DECENTOPT_NATIVE=0`` turns the library off; ``DECENTOPT_ISA=avx2`` (or
+``generic``) runs a lower variant than the CPU supports.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import importlib.machinery
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from decentopt.native import build
+
+__all__ = ["UPDATE_KINDS", "Library", "cached_library", "installed_library", "library"]
+
+HERE = build.HERE
+#: The updates of ``decentopt_update_mix``, by ``kind`` index (api.c says the same).
+UPDATE_KINDS = ("descend", "momentum_descend", "correct", "edm")
+#: Largest stencil and block width the C code accepts (MAX_TERMS, MAX_WIDTH there).
+MAX_TERMS, MAX_WIDTH = 64, 8192
+#: decentopt_cpu_level's answer -> the variants that CPU runs, best first.
+_RUNS = {2: ("avx512", "avx2", "generic"), 1: ("avx2", "generic"), 0: ("generic",)}
+
+_F32, _F64 = ctypes.c_float, ctypes.c_double
+_P = ctypes.c_void_p
+_I64, _INT = ctypes.c_int64, ctypes.c_int
+
+
+def _signatures(scalar: type) -> dict[str, list]:
+    offsets, weights = ctypes.POINTER(_I64), ctypes.POINTER(scalar)
+    return {
+        # kind, nesterov, dampening, n, d, inputs, outputs, alpha, beta, k, offsets,
+        # weights, width, threads
+        "decentopt_update_mix": [
+            _INT, _INT, _INT, _I64, _I64, ctypes.POINTER(_P), ctypes.POINTER(_P),
+            scalar, scalar, _I64, offsets, weights, _I64, _INT,
+        ],
+        # n, d, z, out, k, offsets, weights, width, threads
+        "decentopt_mix": [_I64, _I64, _P, _P, _I64, offsets, weights, _I64, _INT],
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Library:
+    """A loaded library: where it came from, the variant this CPU runs, its functions."""
+
+    path: Path
+    origin: str  # "installed" or "built at first use"
+    isa: str
+    variants: tuple[str, ...]  # every variant of the library this CPU can run
+    handle: ctypes.CDLL
+
+    def function(self, name: str, suffix: str, isa: str | None = None) -> ctypes._CFuncPtr:
+        """``decentopt_<name>_<suffix>_<isa>`` with its argument types declared."""
+        variant = isa or self.isa
+        if variant not in self.variants:
+            raise ValueError(f"this CPU or library has no {variant!r} variant: {self.variants}")
+        fn = getattr(self.handle, f"{name}_{suffix}_{variant}")
+        fn.argtypes = _signatures(_F32 if suffix == "f32" else _F64)[name]
+        fn.restype = ctypes.c_int
+        return fn
+
+
+def _open(path: Path, origin: str) -> Library:
+    """Load ``path`` and choose the best variant it has that this CPU runs."""
+    handle = ctypes.CDLL(str(path))
+    try:
+        return _choose(path, origin, handle)
+    except AttributeError as exc:  # a library of an earlier release
+        raise OSError(f"{path.name} lacks a function: {exc}") from None
+
+
+def _choose(path: Path, origin: str, handle: ctypes.CDLL) -> Library:
+    handle.decentopt_cpu_level.restype = ctypes.c_int
+    handle.decentopt_cpu_level.argtypes = []
+    handle.decentopt_update_kinds.restype = ctypes.c_char_p
+    handle.decentopt_update_kinds.argtypes = []
+    handle.decentopt_source_digest.restype = ctypes.c_char_p
+    handle.decentopt_source_digest.argtypes = []
+    built_from = handle.decentopt_source_digest().decode()
+    if built_from != build.source_digest():
+        raise OSError(f"{path.name} was built from other sources ({built_from}); rebuild it")
+    kinds = tuple(handle.decentopt_update_kinds().decode().split())
+    if kinds != UPDATE_KINDS:
+        raise OSError(f"{path} implements the updates {kinds}, not {UPDATE_KINDS}")
+    level = int(handle.decentopt_cpu_level())
+    present = tuple(
+        v for v in _RUNS.get(level, ("generic",)) if hasattr(handle, f"decentopt_mix_f32_{v}")
+    )
+    if not present:
+        raise OSError(f"{path} has no variant this CPU runs")
+    wanted = os.environ.get("DECENTOPT_ISA")
+    if wanted:
+        if wanted not in present:
+            raise OSError(f"DECENTOPT_ISA={wanted!r}, but this CPU and library run {present}")
+        present = present[present.index(wanted) :]
+    return Library(path, origin, present[0], present, handle)
+
+
+def installed_library() -> tuple[Library | None, str]:
+    """The library ``pip install`` built beside this file, or ``None`` and why not."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = HERE / f"_kernels{suffix}"
+        if path.is_file():
+            try:
+                return _open(path, "installed"), ""
+            except OSError as exc:  # e.g. an editable install whose C sources changed since
+                return None, f"the installed {path.name} was not loaded: {exc}"
+    return None, "the package was installed without its compiled kernels"
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("DECENTOPT_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "decentopt"
+
+
+def _unsafe(path: Path) -> str:
+    """Why ``path`` may not be trusted (another owner, writable by others); ``""`` if fine."""
+    if not hasattr(os, "getuid"):  # no POSIX owners to check
+        return ""
+    info = path.lstat()
+    if info.st_uid != os.getuid():
+        return f"{path} belongs to another user (uid {info.st_uid})"
+    if info.st_mode & 0o022:
+        return f"{path} is writable by its group or by others (mode {info.st_mode & 0o777:o})"
+    return ""
+
+
+def _private_folder(folder: Path) -> str:
+    """Create ``folder`` (``0700``) if needed; ``""`` when it is safe to build and load in."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        return f"the cache folder {folder} cannot be created ({exc.strerror or exc})"
+    return _unsafe(folder)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _verify(target: Path, manifest: Path) -> str:
+    """``""`` when the cached library matches the SHA-256 and size recorded when it was built."""
+    for path in (target, manifest):
+        if not path.is_file():
+            return f"{path.name} is missing"
+        why = _unsafe(path)
+        if why:
+            return why
+    try:
+        record = json.loads(manifest.read_text())
+        size, digest = int(record["bytes"]), str(record["sha256"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{manifest} is damaged ({type(exc).__name__})"
+    if target.stat().st_size != size or _digest(target) != digest:
+        return f"{target} does not match the checksum recorded when it was built"
+    return ""
+
+
+def _compiler() -> tuple[list[str], str] | str:
+    """The compiler command and its version text, or why there is none."""
+    name = os.environ.get("CC", "cc")
+    found = shutil.which(name.split()[0]) if name.strip() else None
+    if found is None:
+        return f"no C compiler ({name!r} is not on PATH)"
+    command = [found, *name.split()[1:]]
+    try:
+        version = subprocess.run(
+            [*command, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{found} --version failed: {exc}"
+    return command, version
+
+
+def cached_library() -> tuple[Library | None, str]:
+    """The library built at first use into the cache folder (checked, rebuilt if it fails)."""
+    found = _compiler()
+    if isinstance(found, str):
+        return None, found
+    compiler, version = found
+    recipe = json.dumps([build.COMMON_FLAGS, build.variants(), version, platform.machine()])
+    key = hashlib.sha256(b"".join((HERE / s).read_bytes() for s in build.SOURCES))
+    key.update(recipe.encode())
+    folder = _cache_dir()
+    why = _private_folder(folder)
+    if why:
+        return None, f"{why}; fix it (chmod 700) or set DECENTOPT_CACHE to a private folder"
+    target = folder / f"kernels-{key.hexdigest()[:16]}.so"
+    manifest = target.with_suffix(".json")
+    problem = _verify(target, manifest)
+    if problem:
+        if target.exists() or manifest.exists():
+            warnings.warn(
+                f"the cached native kernels failed a check ({problem}); building them again",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        try:
+            with tempfile.TemporaryDirectory(dir=folder) as tmp:
+                built = Path(tmp) / target.name
+                build.build_unix(compiler, built, Path(tmp))
+                record = {"sha256": _digest(built), "bytes": built.stat().st_size}
+                os.chmod(built, 0o700)
+                os.replace(built, target)  # atomic: concurrent builds cannot half-write it
+                note = Path(tmp) / manifest.name
+                note.write_text(json.dumps(record))
+                os.chmod(note, 0o600)
+                os.replace(note, manifest)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            return None, f"building the native kernels with {compiler[0]} failed: {exc}"
+        problem = _verify(target, manifest)
+        if problem:  # another process replaced it meanwhile, or the disk lies
+            return None, f"the native kernels just built fail their check: {problem}"
+    try:
+        return _open(target, "built at first use"), ""
+    except OSError as exc:
+        return None, f"loading {target} failed: {exc}"
+
+
+@functools.cache
+def library() -> tuple[Library | None, str]:
+    """The kernels (installed, else built at first use) and ``""``, or ``None`` and why not."""
+    if os.environ.get("DECENTOPT_NATIVE", "1").strip().lower() in ("0", "off", "false", "no"):
+        return None, "turned off by DECENTOPT_NATIVE"
+    lib, why = installed_library()
+    if lib is not None:
+        return lib, ""
+    lib, also = cached_library()
+    return (lib, "") if lib is not None else (None, f"{why}; {also}")

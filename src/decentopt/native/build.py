@@ -1,0 +1,111 @@
+"""How the native kernels are built: one recipe for ``pip install`` and for a first-use build.
+
+Only the standard library is used here, so that ``setup.py`` can load this file
+before anything is installed. ``kernels.c`` is compiled once per instruction set
+of :data:`VARIANTS` (each object exports its functions with the variant's name
+as suffix) and once ``api.c``; the objects are linked into one shared library.
+At run time :mod:`decentopt.native` asks the library which variant the CPU
+supports, so a wheel built on one machine is fast on every x86-64 CPU and
+correct on any other (aarch64 builds the baseline variant only).
+
+A variant the compiler refuses (an old compiler without AVX-512) is left out:
+the loader uses the best variant the library has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+__all__ = [
+    "COMMON_FLAGS",
+    "HERE",
+    "SOURCES",
+    "VARIANTS",
+    "build_unix",
+    "digest_macro",
+    "source_digest",
+    "variants",
+]
+
+HERE = Path(__file__).resolve().parent
+#: Every file the library is built from (a change to any of them rebuilds a cached copy).
+SOURCES = ("kernels.c", "kernels.h", "api.c")
+#: Instruction-set variants of kernels.c: name and the compiler flags that enable it,
+#: best first (``decentopt_cpu_level`` returns 2, 1, 0 in this order).
+VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("avx512", ("-mavx512f",)),
+    ("avx2", ("-mavx2", "-mfma")),
+    ("generic", ()),
+)
+#: Flags of every object. ISO C mode keeps floating-point contraction off, so a
+#: multiply-add rounds as torch's separate operations do.
+COMMON_FLAGS = ("-O3", "-std=c11", "-fPIC", "-pthread")
+
+_X86 = {"x86_64", "amd64", "i386", "i686", "x86"}
+
+
+def source_digest() -> str:
+    """A digest of the sources, compiled into the library (``decentopt_source_digest``)."""
+    return hashlib.sha256(b"".join((HERE / name).read_bytes() for name in SOURCES)).hexdigest()[:16]
+
+
+def digest_macro() -> tuple[str, str]:
+    """The macro that compiles :func:`source_digest` into ``api.c``."""
+    return "DECENTOPT_SOURCE_DIGEST", f'"{source_digest()}"'
+
+
+def variants(machine: str | None = None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The variants worth building for a machine (``platform.machine()`` by default)."""
+    machine = (machine or platform.machine()).lower()
+    return VARIANTS if machine in _X86 else VARIANTS[-1:]
+
+
+def build_unix(
+    compiler: Sequence[str],
+    target: Path,
+    workdir: Path,
+    *,
+    run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+) -> list[str]:
+    """Build the library at ``target`` with a Unix-style compiler (gcc, clang, cc).
+
+    Objects go to ``workdir``. Returns the variants built; raises
+    ``RuntimeError`` with the compiler's first line of error when the baseline
+    variant or the link fails.
+    """
+
+    def call(args: list[str]) -> subprocess.CompletedProcess:
+        return run(
+            [*compiler, *args], capture_output=True, text=True, timeout=300, cwd=str(workdir)
+        )
+
+    def first_error(result: subprocess.CompletedProcess) -> str:
+        lines = (result.stderr or result.stdout or "").strip().splitlines()
+        return next((line for line in lines if "error" in line), lines[0] if lines else "")
+
+    objects, built = [], []
+    for name, flags in variants():
+        obj = workdir / f"kernels_{name}.o"
+        result = call(
+            [*COMMON_FLAGS, *flags, f"-DDECENTOPT_ISA={name}", "-c", str(HERE / "kernels.c"),
+             "-o", str(obj)]
+        )  # fmt: skip
+        if result.returncode != 0:
+            if name == "generic":
+                raise RuntimeError(f"compiling kernels.c failed: {first_error(result)}")
+            continue  # this compiler cannot target that instruction set
+        objects.append(str(obj))
+        built.append(name)
+    api = workdir / "api.o"
+    name, value = digest_macro()
+    result = call([*COMMON_FLAGS, f"-D{name}={value}", "-c", str(HERE / "api.c"), "-o", str(api)])
+    if result.returncode != 0:
+        raise RuntimeError(f"compiling api.c failed: {first_error(result)}")
+    result = call(["-shared", "-pthread", *objects, str(api), "-o", str(target)])
+    if result.returncode != 0:
+        raise RuntimeError(f"linking the native kernels failed: {first_error(result)}")
+    return built
