@@ -119,8 +119,21 @@ def large_state(
         f"{graph} mix, {plain} kernel": lambda: eager.mix(x),
         f"{graph} mix, default (native C kernel)": lambda: default.mix(x),
         "EDM step, update then mix": lambda: alg.step(state, g, eager),
-        "EDM step, fused (default; native C kernel)": lambda: alg.step(state, g, default),
+        "EDM step, fused (default: the C kernels' best variant for this CPU)": lambda: alg.step(
+            state, g, default
+        ),
     }
+    from decentopt import native
+    from decentopt.comm.mixers import NativeMixer
+
+    lib = native.library()[0]
+    for isa in lib.variants[1:] if lib is not None else ():  # the variants below the default
+        lower = SimulatedCommunicator(topology, kernel="native")
+        lower.mixers = (NativeMixer(topology, isa=isa),)
+        alg.step(state, g, lower)
+        work[f"EDM step, fused ({isa} variant of the C kernels)"] = lambda c=lower: alg.step(
+            state, g, c
+        )
     if plain == "shift":  # torch.compile's kernels are for circulant topologies
         compiled = SimulatedCommunicator(topology, kernel="compiled")
         compiled.mix(x)  # compilation happens here, outside the timing
@@ -187,14 +200,38 @@ def preset_seconds(jobs: int, quick: bool) -> float:
     return cli_seconds("reproduce", "fig1", "--jobs", str(jobs), *(["--quick"] if quick else []))
 
 
+def large_states(repeats: int, default: int) -> None:
+    """The large state at one thread and at ``default``, quiet and with a core busy."""
+    for threads in (1, default):
+        for loaded in (False, True):
+            torch.set_num_threads(threads)
+            stop = mp.Event()
+            hog = mp.Process(target=busy, args=(stop,)) if loaded else None
+            if hog is not None:
+                hog.start()
+            try:
+                label = f"threads {threads}{', one core busy' if loaded else ''}"
+                large_state(repeats, label)
+            finally:
+                stop.set()
+                if hog is not None:
+                    hog.join()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer iterations and repeats")
     parser.add_argument("--skip-preset", action="store_true")
+    parser.add_argument(
+        "--large-only", action="store_true", help="only the large-state rows (ring(256), 10^5)"
+    )
     args = parser.parse_args()
     iterations, repeats = (500, 3) if args.quick else (3000, 5)
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, numpy {np.__version__}")
     default = torch.get_num_threads()
+    if args.large_only:
+        large_states(3 if args.quick else 5, default)
+        return
     for dtype in (torch.float32, torch.float64):
         for threads in (1, default):
             ours, peer = time_fig1(threads, repeats, iterations, dtype)
@@ -213,20 +250,7 @@ def main() -> None:
     slope = np.polyfit(np.log([n * 100 for n, _ in rows]), np.log([s for _, s in rows]), 1)[0]
     print(f"fitted exponent of time in n*d: {slope:.2f} (target <= 1.1)")
     huge_ring()
-    for threads in (1, default):
-        for loaded in (False, True):
-            torch.set_num_threads(threads)
-            stop = mp.Event()
-            hog = mp.Process(target=busy, args=(stop,)) if loaded else None
-            if hog is not None:
-                hog.start()
-            try:
-                label = f"threads {threads}{', one core busy' if loaded else ''}"
-                large_state(3 if args.quick else 5, label)
-            finally:
-                stop.set()
-                if hog is not None:
-                    hog.join()
+    large_states(3 if args.quick else 5, default)
     torch.set_num_threads(1)
     large_state(3, "threads 1", graph="exponential")  # 16 terms per mix
     for threads in (1, default):  # a tall state: many agents, shorter rows

@@ -27,10 +27,15 @@ class ConfigError(ValueError):
 
 
 def bounded(
-    default: Any = dataclasses.MISSING, *, minimum: float | None = None, above: float | None = None
+    default: Any = dataclasses.MISSING,
+    *,
+    minimum: float | None = None,
+    above: float | None = None,
+    maximum: float | None = None,
 ) -> Any:
-    """A dataclass field whose value must be ``>= minimum`` or ``> above``."""
-    return dataclasses.field(default=default, metadata={"minimum": minimum, "above": above})
+    """A dataclass field whose value must be ``>= minimum`` or ``> above``, and ``<= maximum``."""
+    bounds = {"minimum": minimum, "above": above, "maximum": maximum}
+    return dataclasses.field(default=default, metadata=bounds)
 
 
 def _kind(hint: Any) -> str:
@@ -107,9 +112,12 @@ def parse(cls: type[T], table: dict[str, Any], where: str) -> T:
             continue
         value = _convert(hints[name], table[name], where, name)
         low, above = f.metadata.get("minimum"), f.metadata.get("above")
-        if low is not None and value < low:
+        high = f.metadata.get("maximum")
+        if low is not None and value is not None and value < low:
             raise ConfigError(f"{where}: '{name}' must be >= {low}, found {value}")
-        if above is not None and not value > above:
+        if high is not None and value is not None and value > high:
+            raise ConfigError(f"{where}: '{name}' must be <= {high}, found {value}")
+        if above is not None and value is not None and not value > above:
             raise ConfigError(f"{where}: '{name}' must be > {above}, found {value}")
         values[name] = value
     return cls(**values)

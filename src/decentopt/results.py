@@ -32,7 +32,8 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
     """Hold ``FOLDER/.lock`` (this process's PID) while writing; remove stale temporary files.
 
     A second run on the same folder stops with the holder's PID instead of
-    computing everything twice; a lock left by a dead process is taken over.
+    computing everything twice; a lock that names no live process (left by a dead
+    one, empty or damaged) is taken over.
     Temporary files of interrupted atomic writes (``.NAME.*.tmp``) are removed.
     """
     folder = Path(folder)
@@ -44,10 +45,12 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
             break
         except FileExistsError:
             try:
-                pid = int(lock.read_text().strip() or 0)
+                pid = int(lock.read_text().strip())
+                if pid <= 0:  # os.kill(0 or -1, ...) would signal groups of processes
+                    raise ValueError(pid)
                 os.kill(pid, 0)  # raises if no such process
             except (ValueError, ProcessLookupError, FileNotFoundError):
-                lock.unlink(missing_ok=True)  # left by a process that died
+                lock.unlink(missing_ok=True)  # empty, damaged, or left by a dead process
                 continue
             except PermissionError:
                 pass  # alive, another user's
@@ -57,8 +60,12 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
             ) from None
     else:
         raise FolderBusy(f"could not take the lock {lock}")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(str(os.getpid()))
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+    except OSError:  # e.g. a full disk: no empty lock is left behind to block later runs
+        lock.unlink(missing_ok=True)
+        raise
     for stale in folder.rglob(".*.tmp"):
         stale.unlink(missing_ok=True)
     try:

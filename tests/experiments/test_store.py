@@ -35,6 +35,9 @@ def test_cached_computes_once_and_records_its_facts(tmp_path):
         lambda d: (d / "rows.csv").write_text(""),  # emptied
         lambda d: (d / "meta.json").write_text(""),  # emptied
         lambda d: (d / "meta.json").write_text('{"fingerprint": "f1", "rows"'),  # half-written
+        lambda d: (d / "meta.json").write_text("null"),  # valid JSON that is not a table
+        lambda d: (d / "meta.json").write_text("[]"),
+        lambda d: (d / "meta.json").write_text("1"),
     ],
 )
 def test_a_corrupt_unit_is_recomputed_with_a_warning(tmp_path, damage):
@@ -104,3 +107,14 @@ def test_an_output_folder_is_written_by_one_run_at_a_time(tmp_path, capsys):
     (out / "runs" / ".rows.csv.abc123.tmp").write_text("half a table")
     assert main(["run", cfg, "--out", str(out), "--no-progress"]) == 0
     assert not (out / ".lock").exists() and not list(out.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("name", ["..", ".", "", "../elsewhere", "a/b"])
+def test_the_store_touches_nothing_outside_its_unit_folders(tmp_path, name):
+    root = tmp_path / "out" / "runs"
+    (tmp_path / "out" / "precious.txt").parent.mkdir(parents=True)
+    (tmp_path / "out" / "precious.txt").write_text("keep me")
+    store = ResultStore(root, force=True)
+    with pytest.raises(ValueError, match="not a plain folder name"):
+        store.cached(Unit(name, "f"), compute_counting([]))
+    assert (tmp_path / "out" / "precious.txt").read_text() == "keep me"

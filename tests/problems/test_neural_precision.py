@@ -62,19 +62,25 @@ def test_a_failing_compile_warns_and_runs_eagerly(monkeypatch):
     monkeypatch.setattr(torch, "compile", broken)
     eager, compiled = tiny(), tiny(compile=True)
     x = eager.initial_point()
-    with pytest.warns(RuntimeWarning, match="torch.compile of the batched gradient failed"):
+    with pytest.warns(RuntimeWarning, match="torch.compile of the gradient failed"):
         got = compiled.gradient_and_loss(x)[0]
     torch.testing.assert_close(got, eager.gradient_and_loss(x)[0])
-    assert not compiled.compile  # eager from then on
+    assert compiled.engine._compiled["failed"]  # eager from then on
 
 
-def test_agents_are_evaluated_in_one_batched_call_as_one_by_one():
-    problem = tiny(backend="loop")
+@pytest.mark.parametrize("backend", ["loop", "vmap", "grouped"])
+def test_agents_are_evaluated_in_one_call_per_batch_as_one_by_one(backend):
+    problem = tiny(backend=backend)
     x = problem.initial_point()
     x = x + 0.1 * torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=x.dtype)
-    batched = problem.evaluate_agents(x, batch=5, batched=True)
-    problem._bind_params(x)
-    one_by_one = [problem.evaluate(replica) for replica in problem.replicas]
+    batched = problem.evaluate_replicas(problem.engine, x, batch=5)
+    one_by_one = []
+    for row in x:
+        model = tiny(backend="loop").model
+        with torch.no_grad():
+            for p, v in zip(model.parameters(), problem.views(row), strict=True):
+                p.copy_(v)
+        one_by_one.append(problem.evaluate(model))
     np.testing.assert_allclose(batched[0], [r[0] for r in one_by_one], rtol=1e-5)
     np.testing.assert_allclose(batched[1], [r[1] for r in one_by_one], rtol=0)
     assert len(set(np.round(batched[0], 6))) == problem.n  # the agents differ

@@ -37,8 +37,8 @@ def test_complete_graph_mixes_exactly():
 @pytest.mark.parametrize(
     "topo",
     [
-        dopt.topology.torus(4, 4),
-        dopt.topology.grid(3, 5),
+        dopt.topology.torus(16, 4),
+        dopt.topology.grid(15, 5),
         dopt.topology.hypercube(16),
         dopt.topology.torus(12),
         dopt.topology.grid(7),

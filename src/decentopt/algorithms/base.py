@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
+import numpy as np
 import torch
 
 from decentopt._checks import as_real
@@ -116,6 +117,13 @@ class MomentumHyperParams(HyperParams):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "beta", as_real(self.beta, f"{type(self).__name__}: beta"))
+        for switch in ("nesterov", "dampening"):
+            if not isinstance(getattr(self, switch), bool | np.bool_):
+                raise TypeError(
+                    f"{type(self).__name__}: {switch} must be true or false; got "
+                    f"{getattr(self, switch)!r}"
+                )
+            object.__setattr__(self, switch, bool(getattr(self, switch)))
         if not 0 <= self.beta < 1:
             raise ValueError(
                 f"{type(self).__name__}: momentum beta must be in [0, 1); got {self.beta}"

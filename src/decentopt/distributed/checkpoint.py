@@ -15,6 +15,7 @@ different steps or from corrupt state. ``DIR`` must be visible to every rank.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -46,11 +47,22 @@ def _digest(path: Path) -> str:
 
 
 def _write_atomic(path: Path, write: Callable[[str], None]) -> None:
+    """Write through a temporary file; any failure (a full disk) is an ``OSError`` naming
+    ``path``, and leaves neither the temporary file nor a partial ``path``."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(
+            exc.errno, f"writing a checkpoint failed ({exc.strerror})", str(path)
+        ) from exc
+    except RuntimeError as exc:  # torch.save reports a failed write this way
+        Path(tmp).unlink(missing_ok=True)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise OSError(errno.EIO, f"writing a checkpoint failed ({first})", str(path)) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -10,6 +10,10 @@ processes which attempt they are. Runs of ``decentopt run``/``reproduce``
 resume from their latest complete checkpoint (every rank's file intact), so
 a job that loses a worker finishes with the rows of an uninterrupted run.
 
+The ranks end with the launcher: SIGTERM, SIGHUP or Ctrl-C stop them (SIGTERM,
+then SIGKILL after ``grace``), and on Linux a launcher killed outright (SIGKILL)
+has the kernel send each rank SIGTERM.
+
 Why not torchrun's elastic agent: restarting workers on the agent's store
 failed here with gloo ("connectFullMesh failed ... Connection refused") in
 torch 2.13, and its SIGTERM-to-SIGKILL grace period is fixed at 30 s. Use
@@ -18,13 +22,17 @@ torchrun directly for jobs across machines.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+
+from decentopt._process import die_with_parent
 
 __all__ = ["launch", "worker_command"]
 
@@ -55,6 +63,38 @@ def _stop(procs: list[subprocess.Popen], grace: float) -> None:
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+class Terminated(Exception):
+    """The launcher received SIGTERM (or SIGHUP)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _terminated_raises() -> Iterator[None]:
+    """While supervising: SIGTERM and SIGHUP raise :class:`Terminated` (the main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _ranks_follow() -> None:
+    """In each rank, before it runs: SIGTERM when the launcher dies, even by SIGKILL."""
+    die_with_parent(signal.SIGTERM)
 
 
 def _supervise(procs: list[subprocess.Popen], grace: float) -> tuple[int, int | None]:
@@ -110,14 +150,18 @@ def launch(
             "MASTER_PORT": str(port),
             "DECENTOPT_ATTEMPT": str(attempt),
         }
-        procs = []
+        procs: list[subprocess.Popen] = []
         try:
-            for rank in range(nproc):
-                env = base | common | {"RANK": str(rank), "LOCAL_RANK": str(rank)}
-                procs.append(subprocess.Popen(command, env=env))
-            code, rank = _supervise(procs, grace)
-        except KeyboardInterrupt:
+            with _terminated_raises():
+                for rank in range(nproc):
+                    env = base | common | {"RANK": str(rank), "LOCAL_RANK": str(rank)}
+                    procs.append(subprocess.Popen(command, env=env, preexec_fn=_ranks_follow))
+                code, rank = _supervise(procs, grace)
+        except (KeyboardInterrupt, Terminated) as exc:  # the launcher goes: its ranks too
             _stop(procs, grace)
+            if isinstance(exc, Terminated):
+                log(f"launch: stopped by signal {exc.signum}; every rank was stopped")
+                return 128 + exc.signum
             raise
         if code == 0:
             return 0

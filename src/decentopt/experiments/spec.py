@@ -59,14 +59,18 @@ PRESENTATION = frozenset(
 ROW_FORMAT = 2
 
 
+#: Seeds are offset by runs, ranks and roles: kept well inside torch's 64-bit seeds.
+MAX_SEED = 2**62
+
+
 @dataclass(frozen=True)
 class Seeds:
     """Seeds by role: ``data`` (problem instance, split, model init, mini-batch order),
     ``noise`` (gradient noise, augmentation, dropout), ``graph`` (random topologies)."""
 
-    data: int = 0
-    noise: int = 1
-    graph: int = 0
+    data: int = bounded(0, minimum=0, maximum=MAX_SEED)
+    noise: int = bounded(1, minimum=0, maximum=MAX_SEED)
+    graph: int = bounded(0, minimum=0, maximum=MAX_SEED)
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,11 @@ class RunSpec(_Shared):
 
     def select(self, labels: list[str]) -> RunSpec:
         """Only the variants ``labels`` (e.g. ``--only ed,edm``), in that order."""
+        if not labels:
+            raise ConfigError(
+                f"--only: no algorithm labels given; name some of {', '.join(self.algorithms)}, "
+                "e.g. --only ed,edm"
+            )
         for label in labels:
             if label not in self.algorithms:
                 raise ConfigError(f"--only: {unknown_name('algorithm', label, self.algorithms)}")
@@ -162,11 +171,25 @@ class RunSpec(_Shared):
         return self.params.build(agents=self.agents, runs=len(runs), seed=seed, rank=rank)
 
     def build_topology(self) -> topology.Network:
+        """The graph of ``[topology]`` over ``agents``; a bad option is a :class:`ConfigError`
+        naming the file, the table and the fix."""
         spec = dict(self.topology)
-        builder = topology.REGISTRY[spec.pop("name")]
+        name = spec.pop("name")
+        builder = topology.REGISTRY[name]
         if "seed" in inspect.signature(builder).parameters:
             spec.setdefault("seed", self.seeds.graph)
-        return builder(self.agents, **spec)
+        try:
+            network = builder(self.agents, **spec)
+        except (TypeError, ValueError) as exc:  # AssumptionError is a ValueError
+            raise ConfigError(f"{self.source} [topology] ({name}): {exc}") from None
+        if network.n != self.agents:
+            options = ", ".join(f"{k} = {v!r}" for k, v in spec.items())
+            raise ConfigError(
+                f"{self.source} [topology]: {name} with {options} has {network.n} agents, not "
+                f"agents = {self.agents}; choose options for {self.agents} agents (a grid's "
+                "cols must divide agents, or leave cols out for the squarest shape)"
+            )
+        return network
 
     def title(self, modified: bool = False) -> str:
         """A title built from what runs; "the paper's ..." only for an unmodified preset."""
@@ -254,6 +277,13 @@ def _variants(top: _File, source: str) -> dict[str, Variant]:
     used: set[str] = set()
     for label, table in top.algorithms.items():
         where = f"{source} [algorithms.{label}]"
+        if not re.fullmatch(r"[A-Za-z0-9_][\w.+-]*", label):
+            # a label names the folder of its results: nothing outside --out may be touched
+            raise ConfigError(
+                f"{source} [algorithms.{label!r}]: an algorithm label must be a plain name "
+                "(letters, digits, '_', '-', '.', '+'; not starting with '.' or '-'), e.g. "
+                "[algorithms.edm_fast]"
+            )
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: must be a table of hyper-parameters")
         method = table.get("method", label)
@@ -326,10 +356,12 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     shared = {f.name: getattr(top, f.name) for f in dataclasses.fields(_Shared)}
-    return RunSpec(
+    spec = RunSpec(
         **shared | {"name": top.name or Path(source).stem, "topology": topo, "metric": metric},
         params=params,
         algorithms=_variants(top, source),
         claims=claims,
         source=source,
     )
+    spec.build_topology()  # every option checked now, with the file and table named
+    return spec

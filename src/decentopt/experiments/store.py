@@ -53,14 +53,27 @@ class ResultStore:
     ran: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
 
+    def inside(self, name: str) -> Path:
+        """The unit folder ``ROOT/name``, refused unless it is a folder right inside ``ROOT``:
+        the store writes and removes nothing anywhere else."""
+        folder = self.root / name
+        if not name or name in (".", "..") or folder.resolve().parent != self.root.resolve():
+            raise ValueError(
+                f"the unit name {name!r} is not a plain folder name inside {self.root}; "
+                "nothing is written or removed outside it"
+            )
+        return folder
+
     def stored(self, unit: Unit) -> Rows | None:
         """The unit's rows if stored intact for these settings, else None."""
-        folder = self.root / unit.name
+        folder = self.inside(unit.name)
         meta_path, table = folder / "meta.json", folder / "rows.csv"
         if not meta_path.is_file():
             return None  # never finished (or never started)
         try:
             meta = json.loads(meta_path.read_text())
+            if not isinstance(meta, dict):
+                raise ValueError(f"meta.json holds {type(meta).__name__}, not a table of facts")
             if meta.get("fingerprint") != unit.fingerprint:
                 return None  # other settings: recomputed
             if _digest(table) != meta["sha256"]:
@@ -85,7 +98,7 @@ class ResultStore:
         if rows is not None:
             self.kept.append(unit.name)
             return rows
-        folder = self.root / unit.name
+        folder = self.inside(unit.name)
         started = folder / "started"
         if self.writer:
             stale = self.force or not started.is_file() or started.read_text() != unit.fingerprint

@@ -15,32 +15,54 @@ static int64_t FN(lead)(const T *dst, int64_t w) {
     return head < w ? head : w;
 }
 
-/* Columns [j0, j1) of one row of the update, element by element. */
+/* Heavy ball of one element: m+ (returned) and the direction d. */
+static inline T FN(heavy_ball)(T m, T g, T damp, T keep, int nesterov, T *dir) {
+    const T mn = g + damp * (m - g) + keep * m;
+    *dir = nesterov ? g + damp * (mn - g) + keep * mn : mn;
+    return mn;
+}
+
+/* Columns [j0, j1) of one row of the update, element by element: one loop per kind,
+   with restrict pointers (outputs never alias inputs), so that the compiler
+   vectorises them for the baseline instruction set too. */
 static void FN(update_scalar)(int kind, int nesterov, const T *const *in, T *const *out,
                               int outputs, int64_t off, int64_t j0, int64_t j1, T alpha, T damp,
                               T keep, T *mixed) {
-    const T *x = in[0] + off;
-    for (int64_t j = j0; j < j1; j++) {
-        if (kind == DESCEND) {
-            mixed[j] = x[j] - alpha * in[1][off + j];
-            continue;
+    const T *restrict x = in[0] + off;
+    T *restrict y = mixed;
+    if (kind == DESCEND) {
+        const T *restrict g = in[1] + off;
+        for (int64_t j = j0; j < j1; j++) y[j] = x[j] - alpha * g[j];
+    } else if (kind == CORRECT) { /* inputs (x, psi, d): y0 = phi = psi+ + x - psi */
+        const T *restrict psi = in[1] + off, *restrict d = in[2] + off;
+        T *restrict psi_out = outputs ? out[1] + off : NULL;
+        for (int64_t j = j0; j < j1; j++) {
+            const T step = x[j] - alpha * d[j];
+            y[j] = step + (x[j] - psi[j]);
+            if (outputs) psi_out[j] = step;
         }
-        T dir;
-        if (kind == CORRECT) {
-            dir = in[2][off + j];
-        } else { /* inputs (x, m, g) or (x, psi, m, g) */
-            const T *m = kind == MOMENTUM_DESCEND ? in[1] + off : in[2] + off;
-            const T *g = kind == MOMENTUM_DESCEND ? in[2] + off : in[3] + off;
-            const T mn = g[j] + damp * (m[j] - g[j]) + keep * m[j];
-            dir = nesterov ? g[j] + damp * (mn - g[j]) + keep * mn : mn;
-            if (outputs) out[kind == EDM ? 2 : 1][off + j] = mn;
+    } else if (kind == MOMENTUM_DESCEND) { /* inputs (x, m, g) */
+        const T *restrict m = in[1] + off, *restrict g = in[2] + off;
+        T *restrict m_out = outputs ? out[1] + off : NULL;
+        for (int64_t j = j0; j < j1; j++) {
+            T dir;
+            const T mn = FN(heavy_ball)(m[j], g[j], damp, keep, nesterov, &dir);
+            y[j] = x[j] - alpha * dir;
+            if (outputs) m_out[j] = mn;
         }
-        const T step = x[j] - alpha * dir;
-        if (kind == MOMENTUM_DESCEND) {
-            mixed[j] = step;
-        } else { /* step is psi+; y0 = phi = psi+ + x - psi */
-            mixed[j] = step + (x[j] - in[1][off + j]);
-            if (outputs) out[1][off + j] = step;
+    } else { /* EDM, inputs (x, psi, m, g) */
+        const T *restrict psi = in[1] + off, *restrict m = in[2] + off, *restrict g = in[3] + off;
+        T *restrict psi_out = outputs ? out[1] + off : NULL;
+        T *restrict m_out = outputs ? out[2] + off : NULL;
+        for (int64_t j = j0; j < j1; j++) {
+            T dir;
+            const T mn = FN(heavy_ball)(m[j], g[j], damp, keep, nesterov, &dir);
+            const T step = x[j] - alpha * dir;
+            y[j] = step + (x[j] - psi[j]);
+            if (outputs) {
+                psi_out[j] = step;
+                m_out[j] = mn;
+            }
         }
     }
 }
@@ -102,13 +124,23 @@ static void FN(update_row)(int kind, int nesterov, const T *const *in, T *const 
 #endif
 }
 
-/* dst[j] = sum_q weights[q] rows[q][j] for j in [j0, j1), element by element. */
+/* dst[j] = sum_q weights[q] rows[q][j] for j in [j0, j1), element by element (terms
+   added in order; the ring's three unrolled, the others one pass each, so that the
+   compiler vectorises along the row). */
 static void FN(mix_scalar)(const T *const *rows, int64_t k, const T *weights, int64_t j0,
-                           int64_t j1, T *dst) {
-    for (int64_t j = j0; j < j1; j++) {
-        T acc = weights[0] * rows[0][j];
-        for (int64_t q = 1; q < k; q++) acc += weights[q] * rows[q][j];
-        dst[j] = acc;
+                           int64_t j1, T *restrict dst) {
+    if (k == 3) {
+        const T *restrict r0 = rows[0], *restrict r1 = rows[1], *restrict r2 = rows[2];
+        const T c0 = weights[0], c1 = weights[1], c2 = weights[2];
+        for (int64_t j = j0; j < j1; j++) dst[j] = c0 * r0[j] + c1 * r1[j] + c2 * r2[j];
+        return;
+    }
+    const T *restrict first = rows[0];
+    for (int64_t j = j0; j < j1; j++) dst[j] = weights[0] * first[j];
+    for (int64_t q = 1; q < k; q++) {
+        const T *restrict r = rows[q];
+        const T c = weights[q];
+        for (int64_t j = j0; j < j1; j++) dst[j] += c * r[j];
     }
 }
 

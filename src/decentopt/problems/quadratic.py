@@ -37,7 +37,11 @@ from decentopt.problems.base import StatelessProblem
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
 
-__all__ = ["Quadratic"]
+__all__ = ["GRAM_BYTES", "Quadratic"]
+
+#: Above this many bytes, :meth:`Quadratic.paper` forms the per-agent Gram matrices of one
+#: repetition at a time (all at once is faster and what the paper's sizes use).
+GRAM_BYTES = 64 << 20
 
 
 class Quadratic(StatelessProblem):
@@ -162,8 +166,19 @@ class Quadratic(StatelessProblem):
         gen = torch.Generator().manual_seed(int(seed))
         A = torch.randn(n, repetitions, p, d, generator=gen, dtype=dtype)
         u = torch.randn(n, repetitions, d, generator=gen, dtype=dtype)
-        G = A.transpose(-1, -2) @ A  # (n, R, d, d)
-        x_star = torch.linalg.solve(G.sum(0), (G @ u.unsqueeze(-1)).squeeze(-1).sum(0))
+        # x* = (sum_i G_i)^-1 sum_i G_i u_i with G_i = A_i^T A_i; the per-agent (n, R, d, d)
+        # products of all repetitions at once would dwarf A when p < d: above
+        # GRAM_BYTES they are formed one repetition at a time
+        if n * repetitions * d * d * A.element_size() <= GRAM_BYTES:
+            G = A.transpose(-1, -2) @ A  # (n, R, d, d)
+            gram, rhs = G.sum(0), (G @ u.unsqueeze(-1)).squeeze(-1).sum(0)
+        else:
+            gram = torch.empty(repetitions, d, d, dtype=dtype)
+            rhs = torch.empty(repetitions, d, dtype=dtype)
+            for r in range(repetitions):
+                G = A[:, r].transpose(-1, -2) @ A[:, r]  # (n, d, d)
+                gram[r], rhs[r] = G.sum(0), (G @ u[:, r].unsqueeze(-1)).squeeze(-1).sum(0)
+        x_star = torch.linalg.solve(gram, rhs)
         x_local = torch.cat([x_star + (u - x_star) / v for v in cs], dim=1)
         A_all = A.repeat(1, len(cs), 1, 1)
         return cls(A_all, x_local, sigma2, dtype=dtype)

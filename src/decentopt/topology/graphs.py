@@ -17,7 +17,7 @@ import networkx as nx
 import numpy as np
 import torch
 
-from decentopt._checks import unknown_name
+from decentopt._checks import as_count, as_real, unknown_name
 from decentopt.topology.circulant import CirculantTopology, circulant_from_offsets
 from decentopt.topology.sparse import SPARSE_FROM, SparseTopology
 from decentopt.topology.topology import AssumptionError, Topology
@@ -50,6 +50,14 @@ def _require_n(n: int, minimum: int = 1) -> int:
     if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < minimum:
         raise ValueError(f"the number of agents n must be an integer >= {minimum}; got {n!r}")
     return int(n)
+
+
+def _require_lazy(lazy: object) -> Lazy:
+    if lazy is True or lazy is False or lazy == "auto":
+        return lazy  # type: ignore[return-value]
+    raise ValueError(
+        f"lazy must be true, false or 'auto' (the lazy transform where W needs it); got {lazy!r}"
+    )
 
 
 def _adjacency(graph: nx.Graph) -> np.ndarray:
@@ -91,6 +99,7 @@ def from_adjacency(
     name: str = "graph",
 ) -> Topology:
     """Mixing matrix of an undirected graph given by its 0/1 adjacency matrix."""
+    lazy = _require_lazy(lazy)
     if isinstance(adjacency, torch.Tensor):
         adjacency = adjacency.detach().cpu().numpy()
     A = np.asarray(adjacency, dtype=np.float64)
@@ -114,6 +123,7 @@ def from_networkx(
     graph: nx.Graph, *, weights: Weights = "metropolis", lazy: Lazy = "auto", name: str = "graph"
 ) -> Topology:
     """Mixing matrix of any undirected networkx graph (nodes taken in sorted order)."""
+    lazy = _require_lazy(lazy)
     if graph.is_directed():
         raise ValueError("the graph must be undirected; use graph.to_undirected()")
     if graph.number_of_nodes() >= SPARSE_FROM:
@@ -174,7 +184,7 @@ def ring(n: int, *, weights: Literal["paper"] | Weights = "paper", lazy: Lazy = 
     the EDM paper's experiments; positive semi-definite, with eigenvalues
     ``1/2 + 1/2 cos(2 pi k / n)`` so ``lambda = 1/2 + 1/2 cos(2 pi / n)``.
     """
-    n = _require_n(n)
+    n, lazy = _require_n(n), _require_lazy(lazy)
     if n >= CIRCULANT_FROM:
         if weights == "paper":
             return CirculantTopology(n, {0: 0.5, 1: 0.25, -1: 0.25}, name=f"ring({n})")
@@ -208,28 +218,39 @@ def star(n: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Top
 
 
 def _factor(n: int, cols: int | None) -> tuple[int, int]:
-    """``(rows, cols)``: as given, or the most nearly square factorisation of ``n``."""
-    if cols is not None:
-        return _require_n(n), _require_n(cols)
+    """``(rows, cols)`` of ``n`` agents: ``cols`` as given (it must divide ``n``), or the most
+    nearly square factorisation."""
     n = _require_n(n)
+    if cols is not None:
+        cols = as_count(cols, "cols", minimum=1)
+        if n % cols:
+            divisors = [c for c in range(1, n + 1) if n % c == 0]
+            raise ValueError(
+                f"cols = {cols} does not divide the {n} agents; choose one of "
+                f"{', '.join(map(str, divisors[:12]))}{', ...' if len(divisors) > 12 else ''} "
+                "or leave cols out for the squarest shape"
+            )
+        return n // cols, cols
     rows = max(r for r in range(1, math.isqrt(n) + 1) if n % r == 0)
     return rows, n // rows
 
 
 def grid(
-    rows: int, cols: int | None = None, *, weights: Weights = "metropolis", lazy: Lazy = "auto"
+    n: int, cols: int | None = None, *, weights: Weights = "metropolis", lazy: Lazy = "auto"
 ) -> Topology:
-    """2-D grid (no wrap-around) of rows x cols agents; ``grid(n)`` picks the squarest shape."""
-    rows, cols = _factor(rows, cols)
+    """2-D grid (no wrap-around) of ``n`` agents in ``cols`` columns; by default the squarest
+    shape (``grid(12)`` is 3 x 4)."""
+    rows, cols = _factor(n, cols)
     g = nx.grid_2d_graph(rows, cols)
     return from_networkx(g, weights=weights, lazy=lazy, name=f"grid({rows}x{cols})")
 
 
 def torus(
-    rows: int, cols: int | None = None, *, weights: Weights = "metropolis", lazy: Lazy = "auto"
+    n: int, cols: int | None = None, *, weights: Weights = "metropolis", lazy: Lazy = "auto"
 ) -> Topology:
-    """2-D torus (grid with wrap-around) of rows x cols agents; ``torus(n)`` picks the squarest."""
-    rows, cols = _factor(rows, cols)
+    """2-D torus (a grid with wrap-around) of ``n`` agents in ``cols`` columns; by default the
+    squarest shape."""
+    rows, cols = _factor(n, cols)
     if min(rows, cols) < 3:
         raise ValueError(f"a torus needs at least 3 x 3 agents; got {rows} x {cols}")
     g = nx.grid_2d_graph(rows, cols, periodic=True)
@@ -251,7 +272,7 @@ def exponential(n: int, *, lazy: Lazy = "auto") -> Topology:
     Each agent's neighbours are ``(i + 2^k) mod n`` for ``k = 0 .. floor(log2(n-1))``,
     made undirected; weights are Metropolis--Hastings.
     """
-    n = _require_n(n, 2)
+    n, lazy = _require_n(n, 2), _require_lazy(lazy)
     if n >= CIRCULANT_FROM:
         offsets = {2**k for k in range(math.floor(math.log2(n - 1)) + 1)}
         return circulant_from_offsets(n, offsets, f"exponential({n})[metropolis]", lazy)
@@ -269,6 +290,8 @@ def erdos_renyi(
 ) -> Topology:
     """Erdős–Rényi G(n, p) graph; redrawn (with the next seed) until connected."""
     n = _require_n(n)
+    p = as_real(p, "erdos_renyi: the edge probability p")
+    seed = as_count(seed, "erdos_renyi: seed")
     if not 0 < p <= 1:
         raise ValueError(f"edge probability p must be in (0, 1]; got {p}")
     for attempt in range(1000):

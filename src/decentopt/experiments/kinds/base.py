@@ -102,9 +102,10 @@ class ConvexSpec:
         return getattr(self, self.panel)
 
     @staticmethod
-    def state_bytes(agents: int, columns: int, d: int) -> float:
-        """Iterates and algorithm state: about six float64 ``(n, columns, d)`` tensors."""
-        return 6 * 8 * agents * columns * d
+    def state_bytes(agents: int, columns: int, d: int, width: int = 8) -> float:
+        """Iterates, algorithm state and a step's temporaries: about ten ``(n, columns, d)``
+        tensors."""
+        return 10 * width * agents * columns * d
 
     def check(self, iterations: int | None) -> None:
         if iterations is None:

@@ -65,7 +65,7 @@ class NeuralSpec:
     batch_size: int = bounded(minimum=1)
     epochs: int = bounded(minimum=1)
     data_dir: str = ""
-    min_share: int | None = None
+    min_share: int | None = bounded(None, minimum=0)
     milestones: tuple[int, ...] = ()
     gamma: float = bounded(0.1, above=0)
     warmup_epochs: int = bounded(0, minimum=0)
@@ -73,7 +73,7 @@ class NeuralSpec:
     augment: bool = False
     eval_every: int = bounded(1, minimum=1)
     device: str = "cpu"
-    backend: Literal["auto", "loop", "vmap"] = "auto"
+    backend: Literal["auto", "loop", "vmap", "grouped"] = "auto"
     dtype: Literal["float32", "float64"] = "float32"
     precision: Literal["auto", "float32", "bf16"] = "auto"
     channels_last: bool = False
@@ -91,17 +91,30 @@ class NeuralSpec:
         )
 
     def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
-        """What one run holds, by part: every agent's parameters with the algorithm's
-        buffers and gradients, and the data set (CIFAR-10: 50,000 + 10,000 images)."""
+        """What a group of runs holds, by part: every agent's parameters with the
+        algorithm's buffers and gradients, each agent's model replica and the batched
+        gradient's copies of them, and the data set (CIFAR-10: 50,000 + 10,000 images)."""
         params = sum(p.numel() for p in make_model(self.model).parameters())
         images = {"cifar10": 60_000 * 3 * 32 * 32, "digits": 1_797 * 64}[self.dataset]
         width = 8 if self.dtype == "float64" else 4
         return {
             "parameters, algorithm buffers and gradients": 6 * width * agents * runs * params,
-            "data set": 4 * images,
+            "model replicas and batched-gradient copies": 4 * width * agents * runs * params,
+            "data set (and its copy on the device)": 2 * 4 * images,
         }
 
     def check(self, iterations: int | None) -> None:
+        try:
+            device = torch.device(self.device)
+        except RuntimeError:
+            raise ValueError(
+                f'\'device\' {self.device!r} is not a device; use "cpu", "cuda" or "cuda:N"'
+            ) from None
+        if device.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(
+                f'\'device\' {self.device!r}: training runs on "cpu", "cuda" or "mps" '
+                f"(a {device.type} device holds no data to train on)"
+            )
         if iterations is not None:
             raise ValueError("a neural run is sized in epochs: drop 'iterations', set 'epochs'")
         if self.model not in MODELS:

@@ -9,7 +9,7 @@ import torch
 
 from decentopt._schema import bounded
 from decentopt.experiments.kinds.base import ConvexSpec
-from decentopt.problems.quadratic import Quadratic
+from decentopt.problems.quadratic import GRAM_BYTES, Quadratic
 
 __all__ = ["QuadraticSpec"]
 
@@ -37,15 +37,24 @@ class QuadraticSpec(ConvexSpec):
         return f"Quadratic ({self.describe_params()})"
 
     def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
-        """What building and running it holds, by part (built in float64, then cast)."""
-        cols, d, p = runs * len(self.c), self.d, self.p
-        each = agents * cols * 8
-        low = p < d  # the low-memory form keeps no per-agent d x d matrices
-        return {
-            "A and its noise factor": 2 * each * p * d,
-            "Hessians and fused gradient": 0 if low else 3 * each * d * (d + 1),
-            "iterates and algorithm state": self.state_bytes(agents, cols, d),
+        """What building and running it holds, by part (measured within 2x of the peak:
+        ``tests/experiments/test_memory.py``)."""
+        n, d, p, cols = agents, self.d, self.p, runs * len(self.c)
+        w = 4 if self.dtype == "float32" else 8
+        gram = n * runs * d * d * w  # the per-agent Gram matrices of x*, all repetitions
+        if gram > GRAM_BYTES:
+            gram = n * d * d * w  # ... or one repetition at a time
+        parts = {
+            "A (drawn, and one copy per level)": (runs + cols) * n * p * d * w,
+            "Gram matrices for x*": 2 * gram,
+            "global Hessian and its factorisations": 2 * cols * d * d * w,
+            "iterates, algorithm state and gradients": 10 * n * cols * d * w,
         }
+        if p < d:  # the low-memory form keeps no per-agent d x d matrices
+            parts["noise factor and p x p Gram matrices"] = n * cols * p * (d + 2 * p) * w
+        else:
+            parts["Hessians, Cholesky and noise factors, fused gradient"] = 6 * n * cols * d * d * w
+        return parts
 
     def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Quadratic:
         self.refuse_rank(rank)

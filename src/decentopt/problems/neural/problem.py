@@ -1,26 +1,26 @@
 """A neural network replicated over n agents, each with its own share of the data.
 
-Every agent's parameters are one row of a flat ``(n, P)`` tensor (the
-algorithm's ``state.x``), so mixing is one kernel over all parameters.
-Gradients land in a matching ``(n, P)`` tensor. Two gradient backends:
+Every agent's parameters are one row of a flat ``(n, P)`` tensor (the algorithm's
+``state.x``), so mixing is one kernel over all parameters, and gradients come back
+as a matching ``(n, P)`` tensor. Three gradient backends compute them:
 
-* ``"loop"``: n module replicas whose parameters are views into the rows of
-  ``x`` and whose ``.grad`` are views into the rows of the gradient buffer;
-  one forward/backward per agent. Buffers (e.g. BatchNorm statistics) live in
-  each replica, so they are per agent and never mixed.
-* ``"vmap"``: ``torch.func.vmap`` of ``grad`` over the stacked parameters, one
-  batched forward/backward for all agents, dropout drawn independently per
-  agent (``randomness="different"``). Models with buffers use ``"loop"``.
+* ``"loop"`` (:mod:`.loop`): one module replica per agent, one forward and
+  backward each; any model;
+* ``"vmap"`` (:mod:`.vmap`): ``torch.func.vmap`` over the stacked parameters, one
+  batched call; models without buffers;
+* ``"grouped"`` (:mod:`.grouped`): the replicas as one model of grouped
+  convolutions and batched matmuls; sequential models of the common layers.
 
-``"auto"`` times one gradient evaluation with each backend at start-up and
-keeps the faster one.
+``"auto"`` picks by a rule, not by a race (:func:`choose_backend`), so two runs of one
+command, and a resumed run, compute with the same backend; the choice is kept in
+checkpoints and in each result's metadata. Options -- ``precision`` (bf16 autocast),
+``channels_last``, ``compile`` -- work with every backend they apply to, or are
+refused when the problem is built, in one line (``compile`` with ``loop``).
 """
 
 from __future__ import annotations
 
 import copy
-import time
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,15 +30,47 @@ import torch.nn.functional as F
 from torch import nn
 
 from decentopt.data.datasets import Dataset
+from decentopt.problems.neural.base import BACKENDS, GradientBackend, Options
+from decentopt.problems.neural.dropout import dropout_seed
+from decentopt.problems.neural.grouped import GroupedBackend, unsupported_layer
+from decentopt.problems.neural.layout import ParamLayout
+from decentopt.problems.neural.loop import LoopBackend
 from decentopt.problems.neural.sampler import AgentSampler
+from decentopt.problems.neural.vmap import VmapBackend
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
 
-__all__ = ["Backend", "NeuralProblem", "Precision"]
+__all__ = ["ENGINES", "SMALL_MODEL", "Backend", "NeuralProblem", "Precision", "choose_backend"]
 
-Backend = Literal["auto", "loop", "vmap"]
+Backend = Literal["auto", "loop", "vmap", "grouped"]
 Precision = Literal["auto", "float32", "bf16"]
+
+#: The backends by name.
+ENGINES: dict[str, type] = {"loop": LoopBackend, "vmap": VmapBackend, "grouped": GroupedBackend}
+#: On the CPU, models with fewer parameters than this run faster batched (vmap) than
+#: one replica at a time: the digits CNN (38 k parameters, 16 agents) 40 ms against
+#: 49 ms per gradient at one thread, 22 against 38 ms at two; VGG-11 (9.2 M) the other
+#: way round, 221-231 against 240-266 images/s (README, "Performance").
+SMALL_MODEL = 1_000_000
+
+
+def choose_backend(model: nn.Module, device: torch.device) -> str:
+    """The backend ``"auto"`` runs ``model`` with on ``device``: a rule, the same every run.
+
+    On CUDA: ``grouped`` when every layer is one it supports (1.5-1.7x vmap's images
+    per second, measured on an H200), else ``vmap``, else (buffers) ``loop``. On the
+    CPU: ``vmap`` for models under ``SMALL_MODEL`` parameters, ``loop`` for larger
+    ones, and ``grouped`` for models with buffers where it can (``vmap`` cannot).
+    """
+    buffers = any(True for _ in model.buffers())
+    groupable = not unsupported_layer(model)
+    if device.type == "cuda":
+        return "grouped" if groupable else ("loop" if buffers else "vmap")
+    if buffers:
+        return "grouped" if groupable else "loop"
+    params = sum(p.numel() for p in model.parameters())
+    return "vmap" if params < SMALL_MODEL else "loop"
 
 
 class NeuralProblem:
@@ -51,7 +83,7 @@ class NeuralProblem:
         batch_size: per-agent mini-batch size.
         weight_decay: added to each gradient as ``wd * x``.
         augment: optional batch transform ``(images, generator) -> images``.
-        backend: ``"loop"``, ``"vmap"`` or ``"auto"`` (timed at start-up).
+        backend: ``"loop"``, ``"vmap"``, ``"grouped"`` or ``"auto"`` (:func:`choose_backend`).
         device: where parameters and data live.
         seed: mini-batch sampling and augmentation seed.
         agent_ids: the global ids of these agents (a distributed rank passes its own).
@@ -60,8 +92,12 @@ class NeuralProblem:
             parameters, gradients and the algorithm's state stay float32;
             ``"auto"`` (default) is bf16 on CUDA and float32 elsewhere.
         channels_last: feed images in channels-last layout (GPU convolutions).
-        compile: ``torch.compile`` the batched gradient (vmap backend); a failure
+        compile: ``torch.compile`` the gradient (vmap and grouped backends); a failure
             warns and falls back to eager.
+
+    Dropout: with the loop and grouped backends every agent draws its masks from its
+    own generator, seeded from the run's noise seed and the agent's id (the same
+    masks either way, and on a distributed rank); vmap draws from torch's generator.
     """
 
     def __init__(
@@ -82,14 +118,17 @@ class NeuralProblem:
         channels_last: bool = False,
         compile: bool = False,
     ) -> None:
-        if backend not in ("auto", "loop", "vmap"):
-            raise ValueError(f"backend must be 'auto', 'loop' or 'vmap'; got {backend!r}")
+        if backend != "auto" and backend not in BACKENDS:
+            raise ValueError(f"backend must be 'auto' or one of {BACKENDS}; got {backend!r}")
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0; got {weight_decay}")
+        if precision not in ("auto", "float32", "bf16"):
+            raise ValueError(f"precision must be 'auto', 'float32' or 'bf16'; got {precision!r}")
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.data = data
         self.n = len(indices)
+        self.agent_ids = tuple(agent_ids) if agent_ids is not None else tuple(range(self.n))
         self.sampler = AgentSampler(
             tuple(np.asarray(ix) for ix in indices), batch_size, seed, agent_ids, mean_share
         )
@@ -98,66 +137,48 @@ class NeuralProblem:
         self.generator = torch.Generator().manual_seed(seed)
         self.x_train = data.x_train.to(self.device)
         self.y_train = data.y_train.to(self.device)
-        self.names = [name for name, _ in model.named_parameters()]
-        self.shapes = [p.shape for _, p in model.named_parameters()]
-        self.sizes = [p.numel() for _, p in model.named_parameters()]
-        self.dim = int(sum(self.sizes))
+        self.layout = ParamLayout.of(model)
+        self.dim = self.layout.dim
         self.dtype = next(model.parameters()).dtype
         self.x_star = None  # no known optimum
         self.has_buffers = any(True for _ in model.buffers())
-        self.replicas = [copy.deepcopy(self.model) for _ in range(self.n)]
-        self._grad = torch.zeros(self.n, self.dim, device=self.device, dtype=self.dtype)
-        self._bind_grads()
-        if backend == "vmap" and self.has_buffers:
-            raise ValueError(
-                "the vmap backend needs a model without buffers (e.g. no BatchNorm); "
-                "use backend='loop'"
-            )
-        if precision not in ("auto", "float32", "bf16"):
-            raise ValueError(f"precision must be 'auto', 'float32' or 'bf16'; got {precision!r}")
-        #: bf16 autocast of forward and backward; parameters, gradients and the
-        #: algorithm's state stay float32. "auto": bf16 on CUDA, float32 elsewhere.
-        self.bf16 = precision == "bf16" or (precision == "auto" and self.device.type == "cuda")
-        self.channels_last = bool(channels_last)
-        self.compile = bool(compile)
-        self._compiled: Callable[..., Any] | None = None
-        self.backend = backend if backend != "auto" else self._pick_backend()
+        #: bf16 autocast of forward and backward. "auto": bf16 on CUDA, float32 elsewhere.
+        bf16 = precision == "bf16" or (precision == "auto" and self.device.type == "cuda")
+        self.options = Options(self.device, bf16, bool(channels_last), bool(compile))
+        self.backend = choose_backend(model, self.device) if backend == "auto" else backend
+        self.engine: GradientBackend = ENGINES[self.backend](
+            self.model, self.layout, self.n, self.options
+        )  # refuses what it cannot run, now
+        self.dropout: list[torch.Generator] | None = None
 
     # ---------------------------------------------------------------- layout
+    @property
+    def bf16(self) -> bool:
+        return self.options.bf16
+
     def initial_point(self) -> torch.Tensor:
         """Every agent starts from the model's parameters, ``(n, P)``."""
-        flat = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
-        return flat.unsqueeze(0).repeat(self.n, 1)
+        return self.layout.flatten(self.model).unsqueeze(0).repeat(self.n, 1)
 
     def views(self, row: torch.Tensor) -> list[torch.Tensor]:
         """A flat ``(P,)`` (or ``(n, P)``) tensor cut into parameter-shaped views."""
-        lead = row.shape[:-1]
-        return [
-            chunk.view(*lead, *shape)
-            for chunk, shape in zip(row.split(self.sizes, dim=-1), self.shapes, strict=True)
-        ]
+        return self.layout.views(row)
 
-    def _bind_grads(self) -> None:
-        for i, replica in enumerate(self.replicas):
-            for p, g in zip(replica.parameters(), self.views(self._grad[i]), strict=True):
-                p.grad = g
-
-    def _bind_params(self, x: torch.Tensor) -> None:
-        """Point every replica's parameters at the rows of ``x`` (no copy)."""
-        for i, replica in enumerate(self.replicas):
-            for p, v in zip(replica.parameters(), self.views(x[i]), strict=True):
-                p.data = v
-
-    def load_average(self, x: torch.Tensor) -> nn.Module:
-        """The model with the agents' average parameters (a copy)."""
+    def load_average(self, x: torch.Tensor, buffers: list[list[torch.Tensor]] | None = None):
+        """The model with the agents' average parameters and buffers (a copy)."""
         model = copy.deepcopy(self.model)
+        each = buffers if buffers is not None else self.engine.buffers()
         with torch.no_grad():
             for p, v in zip(model.parameters(), self.views(x.mean(0)), strict=True):
                 p.copy_(v)
+            for k, b in enumerate(model.buffers()):
+                values = torch.stack([row[k] for row in each])
+                b.copy_(values.float().mean(0) if b.is_floating_point() else values.max())
         return model
 
     # ------------------------------------------------------------- gradients
-    def _batch(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every agent's next mini-batch ``(n, B, ...)`` and labels ``(n, B)``, augmented."""
         idx = torch.from_numpy(self.sampler.next()).to(self.device)  # (n, B)
         images, labels = self.x_train[idx], self.y_train[idx]
         if self.augment is not None:
@@ -165,100 +186,31 @@ class NeuralProblem:
             images = self.augment(flat, generator).view(images.shape)  # on the device
         return images, labels
 
-    def _loop_grads(self, x: torch.Tensor, images: torch.Tensor, labels: torch.Tensor):
-        self._bind_params(x)
-        self._grad.zero_()
-        losses = torch.empty(self.n, device=self.device)
-        for i, replica in enumerate(self.replicas):
-            replica.train()
-            with self._autocast():
-                loss = F.cross_entropy(replica(self._layout(images[i])), labels[i])
-            loss.backward()
-            losses[i] = loss.detach()
-        return self._grad.clone(), losses
-
-    def _vmap_grads(self, x: torch.Tensor, images: torch.Tensor, labels: torch.Tensor):
-        from torch.func import functional_call, grad_and_value, vmap
-
-        model = self.model
-        model.train()
-        names = self.names
-
-        def loss_fn(flat: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-            params = dict(zip(names, self.views(flat), strict=True))
-            with self._autocast():
-                return F.cross_entropy(functional_call(model, params, (self._layout(xb),)), yb)
-
-        batched = vmap(grad_and_value(loss_fn), randomness="different")
-        if self.compile:
-            return self._run_compiled(batched, x, images, labels)
-        grads, losses = batched(x, images, labels)
-        return grads, losses
-
-    def _layout(self, images: torch.Tensor) -> torch.Tensor:
-        """One agent's ``(B, C, H, W)`` batch, channels-last when asked (faster convolutions
-        on GPUs with tensor cores)."""
-        if self.channels_last and images.ndim == 4:
-            return images.contiguous(memory_format=torch.channels_last)
-        return images
-
-    def _autocast(self) -> Any:
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
-
-    def _run_compiled(self, batched: Callable[..., Any], *args: torch.Tensor) -> Any:
-        """The batched gradient through ``torch.compile``; on any failure, a warning and
-        the eager function from then on."""
-        if self._compiled is None:
-            self._compiled = torch.compile(batched)
-        try:
-            return self._compiled(*args)
-        except Exception as exc:  # compilers fail in many ways; the run must go on
-            warnings.warn(
-                f"torch.compile of the batched gradient failed ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}); running it eagerly",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            self.compile = False
-            return batched(*args)
+    def dropout_generators(self, generator: torch.Generator) -> list[torch.Generator]:
+        """Each agent's dropout generator, seeded from the noise generator's seed."""
+        if self.dropout is None:
+            base = generator.initial_seed()
+            self.dropout = [
+                torch.Generator(device=self.device).manual_seed(dropout_seed(base, a))
+                for a in self.agent_ids
+            ]
+        return self.dropout
 
     def gradient_and_loss(
         self, x: torch.Tensor, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Stochastic gradients ``(n, P)`` (with weight decay) and mini-batch losses ``(n,)``.
 
-        ``generator`` drives the augmentation (the problem's own if omitted);
-        mini-batches come from the per-agent sampler, dropout from torch's RNG.
+        ``generator`` drives the augmentation (the problem's own if omitted) and seeds
+        the agents' dropout generators; mini-batches come from the per-agent sampler.
         """
-        images, labels = self._batch(self.generator if generator is None else generator)
-        if self.backend == "vmap":
-            grads, losses = self._vmap_grads(x, images, labels)
-        else:
-            grads, losses = self._loop_grads(x, images, labels)
+        generator = self.generator if generator is None else generator
+        images, labels = self.batch(generator)
+        dropout = self.dropout_generators(generator)
+        grads, losses = self.engine.gradients(x, images, labels, dropout)
         if self.weight_decay:
             grads.add_(x, alpha=self.weight_decay)
         return grads, losses
-
-    def _pick_backend(self) -> Literal["loop", "vmap"]:
-        if self.has_buffers:
-            return "loop"
-        x = self.initial_point()
-        state = self.sampler.state_dict()
-        gen_state = self.generator.get_state()
-        rng_state = torch.get_rng_state()
-        timings = {}
-        for backend in ("loop", "vmap"):
-            self.backend = backend
-            self.gradient_and_loss(x)  # warm-up
-            start = time.perf_counter()
-            self.gradient_and_loss(x)
-            timings[backend] = time.perf_counter() - start
-        # the timing must not change what the run sees
-        self.sampler.load_state_dict(state)
-        self.generator.set_state(gen_state)
-        torch.set_rng_state(rng_state)
-        self.timings = timings
-        return min(timings, key=timings.__getitem__)  # type: ignore[return-value]
 
     # ------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -279,47 +231,42 @@ class NeuralProblem:
         return total / count, correct / count
 
     @torch.no_grad()
-    def evaluate_agents(
-        self, x: torch.Tensor, batch: int = 1000, *, batched: bool | None = None
+    def evaluate_replicas(
+        self, engine: GradientBackend, x: torch.Tensor, batch: int = 1000
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Test loss and accuracy of every agent's own model, ``(n,)`` each.
-
-        ``batched`` (default: on CUDA): all agents at once, ``vmap`` over the stacked
-        parameters, one call per test batch (models without buffers). Otherwise one
-        replica at a time -- faster on the CPU (digits, 16 agents: 0.04 s against 0.08 s).
-        """
-        if batched is None:
-            batched = self.device.type == "cuda"
-        if self.has_buffers or not batched:
-            self._bind_params(x)
-            results = [self.evaluate(replica) for replica in self.replicas]
-            return np.array([r[0] for r in results]), np.array([r[1] for r in results])
-        from torch.func import functional_call, vmap
-
-        model, names = self.model, self.names
-        model.eval()
-
-        def logits(flat: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
-            return functional_call(model, dict(zip(names, self.views(flat), strict=True)), (xb,))
-
-        every = vmap(logits, in_dims=(0, None))
-        total = torch.zeros(self.n, dtype=torch.float64, device=self.device)
-        correct = torch.zeros(self.n, dtype=torch.int64, device=self.device)
+        """Test loss and accuracy of every replica ``x`` (``(N, P)``) of ``engine``, ``(N,)``
+        each: one call per test batch for all replicas."""
+        replicas = x.shape[0]
+        total = torch.zeros(replicas, dtype=torch.float64, device=self.device)
+        correct = torch.zeros(replicas, dtype=torch.int64, device=self.device)
         y_all = self.data.y_test
-        batch = max(1, batch // self.n)  # images per call over all agents: about ``batch``
+        batch = max(1, batch // replicas)  # images per call over all replicas: about ``batch``
         for s in range(0, len(y_all), batch):
             xb = self.data.x_test[s : s + batch].to(self.device)
             yb = y_all[s : s + batch].to(self.device)
-            out = every(x, xb)  # (n, b, classes)
-            loss = F.cross_entropy(out.flatten(0, 1), yb.repeat(self.n), reduction="none")
-            total += loss.view(self.n, -1).sum(1).double()
+            out = engine.logits(x, xb).float()  # (N, b, classes)
+            loss = F.cross_entropy(out.flatten(0, 1), yb.repeat(replicas), reduction="none")
+            total += loss.view(replicas, -1).sum(1).double()
             correct += (out.argmax(-1) == yb).sum(1)
         count = len(y_all)
         return (total / count).cpu().numpy(), (correct.double() / count).cpu().numpy()
 
-    def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, float]:
+    def evaluate_agents(self, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Test loss and accuracy of every agent's own model, ``(n,)`` each."""
+        return self.evaluate_replicas(self.engine, x)
+
+    def metrics(
+        self,
+        x: torch.Tensor,
+        comm: Communicator | None = None,
+        agents: tuple[np.ndarray, np.ndarray] | None = None,
+        buffers: list[list[torch.Tensor]] | None = None,
+    ) -> dict[str, float]:
         """Test loss/accuracy of the averaged model and (mean over agents) of each agent's
-        own model, and the consensus error ``(1/n) sum_i ||x_i - xbar||^2``."""
+        own model, and the consensus error ``(1/n) sum_i ||x_i - xbar||^2``.
+
+        ``agents`` and ``buffers``: the agents' evaluation and buffers when another engine
+        holds them (runs stepped together)."""
 
         def mean(z: torch.Tensor) -> torch.Tensor:
             return z.mean(0, keepdim=True) if comm is None else comm.mean(z)
@@ -329,8 +276,8 @@ class NeuralProblem:
             return float(mean(values.reshape(-1, 1).to(self.device).float()).reshape(-1)[0])
 
         average = mean(x)
-        test_loss, test_acc = self.evaluate(self.load_average(average))
-        agent_loss, agent_acc = self.evaluate_agents(x)
+        test_loss, test_acc = self.evaluate(self.load_average(average, buffers))
+        agent_loss, agent_acc = agents if agents is not None else self.evaluate_agents(x)
         return {
             "test_loss": test_loss,
             "test_acc": test_acc,
@@ -339,11 +286,28 @@ class NeuralProblem:
             "consensus": across((x - average).pow(2).sum(1)),
         }
 
+    # ---------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict()}
+        """Plain data and tensors: the sampler, the backend, dropout streams, buffers."""
+        return {
+            "sampler": self.sampler.state_dict(),
+            "backend": self.backend,
+            "dropout": [g.get_state() for g in self.dropout or []],
+            "buffers": self.engine.buffers(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])
+        saved = state.get("backend", self.backend)
+        if saved != self.backend:  # resume with the backend the run started with
+            self.backend = saved
+            self.engine = ENGINES[saved](self.model, self.layout, self.n, self.options)
+        if state.get("dropout"):
+            self.dropout = [torch.Generator(device=self.device) for _ in self.agent_ids]
+            for g, s in zip(self.dropout, state["dropout"], strict=True):
+                g.set_state(s)
+        if state.get("buffers"):
+            self.engine.load_buffers(state["buffers"])
 
     def __repr__(self) -> str:
         return (

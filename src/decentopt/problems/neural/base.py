@@ -1,0 +1,79 @@
+"""What every gradient backend of :class:`~decentopt.problems.neural.NeuralProblem` shares.
+
+A backend computes, for ``N`` replicas of one model whose parameters are the rows of
+a flat ``(N, P)`` state, every replica's gradient on its own mini-batch and its
+mini-batch loss (:meth:`GradientBackend.gradients`), and every replica's logits on
+one shared batch (:meth:`GradientBackend.logits`, for evaluation). The options --
+bf16 autocast, channels-last images, ``torch.compile`` -- are the same for all;
+:func:`refusal` says up front which combination a backend cannot run.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import torch
+
+__all__ = ["BACKENDS", "GradientBackend", "Options", "compiled_call"]
+
+#: The gradient backends, by name (``"auto"`` picks one by rule: ``choose_backend``).
+BACKENDS = ("loop", "vmap", "grouped")
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a backend runs: on which device, in bf16 autocast, channels-last, compiled."""
+
+    device: torch.device
+    bf16: bool = False
+    channels_last: bool = False
+    compile: bool = False
+
+    def autocast(self) -> Any:
+        """bf16 autocast of forward and backward (parameters and gradients stay float32)."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+
+class GradientBackend(Protocol):
+    name: ClassVar[str]
+
+    def gradients(
+        self,
+        x: torch.Tensor,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        dropout: Sequence[torch.Generator],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradients ``(N, P)`` and mini-batch losses ``(N,)`` of replicas ``x`` (``(N, P)``)
+        on their batches ``images`` ``(N, B, ...)``, ``labels`` ``(N, B)``; ``dropout``:
+        each replica's generator (backends that draw masks per replica)."""
+        ...
+
+    def logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+        """Every replica's logits ``(N, B, classes)`` on one batch ``images`` ``(B, ...)``,
+        in evaluation mode."""
+        ...
+
+
+def compiled_call(holder: dict[str, Any], function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` through ``torch.compile`` (compiled once, kept in ``holder``); on
+    any failure a warning, and ``function`` eagerly from then on."""
+    if holder.get("failed"):
+        return function(*args)
+    if "compiled" not in holder:
+        holder["compiled"] = torch.compile(function)
+    try:
+        return holder["compiled"](*args)
+    except Exception as exc:  # compilers fail in many ways; the run must go on
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        warnings.warn(
+            f"torch.compile of the gradient failed ({type(exc).__name__}: {first}); running it "
+            "eagerly",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        holder["failed"] = True
+        return function(*args)

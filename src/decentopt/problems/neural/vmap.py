@@ -1,0 +1,81 @@
+"""``backend = "vmap"``: one batched forward and backward for every replica.
+
+``torch.func.vmap`` of ``grad_and_value`` over the stacked parameters; dropout is
+drawn independently per replica from torch's generator (``randomness="different"``:
+statistically as the loop backend, not the same numbers). Models with buffers
+(BatchNorm) are refused: use ``loop`` or ``grouped``. Channels-last images are laid
+out before vmap (inside it, a layout change is not supported).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from decentopt.problems.neural.base import Options, compiled_call
+from decentopt.problems.neural.layout import ParamLayout
+
+__all__ = ["VmapBackend", "channels_last_rows"]
+
+
+def channels_last_rows(images: torch.Tensor) -> torch.Tensor:
+    """``(N, B, C, H, W)`` with every ``(B, C, H, W)`` slice in channels-last layout."""
+    return images.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
+
+
+class VmapBackend:
+    name: ClassVar[str] = "vmap"
+
+    def __init__(self, model: nn.Module, layout: ParamLayout, replicas: int, options: Options):
+        if any(True for _ in model.buffers()):
+            raise ValueError(
+                "backend 'vmap' needs a model without buffers (e.g. no BatchNorm); use "
+                "backend 'grouped' or 'loop'"
+            )
+        self.model, self.layout, self.options = model, layout, options
+        self.replicas = replicas
+        self._compiled: dict[str, Any] = {}
+
+        def loss(flat: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            params = dict(zip(layout.names, layout.views(flat), strict=True))
+            with options.autocast():
+                out = torch.func.functional_call(model, params, (xb,))
+                return F.cross_entropy(out, yb)
+
+        self._batched = torch.func.vmap(torch.func.grad_and_value(loss), randomness="different")
+
+    def gradients(
+        self,
+        x: torch.Tensor,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        dropout: Sequence[torch.Generator],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.model.train()
+        if self.options.channels_last and images.ndim == 5:
+            images = channels_last_rows(images)
+        if self.options.compile:
+            return compiled_call(self._compiled, self._batched, x, images, labels)
+        return self._batched(x, images, labels)
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+        model, layout = self.model, self.layout
+        model.eval()
+
+        def one(flat: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
+            return torch.func.functional_call(
+                model, dict(zip(layout.names, layout.views(flat), strict=True)), (xb,)
+            )
+
+        return torch.func.vmap(one, in_dims=(0, None))(x, images)
+
+    def buffers(self) -> list[list[torch.Tensor]]:
+        return [[] for _ in range(self.replicas)]  # no buffers: refused above
+
+    def load_buffers(self, saved: list[list[torch.Tensor]]) -> None:
+        pass
