@@ -7,13 +7,18 @@ Run on one machine with 4 processes:
 
 Each rank holds its Dirichlet(phi) share of scikit-learn's digits, trains its
 own copy of the model with ``DecentralizedOptimizer`` and gossips with its ring
-neighbours only. Checkpoints go to ``--checkpoints`` every epoch; rerunning the
-same command resumes from the last epoch that every rank completed.
+neighbours only. Checkpoints go to ``--checkpoints`` every epoch, in a folder named
+by a fingerprint of the settings; rerunning the same command resumes from the last
+epoch that every rank completed, and other settings (another --lr or --algorithm)
+start afresh in their own folder instead of resuming what is not theirs.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +42,9 @@ def main() -> None:
     args = parser.parse_args()
 
     rank, world = dopt.distributed.init()
+    settings = {k: v for k, v in vars(args).items() if k not in ("timeout", "checkpoints")}
+    digest = hashlib.sha256(json.dumps(settings | {"world": world}, sort_keys=True).encode())
+    checkpoints = Path(args.checkpoints) / f"{args.algorithm}-{digest.hexdigest()[:12]}"
     device = dopt.distributed.device_for_rank()
     topo = dopt.topology.ring(world)
     comm = dopt.comm.DistributedCommunicator(topo, timeout=args.timeout)
@@ -61,9 +69,9 @@ def main() -> None:
         opt, milestones=[int(0.6 * args.epochs), int(0.8 * args.epochs)], gamma=0.1
     )
     start = 0
-    last = dopt.distributed.latest_checkpoint(args.checkpoints)
+    last = dopt.distributed.latest_checkpoint(checkpoints)
     if last is not None:
-        saved = dopt.distributed.load_checkpoint(args.checkpoints, last)
+        saved = dopt.distributed.load_checkpoint(checkpoints, last)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
@@ -101,7 +109,7 @@ def main() -> None:
                 f"test acc (avg model) {float(acc.float().mean()):.3f}"
             )
         dopt.distributed.save_checkpoint(
-            args.checkpoints,
+            checkpoints,
             epoch + 1,
             {
                 "model": model.state_dict(),

@@ -10,6 +10,7 @@ log-spaced (the default), so the transient is not squeezed into the margin.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -157,7 +158,9 @@ def plot_curves(
             steps = np.array([where[alg][s] for s in by_step])
             all_steps += steps.tolist()
             vals = np.array([curves[alg][s] for s in by_step], dtype=float)  # (steps, R)
-            with np.errstate(all="ignore"):
+            # a step where every run had diverged has no mean: NaN, drawn as a gap
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nanmean(vals, axis=1)
                 lo, hi = np.nanpercentile(vals, [10, 90], axis=1)
             means[alg] = mean

@@ -207,6 +207,11 @@ def test_mix_refuses_integer_states_and_copies_an_overlapping_out():
         state = z.clone()
         SimulatedCommunicator(topo, kernel=kernel).mix(state, out=state)  # in place
         torch.testing.assert_close(state, want)
+    # from 8 MB (the C kernels under "auto"): out a view overlapping z, shifted by a row
+    big = torch.randn(65, 40_000, dtype=torch.float32)
+    want = SimulatedCommunicator(topo, kernel="shift").mix(big[:64].clone())
+    SimulatedCommunicator(topo).mix(big[:64], out=big[1:])
+    torch.testing.assert_close(big[1:], want)
     with pytest.raises(ValueError, match="same shape and dtype"):
         comm.mix(torch.randn(8, 3), out=torch.empty(8, 3, dtype=torch.float32))
 

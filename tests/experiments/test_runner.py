@@ -73,6 +73,22 @@ def test_divergence_is_recorded_and_the_sweep_goes_on(cfg_path, tmp_path):
     assert all(stats[(lv, "edm")].diverged == 0 for lv in (1.0, 0.5))
 
 
+def test_a_diverged_first_variant_leaves_a_clean_summary(cfg_path, tmp_path):
+    """The first method diverged everywhere: the caption rests on one that ran, and no
+    NumPy warning about all-NaN slices reaches the user."""
+    import warnings
+
+    from decentopt.experiments import write_report
+
+    cfg = load_spec(cfg_path, overrides=["algorithms.ed.lr=3.0", "iterations=200"])
+    out = run_spec(cfg, tmp_path / "o", progress=False, log=quiet)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_report(cfg, out.rows, tmp_path / "o", modified=True, say=quiet)
+    text = (tmp_path / "o" / "summary.md").read_text()
+    assert "(0 recorded steps" not in text and "(21 recorded steps, iterations 180-200)" in text
+
+
 def fake_stats(values: dict[str, tuple[float, float]], settle=None, se=0.0) -> dict:
     """Two levels (ζ² = 1 and 16), 10 settled repetitions per method at ``settle``."""
     stats = {}

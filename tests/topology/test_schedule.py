@@ -55,6 +55,34 @@ def test_base_graph_averages_exactly_after_one_period_with_at_most_k_peers(base)
         assert schedule.period <= 2 * (np.log(n) / np.log(base) + 1) + 1  # O(log n) rounds
 
 
+def base_graph_sizes(base: int, rng: np.random.Generator) -> list[int]:
+    """Sizes where a digit range can be off by one: powers of the base, one either side,
+    their doubles, and random sizes, up to 10^4."""
+    sizes = {10_000, 9_999}
+    power = base
+    while power <= 10_000:
+        sizes |= {power - 1, power, power + 1, 2 * power, 2 * power + 1}
+        power *= base
+    sizes |= set(rng.integers(70, 10_000, size=12).tolist())
+    return sorted(s for s in sizes if 1 <= s <= 10_000)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("base", range(2, 11))
+def test_base_graph_averages_exactly_up_to_ten_thousand_agents(base):
+    """Applying one period's rounds to random vectors gives their average, for every base
+    2-10 (``base_graph(243, base=3)`` and ``base_graph(1000, base=10)`` among them)."""
+    rng = np.random.default_rng(base)
+    for n in base_graph_sizes(base, rng):
+        schedule = base_graph(n, base=base)
+        z = rng.standard_normal((n, 3))
+        y = z
+        for t in range(schedule.period):
+            y = schedule.at(t).apply(y)
+        np.testing.assert_allclose(y, np.broadcast_to(z.mean(0), z.shape), atol=1e-10, err_msg=n)
+        assert schedule.max_degree <= base - 1
+
+
 def test_base_graph_merge_rounds_are_not_positive_semi_definite_and_say_so():
     assert not base_graph(7, base=2).psd  # 7 = 4 + 2 + 1: merges needed
     assert base_graph(8, base=2).psd  # a power of the base: cliques only

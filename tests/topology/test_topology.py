@@ -146,3 +146,21 @@ def test_summary_fields():
     s = dopt.topology.ring(32).summary()
     assert set(s) == {"name", "n", "lambda", "1-lambda", "lambda_min", "max_degree"}
     assert s["max_degree"] == 2
+
+
+def test_large_circulant_spectra_come_from_an_fft():
+    """Above FFT_FROM agents: rfft of W's first row, the same values as the cosine sums."""
+    from decentopt.topology.circulant import FFT_FROM, spectrum
+
+    n = FFT_FROM + 4465
+    stencil = dict(dopt.topology.exponential(n).stencil)
+    fast = spectrum(n, stencil)
+    k = np.arange(n // 2 + 1)
+    slow = sum(c * np.cos(2 * np.pi * o * k / n) for o, c in stencil.items())
+    np.testing.assert_allclose(fast, slow, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_an_exponential_graph_of_ten_million_agents_is_built():
+    topo = dopt.topology.exponential(10**7)
+    assert 0 < topo.lam < 1 and topo.lam_min > 0 and topo.max_degree == 2 * 24  # +-2^0..2^23

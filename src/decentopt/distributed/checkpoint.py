@@ -15,6 +15,7 @@ different steps or from corrupt state. ``DIR`` must be visible to every rank.
 
 from __future__ import annotations
 
+import collections
 import errno
 import hashlib
 import json
@@ -136,7 +137,8 @@ def load_checkpoint(root: str | Path, step: int) -> dict[str, Any]:
     if path.stat().st_size != size or _digest(path) != digest:
         raise ValueError(f"{path} does not match its manifest (truncated or altered)")
     try:  # tensors and plain data only: loading runs no code from the file
-        return torch.load(path, weights_only=True)
+        with torch.serialization.safe_globals([collections.Counter]):  # lr schedulers' milestones
+            return torch.load(path, weights_only=True)
     except Exception as exc:  # a corrupt archive, or objects that are not plain data
         raise ValueError(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
 

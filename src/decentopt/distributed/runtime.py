@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from decentopt.comm.distributed import PeerFailure
 
 __all__ = ["Job", "device_for_rank", "finalize", "init", "job"]
 
@@ -33,18 +36,44 @@ def init(backend: str = "auto", *, timeout: float = 300.0) -> tuple[int, int]:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    start = time.monotonic()
-    try:
-        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout))
-    except (RuntimeError, dist.DistError) as exc:  # a rank never came (or the store died)
-        from decentopt.comm.distributed import PeerFailure
+    address = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
+    outcome: dict[str, BaseException] = {}
 
+    def start() -> None:
+        try:
+            dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout))
+        except BaseException as exc:  # handed to the waiting thread
+            outcome["error"] = exc
+
+    start_time = time.monotonic()
+    # a listener on MASTER_PORT that never answers would hold the connection forever:
+    # start-up runs in a thread that is given up on after the timeout
+    worker = threading.Thread(target=start, name="decentopt-start-up", daemon=True)
+    worker.start()
+    worker.join(timeout + 1.0)
+    waited = time.monotonic() - start_time
+    if worker.is_alive():
         raise PeerFailure(
-            f"rank {os.environ['RANK']}: start-up: not every one of the {os.environ['WORLD_SIZE']} "
-            f"ranks joined within {time.monotonic() - start:.1f} s (timeout {timeout:g} s); "
-            "check that WORLD_SIZE matches the processes started. Underlying error: "
-            f"{str(exc).splitlines()[0]}"
-        ) from None
+            f"rank {rank}: start-up: no answer from {address} within {waited:.1f} s (timeout "
+            f"{timeout:g} s): rank 0 did not start, or another program listens on that port; "
+            "set MASTER_PORT to a free port (decentopt launch picks one)"
+        )
+    exc = outcome.get("error")
+    if exc is not None:
+        text = str(exc)
+        if "EADDRINUSE" in text or "address already in use" in text.lower():
+            raise PeerFailure(
+                f"rank {rank}: start-up: port {os.environ['MASTER_PORT']} is in use by another "
+                "program; set MASTER_PORT to a free port (decentopt launch picks one)"
+            ) from None
+        if isinstance(exc, RuntimeError | dist.DistError):  # a rank never came, the store died
+            raise PeerFailure(
+                f"rank {rank}: start-up: not every one of the {world} ranks joined within "
+                f"{waited:.1f} s (timeout {timeout:g} s); check that WORLD_SIZE matches the "
+                f"processes started. Underlying error: {text.splitlines()[0] if text else exc!r}"
+            ) from None
+        raise exc
     return dist.get_rank(), dist.get_world_size()
 
 

@@ -43,7 +43,8 @@ def summary_markdown(
     metric = metric or spec.metric
     with_reach = metric == spec.metric
     levels = levels_by_zeta(stats)
-    some = next(iter(stats.values()))
+    # a stat of a method that ran to the end (the first may have diverged: no window)
+    some = max(stats.values(), key=lambda s: (s.tail_points > 0, s.runs))
     caption = (
         f"Steady-state {metric}: mean over the last 10 % of iterations ({some.tail_points} "
         f"recorded steps, iterations {some.tail_from}-{some.tail_to}) and over "

@@ -15,6 +15,7 @@ import contextlib
 import multiprocessing
 import re
 import signal
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -88,6 +89,12 @@ def _run_groups(spec: RunSpec) -> list[tuple[int, ...] | None]:
     return [None] if kind.batch_runs else list(kind.run_groups(spec.runs, spec.agents))
 
 
+def say_line(text: str) -> None:
+    """Print one whole line in a single write: lines of parallel workers never run together."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def unit_folder(name: str) -> str:
     """The folder name of a unit: its name with anything but ``\\w . = ( ) , + -`` as ``_``."""
     return re.sub(r"[^\w.=(),+-]", "_", name)
@@ -154,7 +161,7 @@ def run_spec(
     force: bool = False,
     progress: bool = True,
     jobs: int = 1,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = say_line,
 ) -> Outcome:
     """Run (or resume) every unit of ``spec``; all rows are also written to ``OUT/results.csv``.
 
