@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -183,3 +185,162 @@ def test_numbers_as_users_pass_them():
     assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
     with pytest.raises(ValueError, match="weight_decay must be >= 0"):
         DecentralizedOptimizer(model.parameters(), "edm", comm, lr=0.1, weight_decay=-1)
+
+
+def sgd_pair(nesterov: bool = False):
+    """Our DmSGD (undampened) and torch.optim.SGD on identical models and data."""
+    comm = SimulatedCommunicator(dopt.topology.complete(1))
+    ours, x, y = model_and_data()
+    ref, _, _ = model_and_data()
+    opt = DecentralizedOptimizer(
+        ours.parameters(), "dmsgd", comm, lr=0.1, beta=0.9, dampening=False, nesterov=nesterov
+    )
+    sgd = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, nesterov=nesterov)
+    return (ours, opt), (ref, sgd), x, y
+
+
+def both(pair_a, pair_b, x, y, steps=1):
+    for model, o in (pair_a, pair_b):
+        run(o, model, x, y, steps)
+
+
+def same(a, b, **tol):
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert p.dtype == q.dtype
+        torch.testing.assert_close(p, q, **(tol or {"rtol": 1e-6, "atol": 1e-7}))
+
+
+def test_a_layer_frozen_after_the_optimizer_is_built_stays_bit_for_bit():
+    (ours, opt), (ref, sgd), x, y = sgd_pair()
+    both((ours, opt), (ref, sgd), x, y, 2)
+    for m in (ours, ref):
+        m[0].weight.requires_grad_(False)
+    frozen = ours[0].weight.detach().clone()
+    both((ours, opt), (ref, sgd), x, y, 5)
+    assert torch.equal(ours[0].weight, frozen)  # no momentum, no decay, no gossip moves it
+    same(ours, ref)
+
+
+def test_a_layer_unfrozen_after_the_optimizer_is_built_trains():
+    (ours, opt), (ref, sgd), x, y = sgd_pair()
+    for m in (ours, ref):
+        m[2].weight.requires_grad_(False)
+    both((ours, opt), (ref, sgd), x, y, 3)
+    before = ours[2].weight.detach().clone()
+    for m in (ours, ref):
+        m[2].weight.requires_grad_(True)
+    both((ours, opt), (ref, sgd), x, y, 4)
+    assert not torch.equal(ours[2].weight, before)
+    same(ours, ref)
+    assert opt.state_dict()["state"][0]["step"] == 7 and opt.state[ours[2].weight]["step"] == 4
+
+
+def test_double_and_to_after_the_optimizer_is_built_are_kept():
+    comm = SimulatedCommunicator(dopt.topology.complete(1))
+    ours, x, y = model_and_data()
+    ref, _, _ = model_and_data()
+    ours.float(), ref.float()
+    x = x.float()
+    opt = DecentralizedOptimizer(
+        ours.parameters(), "dmsgd", comm, lr=0.1, beta=0.9, dampening=False
+    )
+    sgd = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    both((ours, opt), (ref, sgd), x, y, 2)
+    ours.double()
+    ref.double()
+    both((ours, opt), (ref, sgd), x.double(), y, 3)
+    assert all(p.dtype == torch.float64 for p in ours.parameters())  # not undone by step()
+    assert opt.state[ours[0].weight]["m"].dtype == torch.float64  # the state followed
+    same(ours, ref, rtol=1e-5, atol=1e-6)  # torch keeps its momentum buffers in float32
+    ours.to(torch.float32)
+    run(opt, ours, x, y, 1)
+    assert all(p.dtype == torch.float32 for p in ours.parameters())
+
+
+def test_load_state_dict_on_the_model_is_what_the_next_step_starts_from():
+    (ours, opt), (ref, sgd), x, y = sgd_pair()
+    both((ours, opt), (ref, sgd), x, y, 2)
+    fresh, _, _ = model_and_data(seed=9)
+    for m in (ours, ref):
+        m.load_state_dict(fresh.state_dict())
+    both((ours, opt), (ref, sgd), x, y, 2)
+    same(ours, ref)
+
+
+def test_a_grad_scaler_skips_the_step_that_overflowed_as_torch_does():
+    (ours, opt), (ref, sgd), x, y = sgd_pair()
+    scalers = [torch.amp.GradScaler("cpu", init_scale=2.0**10) for _ in range(2)]
+    for step in range(4):
+        for (model, o), scaler in zip(((ours, opt), (ref, sgd)), scalers, strict=True):
+            o.zero_grad()
+            scaler.scale(torch.nn.functional.cross_entropy(model(x), y)).backward()
+            if step == 2:
+                model[0].weight.grad[0, 0] = float("inf")
+            scaler.step(o)
+            scaler.update()
+        same(ours, ref)
+    assert scalers[0].get_scale() == scalers[1].get_scale() == 2.0**9
+
+
+@pytest.mark.parametrize("name", dopt.algorithms.names())
+def test_overlapped_buckets_equal_the_blocking_step_bit_for_bit(name):
+    """Every parameter its own bucket, stepped during backward on the worker thread."""
+    comm = SimulatedCommunicator(dopt.topology.complete(1))
+    hp = {"lr": 0.05} | ({"beta": 0.8} if dopt.algorithms.resolve(name).uses_momentum else {})
+    models = [model_and_data()[0] for _ in range(2)]
+    _, x, y = model_and_data()
+    opts = [
+        DecentralizedOptimizer(m.parameters(), name, comm, bucket_cap_mb=1e-5, overlap=o, **hp)
+        for m, o in zip(models, (False, True), strict=True)
+    ]
+    for _ in range(4):
+        for model, opt in zip(models, opts, strict=True):
+            run(opt, model, x, y, 1)
+    assert len(opts[1]._buckets) == 4
+    for p, q in zip(*(m.parameters() for m in models), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_no_sync_accumulates_gradients_before_an_overlapped_step():
+    comm = SimulatedCommunicator(dopt.topology.complete(1))
+    models = [model_and_data()[0] for _ in range(2)]
+    _, x, y = model_and_data()
+    plain = DecentralizedOptimizer(models[0].parameters(), "edm", comm, lr=0.1, beta=0.9)
+    lapped = DecentralizedOptimizer(
+        models[1].parameters(), "edm", comm, lr=0.1, beta=0.9, overlap=True, bucket_cap_mb=1e-5
+    )
+    for _ in range(3):
+        for model, opt in ((models[0], plain), (models[1], lapped)):
+            opt.zero_grad()
+            with opt.no_sync() if opt.overlap else contextlib.nullcontext():
+                torch.nn.functional.cross_entropy(model(x[:16]), y[:16]).backward()
+            torch.nn.functional.cross_entropy(model(x[16:]), y[16:]).backward()
+            opt.step()
+    for p, q in zip(*(m.parameters() for m in models), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_a_grad_scaler_with_overlap_is_refused_in_one_line():
+    comm = SimulatedCommunicator(dopt.topology.complete(1))
+    model, x, y = model_and_data()
+    opt = DecentralizedOptimizer(model.parameters(), "edm", comm, lr=0.1, overlap=True)
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(torch.nn.functional.cross_entropy(model(x), y)).backward()
+    with pytest.raises(RuntimeError, match="use overlap=False with a GradScaler"):
+        scaler.step(opt)
+
+
+def test_wrapping_sgd_as_dsgd_is_the_dsgd_optimizer():
+    from decentopt.distributed import wrap
+
+    comm = SimulatedCommunicator(dopt.topology.complete(1))
+    a, x, y = model_and_data()
+    b, _, _ = model_and_data()
+    ours = DecentralizedOptimizer(a.parameters(), "dsgd", comm, lr=0.1)
+    wrapped = wrap(torch.optim.SGD(b.parameters(), lr=0.1), "dsgd", comm)
+    for model, opt in ((a, ours), (b, wrapped)):
+        run(opt, model, x, y, 5)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+    with pytest.raises(ValueError, match="wrap combines a base optimizer's update"):
+        wrap(torch.optim.SGD(b.parameters(), lr=0.1), "dsgt", comm)

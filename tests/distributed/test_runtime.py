@@ -44,7 +44,7 @@ def test_a_silent_listener_on_the_port_fails_a_rank_within_its_timeout():
         out = start_rank(1, listener.getsockname()[1])
     assert "PeerFailure" in out and "no answer from 127.0.0.1" in out, out
     assert "set MASTER_PORT to a free port" in out
-    assert float(out.split("after")[1]) < 4 + 3  # the timeout, not minutes
+    assert float(out.split("after")[1]) < 1.5 * 4 + 3  # about the timeout, not minutes
 
 
 def test_a_port_in_use_is_named_as_such():

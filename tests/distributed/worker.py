@@ -114,6 +114,83 @@ def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
     torch.save(results, out / f"equivalence-rank{rank}.pt")
 
 
+def train_with(opt, model: torch.nn.Module, x, y, steps: int, inf_at: int | None = None,
+               rank: int = 0, scaler=None) -> torch.Tensor:  # fmt: skip
+    """``steps`` steps; with ``inf_at``, rank 1's gradient overflows at that step."""
+    for step in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        if step == inf_at and rank == 1:
+            next(model.parameters()).grad.view(-1)[0] = float("inf")
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def optimizer_patterns(rank: int, comm: DistributedCommunicator, out: Path) -> None:
+    """The torch.optim-style optimizer and wrap() in real multi-process use."""
+    results = {}
+    net = tiny_net([rank])
+    ix = torch.from_numpy(net.sampler.indices[0])
+    x, y = net.data.x_train[ix], net.data.y_train[ix]
+    for variant, (name, extra) in VARIANTS.items():
+        for overlap in (False, True):  # every parameter its own bucket and gossip round
+            model = tiny_net([rank]).model
+            opt = dopt.distributed.DecentralizedOptimizer(
+                model.parameters(), name, comm, overlap=overlap, bucket_cap_mb=1e-5,
+                **hyper(name), **extra,
+            )  # fmt: skip
+            results[f"{variant}/overlap={overlap}"] = train_with(opt, model, x, y, 5)
+    model = tiny_net([rank]).model
+    base = torch.optim.SGD(model.parameters(), lr=0.05)
+    results["wrap/sgd-dsgd"] = train_with(dopt.distributed.wrap(base, "dsgd", comm), model, x, y, 5)
+    model = tiny_net([rank]).model
+    results["dsgd"] = train_with(
+        dopt.distributed.DecentralizedOptimizer(model.parameters(), "dsgd", comm, lr=0.05),
+        model, x, y, 5,
+    )  # fmt: skip
+    # the complete graph, identical data on every rank: any combination is AdamW alone
+    complete = DistributedCommunicator(dopt.topology.complete(4), timeout=5.0)
+    shared = tiny_net([0])
+    xs, ys = shared.data.x_train[:10], shared.data.y_train[:10]
+    for how in ("dsgd", "edm"):
+        model = tiny_net([0]).model
+        adamw = torch.optim.AdamW(model.parameters(), lr=0.01)
+        wrapped = dopt.distributed.wrap(adamw, how, complete)
+        results[f"adamw/{how}"] = train_with(wrapped, model, xs, ys, 5)
+    model = tiny_net([0]).model
+    results["adamw/alone"] = train_with(
+        torch.optim.AdamW(model.parameters(), lr=0.01), model, xs, ys, 5
+    )
+    # a GradScaler: rank 1 overflows at step 2; every rank skips that step, nobody hangs
+    model = tiny_net([rank]).model
+    opt = dopt.distributed.DecentralizedOptimizer(
+        model.parameters(), "edm", comm, lr=0.05, beta=0.8
+    )
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    results["scaler/overflow"] = train_with(opt, model, x, y, 5, inf_at=2, rank=rank, scaler=scaler)
+    results["scaler/scale"] = torch.tensor(scaler.get_scale())
+    model = tiny_net([rank]).model
+    opt = dopt.distributed.DecentralizedOptimizer(
+        model.parameters(), "edm", comm, lr=0.05, beta=0.8
+    )
+    results["scaler/reference"] = train_with(opt, model, x, y, 4)  # the same without step 2
+    # a common start and averaged buffers
+    torch.manual_seed(100 + rank)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.BatchNorm1d(4))
+    model[1].running_mean.fill_(float(rank))
+    dopt.distributed.broadcast_parameters(model, src=0)
+    results["broadcast"] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    model[1].running_mean.fill_(float(rank))
+    dopt.distributed.average_buffers(model)
+    results["buffers"] = model[1].running_mean.clone()
+    torch.save(results, out / f"optimizer-rank{rank}.pt")
+
+
 def failure(rank: int, comm: DistributedCommunicator, out: Path, hang: bool = False) -> None:
     alg = dopt.algorithms.make("edm", lr=0.05, beta=0.5)
     prob = quadratic()
@@ -157,6 +234,7 @@ def main() -> None:
     try:
         modes = {
             "equivalence": equivalence,
+            "optimizer": optimizer_patterns,
             "failure": failure,
             "hang": lambda r, c, o: failure(r, c, o, hang=True),
             "hang_mean": lambda r, c, o: collective_hang(r, c, o, "mean"),

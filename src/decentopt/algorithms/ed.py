@@ -20,14 +20,18 @@ class EDState(NamedTuple):
     t: int = 0
 
 
+def corrected(x: torch.Tensor, psi: torch.Tensor, psi_next: torch.Tensor) -> torch.Tensor:
+    """Exact Diffusion's correction of an adapted point: ``phi = psi+ + x - psi``."""
+    return torch.sub(x, psi).add_(psi_next)  # in place on a fresh temporary: one pass fewer
+
+
 def correct(
     x: torch.Tensor, psi: torch.Tensor, direction: torch.Tensor, alpha: Scalar
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact Diffusion's adapt and correct, elementwise: ``(phi, psi+)`` with
     ``psi+ = x - alpha d`` and ``phi = psi+ + x - psi``."""
     psi_next = add_scaled(x, direction, -alpha)
-    phi = torch.sub(x, psi).add_(psi_next)  # in place on a fresh temporary: one pass fewer
-    return phi, psi_next
+    return corrected(x, psi, psi_next), psi_next
 
 
 def adapt_correct_combine(

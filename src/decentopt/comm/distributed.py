@@ -4,7 +4,8 @@ Each rank owns row ``rank`` of the stacked iterates, so tensors here are
 ``(1, ...)``. A gossip round sends the rank's flattened row to each graph
 neighbour and receives theirs, in one ``batch_isend_irecv`` (one flat message
 per neighbour per round, matched by order, not by tag, which NCCL ignores),
-then forms ``w_ii z_i + sum_j w_ij z_j``. Works with gloo (CPU) and NCCL (GPU).
+then forms ``w_ii z_i + sum_j w_ij z_j``. Works with NCCL (GPU) and gloo (CPU; CUDA tensors
+travel through host memory, so several ranks may share one GPU for testing).
 Over a :class:`~decentopt.topology.TopologySchedule` the neighbours and weights
 are those of ``W_t`` at round ``t``, which every rank derives on its own (the
 schedule is periodic or seeded by round): still no collective per round.
@@ -130,6 +131,9 @@ class DistributedCommunicator:
                 f"got {tuple(z.shape)}"
             )
         flat = z.detach().reshape(-1).contiguous()
+        device = flat.device
+        if self.backend == "gloo" and flat.is_cuda:  # gloo sends host memory only
+            flat = flat.cpu()
         self_weight, neighbors, mean_messages, max_messages = self._round()
         buffers = [torch.empty_like(flat) for _ in neighbors]
         ops = []
@@ -169,6 +173,7 @@ class DistributedCommunicator:
         result = torch.mul(flat, self_weight)
         for (_, w), buf in zip(neighbors, buffers, strict=True):
             result.add_(buf, alpha=w)
+        result = result.to(device)
         if out is not None:
             out.copy_(result.view(z.shape))
             return out
@@ -192,6 +197,8 @@ class DistributedCommunicator:
         """Exact average over all ranks; a rank that does not join within ``timeout``
         raises :class:`PeerFailure` on the others (gloo)."""
         total = z.detach().clone()
+        if self.backend == "gloo" and total.is_cuda:  # gloo reduces host memory only
+            total = total.cpu()
         work = dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
         start = time.monotonic()
         try:
@@ -202,7 +209,7 @@ class DistributedCommunicator:
                 f"{time.monotonic() - start:.1f} s (timeout {self.timeout.total_seconds():g} s): "
                 f"a rank died, hung or disconnected. Underlying error: {exc}"
             ) from None
-        return total / self.world_size
+        return (total / self.world_size).to(z.device)
 
     def barrier(self, stage: str) -> None:
         """Wait for every rank; name the ranks that did not arrive within ``timeout``."""

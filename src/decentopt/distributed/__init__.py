@@ -9,13 +9,25 @@
 from decentopt.comm.distributed import DistributedCommunicator, PeerFailure
 from decentopt.distributed.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from decentopt.distributed.optimizer import DecentralizedOptimizer
-from decentopt.distributed.runtime import Job, device_for_rank, finalize, init, job
+from decentopt.distributed.runtime import (
+    Job,
+    average_buffers,
+    broadcast_parameters,
+    device_for_rank,
+    finalize,
+    init,
+    job,
+)
+from decentopt.distributed.wrap import GossipOptimizer, wrap
 
 __all__ = [
     "DecentralizedOptimizer",
     "DistributedCommunicator",
+    "GossipOptimizer",
     "Job",
     "PeerFailure",
+    "average_buffers",
+    "broadcast_parameters",
     "device_for_rank",
     "finalize",
     "init",
@@ -23,4 +35,5 @@ __all__ = [
     "latest_checkpoint",
     "load_checkpoint",
     "save_checkpoint",
+    "wrap",
 ]

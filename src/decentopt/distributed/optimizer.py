@@ -1,9 +1,10 @@
 """``DecentralizedOptimizer``: any registered algorithm as a ``torch.optim`` optimizer.
 
-Each parameter group's trainable parameters are re-pointed into one flat
-``(1, P)`` row (the algorithm's ``x``), so a step is the algorithm's pure
-``step`` on flat tensors plus one gossip round per group through the
-communicator -- the same code the simulator runs on ``(n, P)``::
+One agent per process: each step gathers the trainable parameters' values and
+gradients into flat rows, runs the algorithm's pure ``step`` (the code the
+simulator runs on ``(n, P)``) with its neighbours through the communicator, and
+copies the new values into the parameters -- the user's own tensors, never
+re-pointed::
 
     opt = DecentralizedOptimizer(model.parameters(), "edm", comm, lr=0.1, beta=0.9)
     for xb, yb in loader:
@@ -13,26 +14,37 @@ communicator -- the same code the simulator runs on ``(n, P)``::
 
 It follows ``torch.optim`` semantics:
 
-* ``zero_grad()`` sets gradients to ``None`` by default (``set_to_none=False``
-  zeroes them); a parameter whose ``.grad`` is ``None`` at ``step()`` counts as
-  a zero gradient. Unlike ``torch.optim.SGD``, which skips such a parameter, it
-  still moves: it gossips with its neighbours (consensus needs every row), and
-  momentum and weight decay act on it.
-* Parameter groups take their own ``lr``, ``weight_decay`` (coupled, added to
-  the gradient as in ``torch.optim.SGD``) and, for methods with momentum,
-  ``beta`` (``momentum`` is accepted as its alias). Each group is one gossip
-  round per step.
-* Parameters with ``requires_grad=False`` are left untouched.
-* ``state_dict()`` has torch's format: ``state`` by parameter index (each
-  algorithm buffer split per parameter, ``step`` the iteration counter) and
-  ``param_groups``; every ``torch.optim.lr_scheduler`` works through
-  ``param_groups[i]["lr"]``.
+* ``zero_grad()`` sets gradients to ``None`` by default; a trainable parameter whose
+  ``.grad`` is ``None`` at ``step()`` counts as a zero gradient (unlike
+  ``torch.optim.SGD``, which skips it): it gossips with its neighbours (consensus
+  needs every row), and momentum and weight decay act on it.
+* A parameter with ``requires_grad=False`` at ``step()`` is left bit for bit
+  unchanged, whenever it was frozen; one unfrozen later trains from then on, its
+  algorithm state starting as at ``init``. Every rank must freeze alike (their rows
+  are exchanged).
+* ``model.to(...)``, ``.double()``, ``load_state_dict`` on the model work as with
+  ``torch.optim.SGD``: the optimizer reads the parameters every step and moves its
+  state to their dtype and device.
+* Parameter groups take their own ``lr``, ``weight_decay`` (coupled, added to the
+  gradient) and, for methods with momentum, ``beta`` (``momentum`` is its alias);
+  every ``torch.optim.lr_scheduler`` works through ``param_groups[i]["lr"]``.
+* ``state_dict()`` has torch's format (each algorithm buffer per parameter, ``step``).
+* ``torch.amp.GradScaler``: ``scaler.step(opt)`` hands the optimizer the scale and
+  whether this rank found inf/NaN; all ranks agree in one small all-reduce, and if
+  any found one, every rank skips the step (gossip rounds stay in step).
+
+Parameters step in buckets of at most ``bucket_cap_mb`` (one gossip round each);
+with ``overlap=True`` a bucket steps and starts its neighbour exchange as soon as
+backward has accumulated its gradients (:mod:`decentopt.distributed.buckets`), and
+``step()`` waits for what is outstanding. The results are those of the blocking
+path, bit for bit. Under gradient accumulation, run all but the last backward in
+``with opt.no_sync():``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -41,27 +53,9 @@ from decentopt import algorithms
 from decentopt._checks import as_real
 from decentopt.algorithms.base import Algorithm
 from decentopt.comm.base import Communicator
+from decentopt.distributed.buckets import Bucket, Overlap, plan_buckets
 
 __all__ = ["DecentralizedOptimizer"]
-
-
-@dataclass
-class _Flat:
-    """One parameter group packed into flat rows: the algorithm's state and a gradient row."""
-
-    params: list[torch.nn.Parameter]
-    sizes: list[int]
-    grad: torch.Tensor
-    state: Any
-    algorithm: Any
-
-    def views(self, row: torch.Tensor) -> list[torch.Tensor]:
-        return [c.view_as(p) for c, p in zip(row.split(self.sizes), self.params, strict=True)]
-
-    def bind(self) -> None:
-        """Point every parameter's data at its slice of ``x``."""
-        for p, v in zip(self.params, self.views(self.state.x[0]), strict=True):
-            p.data = v
 
 
 class DecentralizedOptimizer(torch.optim.Optimizer):
@@ -76,9 +70,15 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         algorithm: a registered name (``"edm"``) or an algorithm instance.
         comm: a communicator whose ``mix`` combines this agent's row with its neighbours'.
         weight_decay: coupled L2 penalty added to the gradient (default 0).
+        overlap: step each bucket during backward, as soon as its gradients are ready.
+        bucket_cap_mb: largest bucket (DDP's default, 25 MB); one gossip round each.
         **hyperparams: the algorithm's hyper-parameters when given by name
             (``lr``, ``beta``/``momentum``, ``nesterov``, ...).
     """
+
+    #: GradScaler hands ``grad_scale`` and ``found_inf`` to this optimizer's ``step``, as
+    #: attributes it sets for the call (and reads as absent otherwise: no class defaults).
+    _step_supports_amp_scaling = True
 
     def __init__(
         self,
@@ -87,6 +87,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         comm: Communicator,
         *,
         weight_decay: float = 0.0,
+        overlap: bool = False,
+        bucket_cap_mb: float = 25.0,
         **hyperparams: Any,
     ) -> None:
         if "momentum" in hyperparams:
@@ -102,12 +104,23 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                 "give DecentralizedOptimizer a constant lr and use a torch.optim.lr_scheduler "
                 "for schedules"
             )
+        if not bucket_cap_mb > 0:
+            raise ValueError(f"bucket_cap_mb must be > 0; got {bucket_cap_mb}")
         self.algorithm = alg
         self.comm = comm
+        self.overlap = bool(overlap)
+        # a time-varying W changes every round: one round (one bucket) per group and step
+        varying = comm.topology.period != 1
+        self.bucket_bytes = float("inf") if varying else bucket_cap_mb * 2**20
         self._tunable = (
             ("lr", "beta") if "beta" in algorithms.hyperparameters(type(alg)) else ("lr",)
         )
-        self._flats: list[_Flat] = []
+        self._buckets: list[Bucket] = []
+        self._where: dict[int, int] = {}  # id(param) -> bucket index
+        self._layout: tuple = ()
+        self._waiting: list[int] = []  # per bucket: gradients still to come this backward
+        self._pending: Overlap | None = None
+        self._sync = True
         defaults: dict[str, Any] = {"lr": float(alg.lr), "weight_decay": weight_decay}
         if "beta" in self._tunable:
             defaults["beta"] = float(alg.beta)  # type: ignore[attr-defined]
@@ -118,7 +131,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
 
     # ----------------------------------------------------------------- groups
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Add a group (``torch.optim`` semantics) and pack its parameters into flat rows."""
+        """Add a group (``torch.optim`` semantics); its buckets are laid out at the next step."""
         if "momentum" in param_group:
             param_group = dict(param_group)
             param_group["beta"] = param_group.pop("momentum")
@@ -127,43 +140,126 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         group["weight_decay"] = as_real(group["weight_decay"], "weight_decay")
         if group["weight_decay"] < 0:
             raise ValueError(f"weight_decay must be >= 0; got {group['weight_decay']}")
-        algorithm = self._algorithm_for(group)
-        trainable = [p for p in group["params"] if p.requires_grad]
-        if not trainable:
-            self._flats.append(_Flat([], [], torch.empty(0), None, algorithm))
-            return
-        flat = torch.cat([p.detach().reshape(-1) for p in trainable]).unsqueeze(0)
-        packed = _Flat(
-            params=trainable,
-            sizes=[p.numel() for p in trainable],
-            grad=torch.zeros_like(flat),
-            state=algorithm.init(flat),
-            algorithm=algorithm,
-        )
-        packed.bind()
-        self._flats.append(packed)
+        self._layout = ()  # laid out anew
+        if self.overlap:
+            for p in group["params"]:
+                p.register_post_accumulate_grad_hook(self._accumulated)
 
     def _algorithm_for(self, group: dict[str, Any]) -> Any:
         """The algorithm with this group's current hyper-parameters (the base one if unchanged)."""
         changes = {k: group[k] for k in self._tunable if group[k] != getattr(self.algorithm, k)}
         return self.algorithm.with_hyperparams(**changes) if changes else self.algorithm
 
+    # ----------------------------------------------------------------- layout
+    def _fields(self) -> tuple[str, ...]:
+        probe = self.algorithm.init(torch.zeros(1, 1))
+        return tuple(k for k in probe._fields if k not in ("x", "t"))
+
+    def _signature(self) -> tuple:
+        """What the buckets depend on: which parameters train, their dtypes, devices, steps."""
+        return tuple(
+            (id(p), p.requires_grad, p.dtype, p.device, self.state.get(p, {}).get("step", 0))
+            for group in self.param_groups
+            for p in group["params"]
+        )
+
+    def _lay_out(self) -> None:
+        """Buckets of the trainable parameters, their flat state assembled from each
+        parameter's own (moved to its dtype and device), new ones initialised."""
+        fields = self._fields()
+        self._buckets, self._where = [], {}
+        for g, group in enumerate(self.param_groups):
+            alg = self._algorithm_for(group)
+            kinds: dict[tuple, list[torch.nn.Parameter]] = {}
+            for p in group["params"]:
+                if p.requires_grad:
+                    key = (p.dtype, p.device, self.state.get(p, {}).get("step", 0))
+                    kinds.setdefault(key, []).append(p)
+            for (_, _, step), params in kinds.items():
+                for indices in plan_buckets(params, self.bucket_bytes):
+                    chosen = [params[i] for i in indices]
+                    state = self._flat_state(alg, chosen, fields, step)
+                    for p in chosen:
+                        self._where[id(p)] = len(self._buckets)
+                    self._buckets.append(Bucket(g, chosen, state, alg))
+        for bucket in self._buckets:
+            self._expose(bucket)
+        self._layout = self._signature()
+
+    @torch.no_grad()
+    def _flat_state(self, alg: Any, params: list, fields: tuple[str, ...], step: int) -> Any:
+        x = torch.cat([p.detach().reshape(-1) for p in params]).unsqueeze(0)
+        fresh = alg.init(x.clone())
+        parts = {}
+        for name in fields:
+            pieces = []
+            offset = 0
+            for p in params:
+                saved = self.state.get(p, {}).get(name)
+                if saved is None:  # a parameter without state yet: as at init
+                    saved = getattr(fresh, name)[0, offset : offset + p.numel()]
+                pieces.append(saved.detach().to(dtype=p.dtype, device=p.device).reshape(-1))
+                offset += p.numel()
+            parts[name] = torch.cat(pieces).unsqueeze(0)
+        return type(fresh)(x=x, t=step, **parts)
+
+    def _expose(self, bucket: Bucket) -> None:
+        """``self.state[p]``: views of the bucket's flat state, and the step count."""
+        fields = [k for k in bucket.state._fields if k not in ("x", "t")]
+        split = {k: bucket.views(getattr(bucket.state, k)[0]) for k in fields}
+        for i, p in enumerate(bucket.params):
+            self.state[p] = {"step": bucket.state.t} | {k: split[k][i] for k in fields}
+
     # ------------------------------------------------------------------- step
     def zero_grad(self, set_to_none: bool = True) -> None:
         """As ``torch.optim``: set gradients to ``None`` (default) or to zero."""
         super().zero_grad(set_to_none=set_to_none)
 
-    def _gather_grad(self, packed: _Flat) -> torch.Tensor:
-        """The group's gradient as one row; ``None`` counts as zero."""
-        for p, slot in zip(packed.params, packed.views(packed.grad[0]), strict=True):
-            g = p.grad
-            if g is None:
-                slot.zero_()
-            elif g.is_sparse:
-                raise RuntimeError("DecentralizedOptimizer does not support sparse gradients")
-            elif g.data_ptr() != slot.data_ptr():
-                slot.copy_(g)
-        return packed.grad.clone()
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate gradients only (no bucket steps during them)."""
+        previous, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = previous
+
+    def _accumulated(self, p: torch.Tensor) -> None:
+        """Backward hook: the last gradient of a bucket starts that bucket's step."""
+        if not self._sync:
+            return
+        if self._pending is None:
+            if self._layout != self._signature():
+                self._lay_out()
+            self._waiting = [len(b.params) for b in self._buckets]
+            self._pending = Overlap(self._run_bucket, len(self._buckets))
+        k = self._where.get(id(p))
+        if k is None:
+            return
+        self._waiting[k] -= 1
+        if self._waiting[k] == 0:
+            self._pending.ready(k)
+
+    def _run_bucket(self, k: int, grad_scale: float | None = None) -> None:
+        bucket = self._buckets[k]
+        group = self.param_groups[bucket.group]
+        bucket.algorithm = self._algorithm_for(group)  # follows schedulers' changes
+        bucket.run(self.comm, grad_scale, group["weight_decay"])
+
+    def _skip_for_amp(self) -> tuple[bool, float | None]:
+        """(skip this step, the scale to divide gradients by) under a GradScaler."""
+        found_inf, grad_scale = vars(self).get("found_inf"), vars(self).get("grad_scale")
+        if found_inf is None:
+            return False, None
+        if self.overlap:
+            raise RuntimeError(
+                "overlap=True steps each bucket during backward, before a GradScaler has "
+                "unscaled and checked the gradients; use overlap=False with a GradScaler "
+                "(bf16 autocast needs no scaler)"
+            )
+        flag = (found_inf.detach().reshape(1, 1) > 0).double()
+        skip = float(self.comm.mean(flag).item()) > 0  # any rank: one small all-reduce
+        return skip, None if grad_scale is None else float(grad_scale)
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
@@ -171,36 +267,33 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group, packed in zip(self.param_groups, self._flats, strict=True):
-            if not packed.params:
-                continue
-            grad = self._gather_grad(packed)
-            if group["weight_decay"]:
-                grad.add_(packed.state.x, alpha=group["weight_decay"])
-            packed.algorithm = self._algorithm_for(group)  # follows schedulers' changes
-            packed.state = packed.algorithm.step(packed.state, grad, self.comm)
-            packed.bind()
+        skip, scale = self._skip_for_amp()
+        if skip:  # every rank found (or heard of) inf/NaN: nobody steps, nobody gossips
+            return loss
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.finish()
+        else:
+            if self._layout != self._signature():
+                self._lay_out()
+            for k in range(len(self._buckets)):
+                self._run_bucket(k, scale)
+        for bucket in self._buckets:
+            bucket.scatter()
+            self._expose(bucket)
+        self._layout = self._signature()
         return loss
 
     @property
     def algorithm_state(self) -> Any:
-        """The algorithm state of the first parameter group (flat ``(1, P)`` rows)."""
-        return self._flats[0].state
+        """The algorithm state of the first bucket (flat ``(1, P)`` rows)."""
+        if self._layout != self._signature():
+            self._lay_out()
+        return self._buckets[0].state
 
     # ------------------------------------------------------------ checkpoints
-    def _state_fields(self, packed: _Flat) -> list[str]:
-        return [k for k in packed.state._fields if k not in ("x", "t")]
-
     def state_dict(self) -> dict[str, Any]:
         """torch's format: per-parameter slices of every algorithm buffer, plus ``step``."""
-        self.state.clear()
-        for packed in self._flats:
-            if not packed.params:
-                continue
-            fields = self._state_fields(packed)
-            split = {k: packed.views(getattr(packed.state, k)[0]) for k in fields}
-            for i, p in enumerate(packed.params):
-                self.state[p] = {"step": packed.state.t} | {k: split[k][i] for k in fields}
         saved = super().state_dict()
         saved["algorithm"] = self.algorithm.name
         return saved
@@ -214,23 +307,16 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             )
         state_dict = {k: v for k, v in state_dict.items() if k != "algorithm"}
         super().load_state_dict(state_dict)
-        for group, packed in zip(self.param_groups, self._flats, strict=True):
-            if not packed.params:
-                continue
-            fields = self._state_fields(packed)
-            missing = [p for p in packed.params if not set(fields) <= set(self.state.get(p, {}))]
-            if missing:
-                raise ValueError(
-                    f"the checkpoint has no {self.algorithm.name} state for {len(missing)} "
-                    "parameter(s); was it saved by a DecentralizedOptimizer over the same model?"
-                )
-            x = torch.cat([p.detach().reshape(-1) for p in packed.params]).unsqueeze(0)
-            buffers = {
-                k: torch.cat([self.state[p][k].reshape(-1) for p in packed.params]).unsqueeze(0)
-                for k in fields
-            }
-            step = int(self.state[packed.params[0]]["step"])
-            packed.state = type(packed.state)(x=x, t=step, **buffers)
-            packed.algorithm = self._algorithm_for(group)
-            packed.bind()
-        self.state.clear()
+        fields = set(self._fields())
+        missing = [
+            p
+            for group in self.param_groups
+            for p in group["params"]
+            if p.requires_grad and not fields <= set(self.state.get(p, {}))
+        ]
+        if missing:
+            raise ValueError(
+                f"the checkpoint has no {self.algorithm.name} state for {len(missing)} "
+                "parameter(s); was it saved by a DecentralizedOptimizer over the same model?"
+            )
+        self._lay_out()

@@ -5,15 +5,25 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from decentopt.comm.distributed import PeerFailure
 
-__all__ = ["Job", "device_for_rank", "finalize", "init", "job"]
+__all__ = [
+    "Job",
+    "average_buffers",
+    "broadcast_parameters",
+    "device_for_rank",
+    "finalize",
+    "init",
+    "job",
+]
 
 _REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -35,7 +45,15 @@ def init(backend: str = "auto", *, timeout: float = 300.0) -> tuple[int, int]:
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        local, gpus = int(os.environ.get("LOCAL_RANK", 0)), torch.cuda.device_count()
+        if local >= gpus:
+            raise RuntimeError(
+                f"rank {os.environ['RANK']}: LOCAL_RANK {local} but this machine has {gpus} "
+                f"GPU(s); NCCL needs one GPU per process: start at most {gpus} process(es) per "
+                "machine, or use backend='gloo' (ranks may then share a GPU; tensors travel "
+                "through host memory)"
+            )
+        torch.cuda.set_device(local)
     address = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
     outcome: dict[str, BaseException] = {}
@@ -51,7 +69,7 @@ def init(backend: str = "auto", *, timeout: float = 300.0) -> tuple[int, int]:
     # start-up runs in a thread that is given up on after the timeout
     worker = threading.Thread(target=start, name="decentopt-start-up", daemon=True)
     worker.start()
-    worker.join(timeout + 1.0)
+    worker.join(1.5 * timeout + 2.0)  # torch's own deadline, with its message, comes first
     waited = time.monotonic() - start_time
     if worker.is_alive():
         raise PeerFailure(
@@ -82,6 +100,41 @@ def device_for_rank() -> torch.device:
     if dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return torch.device("cpu")
+
+
+def _collective(tensor: torch.Tensor, op: Callable[[torch.Tensor], Any]) -> None:
+    """``op`` on ``tensor`` in place; gloo cannot take CUDA tensors: through host memory."""
+    if tensor.is_cuda and dist.get_backend() == "gloo":
+        host = tensor.detach().cpu()
+        op(host)
+        tensor.copy_(host)
+    else:
+        op(tensor)
+
+
+@torch.no_grad()
+def broadcast_parameters(model: torch.nn.Module, src: int = 0) -> None:
+    """Give every rank rank ``src``'s parameters and buffers: a common start (the paper starts
+    every agent from one point). A no-op outside torch.distributed."""
+    if not dist.is_initialized():
+        return
+    for tensor in [*model.parameters(), *model.buffers()]:
+        _collective(tensor.data, lambda t: dist.broadcast(t, src))
+
+
+@torch.no_grad()
+def average_buffers(model: torch.nn.Module) -> None:
+    """Average the model's floating-point buffers (BatchNorm statistics) over all ranks, e.g.
+    before evaluating; integer buffers (batch counts) take the largest value. A no-op
+    outside torch.distributed."""
+    if not dist.is_initialized():
+        return
+    world = dist.get_world_size()
+    for buffer in model.buffers():
+        if buffer.is_floating_point():
+            _collective(buffer, lambda t: (dist.all_reduce(t), t.div_(world)))
+        else:
+            _collective(buffer, lambda t: dist.all_reduce(t, op=dist.ReduceOp.MAX))
 
 
 def finalize() -> None:

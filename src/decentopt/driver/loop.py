@@ -165,6 +165,8 @@ def run_loop(
             generator.set_state(saved["generator"])
             torch.set_rng_state(saved["torch_rng"])
             recorder.records = [Record.from_dict(r) for r in saved["records"]]
+            if recorder.records:  # the wall clock goes on from the last record
+                recorder.offset = recorder.records[-1].wall_seconds
             recorder.losses = saved["losses"]
             guard.diverged_at = np.asarray(saved["diverged_at"], dtype=np.int64)
             timing = list(saved["timing"])

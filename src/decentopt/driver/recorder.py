@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,8 @@ class Recorder:
         self.records: list[Record] = []
         self.losses: torch.Tensor | None = None  # summed over the current epoch
         self.agents = comm.topology.n  # in total; a rank holds fewer
+        self.started = time.perf_counter()
+        self.offset = 0.0  # wall seconds of the run before a resume
 
     def add_loss(self, loss: torch.Tensor | None) -> None:
         if loss is not None:
@@ -65,7 +68,8 @@ class Recorder:
             values["train_loss"] = self.agents * mean.reshape(-1).double().cpu().numpy()
         values = blank(values)
         lr = float(self.lr_at(max(t - 1, 0)))
-        self.records.append(Record(t, values, lr, *timing, *counts(self.comm.stats)))
+        wall = self.offset + time.perf_counter() - self.started
+        self.records.append(Record(t, values, lr, *timing, *counts(self.comm.stats), wall))
 
     def pad(self, steps: list[int], timing: list[float]) -> None:
         """NaN records for the steps a run stopped before (every column diverged)."""

@@ -25,6 +25,8 @@ class Record:
     bytes_per_agent: float = 0.0
     busiest_messages: int = 0
     busiest_bytes: int = 0
+    #: seconds since the run started (this process), evaluations and checkpoints included
+    wall_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain numbers and lists (for checkpoints that load without unpickling code)."""
@@ -120,6 +122,7 @@ class Result:
                     "lr": rec.lr,
                     "grad_seconds": rec.grad_seconds,
                     "other_seconds": rec.other_seconds,
+                    "wall_seconds": rec.wall_seconds,
                     "diverged_at": int(self.diverged_at[col]),
                 }
                 rows.append(row)

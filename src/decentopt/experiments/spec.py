@@ -56,7 +56,7 @@ PRESENTATION = frozenset(
     "network checkpoint_every checkpoint_minutes".split()
 )
 #: The layout of result rows; stored units of another layout are recomputed.
-ROW_FORMAT = 2
+ROW_FORMAT = 3
 
 
 #: Seeds are offset by runs, ranks and roles: kept well inside torch's 64-bit seeds.

@@ -140,8 +140,8 @@ def test_a_small_ring_stored_dense_takes_the_kernels_for_large_states_only(monke
     ring = dopt.topology.ring(16)
     assert not isinstance(ring, CirculantTopology)
     comm = SimulatedCommunicator(ring)
-    assert [m.name for m in comm.mixers] == ["native", "dense"]
-    assert comm.mixers[0].stencil == ((0, 0.5), (1, 0.25), (15, 0.25))
+    assert [m.name for m in comm.mixers] == ["cuda", "native", "dense"]
+    assert comm.mixers[1].stencil == ((0, 0.5), (1, 0.25), (15, 0.25))
     assert comm.mixer_for(torch.empty(16, 300)).name == "dense"
     monkeypatch.setattr(native_mixer, "MIN_BYTES", 0)
     assert comm.mixer_for(torch.empty(16, 300)).name == "native"

@@ -1,5 +1,7 @@
 """Mixers: the kernels that compute ``W z``, one module each, registered by ``kernel=`` name.
 
+* ``cuda``: Triton kernels, the circulant mix and DSGD/DmSGD/ED/EDM updates fused with
+  it in one launch (:mod:`.cuda`); "auto": circulant ``W``, CUDA states, Triton there;
 * ``native``: C kernels, the circulant mix and DSGD/DmSGD/ED/EDM updates fused with it
   (:mod:`.native`); "auto": circulant ``W``, CPU float32/float64 states from 8 MB;
 * ``sparse``: per-agent neighbour sums over the non-zeros (:mod:`.rows`); "auto":
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from decentopt.comm.mixers.base import MIXERS, Mixer, MixerBase, MixerUnavailable, register
 from decentopt.comm.mixers.compiled import CompiledMixer
 from decentopt.comm.mixers.csr import CSRMixer
+from decentopt.comm.mixers.cuda import CudaMixer
 from decentopt.comm.mixers.dense import DenseMixer
 from decentopt.comm.mixers.gather import GatherMixer
 from decentopt.comm.mixers.native import NativeMixer
@@ -39,6 +42,7 @@ __all__ = [
     "MIXERS",
     "CSRMixer",
     "CompiledMixer",
+    "CudaMixer",
     "DenseMixer",
     "GatherMixer",
     "Mixer",
@@ -59,6 +63,7 @@ def _dense_stored(network: Network) -> bool:
 #: ``kernel="auto"``: mixers in the order states are offered to them, each with the rule
 #: that says whether it applies to a network at all.
 AUTO_ORDER: tuple[tuple[str, Callable[[Network], bool]], ...] = (
+    ("cuda", lambda net: not isinstance(net, TopologySchedule | SparseTopology)),
     ("native", lambda net: not isinstance(net, TopologySchedule | SparseTopology)),
     ("sparse", SparseRowsMixer.suits),
     ("shift", ShiftMixer.suits),

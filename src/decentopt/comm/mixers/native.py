@@ -10,35 +10,30 @@ two, against 2.2x updating and mixing separately; the mix 0.9-1.2x a copy,
 against 1.8-2.1x (``benchmarks/bench_peers.py``). ``"auto"`` takes it for CPU
 states of float32 or float64 from 8 MB when the library is there.
 
-Each update of :data:`UPDATES` is the Python function it implements: that
-function stays the reference, and the tests check both give the same numbers
-for every option and every instruction-set variant of the library.
+Each update of :data:`~decentopt.comm.mixers.updates.UPDATES` is the Python function
+it implements: that function stays the reference, and the tests check both give
+the same numbers for every option and every instruction-set variant of the library.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
 from decentopt import native
-from decentopt.algorithms.dmsgd import momentum_descend
-from decentopt.algorithms.dsgd import descend
-from decentopt.algorithms.ed import correct
-from decentopt.algorithms.edm import edm_update
 from decentopt.comm.mixers.base import MixerBase, register
 from decentopt.comm.mixers.shift import circulant_stencil
+from decentopt.comm.mixers.updates import UPDATES, lookup
 from decentopt.topology import Network
 from decentopt.topology.circulant import reach
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Elementwise
 
-__all__ = ["UPDATES", "NativeMixer", "NativeUpdate", "lookup"]
+__all__ = ["UPDATES", "NativeMixer", "lookup"]
 
 #: States smaller than this are left to the other mixers under "auto" (nothing to gain).
 MIN_BYTES = 8 << 20
@@ -52,40 +47,6 @@ BLOCK_BYTES = 8 << 20
 #: Rows of the plain mix of a short-reach stencil: rows r - 1, r, r + 1 stay in cache
 #: (on (256, 10^5) float32 whole rows of 400 KB: 1.2x a copy, 1.3x in 32 KB blocks).
 MIX_ROW_BYTES = 512 << 10
-
-
-@dataclass(frozen=True)
-class NativeUpdate:
-    """A C update: its kind (an entry of :data:`decentopt.native.UPDATE_KINDS`) and how
-    many tensors, scalars and outputs it takes."""
-
-    kind: str
-    inputs: int
-    scalars: int
-    outputs: int
-
-
-#: The library's updates by the Python function each implements.
-UPDATES: dict[Callable[..., object], NativeUpdate] = {
-    descend: NativeUpdate("descend", inputs=2, scalars=1, outputs=1),
-    momentum_descend: NativeUpdate("momentum_descend", inputs=3, scalars=2, outputs=2),
-    correct: NativeUpdate("correct", inputs=3, scalars=1, outputs=2),
-    edm_update: NativeUpdate("edm", inputs=4, scalars=2, outputs=3),
-}
-
-
-def lookup(fn: Callable[..., object]) -> tuple[NativeUpdate, bool, bool] | None:
-    """``(update, nesterov, dampening)`` for a function of :data:`UPDATES` (or a partial of
-    one with only ``nesterov`` / ``dampening`` keywords); ``None`` otherwise."""
-    keywords: dict[str, object] = {}
-    if isinstance(fn, functools.partial):
-        if fn.args or set(fn.keywords) - {"nesterov", "dampening"}:
-            return None
-        keywords, fn = dict(fn.keywords), fn.func
-    update = UPDATES.get(fn)
-    if update is None:
-        return None
-    return update, bool(keywords.get("nesterov", False)), bool(keywords.get("dampening", True))
 
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}

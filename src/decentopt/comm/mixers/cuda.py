@@ -1,0 +1,143 @@
+"""``kernel="cuda"``: Triton kernels that fuse an update with a circulant mix on a GPU.
+
+One kernel launch per step over whole tensors: program ``(i, b)`` computes output
+row ``i`` on column block ``b`` as ``sum_q w_q y0[(i + o_q) mod n]``, evaluating the
+update ``y0`` of each neighbouring row from its inputs. Consecutive programs take
+consecutive rows of one column block, so a neighbour's inputs come from the GPU's
+L2 cache, and each input and output crosses device memory once: an EDM step reads
+x, psi, m, g and writes x, psi, m (7 passes of the state). The updates are those of
+:data:`~decentopt.comm.mixers.updates.UPDATES` (DSGD, DmSGD, ED, EDM, every
+momentum option), and the plain mix; anything else is updated, then mixed.
+
+``"auto"`` gives every CUDA state of a circulant graph (rings, exponential graphs,
+also those under 64 agents stored dense) to this mixer when Triton is there (it
+ships with torch's CUDA builds); without it, ``kernel="compiled"`` fuses the step
+through ``torch.compile`` over whole tensors. ``TRITON_INTERPRET=1`` runs the
+kernels on CPU tensors in Triton's interpreter, which is how the CPU tests check
+them against the Python updates.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from decentopt.comm.mixers.base import MixerBase, register
+from decentopt.comm.mixers.shift import circulant_stencil
+from decentopt.comm.mixers.updates import lookup
+from decentopt.topology import Network
+from decentopt.topology.circulant import reach
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import Elementwise
+
+__all__ = ["CudaMixer", "triton_kernel"]
+
+#: The kinds of the kernel: the plain mix, then the fused updates.
+KINDS = {"mix": 0, "descend": 1, "momentum_descend": 2, "correct": 3, "edm": 4}
+#: Columns per program (a power of two).
+BLOCK = 1024
+_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@functools.cache
+def triton_kernel() -> tuple[Any, str]:
+    """The Triton kernel module (compiled on first launch) and ``""``, or ``None`` and why."""
+    try:
+        module = importlib.import_module("decentopt.comm.mixers._triton")
+    except ImportError:
+        return None, "Triton is not installed (it ships with torch's CUDA builds)"
+    return module, ""
+
+
+@register
+class CudaMixer(MixerBase):
+    name = "cuda"
+
+    def __init__(self, network: Network) -> None:
+        self.n = network.n
+        self.stencil = circulant_stencil(network, self.name)
+        self.reach = reach(self.stencil, self.n)
+        self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def supports(self, flat: torch.Tensor) -> str:
+        if flat.device.type != "cuda" and not _interpreted():
+            return f"the Triton kernels take CUDA states, not {flat.device}"
+        if flat.dtype not in _DTYPES:
+            return f"the Triton kernels take floating-point states, not {flat.dtype}"
+        return triton_kernel()[1]
+
+    def _table(self, device: torch.device, wide: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Offsets and weights on ``device`` (weights in float64 for float64 states)."""
+        key = (device, wide)
+        if key not in self._tables:
+            offsets = torch.tensor([o % self.n for o, _ in self.stencil], dtype=torch.int64)
+            weights = torch.tensor([w for _, w in self.stencil], dtype=torch.float64)
+            weights = weights if wide else weights.float()
+            self._tables[key] = (offsets.to(device), weights.to(device))
+        return self._tables[key]
+
+    def _launch(
+        self,
+        kind: str,
+        inputs: Sequence[torch.Tensor],
+        outs: Sequence[torch.Tensor],
+        alpha: float = 0.0,
+        beta: float = 0.0,
+        nesterov: bool = False,
+        dampening: bool = True,
+    ) -> None:
+        module, why = triton_kernel()
+        if module is None:
+            raise RuntimeError(why)
+        kernel, tl = module.update_mix, module.tl
+        n, d = inputs[0].shape
+        padded = list(inputs) + [inputs[0]] * (4 - len(inputs))
+        outputs = list(outs) + [outs[0]] * (3 - len(outs))
+        wide = inputs[0].dtype == torch.float64
+        offsets, weights = self._table(inputs[0].device, wide)
+        damp, keep = (beta, 0.0) if dampening else (0.0, beta)
+        scalars = torch.tensor([alpha, damp, keep], dtype=weights.dtype, device=weights.device)
+        grid = (n, -(-d // BLOCK))
+        kernel[grid](
+            *padded, *outputs, offsets, weights, scalars, n, d,
+            KIND=KINDS[kind], NESTEROV=bool(nesterov), TERMS=len(self.stencil), BLOCK=BLOCK,
+            ACC=tl.float64 if wide else tl.float32,
+        )  # fmt: skip
+
+    def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:
+        flat = flat.contiguous()
+        target = torch.empty_like(flat) if out is None else out
+        if flat.numel():
+            self._launch("mix", [flat], [target])
+        return target
+
+    def mix_map(
+        self, fn: Elementwise, flats: Sequence[torch.Tensor], scalars: Sequence[float], t: int
+    ) -> list[torch.Tensor] | None:
+        found = lookup(fn)
+        if found is None:
+            return None
+        update, nesterov, dampening = found
+        first = flats[0]
+        if (
+            len(flats) != update.inputs
+            or len(scalars) != update.scalars
+            or any(f.shape != first.shape or f.dtype != first.dtype for f in flats)
+        ):
+            return None
+        flats = [f.contiguous() for f in flats]
+        outs = [torch.empty_like(flats[0]) for _ in range(update.outputs)]
+        if first.numel():
+            beta = float(scalars[1]) if len(scalars) > 1 else 0.0
+            self._launch(update.kind, flats, outs, float(scalars[0]), beta, nesterov, dampening)
+        return outs

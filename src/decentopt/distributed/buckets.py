@@ -1,0 +1,133 @@
+"""Buckets of parameters that step together: one flat row per bucket, one gossip round each.
+
+A bucket holds some trainable parameters of one parameter group (the same step
+count, dtype and device), at most ``bucket_cap_mb`` of them. A step of a bucket
+gathers the parameters' current values and gradients into flat ``(1, P)`` rows,
+runs the algorithm's pure ``step`` on them with the bucket's flat state, and keeps
+the new values for :meth:`Bucket.scatter`, which copies them into the parameters
+(the user's tensors, never re-pointed). The per-parameter views of the flat state
+are what ``optimizer.state[p]`` holds, so checkpoints have torch's format.
+
+:class:`Overlap` runs bucket steps on a worker thread as soon as backward has
+accumulated every gradient of a bucket (``register_post_accumulate_grad_hook``),
+in a fixed bucket order on every rank (so neighbours' messages match), while
+backward goes on; ``step()`` hands over the rest and waits.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from decentopt.comm.base import Communicator
+
+__all__ = ["Bucket", "Overlap", "plan_buckets"]
+
+
+@dataclass
+class Bucket:
+    """Parameters stepped as one flat row (see the module docstring)."""
+
+    group: int
+    params: list[torch.nn.Parameter]
+    state: Any  # the algorithm's NamedTuple of flat (1, P) tensors
+    algorithm: Any
+    sizes: list[int] = field(init=False)
+    result: Any = None  # the state after a step, until scattered
+
+    def __post_init__(self) -> None:
+        self.sizes = [p.numel() for p in self.params]
+
+    def views(self, row: torch.Tensor) -> list[torch.Tensor]:
+        return [c.view_as(p) for c, p in zip(row.split(self.sizes), self.params, strict=True)]
+
+    def gather(self, grad_scale: float | None, weight_decay: float) -> tuple[torch.Tensor, Any]:
+        """The current values ``(1, P)`` and gradients (``None`` counts as zero; unscaled by
+        ``grad_scale``; coupled weight decay added)."""
+        x = torch.cat([p.detach().reshape(-1) for p in self.params]).unsqueeze(0)
+        grads = []
+        for p in self.params:
+            g = p.grad
+            if g is None:
+                grads.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
+            elif g.is_sparse:
+                raise RuntimeError("DecentralizedOptimizer does not support sparse gradients")
+            else:
+                grads.append(g.detach().reshape(-1).to(p.dtype))
+        grad = torch.cat(grads).unsqueeze(0)
+        if grad_scale is not None:
+            grad.mul_(1.0 / grad_scale)
+        if weight_decay:
+            grad.add_(x, alpha=weight_decay)
+        return x, grad
+
+    def run(self, comm: Communicator, grad_scale: float | None, weight_decay: float) -> None:
+        """One step of the algorithm on this bucket (kept in ``result``)."""
+        x, grad = self.gather(grad_scale, weight_decay)
+        self.result = self.algorithm.step(self.state._replace(x=x), grad, comm)
+
+    @torch.no_grad()
+    def scatter(self) -> None:
+        """Copy the new values into the parameters and keep the new state."""
+        if self.result is None:
+            return
+        torch._foreach_copy_(self.params, self.views(self.result.x[0]))
+        self.state, self.result = self.result, None
+
+
+def plan_buckets(params: Sequence[torch.nn.Parameter], cap_bytes: int) -> list[list[int]]:
+    """Indices of ``params`` in buckets of at most ``cap_bytes`` (one parameter may exceed
+    it alone), in reverse order: backward produces the last layers' gradients first."""
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for index in reversed(range(len(params))):
+        p = params[index]
+        nbytes = p.numel() * p.element_size()
+        if current and size + nbytes > cap_bytes:
+            buckets.append(current)
+            current, size = [], 0
+        current.append(index)
+        size += nbytes
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+class Overlap:
+    """Bucket steps on one worker thread, each as soon as its gradients are ready.
+
+    ``ready(k)`` marks bucket ``k`` (hooks call it from backward); the worker runs
+    buckets strictly in order ``0, 1, ...``, waiting for each, so every rank sends its
+    messages in the same order. ``finish()`` marks every bucket, waits for the worker
+    and re-raises what it raised.
+    """
+
+    def __init__(self, run: Callable[[int], None], count: int) -> None:
+        self._run, self.count = run, count
+        self._ready = [threading.Event() for _ in range(count)]
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="decentopt-gossip", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            for k in range(self.count):
+                self._ready[k].wait()
+                self._run(k)
+        except BaseException as exc:  # handed to the main thread in finish()
+            self._error = exc
+
+    def ready(self, k: int) -> None:
+        self._ready[k].set()
+
+    def finish(self) -> None:
+        for event in self._ready:
+            event.set()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
