@@ -58,7 +58,8 @@ def main() -> None:
     # the steps in which an average agent sees its data once; each rank cycles its own share
     sampler = AgentSampler((split.indices[rank],), args.batch_size, seed=rank)
     steps = AgentSampler(split.indices, args.batch_size).steps_per_epoch
-    model = make_model("small_cnn", seed=0).to(device)  # every agent starts from the same model
+    model = make_model("small_cnn", seed=rank).to(device)
+    dopt.distributed.broadcast_parameters(model)  # every agent starts from rank 0's model
     comm.check_consistency(extra=str(sum(p.numel() for p in model.parameters())))
 
     hp = {"lr": args.lr} | (
@@ -93,6 +94,7 @@ def main() -> None:
             total += float(loss.detach())
         scheduler.step()
         # metrics: the average model's test accuracy needs one collective mean
+        dopt.distributed.average_buffers(model)  # BatchNorm statistics (the CNN has none)
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])[None]
         avg = comm.mean(flat)[0]
         local_loss = comm.mean(torch.tensor([[total / steps]]))[0, 0]
