@@ -12,7 +12,18 @@ import decentopt
 ROOT = Path(decentopt.__file__).parent
 #: Layers from the bottom: a module may import its own layer and the ones below only.
 LAYERS = (
-    ("_checks", "_schema", "_process", "perf", "schedules", "native", "plan", "models", "data"),
+    (
+        "_checks",
+        "_schema",
+        "_process",
+        "perf",
+        "schedules",
+        "native",
+        "plan",
+        "models",
+        "data",
+        "compression",
+    ),
     ("topology",),
     ("algorithms", "problems", "theory", "analysis", "results"),
     ("comm",),

@@ -21,7 +21,7 @@ from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.driver import Result, check_gradient, run_loop
 from decentopt.plan import TAIL_POINTS, Plan, record_steps
 from decentopt.problems.base import StackedProblem
-from decentopt.topology.topology import Topology
+from decentopt.topology import Network
 
 __all__ = [
     "TAIL_POINTS",
@@ -59,7 +59,7 @@ def _broadcast_x0(x0: torch.Tensor | None, problem: StackedProblem) -> torch.Ten
 def simulate(
     algorithm: Algorithm[Any],
     problem: StackedProblem,
-    topology: Topology,
+    topology: Network,
     iterations: int,
     seed: int = 0,
     *,

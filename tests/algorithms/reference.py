@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import torch
+
+import decentopt as dopt
 
 Grad = Callable[[int, np.ndarray], np.ndarray]  # (agent, x_i) -> g_i
 
@@ -23,6 +26,43 @@ def mom(m: np.ndarray, g: np.ndarray, beta: float, damp: bool, nesterov: bool = 
     s = (1 - beta) if damp else 1.0
     m_new = beta * m + s * g
     return m_new, (beta * m_new + s * g if nesterov else m_new)
+
+
+def compressed(spec: str, v: np.ndarray, agent: int, round_: int) -> np.ndarray:
+    """``Q(v)`` of one agent, through the operator's wire format (encode, then decode)."""
+    codec = dopt.compression.parse(spec)
+    rows = torch.from_numpy(v).reshape(1, -1)
+    data = codec.encode(rows, agent, round_)
+    return codec.decode(data, agent, round_, 1, v.size, rows.dtype).numpy().reshape(v.shape)
+
+
+def choco(W, target, x_hat, s, hp, t):
+    """CHOCO-gossip, agent by agent: q_i = Q(target_i - x_hat_i); x_hat += q; s += W q."""
+    n = len(target)
+    spec, gamma = hp.get("compression", "none"), hp.get("gamma", 1.0)
+    q = [compressed(spec, target[i] - x_hat[i], i, t) for i in range(n)]
+    x_hat = [x_hat[i] + q[i] for i in range(n)]
+    s = [s[i] + combine(W, q, i) for i in range(n)]
+    return [target[i] + gamma * (s[i] - x_hat[i]) for i in range(n)], x_hat, s
+
+
+def relay(W, half, x0, msgs, counts):
+    """RelaySum with explicit messages on the edges of the tree of W: returns the new x and
+    the messages and counts sent this round, keyed (sender, receiver)."""
+    n = len(half)
+    nbrs = [[j for j in range(n) if j != i and W[i, j] != 0] for i in range(n)]
+    new_msgs, new_counts = {}, {}
+    for i in range(n):
+        for j in nbrs[i]:
+            others = [k for k in nbrs[i] if k != j]
+            new_msgs[i, j] = half[i] + sum((msgs.get((k, i), 0.0) for k in others), 0.0)
+            new_counts[i, j] = 1 + sum(counts.get((k, i), 0) for k in others)
+    x = []
+    for i in range(n):
+        heard = sum(new_counts[k, i] for k in nbrs[i])
+        total = half[i] + sum((new_msgs[k, i] for k in nbrs[i]), 0.0)
+        x.append((total + (n - 1 - heard) * x0[i]) / n)
+    return x, new_msgs, new_counts
 
 
 def run_reference(name: str, hp: dict, W: np.ndarray, x0: list[np.ndarray], grad_fn, steps: int):
@@ -41,6 +81,9 @@ def run_reference(name: str, hp: dict, W: np.ndarray, x0: list[np.ndarray], grad
     g_prev = [v.copy() for v in zeros]
     x_prev, step_prev = [v.copy() for v in x0], [v.copy() for v in zeros]
     d, q = [v.copy() for v in zeros], [v.copy() for v in zeros]
+    x_hat, s = [v.copy() for v in zeros], [v.copy() for v in zeros]
+    w = [1.0] * n  # push-sum weights
+    msgs, counts = {}, {}
     out = []
     for t in range(steps):
         g = [grad_fn(t, i, x[i]) for i in range(n)]
@@ -127,6 +170,40 @@ def run_reference(name: str, hp: dict, W: np.ndarray, x0: list[np.ndarray], grad
                 d = [combine(W, d, i) + q_new[i] - q[i] for i in range(n)]
             x = [combine(W, x, i) - alpha * d[i] for i in range(n)]
             q = q_new
+        elif name == "choco_dsgd":
+            half = [x[i] - alpha * g[i] for i in range(n)]
+            x, x_hat, s = choco(W, half, x_hat, s, hp, t)
+        elif name in ("choco_ed", "choco_edm"):
+            if name == "choco_edm":
+                md = [mom(m[i], g[i], beta, damp, nest) for i in range(n)]
+                m = [a for a, _ in md]
+                direction = [d for _, d in md]
+            else:
+                direction = g
+            psi_new = [x[i] - alpha * direction[i] for i in range(n)]
+            phi = [psi_new[i] + x[i] - psi[i] for i in range(n)]
+            psi = psi_new
+            x, x_hat, s = choco(W, phi, x_hat, s, hp, t)
+        elif name == "sgp":  # push-sum of numerators u = x w and weights w
+            md = [mom(m[i], g[i], beta, damp, nest) for i in range(n)]
+            m = [a for a, _ in md]
+            u = [x[i] * w[i] - alpha * md[i][1] for i in range(n)]
+            u, w = [combine(W, u, i) for i in range(n)], [combine(W, w, i) for i in range(n)]
+            x = [u[i] / w[i] for i in range(n)]
+        elif name == "push_diging":  # Nedic, Olshevsky & Shi's recursion, as printed
+            if t == 0:
+                y = [gi.copy() for gi in g]
+            else:
+                y = [combine(W, y, i) + g[i] - g_prev[i] for i in range(n)]
+            u = [x[i] * w[i] - alpha * y[i] for i in range(n)]
+            u, w = [combine(W, u, i) for i in range(n)], [combine(W, w, i) for i in range(n)]
+            x = [u[i] / w[i] for i in range(n)]
+            g_prev = g
+        elif name == "relaysgd":
+            md = [mom(m[i], g[i], beta, damp, nest) for i in range(n)]
+            m = [a for a, _ in md]
+            half = [x[i] - alpha * md[i][1] for i in range(n)]
+            x, msgs, counts = relay(W, half, x0, msgs, counts)
         else:
             raise KeyError(name)
         out.append([v.copy() for v in x])

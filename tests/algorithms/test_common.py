@@ -14,14 +14,28 @@ from tests.algorithms.reference import run_reference
 
 ALL = names()
 MOMENTUM = [name for name in ALL if REGISTRY[name].uses_momentum]
+#: the compressed methods run the suite with compression on (each its own operator)
+COMPRESSED = {
+    "choco_dsgd": {"compression": "top_k(0.5)", "gamma": 0.7},
+    "choco_ed": {"compression": "qsgd(3)", "gamma": 0.6},
+    "choco_edm": {"compression": "random_k(0.5)", "gamma": 0.6},
+}
+TREE = [name for name in ALL if REGISTRY[name].requires == "tree"]
+PUSH_SUM = [name for name in ALL if REGISTRY[name].requires == "column"]
 
 
 def hyper(name: str, **extra) -> dict:
-    hp = {"lr": 0.05}
+    hp = {"lr": 0.05} | COMPRESSED.get(name, {})
     if REGISTRY[name].uses_momentum:
         hp["beta"] = 0.8
     hp.update(extra)
     return hp
+
+
+def graph_for(name: str, W: np.ndarray) -> dopt.topology.Topology:
+    """The graph of ``W``, or its breadth-first spanning tree for the relaying methods."""
+    topo = dopt.topology.from_matrix(W)
+    return dopt.topology.spanning_tree(topo) if name in TREE else topo
 
 
 class LinearOracle:
@@ -46,8 +60,10 @@ class LinearOracle:
         return np.mean([self.agent(t, i, x) for i in range(len(self.b))], axis=0)
 
 
-def run_vectorised(alg, W: np.ndarray, x0: np.ndarray, oracle: LinearOracle, steps: int):
-    comm = SimulatedCommunicator(dopt.topology.from_matrix(W))
+def run_vectorised(alg, W, x0: np.ndarray, oracle: LinearOracle, steps: int):
+    """``W``: a mixing matrix (checked against Assumption 1) or a topology."""
+    topo = W if isinstance(W, dopt.topology.Topology) else dopt.topology.from_matrix(W)
+    comm = SimulatedCommunicator(topo)
     state = alg.init(torch.from_numpy(x0))
     xs = []
     for t in range(steps):
@@ -73,8 +89,24 @@ def test_vectorised_step_equals_per_agent_loop(name, variant, random_W):
     oracle = LinearOracle(n, d, steps, seed=1)
     x0 = np.random.default_rng(2).standard_normal((n, d))
     hp = hyper(name, **VARIANTS[variant])
-    ref = run_reference(name, hp, random_W, list(x0), oracle.agent, steps)
-    got, _ = run_vectorised(dopt.algorithms.make(name, **hp), random_W, x0, oracle, steps)
+    topo = graph_for(name, random_W)
+    ref = run_reference(name, hp, topo.W.numpy(), list(x0), oracle.agent, steps)
+    got, _ = run_vectorised(dopt.algorithms.make(name, **hp), topo, x0, oracle, steps)
+    for t in range(steps):
+        np.testing.assert_allclose(got[t], np.stack(ref[t]), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", PUSH_SUM)
+def test_push_sum_step_equals_per_agent_loop_on_a_directed_graph(name):
+    """Over a column- but not row-stochastic W the weights move, and still agree."""
+    topo = dopt.topology.random_directed(7, 0.3, seed=4)
+    assert not topo.doubly_stochastic
+    n, d, steps = topo.n, 3, 12
+    oracle = LinearOracle(n, d, steps, seed=1)
+    x0 = np.random.default_rng(2).standard_normal((n, d))
+    hp = hyper(name)
+    ref = run_reference(name, hp, topo.W.numpy(), list(x0), oracle.agent, steps)
+    got, _ = run_vectorised(dopt.algorithms.make(name, **hp), topo, x0, oracle, steps)
     for t in range(steps):
         np.testing.assert_allclose(got[t], np.stack(ref[t]), rtol=1e-12, atol=1e-12)
 
@@ -101,8 +133,12 @@ def centralized(name: str, hp: dict, x0: np.ndarray, oracle: LinearOracle, steps
 
 #: Methods whose gradient step is not mixed in the same round (EXTRA, NIDS with c < 1,
 #: Momentum Tracking) do not move in lockstep on the complete graph; their average
-#: dynamics are checked instead (test_average_follows_the_centralized_method).
-LOCKSTEP = [name for name in ALL if name not in ("extra", "nids", "mt")]
+#: dynamics are checked instead (test_average_follows_the_centralized_method), as for
+#: the compressed methods (exact mixing only without compression: test_compressed.py).
+#: Relaying needs a tree, which the complete graph is not.
+LOCKSTEP = [
+    name for name in ALL if name not in ("extra", "nids", "mt", *COMPRESSED) and name not in TREE
+]
 
 
 @pytest.mark.parametrize("name", LOCKSTEP)
@@ -118,7 +154,7 @@ def test_complete_graph_is_centralized(name):
         np.testing.assert_allclose(got[t], np.tile(want[t], (n, 1)), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["extra", "nids", "mt", "ed", "edm"])
+@pytest.mark.parametrize("name", ["extra", "nids", "mt", "ed", "edm", "sgp", *COMPRESSED])
 def test_average_follows_the_centralized_method(name, random_W):
     """xbar+ = xbar - alpha * (mean gradient, or mean momentum), on any doubly stochastic W."""
     n, d, steps = random_W.shape[0], 3, 12
@@ -151,18 +187,28 @@ def test_nids_with_c_one_is_exact_diffusion(random_W):
         dopt.algorithms.make("nids", lr=0.05, c=1.5)
 
 
+def home(name: str, n: int) -> dopt.topology.Topology:
+    """The ring, or the chain for the relaying methods."""
+    return dopt.topology.chain(n) if name in TREE else dopt.topology.ring(n)
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_rounds_per_step_counted(name):
     n, d, steps = 6, 2, 5
     oracle = LinearOracle(n, d, steps)
-    alg = dopt.algorithms.make(name, **hyper(name))
-    _, comm = run_vectorised(alg, dopt.topology.ring(n).W.numpy(), np.zeros((n, d)), oracle, steps)
+    plain = {"compression": "none"} if name in COMPRESSED else {}
+    alg = dopt.algorithms.make(name, **hyper(name, **plain))
+    topo = home(name, n)
+    _, comm = run_vectorised(alg, topo, np.zeros((n, d)), oracle, steps)
     # gradient trackers skip the tracker's gossip at t = 0 (Y0 = G0)
     expected = alg.rounds_per_step * steps - (alg.rounds_per_step - 1)
     assert comm.stats.rounds == expected
-    # Momentum Tracking packs two messages (X, D) per round after the first
-    messages = expected + (steps - 1 if name == "mt" else 0)
-    assert comm.stats.bytes_sent == messages * 2 * n * d * 8
+    # entries per message: Momentum Tracking packs X and D after the first round, push-sum
+    # adds the weight (Push-DIGing the tracker too), relaying the count
+    entries = {"sgp": d + 1, "push_diging": 2 * d + 1, "relaysgd": d + 1}.get(name, d)
+    sent = expected * entries + (steps - 1) * d * (name == "mt")
+    links = int(topo.degrees.sum())
+    assert comm.stats.bytes_sent == sent * links * 8
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -170,7 +216,7 @@ def test_schedule_is_followed(name):
     """A schedule equal to a constant gives the constant-step iterates; a decay differs."""
     n, d, steps = 5, 3, 8
     oracle = LinearOracle(n, d, steps)
-    W = dopt.topology.ring(n).W.numpy()
+    W = home(name, n)
     x0 = np.ones((n, d))
     const, _ = run_vectorised(dopt.algorithms.make(name, **hyper(name)), W, x0, oracle, steps)
     sched = hyper(name, lr=MultiStep(0.05, milestones=[100]))
@@ -209,6 +255,29 @@ def test_beta_out_of_range(name):
 def test_unknown_algorithm():
     with pytest.raises(ValueError, match=r"unknown algorithm 'adam'.*edm"):
         dopt.algorithms.make("adam")
+
+
+@pytest.mark.parametrize(
+    ("name", "base", "extra"),
+    [
+        ("choco_dsgd", "dsgd", {}),
+        ("choco_ed", "ed", {}),
+        ("choco_edm", "edm", {}),
+        ("sgp", "dmsgd", {}),
+        ("push_diging", "dsgt", {"atc": False}),
+    ],
+)
+def test_reduces_to_its_base_method(name, base, extra, random_W):
+    """No compression with gamma = 1 is the uncompressed method; push-sum on a doubly
+    stochastic W (weights stay 1) is DmSGD, and Push-DIGing is DSGT in its one-round form."""
+    n, d, steps = random_W.shape[0], 3, 15
+    oracle = LinearOracle(n, d, steps, seed=11)
+    x0 = np.random.default_rng(12).standard_normal((n, d))
+    hp = hyper(name, compression="none", gamma=1.0) if name in COMPRESSED else hyper(name)
+    got, _ = run_vectorised(dopt.algorithms.make(name, **hp), random_W, x0, oracle, steps)
+    hp_base = {k: v for k, v in hp.items() if k not in ("compression", "gamma")} | extra
+    want, _ = run_vectorised(dopt.algorithms.make(base, **hp_base), random_W, x0, oracle, steps)
+    np.testing.assert_allclose(got[-1], want[-1], rtol=1e-12, atol=1e-13)
 
 
 def test_names_follow_paper_order():

@@ -26,11 +26,43 @@ from decentopt.problems.neural import NeuralProblem
 STEPS = 15
 
 
-#: registered algorithms, plus the tracking methods in their packed one-round form
+#: registered algorithms, plus the tracking methods in their packed one-round form and the
+#: compressed methods with each compression operator (bytes on the wire)
 VARIANTS = {name: (name, {}) for name in dopt.algorithms.names()} | {
     "dsgt/packed": ("dsgt", {"atc": False}),
     "dsgt_hb/packed": ("dsgt_hb", {"atc": False}),
+    "choco_dsgd/top_k": ("choco_dsgd", {"compression": "top_k(0.5)", "gamma": 0.6}),
+    "choco_dsgd/random_k": ("choco_dsgd", {"compression": "random_k(0.5)", "gamma": 0.6}),
+    "choco_ed/sign": ("choco_ed", {"compression": "sign", "gamma": 0.4}),
+    "choco_edm/qsgd": ("choco_edm", {"compression": "qsgd(3)", "gamma": 0.6}),
 }
+
+
+def on_tree(name: str) -> bool:
+    """Whether a variant relays over a tree (the chain here) rather than gossips (the ring)."""
+    return dopt.algorithms.REGISTRY[VARIANTS[name][0]].requires == "tree"
+
+
+def home(name: str) -> dopt.topology.Topology:
+    """The static graph a variant runs on in these tests."""
+    return dopt.topology.chain(4) if on_tree(name) else dopt.topology.ring(4)
+
+
+def on_schedules(name: str) -> bool:
+    """Whether a variant runs over time-varying graphs (relaying needs one fixed tree)."""
+    return not on_tree(name)
+
+
+#: directed graphs of the push-sum methods: (problem kind, graph); the random one is
+#: column- but not row-stochastic
+DIRECTED = {
+    "random_directed": ("quadratic", lambda: dopt.topology.random_directed(4, 0.3, seed=2)),
+    "directed_one_peer_exp": ("net", lambda: dopt.topology.directed_one_peer_exponential(4)),
+}
+
+
+def on_directed(name: str) -> bool:
+    return dopt.algorithms.REGISTRY[VARIANTS[name][0]].requires == "column"
 
 
 #: time-varying topologies of the equivalence runs: (problem kind, schedule)
@@ -80,12 +112,19 @@ def steps_of(alg, kind: str, rank: int, comm: DistributedCommunicator) -> torch.
     return state.x.clone()
 
 
-def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
+def equivalence(rank: int, ring: DistributedCommunicator, out: Path) -> None:
     results = {}
+    chain = DistributedCommunicator(dopt.topology.chain(4), timeout=5.0)
     for variant, (name, extra) in VARIANTS.items():
+        comm = chain if on_tree(variant) else ring
         alg = dopt.algorithms.make(name, **hyper(name), **extra)
-        for kind in ("quadratic", "net"):
+        sent = 0
+        for kind in ("quadratic", "net"):  # each from round 0, as a fresh simulator
+            comm.stats.reset()
             results[f"{kind}/{variant}"] = steps_of(alg, kind, rank, comm)
+            sent += comm.stats.bytes_sent
+        results[f"bytes/{variant}"] = torch.tensor(sent)
+        comm.stats.reset()
         # the same training through the torch.optim-style wrapper on a plain model
         net = tiny_net([rank])
         model = net.model
@@ -103,11 +142,12 @@ def equivalence(rank: int, comm: DistributedCommunicator, out: Path) -> None:
         results[f"optimizer/{variant}"] = torch.cat(
             [p.detach().reshape(-1) for p in model.parameters()]
         )[None]
-    results["rounds"] = comm.stats.rounds
-    for label, (kind, schedule) in SCHEDULES.items():
+    for label, (kind, schedule) in (SCHEDULES | DIRECTED).items():
         tv = DistributedCommunicator(schedule(), timeout=5.0)
         tv.check_consistency()
         for variant, (name, extra) in VARIANTS.items():
+            if not on_schedules(variant) or (label in DIRECTED and not on_directed(variant)):
+                continue
             tv.stats.reset()  # W_t from round 0, as a fresh simulator
             alg = dopt.algorithms.make(name, **hyper(name), **extra)
             results[f"{label}/{variant}"] = steps_of(alg, kind, rank, tv)
@@ -137,11 +177,13 @@ def optimizer_patterns(rank: int, comm: DistributedCommunicator, out: Path) -> N
     net = tiny_net([rank])
     ix = torch.from_numpy(net.sampler.indices[0])
     x, y = net.data.x_train[ix], net.data.y_train[ix]
+    chain = DistributedCommunicator(dopt.topology.chain(4), timeout=5.0)
     for variant, (name, extra) in VARIANTS.items():
         for overlap in (False, True):  # every parameter its own bucket and gossip round
             model = tiny_net([rank]).model
             opt = dopt.distributed.DecentralizedOptimizer(
-                model.parameters(), name, comm, overlap=overlap, bucket_cap_mb=1e-5,
+                model.parameters(), name, chain if on_tree(variant) else comm,
+                overlap=overlap, bucket_cap_mb=1e-5,
                 **hyper(name), **extra,
             )  # fmt: skip
             results[f"{variant}/overlap={overlap}"] = train_with(opt, model, x, y, 5)

@@ -11,6 +11,9 @@ from decentopt.algorithms.base import (
     MomentumHyperParams,
     momentum_direction,
 )
+from decentopt.algorithms.choco_dsgd import ChocoDSGD, ChocoState
+from decentopt.algorithms.choco_ed import ChocoED, ChocoEDState
+from decentopt.algorithms.choco_edm import ChocoEDM, ChocoEDMState
 from decentopt.algorithms.decentlam import DecentLaM, DecentLaMState
 from decentopt.algorithms.dmsgd import DmSGD, DmSGDState
 from decentopt.algorithms.dsgd import DSGD, DSGDState
@@ -21,6 +24,7 @@ from decentopt.algorithms.edm import EDM, EDMState
 from decentopt.algorithms.extra import EXTRA, EXTRAState
 from decentopt.algorithms.mt import MomentumTracking, MTState
 from decentopt.algorithms.nids import NIDS, NIDSState
+from decentopt.algorithms.push_diging import PushDIGing, PushDIGingState
 from decentopt.algorithms.qg_dsgdm import QGDSGDm, QGDSGDmState
 from decentopt.algorithms.registry import (
     REGISTRY,
@@ -30,6 +34,8 @@ from decentopt.algorithms.registry import (
     register,
     resolve,
 )
+from decentopt.algorithms.relaysgd import RelaySGD, RelayState
+from decentopt.algorithms.sgp import SGP, SGPState
 
 __all__ = [
     "DSGD",
@@ -39,8 +45,15 @@ __all__ = [
     "EXTRA",
     "NIDS",
     "REGISTRY",
+    "SGP",
     "Algorithm",
     "AlgorithmState",
+    "ChocoDSGD",
+    "ChocoED",
+    "ChocoEDM",
+    "ChocoEDMState",
+    "ChocoEDState",
+    "ChocoState",
     "DSGDState",
     "DSGTHBState",
     "DSGTState",
@@ -57,8 +70,13 @@ __all__ = [
     "MomentumHyperParams",
     "MomentumTracking",
     "NIDSState",
+    "PushDIGing",
+    "PushDIGingState",
     "QGDSGDm",
     "QGDSGDmState",
+    "RelaySGD",
+    "RelayState",
+    "SGPState",
     "hyperparameters",
     "make",
     "momentum_direction",

@@ -31,6 +31,7 @@ __all__ = [
     "Scalar",
     "add_scaled",
     "check_initial_point",
+    "check_network",
     "heavy_ball",
     "interpolate",
     "momentum_direction",
@@ -60,6 +61,11 @@ class Algorithm(Protocol[S]):
     uses_momentum: ClassVar[bool]
     #: Whether the method's analysis needs every W positive semi-definite (Assumption 1(3)).
     needs_psd: ClassVar[bool]
+    #: The graphs it runs on: "symmetric" (Assumption 1), "column" (any column-stochastic W,
+    #: directed graphs included: push-sum) or "tree" (a static tree: relaying).
+    requires: ClassVar[str]
+    #: State fields with one value per agent (push-sum weights), not one per coordinate.
+    agent_fields: ClassVar[tuple[str, ...]]
     #: Gossip rounds per iteration (after the first), for fair comparisons.
     rounds_per_step: int
     #: The step size: a float or a schedule ``t -> float``.
@@ -82,6 +88,10 @@ class HyperParams:
     lr: LearningRate = 0.05
     #: Whether the method's analysis needs W positive semi-definite (Assumption 1(3)).
     needs_psd: ClassVar[bool] = False
+    #: The graphs the method runs on (see :class:`Algorithm`): symmetric W by default.
+    requires: ClassVar[str] = "symmetric"
+    #: State fields with one value per agent rather than per coordinate.
+    agent_fields: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lr", validate_lr(self.lr, type(self).__name__))
@@ -184,6 +194,30 @@ def momentum_direction(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`heavy_ball` with ``hp``'s ``beta``, ``nesterov`` and ``dampening``."""
     return heavy_ball(m, g, hp.beta, nesterov=hp.nesterov, dampening=hp.dampening)
+
+
+#: What each requirement admits, for the error that names the fix.
+_GRAPHS = {
+    "symmetric": "a symmetric doubly stochastic W (Assumption 1)",
+    "column": "a column-stochastic W (directed graphs included)",
+    "tree": "a static tree (topology.chain, binary_tree, star or spanning_tree(graph))",
+}
+
+
+def check_network(algorithm: Algorithm[Any], network: Any) -> None:
+    """Refuse a graph the method cannot run on, naming what it needs and where to find it.
+
+    ``network`` is a :class:`~decentopt.topology.Topology` or schedule (its ``directed``
+    and ``is_tree`` attributes are read; this layer imports no topology code).
+    """
+    need = algorithm.requires
+    if need == "symmetric" and network.directed:
+        fix = "run sgp or push_diging on directed graphs, or give an undirected graph"
+    elif need == "tree" and not network.is_tree:
+        fix = "relaying needs exactly one path between any two agents"
+    else:
+        return
+    raise ValueError(f"{algorithm.name} runs on {_GRAPHS[need]}; {network.name} is not one: {fix}")
 
 
 def check_initial_point(x0: torch.Tensor, owner: str) -> torch.Tensor:

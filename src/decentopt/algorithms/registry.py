@@ -14,6 +14,11 @@ T = TypeVar("T", bound=type)
 
 #: The order in which the paper presents the methods (tables and plots use it).
 PAPER_ORDER = ("dsgd", "dmsgd", "decentlam", "qg_dsgdm", "dsgt", "dsgt_hb", "ed", "edm")
+#: Then the methods beyond the paper, by family: exact methods, compressed gossip,
+#: push-sum over directed graphs, relaying over trees.
+LATER_ORDER = (
+    "extra", "nids", "mt", "choco_dsgd", "choco_ed", "choco_edm", "sgp", "push_diging", "relaysgd"
+)  # fmt: skip
 
 
 def register(cls: T) -> T:
@@ -27,8 +32,9 @@ def register(cls: T) -> T:
 
 def names() -> list[str]:
     """Registered algorithm names: the paper's methods in its order, then any others."""
-    known = [name for name in PAPER_ORDER if name in REGISTRY]
-    return known + [name for name in REGISTRY if name not in PAPER_ORDER]
+    order = PAPER_ORDER + LATER_ORDER
+    known = [name for name in order if name in REGISTRY]
+    return known + [name for name in REGISTRY if name not in order]
 
 
 def resolve(name: str) -> type:

@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
 from decentopt.comm.base import CommStats, Communicator, Elementwise, map_then_mix
 from decentopt.topology import Network
+
+if TYPE_CHECKING:
+    from decentopt.compression import Compressor
 
 __all__ = ["MultiRound"]
 
@@ -48,6 +51,11 @@ class MultiRound:
         if acceleration not in ("none", "chebyshev"):
             raise ValueError(f"acceleration must be 'none' or 'chebyshev'; got {acceleration!r}")
         self.inner, self.rounds, self.acceleration = comm, rounds, acceleration
+        if acceleration == "chebyshev" and rounds >= 2 and comm.topology.directed:
+            raise ValueError(
+                f"Chebyshev acceleration needs a symmetric W; {comm.topology.name} is directed: "
+                "use acceleration='none' (W applied round after round)"
+            )
         if acceleration == "chebyshev" and rounds >= 2 and comm.topology.period != 1:
             raise ValueError(
                 f"Chebyshev acceleration needs one fixed W; {comm.topology.name} changes W every "
@@ -112,6 +120,26 @@ class MultiRound:
         self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[float] = ()
     ) -> tuple[torch.Tensor, ...]:
         return map_then_mix(self, fn, tensors, scalars)
+
+    def _single(self, what: str) -> Communicator:
+        if self.rounds != 1:
+            raise ValueError(
+                f"{what} is one gossip round of messages that cannot be combined into a "
+                f"polynomial of W; use mix_rounds = 1 with this method (got {self.rounds})"
+            )
+        return self.inner
+
+    def mix_compressed(
+        self, z: torch.Tensor, compression: str | Compressor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._single("compressed gossip").mix_compressed(z, compression)
+
+    @property
+    def slots(self) -> int:
+        return self._single("relaying").slots
+
+    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return self._single("relaying").exchange(tensors)
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         return self.inner.mean(z)

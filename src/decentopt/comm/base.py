@@ -12,12 +12,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    from decentopt.compression import Compressor
     from decentopt.topology import Network
 
-__all__ = ["CommStats", "Communicator", "Elementwise", "map_then_mix"]
+__all__ = ["CommStats", "Communicator", "Elementwise", "map_then_mix", "rows_of", "slot_table"]
 
 #: A row-wise update ``fn(*tensors, *scalars) -> (y_0, y_1, ...)``: every output
 #: element depends only on the inputs' elements at the same index, so it may be
@@ -91,6 +93,27 @@ class Communicator(Protocol):
         """
         ...
 
+    def mix_compressed(
+        self, z: torch.Tensor, compression: str | Compressor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(Q(z), W Q(z))`` in one gossip round: each agent's rows (``z``'s last axis)
+        compressed by ``compression`` (:mod:`decentopt.compression`), its own decoded
+        ``Q(z)``, and the mix of everyone's. Bytes are counted (and, on torch.distributed,
+        sent) compressed."""
+        ...
+
+    @property
+    def slots(self) -> int:
+        """Neighbour slots of :meth:`exchange` (the graph's largest degree)."""
+        ...
+
+    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """One round of one message per neighbour, different per neighbour: tensors of shape
+        ``(rows, slots, ...)`` whose slot ``s`` goes to the ``s``-th neighbour (ascending);
+        returns the messages received, slot ``s`` holding what the ``s``-th neighbour sent
+        (zeros past the agent's degree). Static undirected graphs only."""
+        ...
+
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         """Exact average over all agents (for metrics only, not a gossip round)."""
         ...
@@ -98,6 +121,23 @@ class Communicator(Protocol):
     def barrier(self, stage: str) -> None:
         """Wait for every process of the job (a no-op in one process); ``stage`` names it."""
         ...
+
+
+def rows_of(flat: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """The ``(m, r, k)`` view of a folded ``(m, -1)`` state: the rows a compression operator
+    acts on are along ``z``'s last axis (``k``; one row per agent for a 1-d ``z``)."""
+    k = z.shape[-1] if z.ndim > 1 else 1
+    return flat.view(flat.shape[0], -1, k) if k else flat.view(flat.shape[0], 0, 0)
+
+
+def slot_table(neighbors: Sequence[Sequence[int]]) -> tuple[np.ndarray, int]:
+    """``(table, S)``: ``table[i, s]`` is agent ``i``'s ``s``-th neighbour (ascending), ``-1``
+    past its degree; ``S`` the largest degree (the slots of ``exchange``)."""
+    S = max((len(p) for p in neighbors), default=0)
+    table = np.full((len(neighbors), S), -1, dtype=np.int64)
+    for i, peers in enumerate(neighbors):
+        table[i, : len(peers)] = sorted(peers)
+    return table, S
 
 
 def map_then_mix(

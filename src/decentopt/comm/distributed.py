@@ -1,10 +1,14 @@
 """Communicator over ``torch.distributed``: one agent per process, neighbours only.
 
 Each rank owns row ``rank`` of the stacked iterates, so tensors here are
-``(1, ...)``. A gossip round sends the rank's flattened row to each graph
-neighbour and receives theirs, in one ``batch_isend_irecv`` (one flat message
-per neighbour per round, matched by order, not by tag, which NCCL ignores),
-then forms ``w_ii z_i + sum_j w_ij z_j``. Works with NCCL (GPU) and gloo (CPU; CUDA tensors
+``(1, ...)``. A gossip round sends the rank's flattened row to each agent that
+reads it (its neighbours; over a directed graph its out-neighbours) and receives
+the rows it reads, in one ``batch_isend_irecv`` (one flat message per link per
+round, matched by order, not by tag, which NCCL ignores), then forms
+``w_ii z_i + sum_j w_ij z_j``. :meth:`~DistributedCommunicator.mix_compressed`
+sends the encoded bytes of a compression operator instead of the row (the bytes
+on the wire shrink), and :meth:`~DistributedCommunicator.exchange` a different
+message to each neighbour (RelaySGD). Works with NCCL (GPU) and gloo (CPU; CUDA tensors
 travel through host memory, so several ranks may share one GPU for testing).
 Over a :class:`~decentopt.topology.TopologySchedule` the neighbours and weights
 are those of ``W_t`` at round ``t``, which every rank derives on its own (the
@@ -27,7 +31,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from decentopt.comm.base import CommStats, Elementwise, map_then_mix
+from decentopt.comm.base import CommStats, Elementwise, map_then_mix, rows_of
+from decentopt.compression import Compressor
+from decentopt.compression import parse as parse_compression
 from decentopt.topology.schedule import TopologySchedule
 from decentopt.topology.topology import Topology
 
@@ -73,25 +79,27 @@ class DistributedCommunicator:
         self.backend = dist.get_backend(group)
         if isinstance(topology, TopologySchedule):
             self._schedule: TopologySchedule | None = topology
-            self.self_weight, self.neighbors = 1.0, ()
+            self.self_weight, self.neighbors, self.targets = 1.0, (), ()
             return
         self._schedule = None
         W = topology.W.numpy()
         self.self_weight = float(W[self.rank, self.rank])
         self.neighbors = tuple((j, float(W[self.rank, j])) for j in topology.neighbors[self.rank])
+        self.targets = tuple(topology.out_neighbors[self.rank])
         degrees = topology.degrees
         self._messages = (float(degrees.mean()), int(degrees.max(initial=0)))
 
-    def _round(self) -> tuple[float, tuple[tuple[int, float], ...], float, int]:
-        """This rank's self weight and neighbours at the current round, and all agents'
-        mean and largest number of messages."""
+    def _round(self) -> tuple[float, tuple[tuple[int, float], ...], tuple[int, ...], float, int]:
+        """This rank's self weight, the rows it reads (with their weights) and the agents it
+        sends to at the current round, and all agents' mean and largest number of messages."""
         if self._schedule is None:
-            return self.self_weight, self.neighbors, *self._messages
+            return self.self_weight, self.neighbors, self.targets, *self._messages
         this_round = self._schedule.at(self.stats.rounds)
         sent = this_round.messages
         return (
             float(this_round.self_weight[self.rank]),
             this_round.neighbours(self.rank),
+            this_round.targets(self.rank),
             float(sent.mean()),
             int(sent.max(initial=0)),
         )
@@ -124,60 +132,140 @@ class DistributedCommunicator:
             )
 
     # ----------------------------------------------------------------- gossip
-    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    def _p2p(
+        self,
+        sends: Sequence[tuple[int, torch.Tensor]],
+        receives: Sequence[tuple[int, torch.Tensor]],
+    ) -> None:
+        """Send and receive these messages in one batch; a peer that does not deliver within
+        ``timeout`` raises :class:`PeerFailure` naming it, this rank and the round."""
+        ops, peers = [], []
+        for j, tensor in sends:
+            ops.append(dist.P2POp(dist.isend, tensor, j, group=self.group))
+            peers.append(j)
+        for j, buffer in receives:
+            ops.append(dist.P2POp(dist.irecv, buffer, j, group=self.group))
+            peers.append(j)
+        if not ops:
+            return
+        start = time.monotonic()
+        peer = None
+        try:
+            works = dist.batch_isend_irecv(ops)
+            for k, work in enumerate(works):
+                peer = peers[k] if len(works) == len(ops) else None
+                if self.backend == "gloo":
+                    work.wait(self.timeout)
+                else:
+                    work.wait()
+        except RuntimeError as exc:
+            waited = time.monotonic() - start
+            everyone = sorted({j for j, _ in sends} | {j for j, _ in receives})
+            who = (
+                f"neighbour {peer}"
+                if peer is not None
+                else "neighbour(s) " + ", ".join(str(j) for j in everyone)
+            )
+            how = (
+                f"after {waited:.1f} s (timeout {self.timeout.total_seconds():g} s)"
+                if waited >= 0.5 * self.timeout.total_seconds()
+                else f"at once ({waited:.2f} s: its connection closed)"
+            )
+            raise PeerFailure(
+                f"rank {self.rank}: gossip round {self.stats.rounds} failed {how} waiting for "
+                f"{who}: it died, hung or disconnected. Underlying error: {exc}"
+            ) from None
+
+    def _row(self, z: torch.Tensor, what: str) -> torch.Tensor:
         if z.shape[0] != 1:
             raise ValueError(
-                "a distributed rank owns one agent: mix expects shape (1, ...); "
+                f"a distributed rank owns one agent: {what} expects shape (1, ...); "
                 f"got {tuple(z.shape)}"
             )
         flat = z.detach().reshape(-1).contiguous()
-        device = flat.device
         if self.backend == "gloo" and flat.is_cuda:  # gloo sends host memory only
             flat = flat.cpu()
-        self_weight, neighbors, mean_messages, max_messages = self._round()
+        return flat
+
+    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        flat = self._row(z, "mix")
+        self_weight, neighbors, targets, mean_messages, max_messages = self._round()
         buffers = [torch.empty_like(flat) for _ in neighbors]
-        ops = []
-        for (j, _), buf in zip(neighbors, buffers, strict=True):
-            ops.append(dist.P2POp(dist.isend, flat, j, group=self.group))
-            ops.append(dist.P2POp(dist.irecv, buf, j, group=self.group))
-        round_ = self.stats.rounds
-        if ops:
-            start = time.monotonic()
-            peer = None
-            try:
-                works = dist.batch_isend_irecv(ops)
-                for k, work in enumerate(works):  # ops alternate send, receive per neighbour
-                    peer = neighbors[k // 2][0] if len(works) == len(ops) else None
-                    if self.backend == "gloo":
-                        work.wait(self.timeout)
-                    else:
-                        work.wait()
-            except RuntimeError as exc:
-                waited = time.monotonic() - start
-                who = (
-                    f"neighbour {peer}"
-                    if peer is not None
-                    else "neighbour(s) " + ", ".join(str(j) for j, _ in neighbors)
-                )
-                how = (
-                    f"after {waited:.1f} s (timeout {self.timeout.total_seconds():g} s)"
-                    if waited >= 0.5 * self.timeout.total_seconds()
-                    else f"at once ({waited:.2f} s: its connection closed)"
-                )
-                raise PeerFailure(
-                    f"rank {self.rank}: gossip round {round_} failed {how} waiting for {who}: "
-                    f"it died, hung or disconnected. Underlying error: {exc}"
-                ) from None
+        self._p2p(
+            [(k, flat) for k in targets],
+            [(j, buf) for (j, _), buf in zip(neighbors, buffers, strict=True)],
+        )
         payload = flat.numel() * flat.element_size()
-        self.stats.add_round(mean_messages, max_messages, payload, len(neighbors) * payload)
+        self.stats.add_round(mean_messages, max_messages, payload, len(targets) * payload)
         result = torch.mul(flat, self_weight)
         for (_, w), buf in zip(neighbors, buffers, strict=True):
             result.add_(buf, alpha=w)
-        result = result.to(device)
+        result = result.to(z.device)
         if out is not None:
             out.copy_(result.view(z.shape))
             return out
         return result.view(z.shape)
+
+    def mix_compressed(
+        self, z: torch.Tensor, compression: str | Compressor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(Q(z), W Q(z))``: the encoded bytes of ``Q(z)`` go to every agent that reads this
+        rank's row; the received ones are decoded (with their senders' random streams)."""
+        codec = parse_compression(compression)
+        flat = self._row(z, "mix_compressed")
+        rows = rows_of(flat.view(1, -1), z)[0]
+        r, k = rows.shape
+        round_ = self.stats.rounds
+        self_weight, neighbors, targets, mean_messages, max_messages = self._round()
+        data = codec.encode(rows, self.rank, round_)
+        buffers = [torch.empty_like(data) for _ in neighbors]
+        self._p2p(
+            [(j, data) for j in targets],
+            [(j, buf) for (j, _), buf in zip(neighbors, buffers, strict=True)],
+        )
+        self.stats.add_round(mean_messages, max_messages, data.numel(), len(targets) * data.numel())
+        own = codec.decode(data, self.rank, round_, r, k, flat.dtype)
+        mixed = own * self_weight
+        for (j, w), buf in zip(neighbors, buffers, strict=True):
+            mixed.add_(codec.decode(buf, j, round_, r, k, flat.dtype), alpha=w)
+        return own.to(z.device).view(z.shape), mixed.to(z.device).view(z.shape)
+
+    @property
+    def slots(self) -> int:
+        if not isinstance(self.topology, Topology) or self.topology.directed:
+            raise ValueError(
+                f"exchange sends a message to each neighbour and hears back: it needs a static "
+                f"undirected graph; {self.topology.name} is not one"
+            )
+        return int(self.topology.max_degree)
+
+    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Slot ``s`` of every tensor (packed into one message) to the ``s``-th neighbour;
+        returns what each neighbour sent, in its slot (zeros past this agent's degree)."""
+        S = self.slots
+        peers = [j for j, _ in self.neighbors]
+        for t in tensors:
+            if t.ndim < 2 or tuple(t.shape[:2]) != (1, S):
+                raise ValueError(
+                    f"exchange expects tensors of shape (1, slots, ...) = (1, {S}, ...); "
+                    f"got {tuple(t.shape)}"
+                )
+        if S == 0:  # one agent: a round without messages
+            self.stats.add_round(*self._messages, 0, 0)
+            return [t.clone() for t in tensors]
+        device = tensors[0].device
+        rows = [self._row(t, "exchange").view(S, -1) for t in tensors]
+        widths = [r.shape[1] for r in rows]
+        packed = torch.cat(rows, dim=1) if len(rows) > 1 else rows[0]
+        received = torch.zeros_like(packed)
+        self._p2p(
+            [(j, packed[s].contiguous()) for s, j in enumerate(peers)],
+            [(j, received[s]) for s, j in enumerate(peers)],
+        )
+        payload = packed.shape[1] * packed.element_size()
+        self.stats.add_round(*self._messages, payload, len(peers) * payload)
+        parts = received.to(device).split(widths, dim=1)
+        return [p.reshape(t.shape) for p, t in zip(parts, tensors, strict=True)]
 
     def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """One round for several tensors: one flat message per neighbour carries them all."""

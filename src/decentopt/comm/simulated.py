@@ -16,11 +16,15 @@ quantity is never written to memory.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 
+import numpy as np
 import torch
 
-from decentopt.comm.base import CommStats, Elementwise, map_then_mix
+from decentopt.comm.base import CommStats, Elementwise, map_then_mix, rows_of, slot_table
 from decentopt.comm.mixers import Mixer, chain
+from decentopt.compression import Compressor
+from decentopt.compression import parse as parse_compression
 from decentopt.topology import Network, Topology, TopologySchedule
 
 __all__ = ["SimulatedCommunicator"]
@@ -134,6 +138,64 @@ class SimulatedCommunicator:
             return map_then_mix(self, fn, tensors, scalars)
         self._count(flats[0].shape[1] * flats[0].element_size())
         return tuple(o.view(first.shape) for o in fused)
+
+    def mix_compressed(
+        self, z: torch.Tensor, compression: str | Compressor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(Q(z), W Q(z))``: every agent's rows compressed (decoded values), then mixed in one
+        round whose messages are counted at their compressed size."""
+        codec = parse_compression(compression)
+        rows = rows_of(self._fold(z), z)
+        q = codec.compress(rows, 0, self.stats.rounds)
+        flat = q.view(self.n, -1)
+        mixed = self.mixer_for(flat).mix(flat, None, self.stats.rounds)
+        self._count(codec.nbytes(rows.shape[1], rows.shape[2], z.dtype))
+        return q.view(z.shape), mixed.view(z.shape)
+
+    @cached_property
+    def _slots(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """For :meth:`exchange`: where each (agent, slot) reads in the senders' ``(n * S)``
+        messages, and which slots hold a neighbour."""
+        if not isinstance(self.topology, Topology) or self.topology.directed:
+            raise ValueError(
+                f"exchange sends a message to each neighbour and hears back: it needs a static "
+                f"undirected graph; {self.topology.name} is not one"
+            )
+        table, _ = slot_table(self.topology.neighbors)
+        source = np.zeros(table.shape, dtype=np.int64)
+        for i, peers in enumerate(self.topology.neighbors):
+            for s, j in enumerate(peers):
+                source[i, s] = j * table.shape[1] + self.topology.neighbors[j].index(i)
+        return torch.from_numpy(source), torch.from_numpy(table >= 0)
+
+    @property
+    def slots(self) -> int:
+        """Neighbour slots of :meth:`exchange`: the largest number of neighbours."""
+        return int(self._slots[1].shape[1])
+
+    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """One round of a message per neighbour: ``tensors`` are ``(n, S, ...)`` with slot ``s``
+        of agent ``i`` addressed to its ``s``-th neighbour (ascending); returns what each
+        agent received in the same slots (zeros where an agent has fewer neighbours)."""
+        source, valid = self._slots
+        n, S = valid.shape
+        out, payload = [], 0
+        if S == 0:  # nobody has a neighbour (one agent): a round without messages
+            self._count(0)
+            return [t.clone() for t in tensors]
+        for t in tensors:
+            if t.ndim < 2 or tuple(t.shape[:2]) != (n, S):
+                raise ValueError(
+                    f"exchange expects tensors of shape (n, slots, ...) = ({n}, {S}, ...); "
+                    f"got {tuple(t.shape)}"
+                )
+            flat = t.reshape(n * S, -1)
+            got = flat[source.view(-1).to(t.device)].view(n, S, -1)
+            got = torch.where(valid.to(t.device).unsqueeze(-1), got, 0)
+            out.append(got.view(t.shape))
+            payload += flat.shape[1] * t.element_size()
+        self._count(payload)
+        return out
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         return z.mean(dim=0, keepdim=True)

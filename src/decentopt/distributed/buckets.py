@@ -43,7 +43,12 @@ class Bucket:
         self.sizes = [p.numel() for p in self.params]
 
     def views(self, row: torch.Tensor) -> list[torch.Tensor]:
-        return [c.view_as(p) for c, p in zip(row.split(self.sizes), self.params, strict=True)]
+        """Per-parameter views of a ``(*lead, P)`` row: ``(*lead, *p.shape)`` each."""
+        lead = row.shape[:-1]
+        return [
+            c.view(*lead, *p.shape)
+            for c, p in zip(row.split(self.sizes, dim=-1), self.params, strict=True)
+        ]
 
     def gather(self, grad_scale: float | None, weight_decay: float) -> tuple[torch.Tensor, Any]:
         """The current values ``(1, P)`` and gradients (``None`` counts as zero; unscaled by

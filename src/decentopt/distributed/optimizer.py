@@ -51,7 +51,7 @@ import torch
 
 from decentopt import algorithms
 from decentopt._checks import as_real
-from decentopt.algorithms.base import Algorithm
+from decentopt.algorithms.base import Algorithm, check_network
 from decentopt.comm.base import Communicator
 from decentopt.distributed.buckets import Bucket, Overlap, plan_buckets
 
@@ -106,6 +106,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             )
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb must be > 0; got {bucket_cap_mb}")
+        check_network(alg, comm.topology)
         self.algorithm = alg
         self.comm = comm
         self.overlap = bool(overlap)
@@ -177,7 +178,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                     kinds.setdefault(key, []).append(p)
             for (_, _, step), params in kinds.items():
                 for indices in plan_buckets(params, self.bucket_bytes):
-                    chosen = [params[i] for i in indices]
+                    chosen = [params[i] for i in sorted(indices)]  # rows in model order
                     state = self._flat_state(alg, chosen, fields, step)
                     for p in chosen:
                         self._where[id(p)] = len(self._buckets)
@@ -188,27 +189,48 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _flat_state(self, alg: Any, params: list, fields: tuple[str, ...], step: int) -> Any:
+        """The bucket's flat state from its parameters' saved pieces (fresh ones as at
+        ``init``). A coordinate field is ``(1, *lead, P)`` (relayed messages have a lead
+        axis), pieced together along its last axis; an agent field (push-sum weights,
+        ``algorithm.agent_fields``) is one value per agent, the same in every piece."""
         x = torch.cat([p.detach().reshape(-1) for p in params]).unsqueeze(0)
         fresh = alg.init(x.clone())
         parts = {}
         for name in fields:
+            saved = [self.state.get(p, {}).get(name) for p in params]
+            if name in alg.agent_fields:
+                known = next((v for v in saved if v is not None), None)
+                value = getattr(fresh, name) if known is None else known.detach().unsqueeze(0)
+                parts[name] = value.to(dtype=x.dtype, device=x.device).clone()
+                continue
             pieces = []
             offset = 0
-            for p in params:
-                saved = self.state.get(p, {}).get(name)
-                if saved is None:  # a parameter without state yet: as at init
-                    saved = getattr(fresh, name)[0, offset : offset + p.numel()]
-                pieces.append(saved.detach().to(dtype=p.dtype, device=p.device).reshape(-1))
+            for p, piece in zip(params, saved, strict=True):
+                if piece is None:  # a parameter without state yet: as at init
+                    piece = getattr(fresh, name)[0, ..., offset : offset + p.numel()]
+                else:
+                    lead = piece.shape[: piece.ndim - p.dim()]
+                    piece = piece.detach().reshape(*lead, p.numel())
+                pieces.append(piece.to(dtype=p.dtype, device=p.device))
                 offset += p.numel()
-            parts[name] = torch.cat(pieces).unsqueeze(0)
+            if len({piece.shape[:-1] for piece in pieces}) > 1:
+                raise RuntimeError(
+                    f"the saved {name!r} state of these parameters has different shapes "
+                    f"{sorted({tuple(q.shape[:-1]) for q in pieces})}; load a state_dict saved "
+                    "by an optimizer over the same model and algorithm"
+                )
+            parts[name] = torch.cat(pieces, dim=-1).unsqueeze(0)
         return type(fresh)(x=x, t=step, **parts)
 
     def _expose(self, bucket: Bucket) -> None:
         """``self.state[p]``: views of the bucket's flat state, and the step count."""
+        agent = bucket.algorithm.agent_fields
         fields = [k for k in bucket.state._fields if k not in ("x", "t")]
-        split = {k: bucket.views(getattr(bucket.state, k)[0]) for k in fields}
+        split = {k: bucket.views(getattr(bucket.state, k)[0]) for k in fields if k not in agent}
         for i, p in enumerate(bucket.params):
-            self.state[p] = {"step": bucket.state.t} | {k: split[k][i] for k in fields}
+            own = {k: split[k][i] for k in split}
+            shared = {k: getattr(bucket.state, k)[0] for k in fields if k in agent}
+            self.state[p] = {"step": bucket.state.t} | own | shared
 
     # ------------------------------------------------------------------- step
     def zero_grad(self, set_to_none: bool = True) -> None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from decentopt.algorithms.base import Algorithm
+from decentopt.algorithms.base import Algorithm, check_network
 from decentopt.comm.base import Communicator
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard
@@ -136,6 +136,7 @@ def run_loop(
         keep_freed_memory()
     # timings on a GPU need the queued kernels finished
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+    check_network(algorithm, comm.topology)
     state = algorithm.init(x)
     generator = torch.Generator().manual_seed(int(seed))
     if algorithm.needs_psd and not comm.topology.psd:

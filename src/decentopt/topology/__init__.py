@@ -3,7 +3,10 @@
 Static graphs are :class:`Topology` objects (one ``W``); time-varying ones are
 :class:`TopologySchedule` objects (``W_t`` by gossip round, :mod:`.schedule`).
 Both are registered by name in :data:`REGISTRY` and accepted by every
-communicator.
+communicator. Directed graphs (:class:`DirectedTopology`, and schedules with
+``directed=True``) carry column-stochastic ``W`` for the push-sum methods; trees
+(:func:`chain`, :func:`binary_tree`, :func:`spanning_tree`, :func:`star`) are what
+RelaySGD relays over.
 """
 
 from __future__ import annotations
@@ -13,6 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 from decentopt._checks import unknown_name
+from decentopt.topology.directed import (
+    DirectedTopology,
+    check_column_stochastic,
+    directed_exponential,
+    directed_one_peer_exponential,
+    directed_ring,
+    from_digraph,
+    random_directed,
+)
 from decentopt.topology.graphs import (
     complete,
     erdos_renyi,
@@ -37,6 +49,7 @@ from decentopt.topology.time_varying import (
     sequence,
 )
 from decentopt.topology.topology import AssumptionError, Topology, check_assumption1
+from decentopt.topology.trees import binary_tree, chain, spanning_tree
 
 #: A static graph or a time-varying one: what communicators accept.
 Network = Topology | TopologySchedule
@@ -55,6 +68,12 @@ REGISTRY: dict[str, Callable[..., Topology | TopologySchedule]] = {
     "one_peer_hypercube": one_peer_hypercube,
     "base_graph": base_graph,
     "random_matchings": random_matchings,
+    "chain": chain,
+    "binary_tree": binary_tree,
+    "directed_ring": directed_ring,
+    "directed_exponential": directed_exponential,
+    "random_directed": random_directed,
+    "directed_one_peer_exponential": directed_one_peer_exponential,
 }
 
 
@@ -84,17 +103,25 @@ def make(name: str, *args: Any, **kwargs: Any) -> Topology | TopologySchedule:
 __all__ = [
     "REGISTRY",
     "AssumptionError",
+    "DirectedTopology",
     "GossipRound",
     "Network",
     "Topology",
     "TopologySchedule",
     "base_graph",
+    "binary_tree",
+    "chain",
     "check_arguments",
     "check_assumption1",
+    "check_column_stochastic",
     "complete",
+    "directed_exponential",
+    "directed_one_peer_exponential",
+    "directed_ring",
     "erdos_renyi",
     "exponential",
     "from_adjacency",
+    "from_digraph",
     "from_matrix",
     "from_networkx",
     "grid",
@@ -104,9 +131,11 @@ __all__ = [
     "metropolis_hastings_weights",
     "one_peer_exponential",
     "one_peer_hypercube",
+    "random_directed",
     "random_matchings",
     "ring",
     "sequence",
+    "spanning_tree",
     "star",
     "torus",
 ]

@@ -9,7 +9,9 @@ row of agent ``peers[s, i]``, so mixing is linear in ``n`` and no dense matrix
 is needed, and every agent knows its peers of every round.
 
 Per round, every ``W_t`` is symmetric, doubly stochastic, non-negative with a
-positive diagonal (checked); it need not be connected -- one-peer graphs are
+positive diagonal (checked; a ``directed`` schedule's rounds are column-stochastic
+instead, and the union of a period's links must be strongly connected, see
+:mod:`decentopt.topology.directed`); it need not be connected -- one-peer graphs are
 not -- but the product over a period (or a long stretch of a random sequence)
 must contract. Assumption 1(3) (``W_t`` positive semi-definite) holds for
 every builder here except the merge rounds of :func:`base_graph`, which are
@@ -56,8 +58,10 @@ class GossipRound:
 
     @cached_property
     def messages(self) -> np.ndarray:
-        """How many peers each agent exchanges with in this round."""
-        return (self.weights > 0).sum(axis=0)
+        """How many messages each agent sends this round (to the agents that read its row;
+        over a symmetric round, the peers it exchanges with)."""
+        used = self.weights > 0
+        return np.bincount(self.peers[used], minlength=self.n)
 
     @classmethod
     def from_entries(cls, n: int, rows: np.ndarray, cols: np.ndarray, w: np.ndarray) -> GossipRound:
@@ -107,8 +111,13 @@ class GossipRound:
             torch.as_tensor(self.weights, dtype=dtype, device=device).unsqueeze(2),
         )
 
+    def targets(self, i: int) -> tuple[int, ...]:
+        """The agents that read agent ``i``'s row this round (whom ``i`` sends to), ascending."""
+        used = (self.weights > 0) & (self.peers == i)
+        return tuple(int(j) for j in np.flatnonzero(used.any(axis=0)))
+
     def neighbours(self, i: int) -> tuple[tuple[int, float], ...]:
-        """Agent ``i``'s peers this round with their weights."""
+        """Agent ``i``'s peers this round (whose rows it reads) with their weights."""
         return tuple(
             (int(p), float(w))
             for p, w in zip(self.peers[:, i], self.weights[:, i], strict=True)
@@ -145,6 +154,27 @@ class GossipRound:
                 f"but w_{j}{i} differs); build each round from an undirected graph"
             )
 
+    def check_columns(self, where: str) -> None:
+        """Refuse a directed round that is not column-stochastic, non-negative, with w_ii > 0."""
+        if not (np.isfinite(self.weights).all() and np.isfinite(self.self_weight).all()):
+            raise AssumptionError(f"{where}: the mixing matrix contains NaN or inf entries")
+        if (self.weights < -_TOL).any():
+            raise AssumptionError(f"{where}: a mixing weight is negative; weights must be >= 0")
+        if (self.self_weight <= 0).any():
+            i = int(np.argmin(self.self_weight))
+            raise AssumptionError(
+                f"{where}: w_ii = {self.self_weight[i]:.3g} <= 0 for agent {i}: every agent must "
+                "keep part of its own mass; apply the lazy transform (schedule.lazy())"
+            )
+        sent = np.bincount(self.peers.ravel(), weights=self.weights.ravel(), minlength=self.n)
+        error = np.abs(self.self_weight + sent - 1)
+        if error.max() > _TOL:
+            j = int(np.argmax(error))
+            raise AssumptionError(
+                f"{where}: W is not column-stochastic: what agent {j} keeps and sends sums to "
+                f"{self.self_weight[j] + sent[j]:.6g}, not 1"
+            )
+
     @cached_property
     def psd(self) -> bool:
         """Whether ``W_t`` is positive semi-definite (Gershgorin, else its spectrum)."""
@@ -165,6 +195,13 @@ class GossipRound:
         return GossipRound((1 + self.self_weight) / 2, self.peers, self.weights / 2)
 
 
+def _perron(P: np.ndarray) -> np.ndarray:
+    """The right eigenvector of a column-stochastic ``P`` for eigenvalue 1, summing to 1."""
+    values, vectors = np.linalg.eig(P)
+    v = np.real(vectors[:, int(np.argmin(np.abs(values - 1)))])
+    return v / v.sum()
+
+
 @dataclass(frozen=True, eq=False)
 class TopologySchedule:
     """Mixing matrices ``W_t`` by gossip round: periodic (``rounds``) or drawn (``draw``).
@@ -174,12 +211,17 @@ class TopologySchedule:
         name: a readable name, e.g. ``"one_peer_exponential(32)"``.
         rounds: ``W_0 .. W_{period-1}`` of a periodic schedule.
         draw: ``t -> W_t`` of a random schedule (deterministic in ``t``).
+        directed: the rounds are column-stochastic (push-sum methods), not symmetric
+            (:mod:`decentopt.topology.directed`).
     """
 
     n: int
     name: str
     rounds: tuple[GossipRound, ...] = ()
     draw: Callable[[int], GossipRound] | None = None
+    directed: bool = False
+    #: Relaying needs one fixed tree; no schedule is one.
+    is_tree = False
 
     def __post_init__(self) -> None:
         if (not self.rounds) == (self.draw is None):
@@ -187,7 +229,10 @@ class TopologySchedule:
         for t, r in enumerate(self.rounds):
             if r.n != self.n:
                 raise AssumptionError(f"{self.name}: round {t} has {r.n} agents, not {self.n}")
-            r.check(f"{self.name}, round {t}")
+            if self.directed:
+                r.check_columns(f"{self.name}, round {t}")
+            else:
+                r.check(f"{self.name}, round {t}")
         # with positive diagonals, the period's product contracts iff the union of the
         # rounds' graphs is connected: an O(edges) check instead of a spectrum
         if self.rounds and self.n > 1 and self._components() > 1:
@@ -212,6 +257,8 @@ class TopologySchedule:
             (np.ones(sum(map(len, rows))), (np.concatenate(rows), np.concatenate(cols))),
             shape=(self.n, self.n),
         )
+        if self.directed:  # every agent must reach every other along the rounds' links
+            return int(connected_components(union, directed=True, connection="strong")[0])
         return int(connected_components(union, directed=False)[0])
 
     @property
@@ -235,7 +282,15 @@ class TopologySchedule:
 
     # ---------------------------------------------------------------- spectra
     def _contraction(self, count: int) -> float:
-        """``||W_{count-1} ... W_0 - 11^T/n||_2``."""
+        """``||W_{count-1} ... W_0 - 11^T/n||_2`` (directed: ``- pi 1^T``, ``pi`` the product's
+        Perron vector; dense up to ``DENSE_UP_TO`` agents, NaN above)."""
+        if self.directed:
+            if self.n > DENSE_UP_TO:
+                return float("nan")
+            P = np.eye(self.n)
+            for t in range(count):
+                P = self.at(t).apply(P)
+            return float(np.linalg.norm(P - _perron(P)[:, None], ord=2))
         if self.n <= DENSE_UP_TO:
             P = np.eye(self.n)
             for t in range(count):
@@ -274,6 +329,8 @@ class TopologySchedule:
     @cached_property
     def psd(self) -> bool:
         """Whether every ``W_t`` is positive semi-definite (Assumption 1(3)); sampled if random."""
+        if self.directed:
+            return False
         return all(self.at(t).psd for t in range(self._sample_length()))
 
     @property
@@ -285,8 +342,15 @@ class TopologySchedule:
         """Every ``W_t`` replaced by ``(W_t + I) / 2`` (positive semi-definite)."""
         if self.draw is not None:
             draw = self.draw
-            return TopologySchedule(self.n, f"lazy({self.name})", draw=lambda t: draw(t).lazy())
-        return TopologySchedule(self.n, f"lazy({self.name})", tuple(r.lazy() for r in self.rounds))
+            return TopologySchedule(
+                self.n, f"lazy({self.name})", draw=lambda t: draw(t).lazy(), directed=self.directed
+            )
+        return TopologySchedule(
+            self.n,
+            f"lazy({self.name})",
+            tuple(r.lazy() for r in self.rounds),
+            directed=self.directed,
+        )
 
     def summary(self) -> dict[str, float | int | str]:
         """The schedule's figures as a plain dict (for tables and the CLI)."""
@@ -298,7 +362,7 @@ class TopologySchedule:
             "lambda (per round)": self.lam,
             "max peers per round": self.max_degree,
             "every W_t PSD": str(self.psd),
-        }
+        } | ({"directed": "yes (column-stochastic)"} if self.directed else {})
 
     def __repr__(self) -> str:
         return f"TopologySchedule({self.name}, n={self.n}, period={self.period or 'random'})"

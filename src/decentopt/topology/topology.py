@@ -143,6 +143,13 @@ class Topology:
     psd = True
     #: A static graph is a schedule of period one.
     period = 1
+    #: Symmetric here; :class:`~decentopt.topology.directed.DirectedTopology` is not.
+    directed = False
+
+    @cached_property
+    def is_tree(self) -> bool:
+        """Whether the graph is a tree (connected, ``n - 1`` edges): what RelaySGD relays over."""
+        return int(self.degrees.sum()) == 2 * (self.n - 1)
 
     @property
     def lam_min(self) -> float:
@@ -158,9 +165,14 @@ class Topology:
         )
 
     @property
+    def out_neighbors(self) -> tuple[tuple[int, ...], ...]:
+        """For each agent, the agents that read its row (its neighbours, W being symmetric)."""
+        return self.neighbors
+
+    @property
     def degrees(self) -> np.ndarray:
-        """Number of neighbours of each agent (self excluded)."""
-        return np.array([len(nb) for nb in self.neighbors])
+        """Number of messages each agent sends per round: its neighbours (self excluded)."""
+        return np.array([len(nb) for nb in self.out_neighbors])
 
     @property
     def max_degree(self) -> int:

@@ -34,7 +34,7 @@ from decentopt.comm.mixers.gather import GatherMixer
 from decentopt.comm.mixers.native import NativeMixer
 from decentopt.comm.mixers.rows import SparseRowsMixer
 from decentopt.comm.mixers.shift import ShiftMixer
-from decentopt.topology import Network, Topology, TopologySchedule
+from decentopt.topology import DirectedTopology, Network, Topology, TopologySchedule
 from decentopt.topology.sparse import SparseTopology
 
 __all__ = [
@@ -57,7 +57,7 @@ __all__ = [
 
 
 def _dense_stored(network: Network) -> bool:
-    return type(network) is Topology
+    return type(network) in (Topology, DirectedTopology)
 
 
 #: ``kernel="auto"``: mixers in the order states are offered to them, each with the rule

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from decentopt.comm.mixers.base import MixerBase, MixerUnavailable, register
-from decentopt.topology import Network, Topology
+from decentopt.topology import DirectedTopology, Network, Topology
 
 __all__ = ["SparseRowsMixer"]
 
@@ -40,7 +40,8 @@ class SparseRowsMixer(MixerBase):
     @staticmethod
     def suits(network: Network) -> bool:
         """Whether ``"auto"`` should consider it: a large, sparse graph stored dense."""
-        return type(network) is Topology and network.n >= _MIN_N and network.density <= _MAX_DENSITY
+        dense_stored = type(network) in (Topology, DirectedTopology)
+        return dense_stored and network.n >= _MIN_N and network.density <= _MAX_DENSITY
 
     def preferred(self, flat: torch.Tensor) -> bool:
         return flat.shape[1] >= _MIN_COLS

@@ -1,0 +1,126 @@
+"""Compression operators for gossip: what a message carries instead of the full vector.
+
+An operator ``Q`` maps each row (the last axis) of an agent's tensor to an
+approximation that costs fewer bytes on the wire. CHOCO-gossip (Koloskova, Stich,
+Jaggi, ICML 2019) needs ``Q`` to be a *contraction*: ``E||Q(x) - x||^2 <= (1 - delta)
+||x||^2`` for some ``delta`` in ``(0, 1]``. Every operator here is one:
+
+=============== ============================================= ========== =================
+name            Q(x) for a row of k entries                   delta      bytes per row
+=============== ============================================= ========== =================
+``none``        x                                             1          k e
+``top_k(r)``    the ``ceil(rk)`` entries of largest magnitude ``ceil(rk)   ``ceil(rk)(4+e)``
+                                                              / k``
+``random_k(r)`` ``ceil(rk)`` entries drawn at random (seeded) ``ceil(rk)   ``ceil(rk) e``
+                                                              / k``
+``qsgd(b)``     ``sign(x) ||x|| l / (s tau)``, ``l`` =        ``1/tau``  ``e +
+                stochastic rounding of ``s|x|/||x||`` to                 ceil(k(b+1)/8)``
+                ``0..s``, ``s = 2^b - 1``,
+                ``tau = 1 + min(k/s^2, sqrt(k)/s)``
+``sign``        ``(||x||_1 / k) sign(x)``                     ``||x||_1^2 ``e + ceil(k/8)``
+                                                              / (k
+                                                              ||x||^2)``
+=============== ============================================= ========== =================
+
+(``e``: bytes of one entry of the row's dtype; top-k sends 32-bit indices; random-k
+sends none, the receiver draws the same indices.) ``qsgd`` is the rescaled quantiser
+of the CHOCO paper (Alistarh et al.'s QSGD divided by ``tau``); a zero entry counts
+as positive under ``sign``.
+
+Randomness (random-k's indices, qsgd's rounding) comes from a generator seeded by
+``(seed, agent, row, round)``, so the simulator and a rank of torch.distributed draw
+the same numbers, and a receiver can redraw a sender's indices.
+
+Each operator offers :meth:`Compressor.compress` (all rows of several agents, the
+decoded values: what the simulator uses) and :meth:`~Compressor.encode` /
+:meth:`~Compressor.decode` (one agent's rows as bytes: what torch.distributed
+sends); ``decode(encode(x))`` equals ``compress(x)`` exactly (tested).
+
+Parse an operator from text with :func:`parse`: ``"top_k(0.1)"``, ``"random_k(0.01)"``,
+``"qsgd(4)"``, ``"sign"``, ``"none"``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from decentopt._checks import unknown_name
+from decentopt.compression._bits import generator_for
+from decentopt.compression.operators import (
+    COMPRESSORS,
+    QSGD,
+    Compressor,
+    Identity,
+    RandomK,
+    ScaledSign,
+    TopK,
+)
+
+__all__ = [
+    "COMPRESSORS",
+    "QSGD",
+    "Compressor",
+    "Identity",
+    "RandomK",
+    "ScaledSign",
+    "TopK",
+    "generator_for",
+    "parse",
+]
+
+#: The argument a bare value in parentheses sets (``top_k(0.1)`` is ``top_k(ratio=0.1)``).
+_FIRST = {"top_k": "ratio", "random_k": "ratio", "qsgd": "bits"}
+_SYNTAX = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*")
+
+
+def _value(text: str) -> Any:
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"compression argument {text!r} is not a number") from None
+
+
+def parse(spec: str | Compressor) -> Compressor:
+    """An operator from text (``"top_k(0.1)"``, ``"qsgd(bits=4, seed=1)"``, ``"sign"``)
+    or an operator itself."""
+    if isinstance(spec, Compressor):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"compression must be text such as 'top_k(0.1)' or an operator of "
+            f"decentopt.compression; got {type(spec).__name__} {spec!r}"
+        )
+    match = _SYNTAX.fullmatch(spec)
+    if match is None:
+        raise ValueError(
+            f"compression {spec!r}: write NAME or NAME(ARGS), e.g. 'top_k(0.1)', 'qsgd(4)', "
+            f"'sign', 'none'"
+        )
+    name, args = match.group(1).lower(), match.group(2)
+    if name not in COMPRESSORS:
+        raise ValueError(unknown_name("compression", name, COMPRESSORS))
+    kwargs: dict[str, Any] = {}
+    for k, part in enumerate(p for p in (args or "").split(",") if p.strip()):
+        if "=" in part:
+            key, raw = part.split("=", 1)
+            kwargs[key.strip()] = _value(raw)
+        elif k == 0 and name in _FIRST:
+            kwargs[_FIRST[name]] = _value(part)
+        else:
+            raise ValueError(
+                f"compression {spec!r}: name the argument {part.strip()!r} (KEY=VALUE)"
+            )
+    cls = COMPRESSORS[name]
+    try:
+        return cls(**kwargs)
+    except TypeError:
+        fields = [f for f in cls.__dataclass_fields__ if f != "name"]
+        raise ValueError(
+            f"compression {spec!r}: {name} takes {', '.join(fields)}; got {', '.join(kwargs)}"
+        ) from None

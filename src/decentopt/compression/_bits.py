@@ -1,0 +1,58 @@
+"""Seeded generators and bit packing shared by the compression operators."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+MASK = (1 << 64) - 1
+
+
+def splitmix(value: int) -> int:
+    value = (value + 0x9E3779B97F4A7C15) & MASK
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & MASK
+    return value ^ (value >> 31)
+
+
+def generator_for(seed: int, agent: int, row: int, round_: int) -> torch.Generator:
+    """A CPU generator seeded by ``(seed, agent, row, round)`` (hashed, so nearby keys
+    give unrelated streams)."""
+    key = 0
+    for part in (seed, agent, row, round_):
+        key = splitmix(key ^ (int(part) & MASK))
+    return torch.Generator().manual_seed(key >> 1)
+
+
+def pack(codes: torch.Tensor, width: int) -> torch.Tensor:
+    """Unsigned integer codes below ``2**width`` as a little-endian bit stream of bytes."""
+    shifts = torch.arange(width, device=codes.device)
+    bits = ((codes.to(torch.int64).unsqueeze(-1) >> shifts) & 1).reshape(-1)
+    pad = (-bits.numel()) % 8
+    if pad:
+        bits = torch.cat([bits, bits.new_zeros(pad)])
+    weights = 1 << torch.arange(8, device=codes.device)
+    return (bits.view(-1, 8) * weights).sum(dim=1).to(torch.uint8)
+
+
+def unpack(data: torch.Tensor, width: int, count: int) -> torch.Tensor:
+    """The ``count`` codes of :func:`pack` (int64)."""
+    bits = (data.to(torch.int64).unsqueeze(-1) >> torch.arange(8, device=data.device)) & 1
+    bits = bits.reshape(-1)[: count * width].view(count, width)
+    return (bits << torch.arange(width, device=data.device)).sum(dim=1)
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def from_bytes(data: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if data.storage_offset() % dtype.itemsize:  # a slice of a packed message: realign
+        data = data.clone()
+    return data.contiguous().view(dtype)
+
+
+def kept_count(ratio: float, k: int) -> int:
+    """Entries kept of a row of ``k``: ``ceil(ratio k)``, at least one."""
+    return max(1, min(k, math.ceil(ratio * k - 1e-9)))

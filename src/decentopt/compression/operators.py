@@ -1,0 +1,291 @@
+"""The compression operators (see :mod:`decentopt.compression` for their table)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from decentopt._checks import as_count, as_real
+from decentopt.compression._bits import (
+    as_bytes,
+    from_bytes,
+    generator_for,
+    kept_count,
+    pack,
+    unpack,
+)
+
+
+@dataclass(frozen=True)
+class Compressor:
+    """Base of the operators: rows along the last axis, one agent's rows as bytes."""
+
+    name: ClassVar[str] = ""
+    #: Seed of the operator's random choices (keyed further by agent, row and round).
+    seed: int = field(default=0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        seed = as_count(self.seed, f"{self.name}: seed")
+        object.__setattr__(self, "seed", seed)
+
+    # -- one agent's rows, for the wire --------------------------------------
+    def row_bytes(self, k: int, dtype: torch.dtype) -> int:
+        """Bytes of one encoded row of ``k`` entries."""
+        raise NotImplementedError
+
+    def nbytes(self, rows: int, k: int, dtype: torch.dtype) -> int:
+        """Bytes of one agent's message: ``rows`` rows of ``k`` entries."""
+        return rows * self.row_bytes(k, dtype)
+
+    def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def decode_row(
+        self, data: torch.Tensor, agent: int, index: int, round_: int, k: int, dtype: torch.dtype
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def encode(self, rows: torch.Tensor, agent: int, round_: int) -> torch.Tensor:
+        """One agent's ``(r, k)`` rows as ``nbytes(r, k, dtype)`` bytes (uint8)."""
+        parts = [self.encode_row(row, agent, i, round_) for i, row in enumerate(rows)]
+        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
+
+    def decode(
+        self, data: torch.Tensor, agent: int, round_: int, rows: int, k: int, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """The ``(rows, k)`` values that :meth:`encode` of ``agent`` at ``round_`` stands for."""
+        size = self.row_bytes(k, dtype)
+        out = [
+            self.decode_row(data[i * size : (i + 1) * size], agent, i, round_, k, dtype)
+            for i in range(rows)
+        ]
+        if not out:
+            return torch.empty(0, k, dtype=dtype, device=data.device)
+        return torch.stack(out)
+
+    # -- all agents at once, for the simulator -------------------------------
+    def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
+        """``Q`` of every row of ``z`` (``(m, r, k)``: ``m`` agents from ``first_agent``,
+        ``r`` rows each), decoded. The default goes through :meth:`encode` and
+        :meth:`decode`; operators override it with a vectorised equal."""
+        m, r, k = z.shape
+        out = torch.empty_like(z)
+        for a in range(m):
+            agent = first_agent + a
+            data = self.encode(z[a], agent, round_)
+            out[a] = self.decode(data, agent, round_, r, k, z.dtype)
+        return out
+
+    def _args(self) -> list[str]:
+        return []
+
+    def __str__(self) -> str:
+        args = self._args() + ([f"seed={self.seed}"] if self.seed else [])
+        return f"{self.name}({', '.join(args)})" if args else self.name
+
+
+@dataclass(frozen=True)
+class Identity(Compressor):
+    """No compression: the row itself (its bytes as they are)."""
+
+    name: ClassVar[str] = "none"
+
+    def row_bytes(self, k: int, dtype: torch.dtype) -> int:
+        return k * dtype.itemsize
+
+    def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
+        return as_bytes(row)
+
+    def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
+        return from_bytes(data, dtype)
+
+    def encode(self, rows: torch.Tensor, agent: int, round_: int) -> torch.Tensor:
+        return as_bytes(rows)
+
+    def decode(self, data, agent, round_, rows, k, dtype):  # type: ignore[no-untyped-def]
+        return from_bytes(data, dtype).view(rows, k)
+
+    def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
+        return z.clone()
+
+
+@dataclass(frozen=True)
+class _Sparsifier(Compressor):
+    ratio: float = 0.1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        ratio = as_real(self.ratio, f"{self.name}: ratio")
+        if not 0 < ratio <= 1:
+            raise ValueError(
+                f"{self.name}: ratio is the fraction of entries kept, in (0, 1]; got {ratio}"
+            )
+        object.__setattr__(self, "ratio", ratio)
+
+    def _args(self) -> list[str]:
+        return [f"{self.ratio:g}"]
+
+
+@dataclass(frozen=True)
+class TopK(_Sparsifier):
+    """The ``ceil(ratio k)`` entries of largest magnitude; indices sent as int32."""
+
+    name: ClassVar[str] = "top_k"
+
+    def row_bytes(self, k: int, dtype: torch.dtype) -> int:
+        return kept_count(self.ratio, k) * (4 + dtype.itemsize)
+
+    def _choose(self, rows: torch.Tensor) -> torch.Tensor:
+        kept = kept_count(self.ratio, rows.shape[-1])
+        # sorted so that the choice among equal magnitudes is the same everywhere
+        return rows.abs().topk(kept, dim=-1, sorted=True).indices
+
+    def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
+        idx = self._choose(row.unsqueeze(0))[0]
+        return torch.cat([as_bytes(idx.to(torch.int32)), as_bytes(row[idx])])
+
+    def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
+        kept = kept_count(self.ratio, k)
+        idx = from_bytes(data[: 4 * kept], torch.int32).to(torch.int64)
+        out = torch.zeros(k, dtype=dtype, device=data.device)
+        out[idx] = from_bytes(data[4 * kept :], dtype)
+        return out
+
+    def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
+        idx = self._choose(z)
+        return torch.zeros_like(z).scatter_(-1, idx, z.gather(-1, idx))
+
+
+@dataclass(frozen=True)
+class RandomK(_Sparsifier):
+    """``ceil(ratio k)`` entries at indices drawn from the ``(seed, agent, row, round)``
+    stream: only the values travel, the receiver redraws the indices."""
+
+    name: ClassVar[str] = "random_k"
+
+    def row_bytes(self, k: int, dtype: torch.dtype) -> int:
+        return kept_count(self.ratio, k) * dtype.itemsize
+
+    def _indices(self, agent: int, index: int, round_: int, k: int) -> torch.Tensor:
+        gen = generator_for(self.seed, agent, index, round_)
+        return torch.randperm(k, generator=gen)[: kept_count(self.ratio, k)]
+
+    def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
+        idx = self._indices(agent, index, round_, row.shape[0]).to(row.device)
+        return as_bytes(row[idx])
+
+    def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
+        idx = self._indices(agent, index, round_, k).to(data.device)
+        out = torch.zeros(k, dtype=dtype, device=data.device)
+        out[idx] = from_bytes(data, dtype)
+        return out
+
+    def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
+        m, r, k = z.shape
+        idx = torch.stack(
+            [
+                torch.stack([self._indices(first_agent + a, i, round_, k) for i in range(r)])
+                for a in range(m)
+            ]
+        ).to(z.device)
+        return torch.zeros_like(z).scatter_(-1, idx, z.gather(-1, idx))
+
+
+@dataclass(frozen=True)
+class QSGD(Compressor):
+    """Stochastic quantisation to ``bits`` bits of magnitude plus a sign bit, rescaled
+    by ``1/tau`` to be a contraction (the CHOCO paper's ``qsgd_s``)."""
+
+    name: ClassVar[str] = "qsgd"
+    bits: int = 4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        bits = as_count(self.bits, "qsgd: bits", minimum=1)
+        if bits > 7:
+            raise ValueError(
+                f"qsgd: bits must be 1 to 7 (8 bits per entry with the sign); got {bits}"
+            )
+        object.__setattr__(self, "bits", bits)
+
+    @property
+    def levels(self) -> int:
+        return (1 << self.bits) - 1
+
+    def tau(self, k: int) -> float:
+        s = self.levels
+        return 1.0 + min(k / s**2, math.sqrt(k) / s)
+
+    def row_bytes(self, k: int, dtype: torch.dtype) -> int:
+        return dtype.itemsize + math.ceil(k * (self.bits + 1) / 8)
+
+    def _codes(self, row: torch.Tensor, norm: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+        scaled = row.abs() / torch.where(norm > 0, norm, torch.ones_like(norm)) * self.levels
+        level = torch.floor(scaled + uniform.to(row.dtype)).clamp_(0, self.levels).to(torch.int64)
+        return level * 2 + (row < 0).to(torch.int64)
+
+    def _values(self, codes: torch.Tensor, norm: torch.Tensor, k: int) -> torch.Tensor:
+        sign = 1 - 2 * (codes & 1)
+        return (sign * (codes >> 1)).to(norm.dtype) * (norm / (self.levels * self.tau(k)))
+
+    def _uniform(self, agent: int, index: int, round_: int, k: int) -> torch.Tensor:
+        gen = generator_for(self.seed, agent, index, round_)
+        return torch.rand(k, generator=gen, dtype=torch.float64)
+
+    def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
+        norm = torch.linalg.vector_norm(row)
+        uniform = self._uniform(agent, index, round_, row.shape[0]).to(row.device)
+        codes = self._codes(row, norm, uniform)
+        return torch.cat([as_bytes(norm.reshape(1)), pack(codes, self.bits + 1)])
+
+    def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
+        size = dtype.itemsize
+        norm = from_bytes(data[:size], dtype)[0]
+        return self._values(unpack(data[size:], self.bits + 1, k), norm, k)
+
+    def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
+        m, r, k = z.shape
+        uniform = torch.stack(
+            [
+                torch.stack([self._uniform(first_agent + a, i, round_, k) for i in range(r)])
+                for a in range(m)
+            ]
+        ).to(z.device)
+        norm = torch.linalg.vector_norm(z, dim=-1, keepdim=True)
+        return self._values(self._codes(z, norm, uniform), norm, k)
+
+    def _args(self) -> list[str]:
+        return [str(self.bits)]
+
+
+@dataclass(frozen=True)
+class ScaledSign(Compressor):
+    """``(||x||_1 / k) sign(x)``: one bit per entry and one scale per row."""
+
+    name: ClassVar[str] = "sign"
+
+    def row_bytes(self, k: int, dtype: torch.dtype) -> int:
+        return dtype.itemsize + math.ceil(k / 8)
+
+    def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
+        scale = row.abs().mean().reshape(1)
+        return torch.cat([as_bytes(scale), pack((row < 0).to(torch.int64), 1)])
+
+    def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
+        size = dtype.itemsize
+        scale = from_bytes(data[:size], dtype)[0]
+        negative = unpack(data[size:], 1, k)
+        return (1 - 2 * negative).to(dtype) * scale
+
+    def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
+        scale = z.abs().mean(dim=-1, keepdim=True)
+        return torch.where(z < 0, -scale, scale)
+
+
+#: Every operator by the name :func:`parse` reads.
+COMPRESSORS: dict[str, type[Compressor]] = {
+    cls.name: cls for cls in (Identity, TopK, RandomK, QSGD, ScaledSign)
+}

@@ -1,0 +1,231 @@
+"""Directed graphs: column-stochastic mixing for push-sum methods (SGP, Push-DIGing).
+
+Over a directed graph agent ``j`` *sends* to its out-neighbours and cannot hear
+back from them, so ``W`` cannot be symmetric. Push-sum methods need only
+
+1. ``w_ij >= 0``, with ``w_ij > 0`` exactly when ``j`` sends to ``i`` (or ``i = j``);
+2. ``W`` column-stochastic: ``1^T W = 1^T`` (every agent splits its mass among itself
+   and its out-neighbours: nothing is lost or created);
+3. ``w_jj > 0`` (every agent keeps some of its own mass);
+4. the graph strongly connected (every agent reaches every other along edges),
+   for a static graph; for a time-varying one, the union over a period.
+
+:class:`DirectedTopology` checks these and refuses any other matrix with an
+:class:`~decentopt.topology.topology.AssumptionError` naming the fix. The rows
+need not sum to one: then ``W^t`` tends to ``pi 1^T`` with ``pi`` the Perron
+vector of ``W`` (not the uniform average), which push-sum corrects by dividing by
+the mixed weights ``W^t 1``.
+
+Builders: :func:`directed_ring`, :func:`directed_exponential` (agent ``i`` sends to
+``i + 2^k``), :func:`random_directed` (random out-links over a directed ring, weights
+``1/(1 + out-degree)``: column- but not row-stochastic), :func:`from_digraph` (any
+adjacency) and the time-varying :func:`directed_one_peer_exponential` (Assran et
+al., ICML 2019: at round ``m`` agent ``i`` sends to ``i + 2^m`` only: one message per
+agent per round, where the symmetrised version of
+:func:`~decentopt.topology.time_varying.one_peer_exponential` needs two).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+import numpy as np
+
+from decentopt._checks import as_real
+from decentopt.topology.schedule import GossipRound, TopologySchedule
+from decentopt.topology.topology import _TOL, AssumptionError, Topology, _as_numpy
+
+__all__ = [
+    "DirectedTopology",
+    "check_column_stochastic",
+    "directed_exponential",
+    "directed_one_peer_exponential",
+    "directed_ring",
+    "from_digraph",
+    "random_directed",
+]
+
+
+def _strongly_connected(A: np.ndarray) -> bool:
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+
+    count = connected_components(sp.csr_matrix(A != 0), directed=True, connection="strong")[0]
+    return int(count) == 1
+
+
+def check_column_stochastic(W: object, *, tol: float = _TOL) -> np.ndarray:
+    """Validate a directed mixing matrix (module docstring) and return it as float64."""
+    arr = _as_numpy(W)
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
+        raise AssumptionError(
+            f"the mixing matrix must be square (n x n) with n >= 1; got shape {arr.shape}"
+        )
+    if not np.all(np.isfinite(arr)):
+        raise AssumptionError("the mixing matrix contains NaN or inf entries")
+    if np.min(arr) < -tol:
+        i, j = np.unravel_index(np.argmin(arr), arr.shape)
+        raise AssumptionError(
+            f"W[{i}, {j}] = {arr[i, j]:.3g} is negative; mixing weights must be >= 0 "
+            "(use from_digraph on the graph's adjacency)"
+        )
+    col_err = np.abs(arr.sum(axis=0) - 1.0)
+    if col_err.max() > tol:
+        j = int(np.argmax(col_err))
+        raise AssumptionError(
+            f"W is not column-stochastic: column {j} (what agent {j} sends, itself included) "
+            f"sums to {arr[:, j].sum():.6g}, not 1; divide each column by its sum, or build "
+            "W with from_digraph (weights 1/(1 + out-degree))"
+        )
+    diag = np.diag(arr)
+    if np.min(diag) <= 0:
+        i = int(np.argmin(diag))
+        raise AssumptionError(
+            f"w_ii = {diag[i]:.3g} <= 0 for agent {i}: every agent must keep part of its own "
+            "mass; apply the lazy transform (W + I) / 2 (topology.lazy())"
+        )
+    if arr.shape[0] > 1 and not _strongly_connected(arr - np.diag(diag)):
+        raise AssumptionError(
+            "the directed graph is not strongly connected: some agent cannot reach another "
+            "along the edges, so no consensus is possible; add edges (e.g. a directed ring)"
+        )
+    return arr
+
+
+class DirectedTopology(Topology):
+    """A column-stochastic ``W`` over a strongly connected directed graph.
+
+    ``w_ij > 0`` means agent ``i`` reads (receives) agent ``j``'s row: ``neighbors[i]``
+    are whom ``i`` receives from, ``out_neighbors[j]`` whom ``j`` sends to.
+    """
+
+    directed = True
+    psd = False
+
+    def __post_init__(self) -> None:
+        arr = check_column_stochastic(self.W)
+        object.__setattr__(self, "_W_np", arr)
+        import torch
+
+        object.__setattr__(self, "W", torch.from_numpy(arr.copy()))
+
+    @cached_property
+    def eigenvalues(self) -> np.ndarray:
+        """Eigenvalues of ``W`` (complex in general), by increasing modulus."""
+        values = np.linalg.eigvals(self._W_np)
+        return values[np.argsort(np.abs(values), kind="stable")]
+
+    @cached_property
+    def lam(self) -> float:
+        """The second largest eigenvalue modulus: the rate at which ``W^t`` tends to ``pi 1^T``."""
+        return float(np.abs(self.eigenvalues[-2])) if self.n > 1 else 0.0
+
+    @property
+    def lam_min(self) -> float:
+        """Smallest real part of an eigenvalue (``W`` is not symmetric: not a PSD check)."""
+        return float(self.eigenvalues.real.min())
+
+    @cached_property
+    def out_neighbors(self) -> tuple[tuple[int, ...], ...]:  # type: ignore[override]
+        return tuple(
+            tuple(int(i) for i in np.flatnonzero(col) if i != j)
+            for j, col in enumerate(self._W_np.T)
+        )
+
+    @property
+    def is_tree(self) -> bool:  # type: ignore[override]
+        return False
+
+    @cached_property
+    def doubly_stochastic(self) -> bool:
+        """Whether the rows sum to one too (then ``pi`` is uniform and no weights are needed)."""
+        return bool(np.abs(self._W_np.sum(axis=1) - 1).max() <= _TOL)
+
+    def lazy(self) -> DirectedTopology:
+        return DirectedTopology((self._W_np + np.eye(self.n)) / 2, name=f"lazy({self.name})")
+
+    def summary(self) -> dict[str, float | int | str]:
+        return {
+            "name": self.name,
+            "n": self.n,
+            "directed": "yes (column-stochastic)",
+            "row sums 1": str(self.doubly_stochastic),
+            "second eigenvalue modulus": self.lam,
+            "max out-degree": self.max_degree,
+        }
+
+    def __repr__(self) -> str:
+        return f"DirectedTopology({self.name}, n={self.n}, |lambda_2|={self.lam:.6f})"
+
+
+def _agents(n: object, minimum: int = 1) -> int:
+    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < minimum:
+        raise ValueError(f"the number of agents n must be an integer >= {minimum}; got {n!r}")
+    return int(n)
+
+
+def from_digraph(adjacency: object, *, name: str = "digraph") -> DirectedTopology:
+    """Column-stochastic weights on a directed graph: ``adjacency[j, i] != 0`` means
+    ``j`` sends to ``i``; agent ``j`` keeps and sends ``1 / (1 + out-degree_j)`` each."""
+    A = _as_numpy(adjacency)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"the adjacency matrix must be square; got shape {A.shape}")
+    A = (A != 0).astype(np.float64)
+    np.fill_diagonal(A, 0.0)
+    share = 1.0 / (1.0 + A.sum(axis=1))  # per sender j
+    W = A.T * share[None, :]
+    W[np.diag_indices_from(W)] = share
+    return DirectedTopology(W, name=name)
+
+
+def _shift_links(n: int, offsets: list[int]) -> np.ndarray:
+    A = np.zeros((n, n))
+    idx = np.arange(n)
+    for o in offsets:
+        if o % n:
+            A[idx, (idx + o) % n] = 1.0
+    return A
+
+
+def directed_ring(n: int) -> DirectedTopology:
+    """Agent ``i`` sends to ``i + 1 mod n`` only: ``W = (I + P)/2`` (rows sum to one too)."""
+    n = _agents(n)
+    return from_digraph(_shift_links(n, [1]), name=f"directed_ring({n})")
+
+
+def directed_exponential(n: int) -> DirectedTopology:
+    """Agent ``i`` sends to ``i + 2^k mod n`` for ``2^k < n``; uniform weights
+    ``1/(1 + ceil(log2 n))`` (a static exponential graph, one direction)."""
+    n = _agents(n)
+    offsets = [2**k for k in range(max(0, math.ceil(math.log2(n))))] if n > 1 else []
+    return from_digraph(_shift_links(n, offsets), name=f"directed_exponential({n})")
+
+
+def random_directed(n: int, p: float = 0.2, seed: int = 0) -> DirectedTopology:
+    """A directed ring (for strong connectivity) plus every other link ``j -> i`` with
+    probability ``p``; weights ``1/(1 + out-degree)``: column- but not row-stochastic."""
+    n = _agents(n)
+    p = as_real(p, "random_directed: p")
+    if not 0 <= p <= 1:
+        raise ValueError(f"random_directed: p is a probability in [0, 1]; got {p}")
+    rng = np.random.default_rng(seed)
+    A = (rng.random((n, n)) < p).astype(np.float64)
+    A = np.maximum(A, _shift_links(n, [1]))
+    return from_digraph(A, name=f"random_directed({n}, p={p:g})")
+
+
+def directed_one_peer_exponential(n: int) -> TopologySchedule:
+    """Round ``m``: agent ``i`` sends to ``i + 2^m mod n`` (``m`` cycling through
+    ``0 .. ceil(log2 n) - 1``) and keeps half: ``W_t = (I + P_m)/2``, one message per agent
+    per round. For ``n`` a power of two the product over a period is the exact average."""
+    n = _agents(n)
+    idx = np.arange(n)
+    rounds = []
+    for m in range(math.ceil(math.log2(n)) if n > 1 else 0):
+        o = 2**m
+        receivers, senders = (idx + o) % n, idx
+        rounds.append(GossipRound.from_entries(n, receivers, senders, np.full(n, 0.5)))
+    if not rounds:
+        rounds.append(GossipRound.from_entries(n, np.zeros(0), np.zeros(0), np.zeros(0)))
+    return TopologySchedule(n, f"directed_one_peer_exponential({n})", tuple(rounds), directed=True)

@@ -1,0 +1,66 @@
+"""Trees: the graphs RelaySGD relays over (Vogels et al., NeurIPS 2021).
+
+On a tree every pair of agents is joined by exactly one path, so a message relayed
+along the edges reaches every agent once: RelaySum sums each agent's value exactly
+once, after as many rounds as the agents are apart. Each builder returns a
+:class:`~decentopt.topology.Topology` (Metropolis weights, lazy where an eigenvalue
+would be negative), so every other method runs on the same tree for comparison.
+
+* :func:`chain` -- agents in a line, ``i -- i + 1`` (diameter ``n - 1``);
+* :func:`binary_tree` -- agent ``i`` below ``(i - 1) // 2`` (diameter about ``2 log2 n``);
+* :func:`spanning_tree` -- the breadth-first tree of any connected topology from a root
+  (the RelaySum paper's spanning trees of a given network);
+* :func:`~decentopt.topology.star` is a tree too.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import networkx as nx
+
+from decentopt.topology.graphs import _require_n, from_networkx
+from decentopt.topology.topology import Topology
+
+__all__ = ["binary_tree", "chain", "spanning_tree"]
+
+
+def _tree(n: int, edges: list[tuple[int, int]], name: str) -> Topology:
+    graph = nx.Graph()
+    graph.add_nodes_from(range(n))
+    graph.add_edges_from(edges)
+    return from_networkx(graph, name=name)
+
+
+def chain(n: int) -> Topology:
+    """Agents ``0 .. n-1`` in a line."""
+    n = _require_n(n)
+    return _tree(n, [(i, i + 1) for i in range(n - 1)], f"chain({n})")
+
+
+def binary_tree(n: int) -> Topology:
+    """A complete binary tree in heap order: agent ``i > 0`` hangs below ``(i - 1) // 2``."""
+    n = _require_n(n)
+    return _tree(n, [(i, (i - 1) // 2) for i in range(1, n)], f"binary_tree({n})")
+
+
+def spanning_tree(network: Topology, root: int = 0) -> Topology:
+    """The breadth-first spanning tree of ``network``'s graph from ``root`` (neighbours in
+    ascending order): distances from the root stay those of the graph."""
+    if not isinstance(network, Topology) or network.directed:
+        raise TypeError(
+            "spanning_tree needs a static undirected Topology; "
+            f"got {getattr(network, 'name', network)!r}"
+        )
+    n = network.n
+    if not 0 <= root < n:
+        raise ValueError(f"spanning_tree: root must be an agent in 0 .. {n - 1}; got {root}")
+    seen, edges, queue = {root}, [], deque([root])
+    while queue:
+        i = queue.popleft()
+        for j in network.neighbors[i]:
+            if j not in seen:
+                seen.add(j)
+                edges.append((i, j))
+                queue.append(j)
+    return _tree(n, edges, f"spanning_tree({network.name})")

@@ -1,0 +1,126 @@
+"""Compression operators: wire format = vectorised form, byte counts, contraction, parsing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from decentopt import compression
+from decentopt.compression import COMPRESSORS, parse
+
+SPECS = [
+    "none",
+    "top_k(0.3)",
+    "random_k(0.3)",
+    "qsgd(2)",
+    "qsgd(7)",
+    "sign",
+    "random_k(0.5, seed=3)",
+]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_decode_of_encode_is_the_vectorised_operator(spec, dtype):
+    codec = parse(spec)
+    z = torch.randn(4, 3, 13, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    q = codec.compress(z, 5, 9)
+    for a in range(4):
+        data = codec.encode(z[a], 5 + a, 9)
+        assert data.dtype == torch.uint8
+        assert data.numel() == codec.nbytes(3, 13, dtype)  # the count is what travels
+        back = codec.decode(data, 5 + a, 9, 3, 13, dtype)
+        assert torch.equal(back, q[a])
+
+
+def test_bytes_per_row():
+    k = 200
+    assert parse("none").row_bytes(k, torch.float32) == 800
+    assert parse("top_k(0.01)").row_bytes(k, torch.float32) == 2 * (4 + 4)
+    assert parse("random_k(0.1)").row_bytes(k, torch.float64) == 20 * 8
+    assert parse("qsgd(4)").row_bytes(k, torch.float32) == 4 + math.ceil(200 * 5 / 8)
+    assert parse("sign").row_bytes(k, torch.float32) == 4 + 25
+    # at least one entry, however small the ratio
+    assert parse("top_k(0.001)").row_bytes(10, torch.float32) == 8
+
+
+def test_top_k_keeps_the_largest_entries_and_is_a_contraction():
+    z = torch.tensor([[[0.1, -3.0, 0.5, 2.0, -0.2]]])
+    q = parse("top_k(0.4)").compress(z, 0, 0)
+    assert torch.equal(q, torch.tensor([[[0.0, -3.0, 0.0, 2.0, 0.0]]]))
+    x = torch.randn(50, 1, 40, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    err = (parse("top_k(0.25)").compress(x, 0, 0) - x).pow(2).sum(-1)
+    assert bool((err <= (1 - 10 / 40) * x.pow(2).sum(-1) + 1e-12).all())  # delta = k/d
+
+
+@pytest.mark.parametrize(("spec", "delta"), [("random_k(0.25)", 0.25), ("qsgd(2)", None)])
+def test_random_operators_contract_in_expectation(spec, delta):
+    """E||Q(x) - x||^2 <= (1 - delta) ||x||^2, averaged over rounds (independent draws)."""
+    codec = parse(spec)
+    x = torch.randn(1, 1, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    delta = delta or 1 / codec.tau(64)
+    errors = torch.stack([(codec.compress(x, 0, r) - x).pow(2).sum() for r in range(400)])
+    assert errors.mean() <= (1 - delta) * x.pow(2).sum() * 1.05
+    # qsgd's quantiser is unbiased before its 1/tau rescaling
+    if spec.startswith("qsgd"):
+        mean = torch.stack([codec.compress(x, 0, r) for r in range(400)]).mean(0)
+        torch.testing.assert_close(mean * codec.tau(64), x, atol=0.15, rtol=0)
+
+
+def test_draws_depend_on_agent_row_round_and_seed():
+    codec = parse("random_k(0.25)")
+    x = torch.randn(2, 2, 16, generator=torch.Generator().manual_seed(3))
+    q = codec.compress(x, 0, 0)
+    kept = (q != 0).to(torch.int64)
+    assert not torch.equal(kept[0, 0], kept[1, 0])  # agents
+    assert not torch.equal(kept[0, 0], kept[0, 1])  # rows
+    assert not torch.equal(kept, (codec.compress(x, 0, 1) != 0).to(torch.int64))  # rounds
+    other = parse("random_k(0.25, seed=1)")
+    assert not torch.equal(kept, (other.compress(x, 0, 0) != 0).to(torch.int64))
+    assert torch.equal(q, codec.compress(x, 0, 0))  # and only on them
+
+
+def test_sign_scale_and_zero_vector():
+    z = torch.tensor([[[1.0, -3.0, 0.0, 2.0]]])
+    assert torch.equal(parse("sign").compress(z, 0, 0), torch.tensor([[[1.5, -1.5, 1.5, 1.5]]]))
+    zero = torch.zeros(1, 1, 5)
+    for spec in SPECS:
+        assert torch.equal(parse(spec).compress(zero, 0, 0), zero)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_text_round_trip(spec):
+    codec = parse(spec)
+    assert parse(str(codec)) == codec
+    assert parse(codec) is codec
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("topk(0.1)", "did you mean 'top_k'"),
+        ("top_k(1.5)", r"in \(0, 1\]"),
+        ("top_k(0)", r"in \(0, 1\]"),
+        ("qsgd(0)", ">= 1"),
+        ("qsgd(9)", "1 to 7"),
+        ("top_k(a)", "not a number"),
+        ("top_k(0.1, 2)", "name the argument"),
+        ("sign(ratio=0.1)", "sign takes seed"),
+        ("top_k(", "NAME or NAME"),
+    ],
+)
+def test_bad_text_names_the_fix(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse(text)
+    with pytest.raises(TypeError, match="text such as"):
+        parse(0.1)  # type: ignore[arg-type]
+
+
+def test_registry_lists_every_operator():
+    assert set(COMPRESSORS) == {"none", "top_k", "random_k", "qsgd", "sign"}
+    gen = compression.generator_for(1, 2, 3, 4)
+    assert torch.equal(
+        torch.rand(3, generator=gen), torch.rand(3, generator=compression.generator_for(1, 2, 3, 4))
+    )
