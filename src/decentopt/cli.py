@@ -19,7 +19,7 @@ from decentopt.distributed.launch import launch
 from decentopt.experiments import ConfigError, RunSpec, load_spec, run_spec, write_report
 from decentopt.experiments.claims import check_claims, claims_markdown
 from decentopt.experiments.spec import PAPER_PRESETS
-from decentopt.experiments.studies import run_methods, run_table1
+from decentopt.experiments.studies import run_compression, run_methods, run_table1
 from decentopt.experiments.topologies import run_topologies
 from decentopt.results import FolderBusy
 
@@ -170,7 +170,7 @@ def _study(args: argparse.Namespace) -> int:
         )
     else:
         claims = (lambda spec: _claims(spec) if spec.claims else None) if args.check else None
-        files = run_methods(
+        files = PRESET_STUDIES[name](
             out,
             quick=args.quick,
             claims=claims or (lambda _: None),
@@ -183,11 +183,14 @@ def _study(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Studies made of presets, each run and reported in its own folder.
+PRESET_STUDIES = {"methods": run_methods, "compression": run_compression}
 #: Reproduction targets that are studies rather than run specifications.
 STUDIES: dict[str, Callable[[argparse.Namespace], int]] = {
     "table1": _study,
     "methods": _study,
     "topologies": _study,
+    "compression": _study,
 }
 
 

@@ -48,6 +48,12 @@ LABELS = {
     "extra": "EXTRA",
     "nids": "NIDS",
     "mt": "Momentum Tracking",
+    "choco_dsgd": "CHOCO-SGD",
+    "choco_ed": "CHOCO-ED",
+    "choco_edm": "CHOCO-EDM",
+    "sgp": "SGP",
+    "push_diging": "Push-DIGing",
+    "relaysgd": "RelaySGD",
 }
 METRIC_LABELS = {
     "dist_to_opt": r"$\frac{1}{n}\sum_i \|x_i - x^\star\|^2$",

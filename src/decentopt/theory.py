@@ -229,6 +229,16 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
     if isinstance(topo, TopologySchedule):
         return _schedule_report(topo, L=L, beta=beta)
     deg = topo.degrees
+    if topo.directed:  # the theorems assume a symmetric W: no step sizes from them
+        return [
+            ("topology", topo.name),
+            ("n", str(topo.n)),
+            ("lambda = |2nd eigenvalue of P|", f"{topo.lam:.6f}"),
+            ("1 - lambda", f"{1 - topo.lam:.6g}"),
+            ("messages sent (min / mean / max)", f"{deg.min()} / {deg.mean():.2f} / {deg.max()}"),
+            ("P", _DIRECTED + ("; also row-stochastic" if topo.doubly_stochastic else "")),
+            ("Assumption 1", _NOT_SYMMETRIC),
+        ]
     rows = [
         ("topology", topo.name),
         ("n", str(topo.n)),
@@ -238,6 +248,8 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
         ("degree (min / mean / max)", f"{deg.min()} / {deg.mean():.2f} / {deg.max()}"),
         ("Assumption 1", "holds (symmetric, doubly stochastic, w_ii > 0, W >= 0)"),
     ]
+    if topo.is_tree:
+        rows.append(("tree", "yes: relaying (relaysgd) averages exactly over it"))
     if topo.lam < 1:
         for theorem, bound in ((1, nonconvex_step_size), (2, pl_step_size)):
             label = f"max alpha, Theorem {theorem} (L={L:g}, beta={beta:g})"
@@ -245,7 +257,22 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
     return rows
 
 
+#: What a directed graph satisfies, and what it does not.
+_DIRECTED = "column-stochastic, p_ii > 0, strongly connected"
+_NOT_SYMMETRIC = "does not apply (not symmetric): run the push-sum methods sgp, push_diging"
+
+
 def _schedule_report(schedule: Any, *, L: float, beta: float) -> list[tuple[str, str]]:
+    if schedule.directed:
+        per_round = ("P_t per round", _DIRECTED + " over a period")
+        assumption = ("Assumption 1", _NOT_SYMMETRIC)
+    else:
+        per_round = (
+            "Assumption 1 per round",
+            "symmetric, doubly stochastic, w_ii > 0"
+            + (", W_t >= 0" if schedule.psd else "; some W_t have a negative eigenvalue"),
+        )
+        assumption = None
     rows = [
         ("topology", schedule.name),
         ("n", str(schedule.n)),
@@ -257,12 +284,10 @@ def _schedule_report(schedule: Any, *, L: float, beta: float) -> list[tuple[str,
         ),
         ("lambda per round", f"{schedule.lam:.6f}"),
         ("most peers per round", str(schedule.max_degree)),
-        (
-            "Assumption 1 per round",
-            "symmetric, doubly stochastic, w_ii > 0"
-            + (", W_t >= 0" if schedule.psd else "; some W_t have a negative eigenvalue"),
-        ),
+        per_round,
     ]
+    if assumption is not None:
+        return [*rows, assumption]
     if schedule.lam < 1:
         for theorem, bound in ((1, nonconvex_step_size), (2, pl_step_size)):
             label = f"max alpha, Theorem {theorem} at lambda per round (heuristic)"

@@ -335,3 +335,44 @@ def test_without_restarts_a_dead_worker_ends_the_job_with_its_code(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 9 and "no restarts left" in done.stderr
     assert time.monotonic() - start < 120
+
+
+#: variants on graphs of their own, compressed gossip among them, one agent per process
+OWN_GRAPHS = (
+    TINY_TRAINING.replace('name = "tiny-dist"', 'name = "graphs"').replace(
+        "epochs = 2", "epochs = 1"
+    )
+    + '[algorithms.choco]\nmethod = "choco_dsgd"\ncompression = "top_k(0.1)"\ngamma = 0.5\n'
+    + '[algorithms.sgp]\ntopology = "directed_ring"\n'
+    + '[algorithms.relaysgd]\ntopology = "chain"\n'
+)
+
+
+def test_variants_on_graphs_of_their_own_run_one_agent_per_process(tmp_path):
+    """Push-sum over a directed graph, relaying over a chain and compressed gossip, each
+    variant on its own graph: over torch.distributed as in the simulator."""
+    config = tmp_path / "graphs.toml"
+    config.write_text(OWN_GRAPHS)
+    cmd = [str(config), "--out", str(tmp_path / "dist"), "--no-progress"]
+    done = subprocess.run(
+        [sys.executable, "-m", "decentopt", "launch", "-n", "4", "-m", "decentopt", "run", *cmd],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    alone = subprocess.run(
+        [sys.executable, "-m", "decentopt", "run", *cmd[:1], "--out", str(tmp_path / "sim"),
+         "--no-progress"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    dist, sim = (read_csv(tmp_path / k / "results.csv") for k in ("dist", "sim"))
+    last = {r["algorithm"]: r for r in dist}
+    assert set(last) == {"edm", "choco", "sgp", "relaysgd"}
+    steps = last["edm"]["step"]
+    # one message per agent on the directed ring, two on the ring and at the chain's middle
+    assert last["sgp"]["busiest_messages"] == steps
+    assert last["edm"]["busiest_messages"] == last["relaysgd"]["busiest_messages"] == 2 * steps
+    assert last["choco"]["bytes_per_agent"] < 0.25 * last["edm"]["bytes_per_agent"]
+    for a, b in zip(sim, dist, strict=True):  # the simulator counts the same messages
+        assert (a["algorithm"], a["busiest_messages"]) == (b["algorithm"], b["busiest_messages"])
+        assert a["bytes_per_agent"] == pytest.approx(b["bytes_per_agent"]), a["algorithm"]

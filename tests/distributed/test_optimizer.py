@@ -344,3 +344,24 @@ def test_wrapping_sgd_as_dsgd_is_the_dsgd_optimizer():
         assert torch.equal(p, q)
     with pytest.raises(ValueError, match="wrap combines a base optimizer's update"):
         wrap(torch.optim.SGD(b.parameters(), lr=0.1), "dsgt", comm)
+
+
+def test_compressed_public_copies_stay_float64_for_a_float32_model_and_survive_a_save():
+    """CHOCO's X_hat and S accumulate in float64 (their rounding would drift ED/EDM);
+    the optimizer keeps them so, through state_dict and load_state_dict."""
+    comm = SimulatedCommunicator(dopt.topology.complete(1))
+    model, x, y = model_and_data()
+    model.float()
+    opt = DecentralizedOptimizer(
+        model.parameters(), "choco_edm", comm, lr=0.1, beta=0.5, compression="qsgd(4)", gamma=0.5
+    )
+    run(opt, model, x.float(), y, 3)
+    state = opt.state[model[0].weight]
+    assert state["x_hat"].dtype == state["s"].dtype == torch.float64
+    assert state["m"].dtype == model[0].weight.dtype == torch.float32
+    again = DecentralizedOptimizer(
+        model.parameters(), "choco_edm", comm, lr=0.1, beta=0.5, compression="qsgd(4)", gamma=0.5
+    )
+    again.load_state_dict(opt.state_dict())
+    run(again, model, x.float(), y, 1)
+    assert again.state[model[0].weight]["x_hat"].dtype == torch.float64

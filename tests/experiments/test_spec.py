@@ -313,3 +313,35 @@ def test_absurd_sizes_are_refused_before_anything_is_written(tmp_path):
     assert 0 < check_memory(small, available=1e12) < 1e8  # mostly the run's fixed overhead
     with pytest.warns(UserWarning, match="will take days"):
         load_spec(write(tmp_path, BASE.replace("iterations = 50", "iterations = 1e12")))
+
+
+def test_a_variant_may_run_on_a_graph_of_its_own(tmp_path):
+    own = BASE + '[algorithms.sgp]\ntopology = "directed_ring"\n'
+    own += '[algorithms.relay]\nmethod = "relaysgd"\ntopology = {name = "binary_tree"}\n'
+    spec = load_spec(write(tmp_path, own))
+    assert spec.algorithms["sgp"].topology == {"name": "directed_ring"}
+    assert spec.build_topology("sgp").directed and spec.build_topology("relay").is_tree
+    assert spec.algorithms["ed"].topology is None and spec.topology_of("ed") == spec.topology
+    # a variant on the shared graph keeps the fingerprint it had before graphs of its own
+    plain = load_spec(write(tmp_path, BASE, "plain.toml"))
+    assert spec.fingerprint("ed") == plain.fingerprint("ed")
+    moved = load_spec(
+        write(tmp_path, own.replace('"directed_ring"', '"random_directed"'), "b.toml")
+    )
+    assert moved.fingerprint("sgp") != spec.fingerprint("sgp")
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('[algorithms.dmsgd]\ntopology = "directed_ring"\n', "dmsgd runs on a symmetric"),
+        ("[algorithms.relaysgd]\n", r"relaysgd runs on a static tree.*topology = \"chain\""),
+        ("[algorithms.sgp]\ntopology = 3\n", "give a graph's name or a table"),
+        ('[algorithms.sgp]\ntopology = "moon"\n', "unknown topology 'moon'"),
+        ('[algorithms.sgp]\ntopology = {name = "random_directed", q = 1}\n', "unknown key 'q'"),
+    ],
+)
+def test_a_graph_a_method_cannot_run_on_is_refused_naming_the_variant(tmp_path, table, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        load_spec(write(tmp_path, BASE + table))
+    assert "[algorithms." in str(info.value)

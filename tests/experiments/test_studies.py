@@ -5,6 +5,7 @@ import torch
 
 from decentopt.cli import main
 from decentopt.experiments import load_spec, studies
+from decentopt.experiments.spec import PRESET_DIR, tomllib
 from tests.experiments.test_spec import BASE, NEURAL, write
 
 
@@ -12,11 +13,32 @@ from tests.experiments.test_spec import BASE, NEURAL, write
 def test_methods_presets_compare_the_same_grid_and_name_real_variants(name):
     spec = load_spec(name, quick=True)
     methods = {v.method for v in spec.algorithms.values()}
-    assert methods == {"edm", "extra", "nids", "mt", "ed", "dsgt_hb"}
+    exact = {"edm", "extra", "nids", "mt", "ed", "dsgt_hb"}
+    beyond = {"push_diging", "relaysgd"}  # on a directed graph and on a chain
+    assert methods == exact | (beyond if spec.panel else set())
     assert len(spec.algorithms) == 3 * len(methods)  # three step sizes each
+    for label, variant in spec.algorithms.items():
+        own = {"push_diging": "directed_one_peer_exponential", "relaysgd": "chain"}
+        assert spec.topology_of(label)["name"] == own.get(variant.method, "ring")
     for claim in spec.claims:  # a typo would silently leave a claim unmeasurable
         for label in [w.strip('",.[]') for w in claim.test.split() if "(lr=" in w]:
             assert label in spec.algorithms, (name, label)
+
+
+@pytest.mark.parametrize("name", studies.COMPRESSION)
+def test_compression_presets_name_real_variants_and_compress_tenfold_and_hundredfold(name):
+    spec = load_spec(name, quick=True)
+    ratios = {v.hyperparams.get("compression") for v in spec.algorithms.values()}
+    assert {"top_k(0.1)", "top_k(0.01)"} <= ratios  # ratios 1/10 and 1/100; 1: the rest
+    assert spec.params.d == 100  # a ratio of 1/100 keeps one entry
+    for label, variant in spec.algorithms.items():
+        directed = variant.method in ("sgp", "push_diging")
+        assert spec.build_topology(label).directed == directed
+    raw = tomllib.loads((PRESET_DIR / f"{name}.toml").read_text())
+    for table in raw["claims"]:  # a typo would silently leave a claim unmeasurable
+        named = [table.get("algorithm"), *table.get("others", []), *table.get("algorithms", [])]
+        assert {n for n in named if n} <= set(spec.algorithms), (name, table["text"])
+    assert len(spec.claims) == len(raw["claims"]) >= 4
 
 
 @pytest.mark.slow
@@ -43,3 +65,20 @@ def test_methods_study_reports_tuned_steps_rounds_and_claims(tmp_path, monkeypat
     header = rows[0].split(",")
     last = [dict(zip(header, r.split(","), strict=True)) for r in rows[1:]][-1]
     assert last["algorithm"].startswith("dsgt_hb") and int(last["rounds"]) == 2 * 50 - 1
+
+
+@pytest.mark.slow
+def test_compression_study_draws_errors_against_bytes_and_judges_claims(tmp_path, monkeypatch):
+    body = BASE.split("[defaults]")[0].replace("d = 3", "d = 20")
+    body += "[defaults]\nlr = 0.05\n[algorithms.dsgd]\n"
+    body += '[algorithms.choco]\nmethod = "choco_dsgd"\ncompression = "top_k(0.1)"\n'
+    body += 'gamma = 0.3\n[algorithms.sgp]\nbeta = 0.0\ntopology = "directed_ring"\n'
+    body += '[[claims]]\ntext = "x"\ncheck = "fewer_bytes"\nalgorithm = "choco"\n'
+    body += 'others = ["dsgd"]\nthreshold = 10.0\n'
+    monkeypatch.setattr(studies, "COMPRESSION", (str(write(tmp_path, body, "c.toml")),))
+    out = tmp_path / "study"
+    assert main(["reproduce", "compression", "--check", "--out", str(out), "--no-progress"]) == 0
+    text = (out / "summary.md").read_text()
+    assert "bytes per iteration" in text and "## Claims" in text
+    assert "sends fewer bytes per agent than DSGD" in text
+    assert (out / "tiny" / "tiny.png").is_file()

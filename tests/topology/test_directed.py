@@ -8,6 +8,7 @@ import torch
 
 import decentopt as dopt
 from decentopt.comm import MultiRound, SimulatedCommunicator
+from decentopt.theory import topology_report
 from decentopt.topology import AssumptionError, DirectedTopology
 
 
@@ -107,3 +108,15 @@ def test_registry_builds_the_new_graphs_by_name():
     for name in ("chain", "binary_tree", "directed_ring", "directed_exponential", "random_directed",
                  "directed_one_peer_exponential"):  # fmt: skip
         assert dopt.topology.make(name, 8).n == 8
+
+
+def test_the_topology_report_of_a_directed_graph_states_what_holds_and_gives_no_theorem_steps():
+    for graph in (dopt.topology.directed_ring(8), dopt.topology.directed_one_peer_exponential(8)):
+        rows = dict(topology_report(graph))
+        assert "push-sum" in rows["Assumption 1"] and "not symmetric" in rows["Assumption 1"]
+        assert not any("Theorem" in key for key in rows)
+    assert "also row-stochastic" in dict(topology_report(dopt.topology.directed_ring(8)))["P"]
+    rows = dict(topology_report(dopt.topology.random_directed(8, 0.3, seed=1)))
+    assert rows["P"].startswith("column-stochastic") and "row" not in rows["P"]
+    assert "relaying" in dict(topology_report(dopt.topology.chain(5)))["tree"]
+    assert "tree" not in dict(topology_report(dopt.topology.ring(5)))

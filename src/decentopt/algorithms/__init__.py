@@ -9,6 +9,7 @@ from decentopt.algorithms.base import (
     AlgorithmState,
     HyperParams,
     MomentumHyperParams,
+    check_network,
     momentum_direction,
 )
 from decentopt.algorithms.choco_dsgd import ChocoDSGD, ChocoState
@@ -77,6 +78,7 @@ __all__ = [
     "RelaySGD",
     "RelayState",
     "SGPState",
+    "check_network",
     "hyperparameters",
     "make",
     "momentum_direction",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import torch
 
 from decentopt.algorithms.base import HyperParams, check_initial_point
-from decentopt.algorithms.choco_dsgd import check_choco, choco_gossip
+from decentopt.algorithms.choco_dsgd import check_choco, choco_gossip, public_copies
 from decentopt.algorithms.ed import correct
 from decentopt.algorithms.registry import register
 from decentopt.compression import Compressor
@@ -60,8 +60,8 @@ class ChocoED(HyperParams):
 
     def init(self, x0: torch.Tensor) -> ChocoEDState:
         x0 = check_initial_point(x0, self.name)
-        zeros = torch.zeros_like(x0)
-        return ChocoEDState(x=x0, psi=x0.clone(), x_hat=zeros, s=zeros.clone())
+        x_hat, s = public_copies(x0)
+        return ChocoEDState(x=x0, psi=x0.clone(), x_hat=x_hat, s=s)
 
     def step(self, state: ChocoEDState, grad: torch.Tensor, comm: Communicator) -> ChocoEDState:
         phi, psi = correct(state.x, state.psi, grad, self.lr_at(state.t))

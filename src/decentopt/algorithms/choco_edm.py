@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import torch
 
 from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
-from decentopt.algorithms.choco_dsgd import check_choco, choco_gossip
+from decentopt.algorithms.choco_dsgd import check_choco, choco_gossip, public_copies
 from decentopt.algorithms.ed import correct
 from decentopt.algorithms.registry import register
 from decentopt.compression import Compressor
@@ -69,8 +69,8 @@ class ChocoEDM(MomentumHyperParams):
 
     def init(self, x0: torch.Tensor) -> ChocoEDMState:
         x0 = check_initial_point(x0, self.name)
-        zeros = torch.zeros_like(x0)
-        return ChocoEDMState(x=x0, psi=x0.clone(), m=zeros, x_hat=zeros.clone(), s=zeros.clone())
+        x_hat, s = public_copies(x0)
+        return ChocoEDMState(x=x0, psi=x0.clone(), m=torch.zeros_like(x0), x_hat=x_hat, s=s)
 
     def step(self, state: ChocoEDMState, grad: torch.Tensor, comm: Communicator) -> ChocoEDMState:
         m, direction = momentum_direction(state.m, grad, self)

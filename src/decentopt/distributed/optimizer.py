@@ -201,7 +201,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             if name in alg.agent_fields:
                 known = next((v for v in saved if v is not None), None)
                 value = getattr(fresh, name) if known is None else known.detach().unsqueeze(0)
-                parts[name] = value.to(dtype=x.dtype, device=x.device).clone()
+                parts[name] = value.to(dtype=getattr(fresh, name).dtype, device=x.device).clone()
                 continue
             pieces = []
             offset = 0
@@ -211,7 +211,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                 else:
                     lead = piece.shape[: piece.ndim - p.dim()]
                     piece = piece.detach().reshape(*lead, p.numel())
-                pieces.append(piece.to(dtype=p.dtype, device=p.device))
+                # the algorithm's dtype for the field (wider for CHOCO's public copies)
+                pieces.append(piece.to(dtype=getattr(fresh, name).dtype, device=p.device))
                 offset += p.numel()
             if len({piece.shape[:-1] for piece in pieces}) > 1:
                 raise RuntimeError(

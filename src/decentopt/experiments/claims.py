@@ -24,6 +24,9 @@ Thresholds (the constants below; ``docs/experiments.md`` gives their reasons):
 * *Linear convergence to a neighbourhood*: a negative slope of ``log(error)`` over
   the transient and a flat tail. *Faster*: each run's settling iteration, by the
   ``2 SE`` rule; never settling in some run is slower than always settling.
+* *Fewer bytes*: each run's settling iteration (below the claim's own ``threshold``
+  when it names one) times the bytes an agent sends per iteration, compared as the
+  settling iterations are.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from decentopt.analysis import ALPHA, compare, compare_settling, mean_se
+from decentopt.analysis import ALPHA, compare, compare_settling, mean_se, settling_step
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.summary import Stat, heterogeneity_slope, levels_by_zeta
 from decentopt.plotting import LABELS
@@ -97,14 +100,19 @@ def ordered_verdict(order: int | None, strict: bool) -> bool | None:
     return {-1: True, 1: False}.get(order, None if strict else True)
 
 
-def _settle_text(s: Stat) -> str:
-    arr = np.asarray(s.settle, dtype=float)
+def _runs_text(values: Sequence[float], digits: str = ".0f", se_digits: str = ".0f") -> str:
+    """Per-run values (``inf``: never) as their mean ± standard error, or how many never."""
+    arr = np.asarray(values, dtype=float)
     if not arr.size:
         return "n/a"
     if np.isinf(arr).any():
         return f"never in {int(np.isinf(arr).sum())}/{arr.size} runs"
     mean, se = mean_se(arr)
-    return f"{mean:.0f}" if np.isnan(se) else f"{mean:.0f} ± {se:.0f}"
+    return f"{mean:{digits}}" if np.isnan(se) else f"{mean:{digits}} ± {se:{se_digits}}"
+
+
+def _settle_text(s: Stat) -> str:
+    return _runs_text(s.settle)
 
 
 def heterogeneity_effect(algs: Sequence[str], expect: str) -> Callable[[Stats], Verdict]:
@@ -175,6 +183,46 @@ SETTLING = Measure(
     ("sooner", "same within noise", "later"),
     "iterations to settle below the threshold, {alg} per level",
 )
+
+
+def bytes_to_settle(stat: Stat, threshold: float | None = None) -> tuple[float, ...]:
+    """Each run's bytes sent per agent until it settles (``inf``: never), below
+    ``threshold`` (None: the specification's, as in ``settle``)."""
+    if threshold is None:
+        iters = stat.settle
+    else:
+        steps = np.asarray(stat.steps)
+        found = (settling_step(steps, np.asarray(c), threshold) for c in stat.curves)
+        iters = tuple(float("inf") if v is None else float(v) for v in found)
+    return tuple(v * stat.bytes_per_step if np.isfinite(v) else v for v in iters)
+
+
+def _bytes_measure(threshold: float | None, factor: float = 1.0) -> Measure:
+    def order(a: Stat, b: Stat, comparisons: int) -> int | None:
+        exact = a.deterministic and b.deterministic
+        return compare_settling(
+            [v * factor for v in bytes_to_settle(a, threshold)],
+            bytes_to_settle(b, threshold),
+            comparisons=comparisons,
+            exact=exact,
+        )
+
+    def describe(s: Stat) -> str:
+        text = _runs_text(bytes_to_settle(s, threshold), ".3g", ".1g")
+        return text if text.startswith(("n/a", "never")) else f"{text} B"
+
+    below = "the threshold" if threshold is None else f"{threshold:g}"
+    words = ("fewer", "as many within noise", "more")
+    if factor != 1:
+        words = tuple(f"{w} after x{factor:g}" for w in words)  # type: ignore[assignment]
+    return Measure(
+        order,
+        describe,
+        words,
+        f"bytes sent per agent to settle below {below}, {{alg}} per level",
+    )
+
+
 #: What a comparison says when it cannot be made.
 UNKNOWN = "no standard error: one run of a problem with gradient noise"
 
@@ -217,8 +265,14 @@ def held_back_by_tracking(stats: Stats) -> Verdict:
     )
 
 
-def converges_linearly(stats: Stats) -> Verdict:
-    """No divergence, a negative transient slope of log(error), a flat tail."""
+def converges_linearly(stats: Stats, algorithms: Sequence[str] | None = None) -> Verdict:
+    """No divergence, a negative transient slope of log(error), a flat tail (for every
+    method, or for ``algorithms``)."""
+    if algorithms is not None:
+        missing = [a for a in algorithms if a not in _algs(stats)]
+        if missing:
+            return Verdict(None, f"needs {_names(missing)}")
+        stats = {k: v for k, v in stats.items() if k[1] in algorithms}
     verdicts, slow, moving, bad = [], [], [], []
     for (lv, alg), s in sorted(stats.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         if s.diverged:
@@ -260,6 +314,29 @@ def _ordering(measure: Measure, strict: bool, words: str) -> Callable[..., Any]:
     return make
 
 
+def _converges(
+    algorithms: Sequence[str] | None = None,
+) -> tuple[Callable[[Stats], Verdict], str]:
+    test = "no divergence; negative slope of log(error) over the transient; flat tail"
+    if algorithms is None:
+        return converges_linearly, test
+    return lambda stats: converges_linearly(stats, algorithms), f"{_names(algorithms)}: {test}"
+
+
+def _fewer_bytes(
+    algorithm: str, others: Sequence[str], threshold: float | None = None, factor: float = 1.0
+) -> tuple[Callable[[Stats], Verdict], str]:
+    if not factor >= 1:
+        raise TypeError(f"factor must be at least 1 (how many times fewer); got {factor}")
+    below = "the threshold" if threshold is None else f"{threshold:g}"
+    times = "fewer" if factor == 1 else f"{factor:g} times fewer"
+    test = (
+        f"{_name(algorithm)} sends {times} bytes per agent than {_names(others)} to settle "
+        f"below {below} {_SIG}, at every level"
+    )
+    return ordered(_bytes_measure(threshold, factor), algorithm, others, strict=True), test
+
+
 def _effect(expect: str, test: str) -> Callable[..., Any]:
     def make(algorithms: Sequence[str]) -> tuple[Callable[[Stats], Verdict], str]:
         return heterogeneity_effect(algorithms, expect), test.format(_names(algorithms))
@@ -270,10 +347,7 @@ def _effect(expect: str, test: str) -> Callable[..., Any]:
 #: Checks a ``[[claims]]`` table can name (``check = "NAME"`` plus its arguments), each
 #: giving the check and the test it applies, in words.
 CHECKS: dict[str, Callable[..., tuple[Callable[[Stats], Verdict], str]]] = {
-    "converges_linearly": lambda: (
-        converges_linearly,
-        "no divergence; negative slope of log(error) over the transient; flat tail",
-    ),
+    "converges_linearly": _converges,
     "trapped": _effect("trapped", f"log-log slope of {{}}'s steady error vs ζ² >= {TRAPPED_SLOPE}"),
     "unaffected": _effect(
         "unaffected", f"steady error of {{}} grows at most x{UNAFFECTED_GROWTH} over the ζ² range"
@@ -282,6 +356,7 @@ CHECKS: dict[str, Callable[..., tuple[Callable[[Stats], Verdict], str]]] = {
     "steady_not_above": _ordering(STEADY, False, "has a steady error not above"),
     "settles_sooner": _ordering(SETTLING, True, "settles below the threshold sooner than"),
     "settles_no_later": _ordering(SETTLING, False, "settles below the threshold no later than"),
+    "fewer_bytes": _fewer_bytes,
     "held_back_by_tracking": lambda: (
         held_back_by_tracking,
         "EDM settles sooner than DSGT-HB, and DSGT-HB no sooner than DSGT (momentum gains "

@@ -12,6 +12,7 @@ agent, gossips with its neighbours, and rank 0 writes the results.
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import re
 import signal
@@ -179,7 +180,18 @@ def run_spec(
     check_memory(spec)  # before anything is built or written
     kind, seeds = spec.params, spec.seeds
     topo = spec.build_topology()
-    shared = DistributedCommunicator(topo, timeout=spec.timeout) if job.world > 1 else None
+    graphs: dict[str, tuple[Any, DistributedCommunicator | None]] = {}
+
+    def graph_for(label: str) -> tuple[Any, DistributedCommunicator | None]:
+        """The variant's graph (built once per distinct table) and, under torchrun, the
+        communicator over it (made in the same order on every rank: units run in order)."""
+        key = json.dumps(spec.topology_of(label), sort_keys=True, default=repr)
+        if key not in graphs:
+            network = spec.build_topology(label)
+            comm = DistributedCommunicator(network, timeout=spec.timeout) if job.world > 1 else None
+            graphs[key] = (network, comm)
+        return graphs[key]
+
     barrier = lambda: job.barrier(spec.timeout)  # noqa: E731
     store = ResultStore(Path(out) / "runs", force=force, writer=job.main, barrier=barrier)
     keep_freed_memory()
@@ -205,7 +217,10 @@ def run_spec(
     def compute(variant: Variant, group: tuple[int, ...] | None, folder: Path) -> tuple[list, dict]:
         problem = problem_for(group)
         run = None if group is None else group[0]
-        comm = shared or SimulatedCommunicator(topo)
+        network, shared = graph_for(variant.label)
+        if shared is not None:  # every unit starts at round 0 (schedules, counts, seeds)
+            shared.stats.reset()
+        comm = shared or SimulatedCommunicator(network)
         if spec.mix_rounds > 1:
             comm = MultiRound(comm, spec.mix_rounds, spec.acceleration)
         if shared is not None:
@@ -268,6 +283,8 @@ def run_spec(
                 if group is not None and len(group) > 1:
                     info["runs"] = list(group)
                 info["hyperparams"] = variant.hyperparams
+                if variant.topology is not None:
+                    info["topology"] = variant.topology
                 folder = unit_folder(name)
                 if folder in {u.name for u, _, _ in units}:
                     raise ConfigError(

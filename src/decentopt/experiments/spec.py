@@ -20,7 +20,6 @@ import copy
 import dataclasses
 import hashlib
 import inspect
-import itertools
 import json
 import re
 import sys
@@ -41,6 +40,7 @@ from decentopt.comm.cost import NetworkModel
 from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.legacy import renamed
+from decentopt.experiments.variants import Variant, variants
 
 __all__ = ["PAPER_PRESETS", "PRESETS", "ConfigError", "RunSpec", "Seeds", "Variant", "load_spec"]
 
@@ -71,18 +71,6 @@ class Seeds:
     data: int = bounded(0, minimum=0, maximum=MAX_SEED)
     noise: int = bounded(1, minimum=0, maximum=MAX_SEED)
     graph: int = bounded(0, minimum=0, maximum=MAX_SEED)
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One labelled algorithm setting: ``method`` with its hyper-parameters."""
-
-    label: str
-    method: str
-    hyperparams: dict[str, Any]
-
-    def make(self, **changes: Any) -> Any:
-        return algorithms.make(self.method, **(self.hyperparams | changes))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,6 +130,8 @@ class RunSpec(_Shared):
         payload = {k: v for k, v in whole.items() if k not in PRESENTATION}
         payload["algorithms"] = dataclasses.asdict(self.algorithms[label])
         payload["algorithms"].pop("label")
+        if payload["algorithms"]["topology"] is None:  # the shared graph: hashed above
+            payload["algorithms"].pop("topology")
         payload["run"] = run
         payload["rows"] = ROW_FORMAT
         blob = json.dumps(payload, sort_keys=True, default=repr)
@@ -170,10 +160,17 @@ class RunSpec(_Shared):
         seed = self.seeds.data + runs[0]
         return self.params.build(agents=self.agents, runs=len(runs), seed=seed, rank=rank)
 
-    def build_topology(self) -> topology.Network:
-        """The graph of ``[topology]`` over ``agents``; a bad option is a :class:`ConfigError`
-        naming the file, the table and the fix."""
-        spec = dict(self.topology)
+    def topology_of(self, label: str | None = None) -> dict[str, Any]:
+        """The ``[topology]`` table the variant ``label`` runs on (None: the shared one)."""
+        own = None if label is None else self.algorithms[label].topology
+        return self.topology if own is None else own
+
+    def build_topology(self, label: str | None = None) -> topology.Network:
+        """The graph of ``[topology]`` (or of the variant ``label``'s own ``topology``) over
+        ``agents``; a bad option is a :class:`ConfigError` naming the file, the table and
+        the fix."""
+        spec = dict(self.topology_of(label))
+        table = "[topology]" if spec == self.topology else f"[algorithms.{label}] topology"
         name = spec.pop("name")
         builder = topology.REGISTRY[name]
         if "seed" in inspect.signature(builder).parameters:
@@ -181,11 +178,11 @@ class RunSpec(_Shared):
         try:
             network = builder(self.agents, **spec)
         except (TypeError, ValueError) as exc:  # AssumptionError is a ValueError
-            raise ConfigError(f"{self.source} [topology] ({name}): {exc}") from None
+            raise ConfigError(f"{self.source} {table} ({name}): {exc}") from None
         if network.n != self.agents:
             options = ", ".join(f"{k} = {v!r}" for k, v in spec.items())
             raise ConfigError(
-                f"{self.source} [topology]: {name} with {options} has {network.n} agents, not "
+                f"{self.source} {table}: {name} with {options} has {network.n} agents, not "
                 f"agents = {self.agents}; choose options for {self.agents} agents (a grid's "
                 "cols must divide agents, or leave cols out for the squarest shape)"
             )
@@ -269,48 +266,23 @@ def load_spec(
     return validate(raw, source)
 
 
-def _variants(top: _File, source: str) -> dict[str, Variant]:
-    """``[algorithms.LABEL]`` tables with ``[defaults]``; list values expand into a grid."""
-    if not top.algorithms:
-        raise ConfigError(f"{source} [algorithms]: list at least one, e.g. [algorithms.edm]")
-    out: dict[str, Variant] = {}
-    used: set[str] = set()
-    for label, table in top.algorithms.items():
-        where = f"{source} [algorithms.{label}]"
-        if not re.fullmatch(r"[A-Za-z0-9_][\w.+-]*", label):
-            # a label names the folder of its results: nothing outside --out may be touched
+def _check_graphs(spec: RunSpec) -> None:
+    """Build every graph once (its options checked) and refuse a method on a graph it
+    cannot run on (a push-sum method needs a directed graph, relaying a tree)."""
+    graphs: dict[str, Any] = {}
+    for label, variant in spec.algorithms.items():
+        key = json.dumps(spec.topology_of(label), sort_keys=True, default=repr)
+        if key not in graphs:
+            graphs[key] = spec.build_topology(label)
+        method = variant.make()
+        try:
+            algorithms.check_network(method, graphs[key])
+        except ValueError as exc:
+            example = {"tree": "chain", "symmetric": "ring"}.get(method.requires, "ring")
             raise ConfigError(
-                f"{source} [algorithms.{label!r}]: an algorithm label must be a plain name "
-                "(letters, digits, '_', '-', '.', '+'; not starting with '.' or '-'), e.g. "
-                "[algorithms.edm_fast]"
-            )
-        if not isinstance(table, dict):
-            raise ConfigError(f"{where}: must be a table of hyper-parameters")
-        method = table.get("method", label)
-        if method not in algorithms.REGISTRY:
-            what, names = "method" if "method" in table else "algorithm", algorithms.names()
-            raise ConfigError(f"{source} [algorithms]: {unknown_name(what, method, names)}")
-        fields = algorithms.hyperparameters(method)
-        merged = {k: v for k, v in (top.defaults | table).items() if k in fields or k in table}
-        merged.pop("method", None)
-        used |= merged.keys()
-        grid = {k: v for k, v in merged.items() if isinstance(v, list)}
-        if not all(grid.values()):
-            raise ConfigError(f"{where}: a grid needs at least one value")
-        for values in itertools.product(*grid.values()):
-            point = dict(zip(grid, values, strict=True))
-            args = ", ".join(f"{k}={v}" for k, v in point.items())
-            name = f"{label}({args})" if point else label
-            variant = Variant(name, method, merged | point)
-            try:
-                variant.make()
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"{where}: {exc}") from None
-            out[name] = variant
-    unused = sorted(set(top.defaults) - used)
-    if unused:
-        raise ConfigError(f"{source} [defaults]: no listed algorithm has the field(s) {unused}")
-    return out
+                f"{spec.source} [algorithms.{label}]: {exc}; give the variant a graph of its "
+                f'own, e.g. topology = "{example}"'
+            ) from None
 
 
 def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
@@ -359,9 +331,10 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     spec = RunSpec(
         **shared | {"name": top.name or Path(source).stem, "topology": topo, "metric": metric},
         params=params,
-        algorithms=_variants(top, source),
+        algorithms=variants(top.algorithms, top.defaults, source),
         claims=claims,
         source=source,
     )
     spec.build_topology()  # every option checked now, with the file and table named
+    _check_graphs(spec)
     return spec

@@ -19,6 +19,10 @@ For each (heterogeneity level, algorithm):
 * ``rate``: the fitted slope of ``log |mean error - limit|`` against the
   iteration over the transient (:func:`~decentopt.analysis.transient_rate`); negative means linear
   convergence to the limit;
+* ``bytes_per_step``: bytes each agent sends per iteration on average (compressed
+  messages count what they carry), so that iterations convert to bytes sent;
+* ``steps`` and ``curves``: the recorded steps and each surviving run's curve (for a
+  check with its own threshold);
 * ``runs``, ``tail_points``, ``tail_from``, ``tail_to``: what the
   steady state rests on; with a single run of a problem with gradient noise the
   standard error is NaN (unknown: comparisons are then inconclusive), of a
@@ -61,6 +65,9 @@ class Stat:
     tail_to: int = 0
     #: the problem has no gradient noise: a single run's value is exact (its SE is 0)
     deterministic: bool = False
+    bytes_per_step: float = float("nan")
+    steps: tuple[float, ...] = ()
+    curves: tuple[tuple[float, ...], ...] = ()
 
     @property
     def still_decreasing(self) -> bool:
@@ -78,10 +85,13 @@ def summarise(
         lambda: defaultdict(list)
     )
     zetas: dict[tuple[float, str], list[float]] = defaultdict(list)
+    sent: dict[tuple[float, str], tuple[int, float]] = {}  # the last (step, bytes per agent)
     for row in rows:
         key = (float(row[param]), row["algorithm"])
         grouped[key][row["run"]].append((row["step"], row[metric]))
         zetas[key].append(row.get("zeta2", key[0]))  # kinds without zeta2 order by level
+        if row["step"] > 0 and row["step"] >= sent.get(key, (0, 0.0))[0]:
+            sent[key] = (row["step"], float(row.get("bytes_per_agent", float("nan"))))
     stats = {}
     for key, reps in grouped.items():
         curves = []
@@ -93,6 +103,8 @@ def summarise(
         alive = np.all(np.isfinite(values), axis=1)
         tail = steps >= steps[-1] - 0.1 * (steps[-1] - steps[0])
         zeta2 = float(np.mean(zetas[key]))
+        last, sent_bytes = sent.get(key, (0, float("nan")))
+        per_step = sent_bytes / last if last else float("nan")
         if alive.any():
             per_rep = values[alive][:, tail].mean(axis=1)
             mean_curve = values[alive].mean(axis=0)
@@ -118,9 +130,21 @@ def summarise(
                 tail_from=int(steps[tail][0]),
                 tail_to=int(steps[-1]),
                 deterministic=exact,
+                bytes_per_step=per_step,
+                steps=tuple(float(v) for v in steps),
+                curves=tuple(tuple(map(float, c)) for c in values[alive]),
             )
         else:
-            stat = Stat(np.nan, np.nan, np.nan, None, len(values), zeta2, deterministic=exact)
+            stat = Stat(
+                np.nan,
+                np.nan,
+                np.nan,
+                None,
+                len(values),
+                zeta2,
+                deterministic=exact,
+                bytes_per_step=per_step,
+            )
         stats[key] = stat
     return stats
 

@@ -1,0 +1,92 @@
+"""The ``[algorithms]`` tables of a specification: labelled variants, grids, own graphs."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from decentopt import algorithms, topology
+from decentopt._checks import unknown_name
+from decentopt._schema import ConfigError
+
+__all__ = ["Variant", "variants"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One labelled algorithm setting: ``method`` with its hyper-parameters, and the graph
+    it runs on when that is not the specification's ``[topology]`` (a directed graph for
+    push-sum methods, a tree for relaying)."""
+
+    label: str
+    method: str
+    hyperparams: dict[str, Any]
+    topology: dict[str, Any] | None = None
+
+    def make(self, **changes: Any) -> Any:
+        return algorithms.make(self.method, **(self.hyperparams | changes))
+
+
+def variants(tables: dict[str, Any], defaults: dict[str, Any], source: str) -> dict[str, Variant]:
+    """``[algorithms.LABEL]`` tables with ``[defaults]``; list values expand into a grid."""
+    if not tables:
+        raise ConfigError(f"{source} [algorithms]: list at least one, e.g. [algorithms.edm]")
+    out: dict[str, Variant] = {}
+    used: set[str] = set()
+    for label, table in tables.items():
+        where = f"{source} [algorithms.{label}]"
+        if not re.fullmatch(r"[A-Za-z0-9_][\w.+-]*", label):
+            # a label names the folder of its results: nothing outside --out may be touched
+            raise ConfigError(
+                f"{source} [algorithms.{label!r}]: an algorithm label must be a plain name "
+                "(letters, digits, '_', '-', '.', '+'; not starting with '.' or '-'), e.g. "
+                "[algorithms.edm_fast]"
+            )
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: must be a table of hyper-parameters")
+        method = table.get("method", label)
+        if method not in algorithms.REGISTRY:
+            what, names = "method" if "method" in table else "algorithm", algorithms.names()
+            raise ConfigError(f"{source} [algorithms]: {unknown_name(what, method, names)}")
+        fields = algorithms.hyperparameters(method)
+        merged = {k: v for k, v in (defaults | table).items() if k in fields or k in table}
+        merged.pop("method", None)
+        graph = _own_topology(merged.pop("topology", None), where)
+        used |= merged.keys()
+        grid = {k: v for k, v in merged.items() if isinstance(v, list)}
+        if not all(grid.values()):
+            raise ConfigError(f"{where}: a grid needs at least one value")
+        for values in itertools.product(*grid.values()):
+            point = dict(zip(grid, values, strict=True))
+            args = ", ".join(f"{k}={v}" for k, v in point.items())
+            name = f"{label}({args})" if point else label
+            variant = Variant(name, method, merged | point, graph)
+            try:
+                variant.make()
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+            out[name] = variant
+    unused = sorted(set(defaults) - used)
+    if unused:
+        raise ConfigError(f"{source} [defaults]: no listed algorithm has the field(s) {unused}")
+    return out
+
+
+def _own_topology(value: Any, where: str) -> dict[str, Any] | None:
+    """A variant's ``topology``: a name (``"chain"``) or a table (``{name = "...", ...}``)."""
+    if value is None:
+        return None
+    table = {"name": value} if isinstance(value, str) else value
+    if not isinstance(table, dict) or not isinstance(table.get("name"), str):
+        raise ConfigError(
+            f"{where} topology: give a graph's name or a table with one, e.g. "
+            f'topology = "chain" or topology = {{name = "random_directed", p = 0.2}}; '
+            f"found {value!r}"
+        )
+    try:
+        topology.check_arguments(table["name"], {k: v for k, v in table.items() if k != "name"})
+    except ValueError as exc:
+        raise ConfigError(f"{where} topology: {exc}") from None
+    return dict(table)
