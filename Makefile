@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_neural.py
 	$(PY) benchmarks/bench_comm.py
 	$(PY) benchmarks/bench_topologies.py
+	$(PY) benchmarks/bench_compression.py
 
 clean:
 	rm -rf $(VENV) results

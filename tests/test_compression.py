@@ -124,3 +124,18 @@ def test_registry_lists_every_operator():
     assert torch.equal(
         torch.rand(3, generator=gen), torch.rand(3, generator=compression.generator_for(1, 2, 3, 4))
     )
+
+
+@pytest.mark.parametrize("width", [1, 3, 5, 8])
+def test_bit_packing_is_one_format_on_every_device(width):
+    """numpy's packing (CPU) and the torch operations (accelerators) write the same bytes
+    and read each other's, from aligned and unaligned slices of a message."""
+    from decentopt.compression import _bits
+
+    codes = torch.randint(0, 2**width, (1001,), generator=torch.Generator().manual_seed(width))
+    data = _bits.pack(codes, width)
+    assert torch.equal(data, _bits.pack_with_torch(codes, width))
+    assert data.numel() == -(-1001 * width // 8)
+    message = torch.cat([torch.zeros(3, dtype=torch.uint8), data])[3:]
+    for read in (_bits.unpack, _bits.unpack_with_torch):
+        assert torch.equal(read(message, width, 1001), codes)

@@ -180,6 +180,8 @@ def optimizer_patterns(rank: int, comm: DistributedCommunicator, out: Path) -> N
     chain = DistributedCommunicator(dopt.topology.chain(4), timeout=5.0)
     for variant, (name, extra) in VARIANTS.items():
         for overlap in (False, True):  # every parameter its own bucket and gossip round
+            for shared in (comm, chain):  # both runs from round 0: random operators key on it
+                shared.stats.reset()
             model = tiny_net([rank]).model
             opt = dopt.distributed.DecentralizedOptimizer(
                 model.parameters(), name, chain if on_tree(variant) else comm,

@@ -44,3 +44,14 @@ def test_spanning_tree_errors():
         dopt.topology.spanning_tree(dopt.topology.ring(4), root=4)
     with pytest.raises(TypeError, match="static undirected"):
         dopt.topology.spanning_tree(dopt.topology.directed_ring(4))
+
+
+@pytest.mark.parametrize(("graph", "options"), [("torus", {}), ("erdos_renyi", {"p": 0.3})])
+def test_the_spanning_tree_of_a_named_graph_uses_only_its_links(graph, options):
+    tree = dopt.topology.make("spanning_tree", 16, graph=graph, seed=2, **options)
+    base = dopt.topology.make(graph, 16, **({"seed": 2} | options if options else {}))
+    assert tree.is_tree and tree.n == 16
+    for i in range(16):
+        assert set(tree.neighbors[i]) <= set(base.neighbors[i])
+    with pytest.raises(ValueError, match="unknown graph to span 'moon'"):
+        dopt.topology.make("spanning_tree", 16, graph="moon")

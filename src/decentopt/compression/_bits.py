@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 MASK = (1 << 64) - 1
@@ -26,7 +27,17 @@ def generator_for(seed: int, agent: int, row: int, round_: int) -> torch.Generat
 
 
 def pack(codes: torch.Tensor, width: int) -> torch.Tensor:
-    """Unsigned integer codes below ``2**width`` as a little-endian bit stream of bytes."""
+    """Unsigned integer codes below ``2**width`` (``width <= 8``) as a little-endian bit
+    stream of bytes (numpy's bit packing on the CPU, where messages are staged)."""
+    if codes.device.type == "cpu":
+        small = codes.to(torch.uint8).numpy().reshape(-1, 1)
+        bits = np.unpackbits(small, axis=1, count=width, bitorder="little")
+        return torch.from_numpy(np.packbits(bits.reshape(-1), bitorder="little"))
+    return pack_with_torch(codes, width)
+
+
+def pack_with_torch(codes: torch.Tensor, width: int) -> torch.Tensor:
+    """:func:`pack` in torch operations, for tensors on an accelerator."""
     shifts = torch.arange(width, device=codes.device)
     bits = ((codes.to(torch.int64).unsqueeze(-1) >> shifts) & 1).reshape(-1)
     pad = (-bits.numel()) % 8
@@ -38,6 +49,16 @@ def pack(codes: torch.Tensor, width: int) -> torch.Tensor:
 
 def unpack(data: torch.Tensor, width: int, count: int) -> torch.Tensor:
     """The ``count`` codes of :func:`pack` (int64)."""
+    if data.device.type == "cpu":
+        raw = data.contiguous().numpy()
+        bits = np.unpackbits(raw, count=count * width, bitorder="little").reshape(count, width)
+        codes = np.packbits(bits, axis=1, bitorder="little")[:, 0]
+        return torch.from_numpy(codes.astype(np.int64))
+    return unpack_with_torch(data, width, count)
+
+
+def unpack_with_torch(data: torch.Tensor, width: int, count: int) -> torch.Tensor:
+    """:func:`unpack` in torch operations, for tensors on an accelerator."""
     bits = (data.to(torch.int64).unsqueeze(-1) >> torch.arange(8, device=data.device)) & 1
     bits = bits.reshape(-1)[: count * width].view(count, width)
     return (bits << torch.arange(width, device=data.device)).sum(dim=1)

@@ -54,6 +54,24 @@ from decentopt.topology.trees import binary_tree, chain, spanning_tree
 #: A static graph or a time-varying one: what communicators accept.
 Network = Topology | TopologySchedule
 
+#: Static undirected graphs a spanning tree can be taken of, by name.
+_SPANNED = {
+    f.__name__: f for f in (ring, complete, grid, torus, hypercube, exponential, erdos_renyi)
+}
+
+
+def spanning_tree_of(
+    n: int, graph: str = "torus", root: int = 0, p: float = 0.2, seed: int = 0
+) -> Topology:
+    """The breadth-first spanning tree of the graph ``graph`` over ``n`` agents (its
+    options: ``p`` and ``seed`` for ``erdos_renyi``), for RelaySGD on a network's links:
+    ``[topology] name = "spanning_tree", graph = "torus"`` in a specification."""
+    if graph not in _SPANNED:
+        raise ValueError(unknown_name("graph to span", graph, sorted(_SPANNED)))
+    base = erdos_renyi(n, p, seed=seed) if graph == "erdos_renyi" else _SPANNED[graph](n)
+    return spanning_tree(base, root=root)
+
+
 #: Graph families by name (used by configuration files and the CLI).
 REGISTRY: dict[str, Callable[..., Topology | TopologySchedule]] = {
     "ring": ring,
@@ -70,6 +88,7 @@ REGISTRY: dict[str, Callable[..., Topology | TopologySchedule]] = {
     "random_matchings": random_matchings,
     "chain": chain,
     "binary_tree": binary_tree,
+    "spanning_tree": spanning_tree_of,
     "directed_ring": directed_ring,
     "directed_exponential": directed_exponential,
     "random_directed": random_directed,
@@ -136,6 +155,7 @@ __all__ = [
     "ring",
     "sequence",
     "spanning_tree",
+    "spanning_tree_of",
     "star",
     "torus",
 ]
