@@ -43,9 +43,12 @@ def _timed(fn: Callable[[], object], calls: int) -> float:
 
 
 def _ratios(ours: Callable[[], object], peer: Callable[[], object], repeats: int, calls: int):
+    """(min ratio, median ratio, median milliseconds of ``ours`` per call)."""
     ours(), peer()  # warm
-    ratios = [_timed(ours, calls) / _timed(peer, calls) for _ in range(repeats)]
-    return min(ratios), statistics.median(ratios)
+    pairs = [(_timed(ours, calls), _timed(peer, calls)) for _ in range(repeats)]
+    ratios = [a / b for a, b in pairs]
+    ms = 1e3 * statistics.median(a for a, _ in pairs) / calls
+    return min(ratios), statistics.median(ratios), ms
 
 
 def _stepper(name: str, **hp: object) -> tuple[Callable[[], object], SimulatedCommunicator]:
@@ -66,11 +69,12 @@ def steps(repeats: int) -> None:
     for name, base, extra, op in cases:
         ours, comm = _stepper(name, compression=op, gamma=0.3, **extra)
         peer, plain = _stepper(base, **extra)
-        low, mid = _ratios(ours, peer, repeats, calls=5)
+        low, mid, ms = _ratios(ours, peer, repeats, calls=5)
         sent = comm.stats.bytes_per_agent / comm.stats.rounds
         full = plain.stats.bytes_per_agent / plain.stats.rounds
         print(
-            f"  {name} {op:12s} step / {base} step: min {low:.2f}x, median {mid:.2f}x; "
+            f"  {name} {op:12s} step / {base} step: min {low:.2f}x, median {mid:.2f}x "
+            f"({ms:.0f} ms); "
             f"bytes per agent per step {sent:,.0f} vs {full:,.0f} ({full / sent:.0f}x fewer)"
         )
 
@@ -89,8 +93,9 @@ def codecs(repeats: int) -> None:
         decode = lambda c=codec, b=data: c.decode(b, 0, 0, 1, ROW, row.dtype)  # noqa: E731
         dec = _ratios(decode, plain, repeats, 3)
         print(
-            f"  {op:12s} encode / copy min {enc[0]:.1f}x, median {enc[1]:.1f}x; decode / copy "
-            f"min {dec[0]:.1f}x, median {dec[1]:.1f}x; {data.numel():,} bytes of {4 * ROW:,}"
+            f"  {op:12s} encode / copy min {enc[0]:.1f}x, median {enc[1]:.1f}x ({enc[2]:.1f} ms); "
+            f"decode / copy min {dec[0]:.1f}x, median {dec[1]:.1f}x ({dec[2]:.1f} ms); "
+            f"{data.numel():,} bytes of {4 * ROW:,}"
         )
 
 

@@ -338,8 +338,8 @@ def main(argv: list[str] | None = None) -> int:
                 device=args.device, backend=backend, precision=precision, compile=compiled,
             )  # fmt: skip
             rows.append({"config": f"{label}, {who}", **row})
-    P = next(r["P"] for r in rows if "P" in r)
-    fused = fused_steps(agents, P, args.device, steps) if budget_left() > 0 else []
+    P = next((r["P"] for r in rows if "P" in r), None)  # None: every stacked row skipped
+    fused = fused_steps(agents, P, args.device, steps) if P and budget_left() > 0 else []
     epochs = study_epochs()
     done = [r for r in e2e if "epoch_s" in r]
     batched = max(done, key=lambda r: r["runs"]) if done else None

@@ -29,9 +29,9 @@ def generator_for(seed: int, agent: int, row: int, round_: int) -> torch.Generat
 def pack(codes: torch.Tensor, width: int) -> torch.Tensor:
     """Unsigned integer codes below ``2**width`` (``width <= 8``) as a little-endian bit
     stream of bytes (numpy's bit packing on the CPU, where messages are staged)."""
-    if codes.device.type == "cpu":
-        small = codes.to(torch.uint8).numpy().reshape(-1, 1)
-        bits = np.unpackbits(small, axis=1, count=width, bitorder="little")
+    if codes.device.type == "cpu":  # each code's 8 bits, its low ``width`` kept, repacked
+        small = codes.to(torch.uint8).numpy().reshape(-1)
+        bits = np.unpackbits(small, bitorder="little").reshape(-1, 8)[:, :width]
         return torch.from_numpy(np.packbits(bits.reshape(-1), bitorder="little"))
     return pack_with_torch(codes, width)
 
@@ -48,12 +48,14 @@ def pack_with_torch(codes: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def unpack(data: torch.Tensor, width: int, count: int) -> torch.Tensor:
-    """The ``count`` codes of :func:`pack` (int64)."""
-    if data.device.type == "cpu":
+    """The ``count`` codes of :func:`pack` (int32)."""
+    if data.device.type == "cpu":  # each code's bits padded to a byte, packed as one
         raw = data.contiguous().numpy()
-        bits = np.unpackbits(raw, count=count * width, bitorder="little").reshape(count, width)
-        codes = np.packbits(bits, axis=1, bitorder="little")[:, 0]
-        return torch.from_numpy(codes.astype(np.int64))
+        bits = np.zeros((count, 8), dtype=np.uint8)
+        bits[:, :width] = np.unpackbits(raw, count=count * width, bitorder="little").reshape(
+            count, width
+        )
+        return torch.from_numpy(np.packbits(bits.reshape(-1), bitorder="little").astype(np.int32))
     return unpack_with_torch(data, width, count)
 
 
@@ -61,7 +63,7 @@ def unpack_with_torch(data: torch.Tensor, width: int, count: int) -> torch.Tenso
     """:func:`unpack` in torch operations, for tensors on an accelerator."""
     bits = (data.to(torch.int64).unsqueeze(-1) >> torch.arange(8, device=data.device)) & 1
     bits = bits.reshape(-1)[: count * width].view(count, width)
-    return (bits << torch.arange(width, device=data.device)).sum(dim=1)
+    return (bits << torch.arange(width, device=data.device)).sum(dim=1).to(torch.int32)
 
 
 def as_bytes(t: torch.Tensor) -> torch.Tensor:

@@ -223,13 +223,15 @@ class QSGD(Compressor):
         return dtype.itemsize + math.ceil(k * (self.bits + 1) / 8)
 
     def _codes(self, row: torch.Tensor, norm: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-        scaled = row.abs() / torch.where(norm > 0, norm, torch.ones_like(norm)) * self.levels
-        level = torch.floor(scaled + uniform.to(row.dtype)).clamp_(0, self.levels).to(torch.int64)
-        return level * 2 + (row < 0).to(torch.int64)
+        """``2 l + [x < 0]`` with ``l`` the stochastic rounding of ``s |x| / ||x||`` (int32)."""
+        scale = self.levels / torch.where(norm > 0, norm, torch.ones_like(norm))
+        level = torch.addcmul(uniform.to(row.dtype), row.abs(), scale).floor_()
+        level = level.clamp_(0, self.levels)
+        return (level * 2).to(torch.int32) + (row < 0).to(torch.int32)
 
     def _values(self, codes: torch.Tensor, norm: torch.Tensor, k: int) -> torch.Tensor:
-        sign = 1 - 2 * (codes & 1)
-        return (sign * (codes >> 1)).to(norm.dtype) * (norm / (self.levels * self.tau(k)))
+        magnitude = (codes >> 1).to(norm.dtype) * (norm / (self.levels * self.tau(k)))
+        return torch.where((codes & 1).bool(), -magnitude, magnitude)
 
     def _uniform(self, agent: int, index: int, round_: int, k: int) -> torch.Tensor:
         gen = generator_for(self.seed, agent, index, round_)
@@ -277,8 +279,8 @@ class ScaledSign(Compressor):
     def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
         size = dtype.itemsize
         scale = from_bytes(data[:size], dtype)[0]
-        negative = unpack(data[size:], 1, k)
-        return (1 - 2 * negative).to(dtype) * scale
+        negative = unpack(data[size:], 1, k).bool()
+        return torch.where(negative, -scale, scale)
 
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
         scale = z.abs().mean(dim=-1, keepdim=True)
