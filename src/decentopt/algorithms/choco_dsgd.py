@@ -53,20 +53,38 @@ def choco_gossip(
     return add_scaled(target, (s - x_hat).to(target.dtype), gamma), x_hat, s
 
 
-def check_choco(owner: str, gamma: object, compression: object) -> tuple[float, Compressor]:
-    """The consensus step in (0, 1] and the parsed compression operator."""
-    gamma = as_real(gamma, f"{owner}: gamma")
-    if not 0 < gamma <= 1:
-        raise ValueError(f"{owner}: the consensus step gamma must be in (0, 1]; got {gamma}")
-    try:
-        return gamma, parse(compression)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{owner}: {exc}") from None
+@dataclass(frozen=True)
+class CompressedGossip:
+    """The consensus step ``gamma`` in (0, 1] and the compression operator of a method
+    whose combine step is one round of CHOCO-gossip (checked, parsed), and that round."""
+
+    gamma: float = 1.0
+    compression: str | Compressor = "none"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # type: ignore[misc]  # the hyper-parameters' own checks
+        owner = self.name  # type: ignore[attr-defined]
+        gamma = as_real(self.gamma, f"{owner}: gamma")
+        if not 0 < gamma <= 1:
+            raise ValueError(f"{owner}: the consensus step gamma must be in (0, 1]; got {gamma}")
+        try:
+            codec = parse(self.compression)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{owner}: {exc}") from None
+        object.__setattr__(self, "gamma", gamma)
+        object.__setattr__(self, "compression", codec)
+
+    def gossip(
+        self, target: torch.Tensor, x_hat: torch.Tensor, s: torch.Tensor, comm: Communicator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:func:`choco_gossip` with this method's ``gamma`` and operator."""
+        codec: Compressor = self.compression  # type: ignore[assignment]  # parsed above
+        return choco_gossip(target, x_hat, s, self.gamma, codec, comm)
 
 
 @register
 @dataclass(frozen=True)
-class ChocoDSGD(HyperParams):
+class ChocoDSGD(CompressedGossip, HyperParams):
     """CHOCO-SGD: a local SGD step, then CHOCO-gossip with compressed messages.
 
     .. math::
@@ -93,14 +111,6 @@ class ChocoDSGD(HyperParams):
     name: ClassVar[str] = "choco_dsgd"
     uses_momentum: ClassVar[bool] = False
     rounds_per_step: ClassVar[int] = 1
-    gamma: float = 1.0
-    compression: str | Compressor = "none"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        gamma, codec = check_choco(self.name, self.gamma, self.compression)
-        object.__setattr__(self, "gamma", gamma)
-        object.__setattr__(self, "compression", codec)
 
     def init(self, x0: torch.Tensor) -> ChocoState:
         x0 = check_initial_point(x0, self.name)
@@ -108,12 +118,5 @@ class ChocoDSGD(HyperParams):
 
     def step(self, state: ChocoState, grad: torch.Tensor, comm: Communicator) -> ChocoState:
         half = add_scaled(state.x, grad, -self.lr_at(state.t))
-        x, x_hat, s = choco_gossip(
-            half,
-            state.x_hat,
-            state.s,
-            self.gamma,
-            self.compression,
-            comm,  # type: ignore[arg-type]
-        )
+        x, x_hat, s = self.gossip(half, state.x_hat, state.s, comm)  # type: ignore[arg-type]
         return ChocoState(x=x, x_hat=x_hat, s=s, t=state.t + 1)

@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import torch
 
 from decentopt.algorithms.base import HyperParams, check_initial_point
-from decentopt.algorithms.choco_dsgd import check_choco, choco_gossip, public_copies
+from decentopt.algorithms.choco_dsgd import CompressedGossip, public_copies
 from decentopt.algorithms.ed import correct
 from decentopt.algorithms.registry import register
-from decentopt.compression import Compressor
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -27,7 +26,7 @@ class ChocoEDState(NamedTuple):
 
 @register
 @dataclass(frozen=True)
-class ChocoED(HyperParams):
+class ChocoED(CompressedGossip, HyperParams):
     """Exact Diffusion whose combine step ``X = W phi`` is one round of CHOCO-gossip.
 
     .. math::
@@ -49,14 +48,6 @@ class ChocoED(HyperParams):
     needs_psd: ClassVar[bool] = True
     uses_momentum: ClassVar[bool] = False
     rounds_per_step: ClassVar[int] = 1
-    gamma: float = 1.0
-    compression: str | Compressor = "none"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        gamma, codec = check_choco(self.name, self.gamma, self.compression)
-        object.__setattr__(self, "gamma", gamma)
-        object.__setattr__(self, "compression", codec)
 
     def init(self, x0: torch.Tensor) -> ChocoEDState:
         x0 = check_initial_point(x0, self.name)
@@ -65,12 +56,5 @@ class ChocoED(HyperParams):
 
     def step(self, state: ChocoEDState, grad: torch.Tensor, comm: Communicator) -> ChocoEDState:
         phi, psi = correct(state.x, state.psi, grad, self.lr_at(state.t))
-        x, x_hat, s = choco_gossip(
-            phi,
-            state.x_hat,
-            state.s,
-            self.gamma,
-            self.compression,
-            comm,  # type: ignore[arg-type]
-        )
+        x, x_hat, s = self.gossip(phi, state.x_hat, state.s, comm)  # type: ignore[arg-type]
         return ChocoEDState(x=x, psi=psi, x_hat=x_hat, s=s, t=state.t + 1)

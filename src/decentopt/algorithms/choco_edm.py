@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import torch
 
 from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
-from decentopt.algorithms.choco_dsgd import check_choco, choco_gossip, public_copies
+from decentopt.algorithms.choco_dsgd import CompressedGossip, public_copies
 from decentopt.algorithms.ed import correct
 from decentopt.algorithms.registry import register
-from decentopt.compression import Compressor
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -28,7 +27,7 @@ class ChocoEDMState(NamedTuple):
 
 @register
 @dataclass(frozen=True)
-class ChocoEDM(MomentumHyperParams):
+class ChocoEDM(CompressedGossip, MomentumHyperParams):
     """EDM whose combine step ``X = W phi`` is one round of CHOCO-gossip on ``phi``.
 
     .. math::
@@ -58,14 +57,6 @@ class ChocoEDM(MomentumHyperParams):
     needs_psd: ClassVar[bool] = True
     uses_momentum: ClassVar[bool] = True
     rounds_per_step: ClassVar[int] = 1
-    gamma: float = 1.0
-    compression: str | Compressor = "none"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        gamma, codec = check_choco(self.name, self.gamma, self.compression)
-        object.__setattr__(self, "gamma", gamma)
-        object.__setattr__(self, "compression", codec)
 
     def init(self, x0: torch.Tensor) -> ChocoEDMState:
         x0 = check_initial_point(x0, self.name)
@@ -75,12 +66,5 @@ class ChocoEDM(MomentumHyperParams):
     def step(self, state: ChocoEDMState, grad: torch.Tensor, comm: Communicator) -> ChocoEDMState:
         m, direction = momentum_direction(state.m, grad, self)
         phi, psi = correct(state.x, state.psi, direction, self.lr_at(state.t))
-        x, x_hat, s = choco_gossip(
-            phi,
-            state.x_hat,
-            state.s,
-            self.gamma,
-            self.compression,
-            comm,  # type: ignore[arg-type]
-        )
+        x, x_hat, s = self.gossip(phi, state.x_hat, state.s, comm)  # type: ignore[arg-type]
         return ChocoEDMState(x=x, psi=psi, m=m, x_hat=x_hat, s=s, t=state.t + 1)
