@@ -34,7 +34,13 @@ import numpy as np
 
 from decentopt._checks import as_real
 from decentopt.topology.schedule import GossipRound, TopologySchedule
-from decentopt.topology.topology import _TOL, AssumptionError, Topology, _as_numpy
+from decentopt.topology.topology import (
+    _TOL,
+    AssumptionError,
+    Topology,
+    _as_numpy,
+    square_weights,
+)
 
 __all__ = [
     "DirectedTopology",
@@ -57,19 +63,7 @@ def _strongly_connected(A: np.ndarray) -> bool:
 
 def check_column_stochastic(W: object, *, tol: float = _TOL) -> np.ndarray:
     """Validate a directed mixing matrix (module docstring) and return it as float64."""
-    arr = _as_numpy(W)
-    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
-        raise AssumptionError(
-            f"the mixing matrix must be square (n x n) with n >= 1; got shape {arr.shape}"
-        )
-    if not np.all(np.isfinite(arr)):
-        raise AssumptionError("the mixing matrix contains NaN or inf entries")
-    if np.min(arr) < -tol:
-        i, j = np.unravel_index(np.argmin(arr), arr.shape)
-        raise AssumptionError(
-            f"W[{i}, {j}] = {arr[i, j]:.3g} is negative; mixing weights must be >= 0 "
-            "(use from_digraph on the graph's adjacency)"
-        )
+    arr = square_weights(W, tol, "from_digraph")
     col_err = np.abs(arr.sum(axis=0) - 1.0)
     if col_err.max() > tol:
         j = int(np.argmax(col_err))

@@ -124,8 +124,8 @@ class GossipRound:
             if w > 0
         )
 
-    def check(self, where: str) -> None:
-        """Refuse a round that is not symmetric, non-negative, doubly stochastic with w_ii > 0."""
+    def _check_entries(self, where: str, own_weight: str) -> None:
+        """Finite, non-negative weights and ``w_ii > 0`` (``own_weight`` says why it fails)."""
         if not (np.isfinite(self.weights).all() and np.isfinite(self.self_weight).all()):
             raise AssumptionError(f"{where}: the mixing matrix contains NaN or inf entries")
         if (self.weights < -_TOL).any():
@@ -133,10 +133,13 @@ class GossipRound:
         if (self.self_weight <= 0).any():
             i = int(np.argmin(self.self_weight))
             raise AssumptionError(
-                f"{where}: Assumption 1(1) fails: w_ii = {self.self_weight[i]:.3g} <= 0 for agent "
-                f"{i} (its row's other weights sum to more than 1); apply the lazy transform "
-                "(W + I) / 2 (schedule.lazy())"
+                f"{where}: {own_weight}w_ii = {self.self_weight[i]:.3g} <= 0 for agent {i}"
+                " -- apply the lazy transform (W + I) / 2 (schedule.lazy())"
             )
+
+    def check(self, where: str) -> None:
+        """Refuse a round that is not symmetric, non-negative, doubly stochastic with w_ii > 0."""
+        self._check_entries(where, "Assumption 1(1) fails: ")
         used = self.weights > 0
         rows = np.broadcast_to(np.arange(self.n), self.peers.shape)[used]
         cols, w = self.peers[used], self.weights[used]
@@ -156,16 +159,7 @@ class GossipRound:
 
     def check_columns(self, where: str) -> None:
         """Refuse a directed round that is not column-stochastic, non-negative, with w_ii > 0."""
-        if not (np.isfinite(self.weights).all() and np.isfinite(self.self_weight).all()):
-            raise AssumptionError(f"{where}: the mixing matrix contains NaN or inf entries")
-        if (self.weights < -_TOL).any():
-            raise AssumptionError(f"{where}: a mixing weight is negative; weights must be >= 0")
-        if (self.self_weight <= 0).any():
-            i = int(np.argmin(self.self_weight))
-            raise AssumptionError(
-                f"{where}: w_ii = {self.self_weight[i]:.3g} <= 0 for agent {i}: every agent must "
-                "keep part of its own mass; apply the lazy transform (schedule.lazy())"
-            )
+        self._check_entries(where, "every agent must keep part of its own mass: ")
         sent = np.bincount(self.peers.ravel(), weights=self.weights.ravel(), minlength=self.n)
         error = np.abs(self.self_weight + sent - 1)
         if error.max() > _TOL:

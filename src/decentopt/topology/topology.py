@@ -47,12 +47,9 @@ def _as_numpy(W: object) -> np.ndarray:
     return arr
 
 
-def check_assumption1(W: object, *, tol: float = _TOL) -> np.ndarray:
-    """Validate a mixing matrix against Assumption 1 and return it as float64.
-
-    Raises :class:`AssumptionError` naming the first failed condition and how to
-    repair it.
-    """
+def square_weights(W: object, tol: float, builders: str) -> np.ndarray:
+    """``W`` as a float64 square array of finite, non-negative weights (``builders``: what
+    to build a valid one with, named in the error)."""
     arr = _as_numpy(W)
     if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
         raise AssumptionError(
@@ -60,13 +57,23 @@ def check_assumption1(W: object, *, tol: float = _TOL) -> np.ndarray:
         )
     if not np.all(np.isfinite(arr)):
         raise AssumptionError("the mixing matrix contains NaN or inf entries")
-    n = arr.shape[0]
     if np.min(arr) < -tol:
         i, j = np.unravel_index(np.argmin(arr), arr.shape)
         raise AssumptionError(
             f"W[{i}, {j}] = {arr[i, j]:.3g} is negative; mixing weights must be >= 0 "
-            "(use metropolis_hastings_weights or max_degree_weights on the graph)"
+            f"(use {builders} on the graph)"
         )
+    return arr
+
+
+def check_assumption1(W: object, *, tol: float = _TOL) -> np.ndarray:
+    """Validate a mixing matrix against Assumption 1 and return it as float64.
+
+    Raises :class:`AssumptionError` naming the first failed condition and how to
+    repair it.
+    """
+    arr = square_weights(W, tol, "metropolis_hastings_weights or max_degree_weights")
+    n = arr.shape[0]
     asym = np.max(np.abs(arr - arr.T))
     if asym > tol:
         raise AssumptionError(

@@ -26,7 +26,7 @@ import torch
 from decentopt import native
 from decentopt.comm.mixers.base import MixerBase, register
 from decentopt.comm.mixers.shift import circulant_stencil
-from decentopt.comm.mixers.updates import UPDATES, lookup
+from decentopt.comm.mixers.updates import UPDATES, lookup, prepare
 from decentopt.topology import Network
 from decentopt.topology.circulant import reach
 
@@ -129,19 +129,11 @@ class NativeMixer(MixerBase):
     def mix_map(
         self, fn: Elementwise, flats: Sequence[torch.Tensor], scalars: Sequence[float], t: int
     ) -> list[torch.Tensor] | None:
-        found = lookup(fn)
-        if found is None:
+        call = prepare(fn, flats, scalars)
+        if call is None:
             return None
-        update, nesterov, dampening = found
-        first = flats[0]
-        if (
-            len(flats) != update.inputs
-            or len(scalars) != update.scalars
-            or any(f.shape != first.shape or f.dtype != first.dtype for f in flats)
-        ):
-            return None
-        flats = [f.contiguous() for f in flats]
-        outs = [torch.empty_like(flats[0]) for _ in range(update.outputs)]
+        update, nesterov, dampening = call.update, call.nesterov, call.dampening
+        flats, outs, first = call.inputs, call.outputs, call.inputs[0]
         n, d = first.shape
         width = self.block_width(first)
         pointers = ctypes.c_void_p
