@@ -71,7 +71,13 @@ def test_did_you_mean():
         dopt.algorithms.make("edm", bta=0.9)
     # only real hyper-parameters are listed, not class constants
     assert "uses_momentum" not in str(info.value) and "rounds_per_step" not in str(info.value)
-    assert dopt.algorithms.hyperparameters("edm") == ("lr", "beta", "nesterov", "dampening")
+    assert dopt.algorithms.hyperparameters("edm") == (
+        "lr",
+        "beta",
+        "nesterov",
+        "dampening",
+        "gossip",
+    )
     with pytest.raises(TypeError, match="momentum is called beta"):
         dopt.algorithms.make("edm", momentum=0.9)
 

@@ -18,6 +18,7 @@ LAYERS = (
         "_process",
         "perf",
         "schedules",
+        "updates",
         "native",
         "plan",
         "models",

@@ -229,12 +229,12 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
     if isinstance(topo, TopologySchedule):
         return _schedule_report(topo, L=L, beta=beta)
     deg = topo.degrees
-    if topo.directed:  # the theorems assume a symmetric W: no step sizes from them
+    if "symmetric" not in topo.offers:  # the theorems assume a symmetric W: no step sizes
         return [
             ("topology", topo.name),
             ("n", str(topo.n)),
-            ("lambda = |2nd eigenvalue of P|", f"{topo.lam:.6f}"),
-            ("1 - lambda", f"{1 - topo.lam:.6g}"),
+            ("|lambda_2(P)| (mixing rate)", f"{topo.mixing_rate:.6f}"),
+            ("1 - |lambda_2(P)|", f"{1 - topo.mixing_rate:.6g}"),
             ("messages sent (min / mean / max)", f"{deg.min()} / {deg.mean():.2f} / {deg.max()}"),
             ("P", _DIRECTED + ("; also row-stochastic" if topo.doubly_stochastic else "")),
             ("Assumption 1", _NOT_SYMMETRIC),
@@ -248,7 +248,7 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
         ("degree (min / mean / max)", f"{deg.min()} / {deg.mean():.2f} / {deg.max()}"),
         ("Assumption 1", "holds (symmetric, doubly stochastic, w_ii > 0, W >= 0)"),
     ]
-    if topo.is_tree:
+    if "tree" in topo.offers:
         rows.append(("tree", "yes: relaying (relaysgd) averages exactly over it"))
     if topo.lam < 1:
         for theorem, bound in ((1, nonconvex_step_size), (2, pl_step_size)):
@@ -259,11 +259,13 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
 
 #: What a directed graph satisfies, and what it does not.
 _DIRECTED = "column-stochastic, p_ii > 0, strongly connected"
-_NOT_SYMMETRIC = "does not apply (not symmetric): run the push-sum methods sgp, push_diging"
+_NOT_SYMMETRIC = (
+    "does not apply (not symmetric): compose a method with gossip='push_sum' (sgp, push_diging)"
+)
 
 
 def _schedule_report(schedule: Any, *, L: float, beta: float) -> list[tuple[str, str]]:
-    if schedule.directed:
+    if "symmetric" not in schedule.offers:
         per_round = ("P_t per round", _DIRECTED + " over a period")
         assumption = ("Assumption 1", _NOT_SYMMETRIC)
     else:

@@ -24,7 +24,7 @@ from decentopt.driver import Result, run_loop
 from decentopt.plan import Plan
 from decentopt.problems.neural import NeuralProblem
 from decentopt.schedules import epoch_schedule
-from decentopt.topology.topology import Topology
+from decentopt.topology import Graph, Network, TopologySchedule
 
 __all__ = ["epoch_schedule", "train"]
 
@@ -32,7 +32,7 @@ __all__ = ["epoch_schedule", "train"]
 def train(
     algorithm: Algorithm[Any],
     problem: NeuralProblem,
-    network: Topology | Communicator,
+    network: Network | Communicator,
     *,
     epochs: int,
     eval_every: int = 1,
@@ -54,7 +54,7 @@ def train(
     one for small models; see :func:`decentopt.driver.run_loop`). ``stop_after_epoch``
     ends the call early (as an interruption would), for tests.
     """
-    if isinstance(network, Topology):
+    if isinstance(network, Graph | TopologySchedule):
         if network.n != problem.n:
             raise ValueError(
                 f"the topology has n = {network.n} agents but the problem has n = {problem.n}"

@@ -7,29 +7,34 @@ import pytest
 import torch
 
 import decentopt as dopt
-from decentopt.algorithms import REGISTRY, names
+from decentopt.algorithms import names, resolve
 from decentopt.comm import SimulatedCommunicator
 from decentopt.schedules import MultiStep
 from tests.algorithms.reference import run_reference
 
 ALL = names()
-MOMENTUM = [name for name in ALL if REGISTRY[name].uses_momentum]
+MOMENTUM = [name for name in ALL if resolve(name).uses_momentum]
 #: the compressed methods run the suite with compression on (each its own operator)
 COMPRESSED = {
     "choco_dsgd": {"compression": "top_k(0.5)", "gamma": 0.7},
     "choco_ed": {"compression": "qsgd(3)", "gamma": 0.6},
     "choco_edm": {"compression": "random_k(0.5)", "gamma": 0.6},
 }
-TREE = [name for name in ALL if REGISTRY[name].requires == "tree"]
-PUSH_SUM = [name for name in ALL if REGISTRY[name].requires == "column"]
+TREE = [name for name in ALL if "tree" in resolve(name).requires]
 
 
 def hyper(name: str, **extra) -> dict:
     hp = {"lr": 0.05} | COMPRESSED.get(name, {})
-    if REGISTRY[name].uses_momentum:
+    if resolve(name).uses_momentum:
         hp["beta"] = 0.8
     hp.update(extra)
     return hp
+
+
+#: the methods that run on directed graphs (push-sum)
+PUSH_SUM = [
+    name for name in ALL if "symmetric" not in dopt.algorithms.make(name, **hyper(name)).needs
+]
 
 
 def graph_for(name: str, W: np.ndarray) -> dopt.topology.Topology:
@@ -62,7 +67,7 @@ class LinearOracle:
 
 def run_vectorised(alg, W, x0: np.ndarray, oracle: LinearOracle, steps: int):
     """``W``: a mixing matrix (checked against Assumption 1) or a topology."""
-    topo = W if isinstance(W, dopt.topology.Topology) else dopt.topology.from_matrix(W)
+    topo = W if isinstance(W, dopt.topology.Graph) else dopt.topology.from_matrix(W)
     comm = SimulatedCommunicator(topo)
     state = alg.init(torch.from_numpy(x0))
     xs = []
@@ -168,7 +173,7 @@ def test_average_follows_the_centralized_method(name, random_W):
     for t in range(steps):
         gbar = np.mean([oracle.agent(t, i, xs[t][i]) for i in range(n)], axis=0)
         m = beta * m + (1 - beta) * gbar
-        xbar = xbar - alpha * (m if REGISTRY[name].uses_momentum else gbar)
+        xbar = xbar - alpha * (m if resolve(name).uses_momentum else gbar)
         np.testing.assert_allclose(got[t].mean(0), xbar, rtol=1e-10, atol=1e-12)
 
 

@@ -69,7 +69,7 @@ def test_bytes_are_counted_compressed():
 
 
 def test_a_bad_operator_fails_at_construction():
-    with pytest.raises(ValueError, match="choco_dsgd: unknown compression 'topk'"):
+    with pytest.raises(ValueError, match=r"choco_dsgd: .*unknown compression 'topk'"):
         dopt.algorithms.make("choco_dsgd", compression="topk(0.1)")
     with pytest.raises(ValueError, match=r"gamma must be in \(0, 1\]"):
         dopt.algorithms.make("choco_edm", gamma=0.0)

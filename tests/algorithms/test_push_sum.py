@@ -73,9 +73,14 @@ def test_methods_refuse_graphs_they_cannot_run_on():
     prob = dopt.problems.Quadratic.paper(n=8, d=3, p=5, repetitions=1, seed=0)
     directed = dopt.topology.directed_ring(8)
     with pytest.raises(
-        ValueError, match=r"edm runs on a symmetric doubly stochastic W.*sgp or push_diging"
+        ValueError, match=r"edm runs on a symmetric doubly stochastic W.*undirected"
     ):
         dopt.simulate(dopt.algorithms.make("edm"), prob, directed, 10)
+    # a rule that push-sum serves is told how to compose it
+    with pytest.raises(ValueError, match=r"dmsgd runs on a symmetric.*gossip='push_sum'"):
+        dopt.simulate(dopt.algorithms.make("dmsgd"), prob, directed, 10)
+    with pytest.raises(ValueError, match=r"dsgt runs on a symmetric.*'push_sum \(atc=False\)'"):
+        dopt.simulate(dopt.algorithms.make("dsgt"), prob, directed, 10)
     with pytest.raises(ValueError, match=r"relaysgd runs on a static tree.*chain"):
         dopt.simulate(dopt.algorithms.make("relaysgd"), prob, dopt.topology.ring(8), 10)
     with pytest.raises(ValueError, match="relaysgd runs on a static tree"):

@@ -117,7 +117,7 @@ def test_distributed_matches_simulator_over_time_varying_topologies(
     """Every algorithm over W_t: each rank derives its round-t peers alone and matches the
     simulator's gather kernel (random matchings seeded by round; one-peer exponential)."""
     if not worker.on_schedules(name):
-        pytest.skip("relaying needs one fixed tree")
+        pytest.skip("relaying needs one fixed tree, compressed gossip one fixed W")
     torch.set_default_dtype(torch.float64)
     kind, build = worker.SCHEDULES[schedule]
     want = simulated(name, kind, build())

@@ -30,15 +30,22 @@ def test_overlapped_buckets_equal_the_blocking_path_bit_for_bit(ranks, name):
     assert not torch.equal(ranks[0][f"{name}/overlap=False"], ranks[1][f"{name}/overlap=False"])
 
 
+def close(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Equal to rounding: the base step travels as x - (x - y) (exact where a step does not
+    cross zero or halve a parameter, Sterbenz; else within a unit in the last place)."""
+    eps = torch.finfo(a.dtype).eps
+    torch.testing.assert_close(a, b, rtol=16 * eps, atol=16 * eps * float(b.abs().max()))
+
+
 def test_wrapping_sgd_as_dsgd_is_the_dsgd_optimizer(ranks):
     for r in ranks:
-        assert torch.equal(r["wrap/sgd-dsgd"], r["dsgd"])
+        close(r["wrap/sgd-dsgd"], r["dsgd"])
 
 
-@pytest.mark.parametrize("how", ["dsgd", "edm"])
+@pytest.mark.parametrize("how", ["dsgd", "edm", "dsgt", "sgp"])
 def test_on_the_complete_graph_with_identical_data_wrapped_adamw_is_adamw(ranks, how):
     for r in ranks:
-        assert torch.equal(r[f"adamw/{how}"], r["adamw/alone"])
+        close(r[f"adamw/{how}"], r["adamw/alone"])
 
 
 def test_an_overflow_on_one_rank_makes_every_rank_skip_that_step(ranks):

@@ -26,8 +26,10 @@ from decentopt.problems.neural import NeuralProblem
 STEPS = 15
 
 
-#: registered algorithms, plus the tracking methods in their packed one-round form and the
-#: compressed methods with each compression operator (bytes on the wire)
+#: registered algorithms, plus the tracking methods in their packed one-round form, the
+#: compressed methods with each compression operator (bytes on the wire), and rules composed
+#: with gossips no paper pairs them with (two channels in one compressed message, push-sum
+#: of a rule of its own, several rounds per mix)
 VARIANTS = {name: (name, {}) for name in dopt.algorithms.names()} | {
     "dsgt/packed": ("dsgt", {"atc": False}),
     "dsgt_hb/packed": ("dsgt_hb", {"atc": False}),
@@ -35,12 +37,21 @@ VARIANTS = {name: (name, {}) for name in dopt.algorithms.names()} | {
     "choco_dsgd/random_k": ("choco_dsgd", {"compression": "random_k(0.5)", "gamma": 0.6}),
     "choco_ed/sign": ("choco_ed", {"compression": "sign", "gamma": 0.4}),
     "choco_edm/qsgd": ("choco_edm", {"compression": "qsgd(3)", "gamma": 0.6}),
+    "dsgt/choco": ("dsgt", {"atc": False, "gossip": "choco(qsgd(3), gamma=0.6)"}),
+    "mt/choco": ("mt", {"gossip": "choco(top_k(0.5), gamma=0.6)"}),
+    "qg_dsgdm/push_sum": ("qg_dsgdm", {"gossip": "push_sum"}),
+    "edm/multi_round": ("edm", {"gossip": "multi_round(3)"}),
 }
+
+
+def method(name: str):
+    base, extra = VARIANTS[name]
+    return dopt.algorithms.make(base, **hyper(base), **extra)
 
 
 def on_tree(name: str) -> bool:
     """Whether a variant relays over a tree (the chain here) rather than gossips (the ring)."""
-    return dopt.algorithms.REGISTRY[VARIANTS[name][0]].requires == "tree"
+    return "tree" in method(name).needs
 
 
 def home(name: str) -> dopt.topology.Topology:
@@ -49,8 +60,9 @@ def home(name: str) -> dopt.topology.Topology:
 
 
 def on_schedules(name: str) -> bool:
-    """Whether a variant runs over time-varying graphs (relaying needs one fixed tree)."""
-    return not on_tree(name)
+    """Whether a variant runs over time-varying graphs (relaying needs one fixed tree,
+    compressed gossip one fixed W)."""
+    return "static" not in method(name).needs
 
 
 #: directed graphs of the push-sum methods: (problem kind, graph); the random one is
@@ -62,7 +74,7 @@ DIRECTED = {
 
 
 def on_directed(name: str) -> bool:
-    return dopt.algorithms.REGISTRY[VARIANTS[name][0]].requires == "column"
+    return "symmetric" not in method(name).needs
 
 
 #: time-varying topologies of the equivalence runs: (problem kind, schedule)
@@ -74,7 +86,7 @@ SCHEDULES = {
 
 def hyper(name: str) -> dict:
     hp = {"lr": 0.05}
-    if dopt.algorithms.REGISTRY[name].uses_momentum:
+    if dopt.algorithms.resolve(name).uses_momentum:
         hp["beta"] = 0.8
     return hp
 
@@ -201,7 +213,7 @@ def optimizer_patterns(rank: int, comm: DistributedCommunicator, out: Path) -> N
     complete = DistributedCommunicator(dopt.topology.complete(4), timeout=5.0)
     shared = tiny_net([0])
     xs, ys = shared.data.x_train[:10], shared.data.y_train[:10]
-    for how in ("dsgd", "edm"):
+    for how in ("dsgd", "edm", "dsgt", "sgp"):
         model = tiny_net([0]).model
         adamw = torch.optim.AdamW(model.parameters(), lr=0.01)
         wrapped = dopt.distributed.wrap(adamw, how, complete)

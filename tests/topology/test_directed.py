@@ -36,7 +36,8 @@ def test_builders_are_column_stochastic_and_count_sent_messages():
     ):
         W = topo.W.numpy()
         np.testing.assert_allclose(W.sum(axis=0), 1.0, atol=1e-12)
-        assert topo.directed and not topo.psd and not topo.is_tree
+        assert topo.offers == {"column", "static"} and not topo.psd
+        assert not isinstance(topo, dopt.topology.Topology)  # a sibling, not a subclass
         # degrees are messages sent: out-neighbours (column j's other non-zeros)
         assert list(topo.degrees) == [int((W[:, j] != 0).sum() - 1) for j in range(topo.n)]
         for i in range(topo.n):
@@ -44,7 +45,8 @@ def test_builders_are_column_stochastic_and_count_sent_messages():
     ring = dopt.topology.directed_ring(6)
     assert ring.out_neighbors[0] == (1,) and ring.neighbors[0] == (5,)
     assert ring.doubly_stochastic
-    assert 0 < ring.lam < 1
+    assert 0 < ring.mixing_rate < 1
+    assert not hasattr(ring, "lam")  # the symmetric graphs' quantity means nothing here
     assert not dopt.topology.random_directed(9, 0.3, seed=1).doubly_stochastic
     assert dopt.topology.directed_exponential(8).degrees.tolist() == [3] * 8
     assert "directed" in ring.summary()
@@ -113,7 +115,7 @@ def test_registry_builds_the_new_graphs_by_name():
 def test_the_topology_report_of_a_directed_graph_states_what_holds_and_gives_no_theorem_steps():
     for graph in (dopt.topology.directed_ring(8), dopt.topology.directed_one_peer_exponential(8)):
         rows = dict(topology_report(graph))
-        assert "push-sum" in rows["Assumption 1"] and "not symmetric" in rows["Assumption 1"]
+        assert "push_sum" in rows["Assumption 1"] and "not symmetric" in rows["Assumption 1"]
         assert not any("Theorem" in key for key in rows)
     assert "also row-stochastic" in dict(topology_report(dopt.topology.directed_ring(8)))["P"]
     rows = dict(topology_report(dopt.topology.random_directed(8, 0.3, seed=1)))

@@ -1,20 +1,19 @@
-"""Decentralized algorithms, one module each, registered by name.
+"""Decentralized methods: update rules (one module each) composed with gossips.
 
 >>> import decentopt as dopt
 >>> alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
+>>> compressed = dopt.algorithms.make("edm", lr=0.05, gossip="choco(qsgd(4), gamma=0.3)")
 """
 
+from decentopt.algorithms import gossips
 from decentopt.algorithms.base import (
     Algorithm,
     AlgorithmState,
     HyperParams,
     MomentumHyperParams,
-    check_network,
     momentum_direction,
 )
-from decentopt.algorithms.choco_dsgd import ChocoDSGD, ChocoState
-from decentopt.algorithms.choco_ed import ChocoED, ChocoEDState
-from decentopt.algorithms.choco_edm import ChocoEDM, ChocoEDMState
+from decentopt.algorithms.compose import Composed
 from decentopt.algorithms.decentlam import DecentLaM, DecentLaMState
 from decentopt.algorithms.dmsgd import DmSGD, DmSGDState
 from decentopt.algorithms.dsgd import DSGD, DSGDState
@@ -23,12 +22,16 @@ from decentopt.algorithms.dsgt_hb import DSGTHB, DSGTHBState
 from decentopt.algorithms.ed import EDState, ExactDiffusion
 from decentopt.algorithms.edm import EDM, EDMState
 from decentopt.algorithms.extra import EXTRA, EXTRAState
+from decentopt.algorithms.gossips import Choco, Exact, Gossip, MultiRound, PushSum
 from decentopt.algorithms.mt import MomentumTracking, MTState
 from decentopt.algorithms.nids import NIDS, NIDSState
-from decentopt.algorithms.push_diging import PushDIGing, PushDIGingState
 from decentopt.algorithms.qg_dsgdm import QGDSGDm, QGDSGDmState
 from decentopt.algorithms.registry import (
+    ALIASES,
     REGISTRY,
+    check_network,
+    compose,
+    gossips_for,
     hyperparameters,
     make,
     names,
@@ -36,9 +39,9 @@ from decentopt.algorithms.registry import (
     resolve,
 )
 from decentopt.algorithms.relaysgd import RelaySGD, RelayState
-from decentopt.algorithms.sgp import SGP, SGPState
 
 __all__ = [
+    "ALIASES",
     "DSGD",
     "DSGT",
     "DSGTHB",
@@ -46,15 +49,10 @@ __all__ = [
     "EXTRA",
     "NIDS",
     "REGISTRY",
-    "SGP",
     "Algorithm",
     "AlgorithmState",
-    "ChocoDSGD",
-    "ChocoED",
-    "ChocoEDM",
-    "ChocoEDMState",
-    "ChocoEDState",
-    "ChocoState",
+    "Choco",
+    "Composed",
     "DSGDState",
     "DSGTHBState",
     "DSGTState",
@@ -65,20 +63,24 @@ __all__ = [
     "EDMState",
     "EDState",
     "EXTRAState",
+    "Exact",
     "ExactDiffusion",
+    "Gossip",
     "HyperParams",
     "MTState",
     "MomentumHyperParams",
     "MomentumTracking",
+    "MultiRound",
     "NIDSState",
-    "PushDIGing",
-    "PushDIGingState",
+    "PushSum",
     "QGDSGDm",
     "QGDSGDmState",
     "RelaySGD",
     "RelayState",
-    "SGPState",
     "check_network",
+    "compose",
+    "gossips",
+    "gossips_for",
     "hyperparameters",
     "make",
     "momentum_direction",

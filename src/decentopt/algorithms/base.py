@@ -9,8 +9,6 @@ stochastic gradient evaluated at ``state.x``; all tensors are agent-first
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
@@ -19,6 +17,7 @@ import torch
 
 from decentopt._checks import as_real
 from decentopt.schedules import LearningRate, lr_at, validate_lr
+from decentopt.updates import Scalar, add_scaled, heavy_ball, interpolate, with_momentum_options
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -31,7 +30,6 @@ __all__ = [
     "Scalar",
     "add_scaled",
     "check_initial_point",
-    "check_network",
     "heavy_ball",
     "interpolate",
     "momentum_direction",
@@ -61,11 +59,11 @@ class Algorithm(Protocol[S]):
     uses_momentum: ClassVar[bool]
     #: Whether the method's analysis needs every W positive semi-definite (Assumption 1(3)).
     needs_psd: ClassVar[bool]
-    #: The graphs it runs on: "symmetric" (Assumption 1), "column" (any column-stochastic W,
-    #: directed graphs included: push-sum) or "tree" (a static tree: relaying).
-    requires: ClassVar[str]
+    #: What the network must offer (:attr:`decentopt.topology.Topology.offers`): the rule's
+    #: own needs (a tree for relaying) and its gossip's (a symmetric W for exact mixing).
+    needs: frozenset[str]
     #: State fields with one value per agent (push-sum weights), not one per coordinate.
-    agent_fields: ClassVar[tuple[str, ...]]
+    agent_fields: tuple[str, ...]
     #: Gossip rounds per iteration (after the first), for fair comparisons.
     rounds_per_step: int
     #: The step size: a float or a schedule ``t -> float``.
@@ -88,10 +86,30 @@ class HyperParams:
     lr: LearningRate = 0.05
     #: Whether the method's analysis needs W positive semi-definite (Assumption 1(3)).
     needs_psd: ClassVar[bool] = False
-    #: The graphs the method runs on (see :class:`Algorithm`): symmetric W by default.
-    requires: ClassVar[str] = "symmetric"
+    #: What the rule itself needs of the network beyond its gossip's needs ("tree").
+    requires: ClassVar[frozenset[str]] = frozenset()
+    #: What the rule sends in its one gossip round per step, one entry per tensor in the
+    #: order of its ``mix_many`` call: ``"value"`` (an estimate the agents agree on) or
+    #: ``"sum"`` (a tracker whose sum over agents must be kept). ``None`` for a rule that
+    #: mixes in another pattern (several rounds per step): it takes only exact gossip.
+    sends: ClassVar[tuple[str, ...] | None] = ("value",)
+    #: Whether the rule's correction relies on a symmetric W (push-sum cannot serve it).
+    needs_symmetric: ClassVar[bool] = False
+    #: Whether the rule combines through ``mix`` calls; a rule that sends a message of its
+    #: own per neighbour (RelaySGD's ``exchange``) takes no gossip but the exact one.
+    mixes: ClassVar[bool] = True
     #: State fields with one value per agent rather than per coordinate.
     agent_fields: ClassVar[tuple[str, ...]] = ()
+    #: Whether the gradient enters the update only as a step along it (``lr`` times it, through
+    #: momentum or a tracker at most): then ``wrap()`` can hand it a base optimizer's step.
+    takes_direction: ClassVar[bool] = True
+    #: The rule's reference, one line (``decentopt methods`` shows it).
+    reference: ClassVar[str] = ""
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What the network must offer: the rule's own needs and exact mixing's (symmetric)."""
+        return self.requires | frozenset({"symmetric"})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lr", validate_lr(self.lr, type(self).__name__))
@@ -140,84 +158,11 @@ class MomentumHyperParams(HyperParams):
             )
 
 
-#: A scalar of an elementwise update: a Python float, or a 0-d tensor when the
-#: update is compiled (so that a new step size does not recompile it).
-Scalar = float | torch.Tensor
-
-
-def add_scaled(x: torch.Tensor, y: torch.Tensor, a: Scalar) -> torch.Tensor:
-    """``x + a y`` in one operation for a float ``a``, and for a 0-d tensor ``a`` too."""
-    if isinstance(a, torch.Tensor):
-        return x + a * y
-    return torch.add(x, y, alpha=a)
-
-
-def interpolate(a: torch.Tensor, b: torch.Tensor, w: Scalar) -> torch.Tensor:
-    """``a + w (b - a)`` (``torch.lerp``); for a 0-d tensor ``w`` written out, which
-    compiles to plainer code than ``lerp``'s two-sided formula."""
-    if isinstance(w, torch.Tensor):
-        return a + w * (b - a)
-    return torch.lerp(a, b, w)
-
-
-def heavy_ball(
-    m: torch.Tensor, g: torch.Tensor, beta: Scalar, *, nesterov: bool, dampening: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One heavy-ball update: returns ``(m_new, direction)``.
-
-    .. math::
-        m^+ = \\beta m + s g, \\qquad d = m^+ \\ \\text{or}\\ \\beta m^+ + s g
-        \\ (\\text{Nesterov}),\\qquad s = 1 - \\beta \\text{ if dampening else } 1.
-    """
-    if dampening:
-        m_new = interpolate(g, m, beta)  # beta m + (1 - beta) g
-        if nesterov:
-            return m_new, interpolate(g, m_new, beta)
-        return m_new, m_new
-    m_new = add_scaled(g, m, beta)
-    if nesterov:
-        return m_new, add_scaled(g, m_new, beta)
-    return m_new, m_new
-
-
-@functools.cache
-def with_momentum_options(
-    update: Callable[..., tuple[torch.Tensor, ...]], nesterov: bool, dampening: bool
-) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """``update`` with its ``nesterov`` and ``dampening`` keywords bound, made once per
-    combination (a step should not build it; compiled code is kept per function)."""
-    return functools.partial(update, nesterov=nesterov, dampening=dampening)
-
-
 def momentum_direction(
     m: torch.Tensor, g: torch.Tensor, hp: MomentumHyperParams
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`heavy_ball` with ``hp``'s ``beta``, ``nesterov`` and ``dampening``."""
     return heavy_ball(m, g, hp.beta, nesterov=hp.nesterov, dampening=hp.dampening)
-
-
-#: What each requirement admits, for the error that names the fix.
-_GRAPHS = {
-    "symmetric": "a symmetric doubly stochastic W (Assumption 1)",
-    "column": "a column-stochastic W (directed graphs included)",
-    "tree": "a static tree (topology.chain, binary_tree, star or spanning_tree(graph))",
-}
-
-
-def check_network(algorithm: Algorithm[Any], network: Any) -> None:
-    """Refuse a graph the method cannot run on, naming what it needs and where to find it.
-
-    ``network`` is a :class:`~decentopt.topology.Topology` or schedule (its ``directed``
-    and ``is_tree`` attributes are read; this layer imports no topology code).
-    """
-    need = algorithm.requires
-    if need == "symmetric" and network.directed:
-        fix = "run sgp or push_diging on directed graphs, or give an undirected graph"
-    elif need == "tree" and not network.is_tree:
-        fix = "relaying needs exactly one path between any two agents"
-    else:
-        return
-    raise ValueError(f"{algorithm.name} runs on {_GRAPHS[need]}; {network.name} is not one: {fix}")
 
 
 def check_initial_point(x0: torch.Tensor, owner: str) -> torch.Tensor:

@@ -38,6 +38,7 @@ class DecentLaM(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "decentlam"
+    needs_symmetric: ClassVar[bool] = True
     uses_momentum: ClassVar[bool] = True
     rounds_per_step: ClassVar[int] = 1
 

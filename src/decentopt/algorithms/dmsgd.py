@@ -7,15 +7,9 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import (
-    MomentumHyperParams,
-    Scalar,
-    add_scaled,
-    check_initial_point,
-    heavy_ball,
-    with_momentum_options,
-)
+from decentopt.algorithms.base import MomentumHyperParams, check_initial_point
 from decentopt.algorithms.registry import register
+from decentopt.updates import momentum_descend, with_momentum_options
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -25,21 +19,6 @@ class DmSGDState(NamedTuple):
     x: torch.Tensor
     m: torch.Tensor
     t: int = 0
-
-
-def momentum_descend(
-    x: torch.Tensor,
-    m: torch.Tensor,
-    g: torch.Tensor,
-    alpha: Scalar,
-    beta: Scalar,
-    *,
-    nesterov: bool,
-    dampening: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """DmSGD's elementwise part: ``(x - alpha d, m+)``; the first is what the agents mix."""
-    m_new, direction = heavy_ball(m, g, beta, nesterov=nesterov, dampening=dampening)
-    return add_scaled(x, direction, -alpha), m_new
 
 
 @register

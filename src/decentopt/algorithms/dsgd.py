@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import HyperParams, Scalar, add_scaled, check_initial_point
+from decentopt.algorithms.base import HyperParams, check_initial_point
 from decentopt.algorithms.registry import register
+from decentopt.updates import descend
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -17,11 +18,6 @@ if TYPE_CHECKING:
 class DSGDState(NamedTuple):
     x: torch.Tensor
     t: int = 0
-
-
-def descend(x: torch.Tensor, g: torch.Tensor, alpha: Scalar) -> tuple[torch.Tensor]:
-    """DSGD's elementwise part, ``(x - alpha g,)``: what the agents mix."""
-    return (add_scaled(x, g, -alpha),)
 
 
 @register

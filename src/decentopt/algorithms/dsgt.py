@@ -89,6 +89,12 @@ class DSGT(HyperParams):
     def rounds_per_step(self) -> int:
         return 2 if self.atc else 1
 
+    @property  # type: ignore[override]
+    def sends(self) -> tuple[str, ...] | None:  # type: ignore[override]
+        """Without ATC one round a step carries the iterate and the tracker (a sum); with
+        ATC the tracker has a round of its own, which only exact gossip takes."""
+        return None if self.atc else ("value", "sum")
+
     def init(self, x0: torch.Tensor) -> DSGTState:
         x0 = check_initial_point(x0, self.name)
         zeros = torch.zeros_like(x0)

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import HyperParams, Scalar, add_scaled, check_initial_point
+from decentopt.algorithms.base import HyperParams, check_initial_point
 from decentopt.algorithms.registry import register
+from decentopt.updates import correct
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -18,20 +19,6 @@ class EDState(NamedTuple):
     x: torch.Tensor
     psi: torch.Tensor
     t: int = 0
-
-
-def corrected(x: torch.Tensor, psi: torch.Tensor, psi_next: torch.Tensor) -> torch.Tensor:
-    """Exact Diffusion's correction of an adapted point: ``phi = psi+ + x - psi``."""
-    return torch.sub(x, psi).add_(psi_next)  # in place on a fresh temporary: one pass fewer
-
-
-def correct(
-    x: torch.Tensor, psi: torch.Tensor, direction: torch.Tensor, alpha: Scalar
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact Diffusion's adapt and correct, elementwise: ``(phi, psi+)`` with
-    ``psi+ = x - alpha d`` and ``phi = psi+ + x - psi``."""
-    psi_next = add_scaled(x, direction, -alpha)
-    return corrected(x, psi, psi_next), psi_next
 
 
 def adapt_correct_combine(
@@ -78,6 +65,7 @@ class ExactDiffusion(HyperParams):
     """
 
     name: ClassVar[str] = "ed"
+    needs_symmetric: ClassVar[bool] = True
     needs_psd: ClassVar[bool] = True
     uses_momentum: ClassVar[bool] = False
     rounds_per_step: ClassVar[int] = 1

@@ -7,15 +7,9 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import (
-    MomentumHyperParams,
-    Scalar,
-    check_initial_point,
-    heavy_ball,
-    with_momentum_options,
-)
-from decentopt.algorithms.ed import correct
+from decentopt.algorithms.base import MomentumHyperParams, check_initial_point
 from decentopt.algorithms.registry import register
+from decentopt.updates import edm_update, with_momentum_options
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -26,23 +20,6 @@ class EDMState(NamedTuple):
     psi: torch.Tensor
     m: torch.Tensor
     t: int = 0
-
-
-def edm_update(
-    x: torch.Tensor,
-    psi: torch.Tensor,
-    m: torch.Tensor,
-    g: torch.Tensor,
-    alpha: Scalar,
-    beta: Scalar,
-    *,
-    nesterov: bool,
-    dampening: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """EDM's elementwise part: ``(phi, psi+, m+)``; ``phi`` is what the agents mix."""
-    m_new, direction = heavy_ball(m, g, beta, nesterov=nesterov, dampening=dampening)
-    phi, psi_next = correct(x, psi, direction, alpha)
-    return phi, psi_next, m_new
 
 
 @register
@@ -71,6 +48,7 @@ class EDM(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "edm"
+    needs_symmetric: ClassVar[bool] = True
     needs_psd: ClassVar[bool] = True
     uses_momentum: ClassVar[bool] = True
     rounds_per_step: ClassVar[int] = 1

@@ -43,6 +43,7 @@ class EXTRA(HyperParams):
     """
 
     name: ClassVar[str] = "extra"
+    needs_symmetric: ClassVar[bool] = True
     uses_momentum: ClassVar[bool] = False
     rounds_per_step: ClassVar[int] = 1
 

@@ -56,6 +56,8 @@ class MomentumTracking(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "mt"
+    needs_symmetric: ClassVar[bool] = True
+    sends: ClassVar[tuple[str, ...] | None] = ("value", "sum")
     uses_momentum: ClassVar[bool] = True
     rounds_per_step: ClassVar[int] = 1
 

@@ -47,6 +47,7 @@ class NIDS(HyperParams):
     """
 
     name: ClassVar[str] = "nids"
+    needs_symmetric: ClassVar[bool] = True
     needs_psd: ClassVar[bool] = True
     uses_momentum: ClassVar[bool] = False
     rounds_per_step: ClassVar[int] = 1

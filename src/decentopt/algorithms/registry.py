@@ -1,13 +1,34 @@
-"""Registry of algorithms by name: ``make("edm", lr=0.05, beta=0.9)``."""
+"""Methods by name: ``make("edm", lr=0.05, beta=0.9, gossip="choco(qsgd(4), gamma=0.4)")``.
+
+:data:`REGISTRY` holds the update rules (each composes with the gossips it can take);
+:data:`ALIASES` the published pairs of a rule and a gossip under their papers' names
+(``sgp`` is DmSGD with push-sum gossip), which build exactly the composed method.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from decentopt._checks import unknown_name
+from decentopt.algorithms.compose import Composed
+from decentopt.algorithms.gossips import GOSSIPS, Exact, Gossip, parse
 
-__all__ = ["PAPER_ORDER", "REGISTRY", "hyperparameters", "make", "names", "register", "resolve"]
+__all__ = [
+    "ALIASES",
+    "PAPER_ORDER",
+    "REGISTRY",
+    "Alias",
+    "check_network",
+    "compose",
+    "gossips_for",
+    "hyperparameters",
+    "make",
+    "names",
+    "register",
+    "resolve",
+]
 
 REGISTRY: dict[str, type] = {}
 T = TypeVar("T", bound=type)
@@ -21,45 +42,211 @@ LATER_ORDER = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Alias:
+    """A published method that is a rule composed with a gossip: its name, the rule's
+    name, the gossip's type, the rule's hyper-parameters the pair fixes, and a note."""
+
+    name: str
+    rule: str
+    gossip: type[Gossip]
+    fixed: dict[str, Any] = field(default_factory=dict)
+    reference: str = ""
+
+
+#: Published pairs by name.
+ALIASES: dict[str, Alias] = {
+    a.name: a
+    for a in (
+        Alias(
+            "choco_dsgd",
+            "dsgd",
+            GOSSIPS["choco"],
+            reference="CHOCO-SGD: Koloskova, Stich & Jaggi, ICML 2019, Algorithm 2",
+        ),
+        Alias(
+            "choco_ed",
+            "ed",
+            GOSSIPS["choco"],
+            reference="ED with CHOCO-gossip (a construction of this library)",
+        ),
+        Alias(
+            "choco_edm",
+            "edm",
+            GOSSIPS["choco"],
+            reference="EDM with CHOCO-gossip (a construction of this library)",
+        ),
+        Alias(
+            "sgp",
+            "dmsgd",
+            GOSSIPS["push_sum"],
+            reference="Stochastic Gradient Push: Assran, Loizou, Ballas & Rabbat, ICML 2019",
+        ),
+        Alias(
+            "push_diging",
+            "dsgt",
+            GOSSIPS["push_sum"],
+            fixed={"atc": False},
+            reference="Push-DIGing: Nedić, Olshevsky & Shi, SIAM J. Optim. 2017",
+        ),
+    )
+}
+
+
 def register(cls: T) -> T:
-    """Class decorator: add an algorithm under its ``name`` class attribute."""
+    """Class decorator: add an update rule under its ``name`` class attribute."""
     name = cls.name  # type: ignore[attr-defined]
-    if name in REGISTRY:
-        raise ValueError(f"an algorithm named {name!r} is already registered")
+    if name in REGISTRY or name in ALIASES:
+        raise ValueError(f"a method named {name!r} is already registered")
     REGISTRY[name] = cls
     return cls
 
 
 def names() -> list[str]:
-    """Registered algorithm names: the paper's methods in its order, then any others."""
+    """Registered method names: the paper's methods in its order, then any others."""
     order = PAPER_ORDER + LATER_ORDER
-    known = [name for name in order if name in REGISTRY]
+    known = [name for name in order if name in REGISTRY or name in ALIASES]
     return known + [name for name in REGISTRY if name not in order]
 
 
-def resolve(name: str) -> type:
-    """The registered class of ``name`` (case and ``-``/``_`` insensitive)."""
+def _key(name: object) -> str:
     key = str(name).lower().replace("-", "_")
-    try:
-        return REGISTRY[key]
-    except KeyError:
-        raise ValueError(unknown_name("algorithm", key, names())) from None
+    if key not in REGISTRY and key not in ALIASES:
+        raise ValueError(unknown_name("algorithm", key, names()))
+    return key
 
 
-def hyperparameters(name_or_cls: str | type) -> tuple[str, ...]:
-    """The hyper-parameters an algorithm accepts (its dataclass fields, not class constants)."""
-    cls = resolve(name_or_cls) if isinstance(name_or_cls, str) else name_or_cls
+def resolve(name: str) -> type:
+    """The update rule's class of ``name`` (an alias's rule; case and ``-``/``_`` insensitive)."""
+    key = _key(name)
+    return REGISTRY[ALIASES[key].rule] if key in ALIASES else REGISTRY[key]
+
+
+def _init_fields(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
 
-def make(name: str, **hyperparams: Any) -> Any:
-    """Instantiate a registered algorithm with the given hyper-parameters."""
-    cls = resolve(name)
-    valid = hyperparameters(cls)
-    for key in hyperparams:
+def hyperparameters(method: str | type | Any) -> tuple[str, ...]:
+    """The hyper-parameters a method accepts: a name (its rule's and, for an alias, its
+    gossip's; ``gossip`` for a rule), a rule's class, or a method itself."""
+    if isinstance(method, Composed):
+        return tuple(method.hyperparams())
+    if not isinstance(method, str | type):
+        method = type(method)
+    if isinstance(method, type):
+        return (*_init_fields(method), "gossip")
+    key = _key(method)
+    if key in ALIASES:
+        alias = ALIASES[key]
+        own = tuple(f for f in _init_fields(REGISTRY[alias.rule]) if f not in alias.fixed)
+        return own + _init_fields(alias.gossip)
+    return (*_init_fields(REGISTRY[key]), "gossip")
+
+
+def compose(rule: Any, gossip: str | Gossip, alias: str = "") -> Any:
+    """``rule`` with ``gossip``, or a one-line error saying why the pair cannot work."""
+    try:
+        mixer = parse(gossip)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{rule.name}: {exc}") from None
+    if isinstance(mixer, Exact):
+        return rule
+    why = mixer.refuses(rule)
+    if why:
+        works = ", ".join(gossips_for(rule.name)) or "exact"
+        raise ValueError(f"{rule.name} cannot take {mixer.name} gossip: {why}; it takes: {works}")
+    return Composed(rule, mixer, alias)
+
+
+def _check_keys(name: str, given: dict[str, Any], valid: tuple[str, ...]) -> None:
+    for key in given:
         if key not in valid:
-            alias = ""
-            if key == "momentum" and "beta" in valid:
-                alias = " (momentum is called beta here)"
-            raise TypeError(f"{name}: {unknown_name('hyper-parameter', key, valid)}{alias}")
-    return cls(**hyperparams)
+            hint = (
+                " (momentum is called beta here)" if key == "momentum" and "beta" in valid else ""
+            )
+            raise TypeError(f"{name}: {unknown_name('hyper-parameter', key, valid)}{hint}")
+
+
+def make(name: str, gossip: str | Gossip | None = None, **hyperparams: Any) -> Any:
+    """A registered method with the given hyper-parameters, composed with ``gossip``
+    (text such as ``"choco(top_k(0.1), gamma=0.4)"`` or a gossip; exact mixing by default)."""
+    key = _key(name)
+    if key in ALIASES:
+        alias = ALIASES[key]
+        if gossip is not None:
+            raise TypeError(
+                f"{key} is {alias.rule} with {alias.gossip.name} gossip: give gossip= to "
+                f"{alias.rule} instead"
+            )
+        _check_keys(key, hyperparams, hyperparameters(key))
+        own = set(_init_fields(alias.gossip))
+        try:
+            mixer = alias.gossip(**{k: v for k, v in hyperparams.items() if k in own})
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{key}: {exc}") from None
+        rule_hp = {k: v for k, v in hyperparams.items() if k not in own} | alias.fixed
+        return compose(REGISTRY[alias.rule](**rule_hp), mixer, alias=key)
+    cls = REGISTRY[key]
+    _check_keys(key, hyperparams, _init_fields(cls))
+    rule = cls(**hyperparams)
+    return rule if gossip is None else compose(rule, gossip)
+
+
+#: What each capability of a network means.
+_OFFERS = {
+    "symmetric": "a symmetric doubly stochastic W (Assumption 1)",
+    "column": "a column-stochastic W (a directed graph, or an undirected one)",
+    "static": "one fixed W",
+    "tree": "a static tree",
+}
+
+
+def _network_fix(method: Any, missing: str, network: Any) -> str:
+    if missing == "symmetric" and "column" in network.offers:
+        push = [g for g in gossips_for(method.name) if g.startswith("push_sum")]
+        if push and not isinstance(method, Composed):
+            return f"compose it with push-sum to run on a directed graph: gossip={push[0]!r}"
+        return "give it an undirected graph (or run a push-sum method: sgp, push_diging)"
+    return {
+        "static": "give it a static graph (time-varying graphs change W every round)",
+        "tree": "relaying needs exactly one path between any two agents: topology.chain, "
+        "binary_tree, star or spanning_tree(graph)",
+        "column": "give it a directed graph or an undirected one",
+    }.get(missing, "")
+
+
+def check_network(method: Any, network: Any) -> None:
+    """Refuse a network that lacks what the method needs (its rule's and its gossip's
+    declarations against the network's ``offers``), naming what is missing and the fix."""
+    missing = sorted(method.needs - network.offers)
+    if missing:
+        raise ValueError(
+            f"{method.name} runs on {_OFFERS.get(missing[0], missing[0])}; {network.name} is "
+            f"not one: {_network_fix(method, missing[0], network)}"
+        )
+
+
+def gossips_for(name: str) -> list[str]:
+    """The gossips a method composes with at its defaults (its own alone, for an alias);
+    one that needs a switch flipped is listed with it: ``"push_sum (atc=False)"``."""
+    key = _key(name)
+    if key in ALIASES:
+        return [ALIASES[key].gossip.name]
+    cls = REGISTRY[key]
+    try:
+        rule = cls()
+    except TypeError:  # a rule without defaults: its class's declarations
+        rule = cls
+    switches = [f.name for f in dataclasses.fields(cls) if f.init and isinstance(f.default, bool)]
+    out = []
+    for gossip_name, gossip_cls in GOSSIPS.items():
+        gossip = gossip_cls()
+        if not gossip.refuses(rule):
+            out.append(gossip_name)
+            continue
+        for switch in switches if rule is not cls else ():
+            flipped = dataclasses.replace(rule, **{switch: not getattr(rule, switch)})
+            if not gossip.refuses(flipped):
+                out.append(f"{gossip_name} ({switch}={getattr(flipped, switch)})")
+                break
+    return out

@@ -61,7 +61,9 @@ class RelaySGD(MomentumHyperParams):
 
     name: ClassVar[str] = "relaysgd"
     uses_momentum: ClassVar[bool] = True
-    requires: ClassVar[str] = "tree"
+    requires: ClassVar[frozenset[str]] = frozenset({"tree"})
+    sends: ClassVar[tuple[str, ...] | None] = None
+    mixes: ClassVar[bool] = False  # one message of its own per neighbour (exchange)
     agent_fields: ClassVar[tuple[str, ...]] = ("counts",)
     rounds_per_step: ClassVar[int] = 1
 

@@ -34,8 +34,7 @@ import torch.distributed as dist
 from decentopt.comm.base import CommStats, Elementwise, map_then_mix, rows_of
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
-from decentopt.topology.schedule import TopologySchedule
-from decentopt.topology.topology import Topology
+from decentopt.topology import Network, TopologySchedule
 
 __all__ = ["DistributedCommunicator", "PeerFailure"]
 
@@ -55,7 +54,7 @@ class DistributedCommunicator:
 
     def __init__(
         self,
-        topology: Topology | TopologySchedule,
+        topology: Network,
         *,
         timeout: float = 60.0,
         group: dist.ProcessGroup | None = None,
@@ -232,7 +231,7 @@ class DistributedCommunicator:
 
     @property
     def slots(self) -> int:
-        if not isinstance(self.topology, Topology) or self.topology.directed:
+        if not {"symmetric", "static"} <= self.topology.offers:
             raise ValueError(
                 f"exchange sends a message to each neighbour and hears back: it needs a static "
                 f"undirected graph; {self.topology.name} is not one"

@@ -25,7 +25,7 @@ from decentopt.comm.base import CommStats, Elementwise, map_then_mix, rows_of, s
 from decentopt.comm.mixers import Mixer, chain
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
-from decentopt.topology import Network, Topology, TopologySchedule
+from decentopt.topology import Graph, Network, TopologySchedule
 
 __all__ = ["SimulatedCommunicator"]
 
@@ -51,7 +51,7 @@ class SimulatedCommunicator:
         self.n = topology.n
         self.stats = CommStats()
         self.mixers: tuple[Mixer, ...] = chain(topology, kernel)
-        if isinstance(topology, Topology):
+        if isinstance(topology, Graph):
             degrees = topology.degrees
             self._messages = (float(degrees.mean()), int(degrees.max(initial=0)))
             self._edges = int(degrees.sum())
@@ -156,7 +156,7 @@ class SimulatedCommunicator:
     def _slots(self) -> tuple[torch.Tensor, torch.Tensor]:
         """For :meth:`exchange`: where each (agent, slot) reads in the senders' ``(n * S)``
         messages, and which slots hold a neighbour."""
-        if not isinstance(self.topology, Topology) or self.topology.directed:
+        if not {"symmetric", "static"} <= self.topology.offers:
             raise ValueError(
                 f"exchange sends a message to each neighbour and hears back: it needs a static "
                 f"undirected graph; {self.topology.name} is not one"

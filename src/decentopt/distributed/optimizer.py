@@ -51,7 +51,8 @@ import torch
 
 from decentopt import algorithms
 from decentopt._checks import as_real
-from decentopt.algorithms.base import Algorithm, check_network
+from decentopt.algorithms.base import Algorithm
+from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
 from decentopt.distributed.buckets import Bucket, Overlap, plan_buckets
 

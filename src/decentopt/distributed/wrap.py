@@ -1,24 +1,34 @@
-"""``wrap(base_optimizer, algorithm, comm)``: any torch optimizer's local update, gossiped.
+"""``wrap(base_optimizer, method, comm)``: any torch optimizer's local update, gossiped.
 
 The base optimizer (Adam, AdamW, SGD with Nesterov, LAMB, ...) computes each agent's
-local step as it would alone; the decentralized algorithm then combines the
-adapted point ``y = base(x)`` with the neighbours':
+local step as it would alone; the decentralized method then takes that step in place
+of its own gradient step. Every registered method whose gradient enters its update
+only as a step along it (``lr`` times the gradient, possibly through momentum or a
+tracker: every built-in method, ``takes_direction``) can be wrapped: with ``x`` the
+parameters before the base step and ``y`` after it, the method runs one step on the
+pseudo-gradient ``d = x - y`` with ``lr = 1``, so that
 
 * ``"dsgd"`` (adapt then combine): ``x+ = W y``;
 * ``"ed"`` / ``"edm"`` (exact diffusion): ``psi+ = y``, ``phi = psi+ + x - psi``,
   ``x+ = W phi`` with ``psi(0) = x(0)``: the local update takes the place of
-  ``-alpha g`` in the bias-corrected recursion. ``"edm"`` is ED here: its momentum is
-  the base optimizer's.
+  ``-alpha g`` in the bias-corrected recursion;
+* ``"dsgt"``: the tracker follows the average local update; ``"sgp"`` pushes ``y`` over
+  a directed graph; a method composed with a gossip (``gossip="choco(qsgd(4))"``)
+  sends its messages that way.
+
+A method's own momentum is off unless ``beta`` is given (the momentum is the base
+optimizer's): ``"edm"`` is ED here, ``"dmsgd"`` DSGD.
 
 What the theory covers: ``wrap(SGD(lr), "dsgd")`` is DSGD and ``wrap(SGD(lr), "ed")`` is
-ED/D², exactly (the same arithmetic as ``DecentralizedOptimizer``); with torch's
-dampened momentum (``momentum = dampening = beta``) ``"ed"`` is EDM except for the
-first step (torch starts the buffer at ``g``, EDM at ``(1 - beta) g``). With
-adaptive optimizers (Adam, AdamW, LAMB) each agent's update is preconditioned by
-its own statistics; no analysis here covers that, and the bias correction of ED
-is exact only where the local update is a fixed linear function of the gradient.
-On the complete graph with identical data every combination is the base optimizer
-itself (tested). Learning-rate schedulers attach to the base optimizer.
+ED/D² (to rounding: ``x - (x - y)`` is ``y`` exactly where the step is smaller than the
+parameter, Sterbenz's lemma, and within one unit in the last place otherwise); with
+torch's dampened momentum (``momentum = dampening = beta``) ``"ed"`` is EDM except for
+the first step (torch starts the buffer at ``g``, EDM at ``(1 - beta) g``). With adaptive
+optimizers (Adam, AdamW, LAMB) each agent's update is preconditioned by its own
+statistics; no analysis here covers that, and the bias correction of ED is exact only
+where the local update is a fixed linear function of the gradient. On the complete graph
+with identical data every combination is the base optimizer itself (tested).
+Learning-rate schedulers attach to the base optimizer.
 """
 
 from __future__ import annotations
@@ -27,28 +37,47 @@ from typing import Any
 
 import torch
 
-from decentopt.algorithms.ed import corrected
+from decentopt import algorithms
 from decentopt.comm.base import Communicator
+from decentopt.distributed.optimizer import DecentralizedOptimizer
 
-__all__ = ["COMBINERS", "GossipOptimizer", "wrap"]
+__all__ = ["GossipOptimizer", "wrap"]
 
-#: How each supported algorithm combines the adapted point with the neighbours'.
-COMBINERS = ("dsgd", "ed", "edm")
+
+def _method(method: str | Any, hyperparams: dict[str, Any]) -> Any:
+    """The method that takes the base optimizer's steps: ``lr = 1``, momentum off unless
+    ``beta`` is given; refused if its gradient is more than a step direction."""
+    if isinstance(method, str):
+        rule = algorithms.resolve(method)
+        if rule.uses_momentum and "beta" not in hyperparams:
+            hyperparams = {"beta": 0.0} | hyperparams
+        alg = algorithms.make(method, **({"lr": 1.0} | hyperparams))
+    else:
+        alg = method.with_hyperparams(lr=1.0, **hyperparams)
+    if not alg.takes_direction:
+        raise ValueError(
+            f"wrap hands the method a base optimizer's update in place of its gradient step; "
+            f"{alg.name} uses the gradient otherwise (takes_direction is False): use "
+            "DecentralizedOptimizer"
+        )
+    return alg
 
 
 class GossipOptimizer:
-    """A base optimizer whose every step is followed by one gossip round (see :func:`wrap`)."""
+    """A base optimizer whose every step is followed by one step of a decentralized method
+    on the base step (see :func:`wrap`)."""
 
-    def __init__(self, base: torch.optim.Optimizer, algorithm: str, comm: Communicator) -> None:
-        name = str(algorithm).lower()
-        if name not in COMBINERS:
-            raise ValueError(
-                f"wrap combines a base optimizer's update with gossip as {', '.join(COMBINERS)}; "
-                f"got {algorithm!r}. For momentum or tracking use the base optimizer's "
-                "(SGD momentum, Adam) or DecentralizedOptimizer"
-            )
-        self.base, self.algorithm, self.comm = base, name, comm
-        self.psi: dict[torch.Tensor, torch.Tensor] = {}  # ED's psi per parameter
+    def __init__(
+        self,
+        base: torch.optim.Optimizer,
+        method: str | Any,
+        comm: Communicator,
+        **hyperparams: Any,
+    ) -> None:
+        self.base, self.comm = base, comm
+        params = [p for g in base.param_groups for p in g["params"]]
+        self.gossip = DecentralizedOptimizer(params, _method(method, hyperparams), comm)
+        self.algorithm = self.gossip.algorithm.name
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
@@ -67,49 +96,32 @@ class GossipOptimizer:
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
         params = self._params()
-        before = [p.detach().clone() for p in params] if self.algorithm != "dsgd" else []
+        before = [p.detach().clone() for p in params]
         loss = self.base.step(closure)
-        if not params:
-            return loss
-        y = torch.cat([p.detach().reshape(-1) for p in params]).unsqueeze(0)
-        if self.algorithm == "dsgd":
-            mixed = self.comm.mix(y)
-        else:
-            x = torch.cat([b.reshape(-1) for b in before]).unsqueeze(0)
-            psi = torch.cat(
-                [self.psi.get(p, b).reshape(-1) for p, b in zip(params, before, strict=True)]
-            ).unsqueeze(0)
-            mixed = self.comm.mix(corrected(x, psi, y))
-            offset = 0
-            for p in params:
-                self.psi[p] = y[0, offset : offset + p.numel()].view_as(p).clone()
-                offset += p.numel()
-        offset = 0
-        for p in params:
-            p.copy_(mixed[0, offset : offset + p.numel()].view_as(p))
-            offset += p.numel()
+        grads = [p.grad for p in params]
+        for p, x in zip(params, before, strict=True):
+            p.grad = x - p  # the base step as the method's direction: x - d = y
+            p.copy_(x)
+        try:
+            self.gossip.step()
+        finally:
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g
         return loss
 
     def state_dict(self) -> dict[str, Any]:
-        every = [p for g in self.base.param_groups for p in g["params"]]
-        order = {id(p): i for i, p in enumerate(every)}
-        return {
-            "base": self.base.state_dict(),
-            "algorithm": self.algorithm,
-            "psi": {order[id(p)]: v for p, v in self.psi.items()},
-        }
+        return {"base": self.base.state_dict(), "gossip": self.gossip.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("algorithm") != self.algorithm:
-            raise ValueError(
-                f"checkpoint is for {state.get('algorithm')!r}, this wrapper runs "
-                f"{self.algorithm!r}"
-            )
+        if "gossip" not in state:
+            raise ValueError("not a state_dict of wrap(): it has no 'gossip' entry")
+        self.gossip.load_state_dict(state["gossip"])
         self.base.load_state_dict(state["base"])
-        params = [p for g in self.base.param_groups for p in g["params"]]
-        self.psi = {params[int(i)]: v.to(params[int(i)]) for i, v in state["psi"].items()}
 
 
-def wrap(base: torch.optim.Optimizer, algorithm: str, comm: Communicator) -> GossipOptimizer:
-    """``base``'s local updates combined with the neighbours' by ``algorithm`` (module doc)."""
-    return GossipOptimizer(base, algorithm, comm)
+def wrap(
+    base: torch.optim.Optimizer, method: str | Any, comm: Communicator, **hyperparams: Any
+) -> GossipOptimizer:
+    """``base``'s local updates taken by ``method`` (a registered name or a method; its
+    hyper-parameters other than ``lr``, e.g. ``gossip="push_sum"``): see the module doc."""
+    return GossipOptimizer(base, method, comm, **hyperparams)

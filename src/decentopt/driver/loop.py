@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from decentopt.algorithms.base import Algorithm, check_network
+from decentopt.algorithms.base import Algorithm
+from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard

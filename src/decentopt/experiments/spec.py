@@ -268,7 +268,7 @@ def load_spec(
 
 def _check_graphs(spec: RunSpec) -> None:
     """Build every graph once (its options checked) and refuse a method on a graph it
-    cannot run on (a push-sum method needs a directed graph, relaying a tree)."""
+    cannot run on (relaying needs a tree, exact gossip a symmetric graph, ...)."""
     graphs: dict[str, Any] = {}
     for label, variant in spec.algorithms.items():
         key = json.dumps(spec.topology_of(label), sort_keys=True, default=repr)
@@ -278,7 +278,9 @@ def _check_graphs(spec: RunSpec) -> None:
         try:
             algorithms.check_network(method, graphs[key])
         except ValueError as exc:
-            example = {"tree": "chain", "symmetric": "ring"}.get(method.requires, "ring")
+            needs = method.needs
+            example = "chain" if "tree" in needs else "ring"
+            example = "directed_ring" if "symmetric" not in needs else example
             raise ConfigError(
                 f"{spec.source} [algorithms.{label}]: {exc}; give the variant a graph of its "
                 f'own, e.g. topology = "{example}"'

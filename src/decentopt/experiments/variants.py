@@ -47,7 +47,7 @@ def variants(tables: dict[str, Any], defaults: dict[str, Any], source: str) -> d
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: must be a table of hyper-parameters")
         method = table.get("method", label)
-        if method not in algorithms.REGISTRY:
+        if method not in algorithms.names():
             what, names = "method" if "method" in table else "algorithm", algorithms.names()
             raise ConfigError(f"{source} [algorithms]: {unknown_name(what, method, names)}")
         fields = algorithms.hyperparameters(method)

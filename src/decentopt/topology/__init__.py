@@ -48,11 +48,13 @@ from decentopt.topology.time_varying import (
     random_matchings,
     sequence,
 )
-from decentopt.topology.topology import AssumptionError, Topology, check_assumption1
+from decentopt.topology.topology import AssumptionError, Graph, Topology, check_assumption1
 from decentopt.topology.trees import binary_tree, chain, spanning_tree
 
-#: A static graph or a time-varying one: what communicators accept.
-Network = Topology | TopologySchedule
+#: A static graph (symmetric or directed) or a time-varying one: what communicators accept.
+#: Each offers its capabilities as ``offers`` (``"symmetric"``, ``"column"``, ``"static"``,
+#: ``"tree"``); methods and gossips declare what they need of them.
+Network = Topology | DirectedTopology | TopologySchedule
 
 #: Static undirected graphs a spanning tree can be taken of, by name.
 _SPANNED = {
@@ -124,6 +126,7 @@ __all__ = [
     "AssumptionError",
     "DirectedTopology",
     "GossipRound",
+    "Graph",
     "Network",
     "Topology",
     "TopologySchedule",

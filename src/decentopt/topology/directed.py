@@ -28,6 +28,7 @@ agent per round, where the symmetrised version of
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -37,7 +38,7 @@ from decentopt.topology.schedule import GossipRound, TopologySchedule
 from decentopt.topology.topology import (
     _TOL,
     AssumptionError,
-    Topology,
+    Graph,
     _as_numpy,
     square_weights,
 )
@@ -87,22 +88,25 @@ def check_column_stochastic(W: object, *, tol: float = _TOL) -> np.ndarray:
     return arr
 
 
-class DirectedTopology(Topology):
-    """A column-stochastic ``W`` over a strongly connected directed graph.
+@dataclass(frozen=True, eq=False)
+class DirectedTopology(Graph):
+    """A column-stochastic ``W`` over a strongly connected directed graph: a sibling of
+    :class:`~decentopt.topology.Topology` with its own quantities (no ``lam``: the
+    symmetric graphs' ``||W - 11^T/n||`` means nothing here; :attr:`mixing_rate` is
+    ``|lambda_2(W)|``, the rate at which ``W^t`` tends to ``pi 1^T``).
 
     ``w_ij > 0`` means agent ``i`` reads (receives) agent ``j``'s row: ``neighbors[i]``
     are whom ``i`` receives from, ``out_neighbors[j]`` whom ``j`` sends to.
     """
 
-    directed = True
     psd = False
 
-    def __post_init__(self) -> None:
-        arr = check_column_stochastic(self.W)
-        object.__setattr__(self, "_W_np", arr)
-        import torch
+    def _checked(self, W: object) -> np.ndarray:
+        return check_column_stochastic(W)
 
-        object.__setattr__(self, "W", torch.from_numpy(arr.copy()))
+    @property
+    def offers(self) -> frozenset[str]:
+        return frozenset({"column", "static"})
 
     @cached_property
     def eigenvalues(self) -> np.ndarray:
@@ -111,25 +115,9 @@ class DirectedTopology(Topology):
         return values[np.argsort(np.abs(values), kind="stable")]
 
     @cached_property
-    def lam(self) -> float:
+    def mixing_rate(self) -> float:
         """The second largest eigenvalue modulus: the rate at which ``W^t`` tends to ``pi 1^T``."""
         return float(np.abs(self.eigenvalues[-2])) if self.n > 1 else 0.0
-
-    @property
-    def lam_min(self) -> float:
-        """Smallest real part of an eigenvalue (``W`` is not symmetric: not a PSD check)."""
-        return float(self.eigenvalues.real.min())
-
-    @cached_property
-    def out_neighbors(self) -> tuple[tuple[int, ...], ...]:  # type: ignore[override]
-        return tuple(
-            tuple(int(i) for i in np.flatnonzero(col) if i != j)
-            for j, col in enumerate(self._W_np.T)
-        )
-
-    @property
-    def is_tree(self) -> bool:  # type: ignore[override]
-        return False
 
     @cached_property
     def doubly_stochastic(self) -> bool:
@@ -145,12 +133,12 @@ class DirectedTopology(Topology):
             "n": self.n,
             "directed": "yes (column-stochastic)",
             "row sums 1": str(self.doubly_stochastic),
-            "second eigenvalue modulus": self.lam,
+            "second eigenvalue modulus": self.mixing_rate,
             "max out-degree": self.max_degree,
         }
 
     def __repr__(self) -> str:
-        return f"DirectedTopology({self.name}, n={self.n}, |lambda_2|={self.lam:.6f})"
+        return f"DirectedTopology({self.name}, n={self.n}, |lambda_2|={self.mixing_rate:.6f})"
 
 
 def _agents(n: object, minimum: int = 1) -> int:

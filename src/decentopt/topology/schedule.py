@@ -320,6 +320,13 @@ class TopologySchedule:
     def spectral_gap(self) -> float:
         return 1.0 - self.lam
 
+    @property
+    def offers(self) -> frozenset[str]:
+        """What the schedule offers the methods (:attr:`decentopt.topology.Topology.offers`):
+        column-stochastic rounds, symmetric ones too unless directed; static at period one."""
+        kinds = {"column"} if self.directed else {"symmetric", "column"}
+        return frozenset(kinds | ({"static"} if self.period == 1 else set()))
+
     @cached_property
     def psd(self) -> bool:
         """Whether every ``W_t`` is positive semi-definite (Assumption 1(3)); sampled if random."""

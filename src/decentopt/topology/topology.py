@@ -108,8 +108,10 @@ def check_assumption1(W: object, *, tol: float = _TOL) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class Topology:
-    """A mixing matrix ``W`` that satisfies Assumption 1, with its spectral quantities.
+class Graph:
+    """What every static graph has: a mixing matrix ``W`` over ``n`` agents, who reads
+    whom, and what it offers the methods (:attr:`offers`). A static graph is a schedule
+    of period one.
 
     Attributes:
         W: the (n, n) mixing matrix as a float64 tensor.
@@ -120,15 +122,65 @@ class Topology:
     name: str = "custom"
     _W_np: np.ndarray = field(init=False, repr=False)
 
+    def _checked(self, W: object) -> np.ndarray:
+        raise NotImplementedError
+
     def __post_init__(self) -> None:
-        arr = check_assumption1(self.W)
+        arr = self._checked(self.W)
         object.__setattr__(self, "_W_np", arr)
         object.__setattr__(self, "W", torch.from_numpy(arr.copy()))
+
+    #: A static graph is a schedule of period one.
+    period = 1
 
     @property
     def n(self) -> int:
         """Number of agents."""
         return int(self._W_np.shape[0])
+
+    @cached_property
+    def neighbors(self) -> tuple[tuple[int, ...], ...]:
+        """For each agent, the other agents j whose rows it reads (w_ij != 0)."""
+        return tuple(
+            tuple(int(j) for j in np.flatnonzero(row) if j != i) for i, row in enumerate(self._W_np)
+        )
+
+    @cached_property
+    def out_neighbors(self) -> tuple[tuple[int, ...], ...]:
+        """For each agent, the agents that read its row (w_ji != 0)."""
+        return tuple(
+            tuple(int(i) for i in np.flatnonzero(col) if i != j)
+            for j, col in enumerate(self._W_np.T)
+        )
+
+    @property
+    def degrees(self) -> np.ndarray:
+        """Number of messages each agent sends per round: its readers (self excluded)."""
+        return np.array([len(nb) for nb in self.out_neighbors])
+
+    @property
+    def max_degree(self) -> int:
+        return int(self.degrees.max()) if self.n > 1 else 0
+
+    @property
+    def density(self) -> float:
+        """Fraction of non-zero entries of ``W``."""
+        return float(np.count_nonzero(self._W_np)) / self.n**2
+
+    @property
+    def offers(self) -> frozenset[str]:
+        """What the graph offers the methods: ``"symmetric"`` (a symmetric doubly stochastic
+        W), ``"column"`` (column-stochastic), ``"static"``, ``"tree"``."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class Topology(Graph):
+    """A symmetric mixing matrix ``W`` that satisfies Assumption 1, with its spectral
+    quantities."""
+
+    def _checked(self, W: object) -> np.ndarray:
+        return check_assumption1(W)
 
     @cached_property
     def eigenvalues(self) -> np.ndarray:
@@ -148,10 +200,6 @@ class Topology:
 
     #: Every W here passed Assumption 1(3) (the schedules' attribute of the same name may not).
     psd = True
-    #: A static graph is a schedule of period one.
-    period = 1
-    #: Symmetric here; :class:`~decentopt.topology.directed.DirectedTopology` is not.
-    directed = False
 
     @cached_property
     def is_tree(self) -> bool:
@@ -159,36 +207,20 @@ class Topology:
         return int(self.degrees.sum()) == 2 * (self.n - 1)
 
     @property
+    def offers(self) -> frozenset[str]:
+        tree = {"tree"} if self.is_tree else set()
+        return frozenset({"symmetric", "column", "static", *tree})
+
+    @property
     def lam_min(self) -> float:
         """Smallest eigenvalue of ``W`` (>= 0 here; see the module note; round-off clipped)."""
         value = float(self.eigenvalues[0])
         return 0.0 if abs(value) < _TOL else value
 
-    @cached_property
-    def neighbors(self) -> tuple[tuple[int, ...], ...]:
-        """For each agent, the other agents j with w_ij != 0."""
-        return tuple(
-            tuple(int(j) for j in np.flatnonzero(row) if j != i) for i, row in enumerate(self._W_np)
-        )
-
     @property
-    def out_neighbors(self) -> tuple[tuple[int, ...], ...]:
+    def out_neighbors(self) -> tuple[tuple[int, ...], ...]:  # type: ignore[override]
         """For each agent, the agents that read its row (its neighbours, W being symmetric)."""
         return self.neighbors
-
-    @property
-    def degrees(self) -> np.ndarray:
-        """Number of messages each agent sends per round: its neighbours (self excluded)."""
-        return np.array([len(nb) for nb in self.out_neighbors])
-
-    @property
-    def max_degree(self) -> int:
-        return int(self.degrees.max()) if self.n > 1 else 0
-
-    @property
-    def density(self) -> float:
-        """Fraction of non-zero entries of ``W``."""
-        return float(np.count_nonzero(self._W_np)) / self.n**2
 
     def lazy(self) -> Topology:
         """The lazy transform (W + I) / 2, which makes every eigenvalue positive."""

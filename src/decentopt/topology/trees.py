@@ -47,7 +47,7 @@ def binary_tree(n: int) -> Topology:
 def spanning_tree(network: Topology, root: int = 0) -> Topology:
     """The breadth-first spanning tree of ``network``'s graph from ``root`` (neighbours in
     ascending order): distances from the root stay those of the graph."""
-    if not isinstance(network, Topology) or network.directed:
+    if not isinstance(network, Topology):
         raise TypeError(
             "spanning_tree needs a static undirected Topology; "
             f"got {getattr(network, 'name', network)!r}"

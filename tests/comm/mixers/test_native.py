@@ -15,6 +15,7 @@ from decentopt.comm.base import map_then_mix
 from decentopt.comm.mixers import NativeMixer
 from decentopt.comm.mixers import native as native_mixer
 from decentopt.topology.circulant import CirculantTopology
+from decentopt.updates import FUSED, fused_update
 
 LIB = native.library()[0]
 needs_library = pytest.mark.skipif(LIB is None, reason=f"no native kernels: {native.library()[1]}")
@@ -50,7 +51,7 @@ class Counting(SimulatedCommunicator):
     def mix_map(self, fn, tensors, scalars=()):
         before = self.stats.rounds
         result = super().mix_map(fn, tensors, scalars)
-        self.fused += native_mixer.lookup(fn) is not None and self.stats.rounds == before + 1
+        self.fused += fused_update(fn) is not None and self.stats.rounds == before + 1
         return result
 
 
@@ -82,14 +83,14 @@ def test_the_native_kernel_of_every_update_equals_update_then_mix(
 
 
 def test_updates_are_looked_up_by_function_and_constant_options():
-    from decentopt.algorithms.edm import edm_update
+    from decentopt.updates import edm_update
 
-    found = native_mixer.lookup(functools.partial(edm_update, nesterov=True, dampening=False))
+    found = fused_update(functools.partial(edm_update, nesterov=True, dampening=False))
     assert found is not None and found[0].kind == "edm" and found[1:] == (True, False)
-    assert native_mixer.lookup(functools.partial(edm_update, 0.1)) is None
-    assert native_mixer.lookup(torch.add) is None
+    assert fused_update(functools.partial(edm_update, 0.1)) is None
+    assert fused_update(torch.add) is None
     # every kind of the table is one the library implements, in its order
-    assert {u.kind for u in native_mixer.UPDATES.values()} == set(native.UPDATE_KINDS)
+    assert {u.kind for u in FUSED.values()} == set(native.UPDATE_KINDS)
 
 
 @needs_library

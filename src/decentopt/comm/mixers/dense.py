@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from decentopt.comm.mixers.base import MixerBase, MixerUnavailable, register
-from decentopt.topology import Network, Topology
+from decentopt.topology import Graph, Network
 
 __all__ = ["DenseMixer"]
 
@@ -18,7 +18,7 @@ class DenseMixer(MixerBase):
     name = "dense"
 
     def __init__(self, network: Network) -> None:
-        if not isinstance(network, Topology):
+        if not isinstance(network, Graph):
             raise MixerUnavailable(f"kernel='dense' needs a static topology; {network.name} is not")
         self.topology = network
         self._cache: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}

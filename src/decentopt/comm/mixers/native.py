@@ -2,7 +2,7 @@
 
 For a circulant ``W`` (stored by its stencil, or dense and found circulant) the
 library mixes in one pass, and for the library's own updates -- DSGD's, DmSGD's,
-ED's and EDM's, the table :data:`UPDATES` -- computes the update and the mix of
+ED's and EDM's, the table :data:`decentopt.updates.FUSED` -- computes the update and the mix of
 its first output together, block of columns by block of columns, so that the
 mixed quantity is never written to memory. On (256, 10^5) float32 over ring(256)
 an EDM step then takes 1.2x its 7-pass memory bound at one thread and 0.9x at
@@ -10,7 +10,7 @@ two, against 2.2x updating and mixing separately; the mix 0.9-1.2x a copy,
 against 1.8-2.1x (``benchmarks/bench_peers.py``). ``"auto"`` takes it for CPU
 states of float32 or float64 from 8 MB when the library is there.
 
-Each update of :data:`~decentopt.comm.mixers.updates.UPDATES` is the Python function
+Each update of :data:`decentopt.updates.FUSED` is the Python function
 it implements: that function stays the reference, and the tests check both give
 the same numbers for every option and every instruction-set variant of the library.
 """
@@ -26,14 +26,14 @@ import torch
 from decentopt import native
 from decentopt.comm.mixers.base import MixerBase, register
 from decentopt.comm.mixers.shift import circulant_stencil
-from decentopt.comm.mixers.updates import UPDATES, lookup, prepare
+from decentopt.comm.mixers.updates import prepare
 from decentopt.topology import Network
 from decentopt.topology.circulant import reach
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Elementwise
 
-__all__ = ["UPDATES", "NativeMixer", "lookup"]
+__all__ = ["NativeMixer"]
 
 #: States smaller than this are left to the other mixers under "auto" (nothing to gain).
 MIN_BYTES = 8 << 20

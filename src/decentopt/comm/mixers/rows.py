@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from decentopt.comm.mixers.base import MixerBase, MixerUnavailable, register
-from decentopt.topology import DirectedTopology, Network, Topology
+from decentopt.topology import DirectedTopology, Graph, Network, Topology
 
 __all__ = ["SparseRowsMixer"]
 
@@ -26,7 +26,7 @@ class SparseRowsMixer(MixerBase):
     name = "sparse"
 
     def __init__(self, network: Network) -> None:
-        if not isinstance(network, Topology):
+        if not isinstance(network, Graph):
             raise MixerUnavailable(
                 f"kernel='sparse' needs a static topology; {network.name} is not"
             )

@@ -1,0 +1,127 @@
+"""Gossips: how the agents combine what an update rule sends (one module each).
+
+===================== ====================================================== ==============
+text                  what travels                                           network
+===================== ====================================================== ==============
+``exact``             ``W Z`` (the default)                                   symmetric
+``choco(Q, gamma=g)`` compressed differences, error-compensated (CHOCO)     symmetric, static
+``push_sum``          numerators and push-sum weights over ``P``              column-stochastic
+``multi_round(K)``    ``K`` rounds per mix, Chebyshev-accelerated or plain   symmetric
+===================== ====================================================== ==============
+
+``make("edm", lr=0.05, gossip="choco(top_k(0.1), gamma=0.4)")`` composes a rule with one;
+:func:`parse` reads the text, :data:`GOSSIPS` holds them by name (a plugin may add its own
+with :func:`register_gossip`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, TypeVar
+
+from decentopt._checks import unknown_name
+from decentopt.algorithms.gossips.base import SUM, VALUE, Channel, Exact, Fields, Gossip
+from decentopt.algorithms.gossips.choco import Choco
+from decentopt.algorithms.gossips.multi_round import MultiRound
+from decentopt.algorithms.gossips.push_sum import PushSum
+
+__all__ = [
+    "GOSSIPS",
+    "SUM",
+    "VALUE",
+    "Channel",
+    "Choco",
+    "Exact",
+    "Fields",
+    "Gossip",
+    "MultiRound",
+    "PushSum",
+    "parse",
+    "register_gossip",
+]
+
+G = TypeVar("G", bound=type)
+
+#: The gossips by name.
+GOSSIPS: dict[str, type[Gossip]] = {}
+
+
+def register_gossip(cls: G) -> G:
+    """Class decorator: add a :class:`Gossip` under its ``name``."""
+    if cls.name in GOSSIPS:  # type: ignore[attr-defined]
+        raise ValueError(f"a gossip named {cls.name!r} is already registered")  # type: ignore[attr-defined]
+    GOSSIPS[cls.name] = cls  # type: ignore[attr-defined]
+    return cls
+
+
+for _cls in (Exact, Choco, PushSum, MultiRound):
+    register_gossip(_cls)
+
+_CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", re.S)
+
+
+def _split(args: str) -> list[str]:
+    """``args`` split at the commas outside parentheses and quotes."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(args):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(args[start:i])
+            start = i + 1
+    parts.append(args[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _value(text: str) -> Any:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def parse(spec: str | Gossip) -> Gossip:
+    """A gossip from text (``"choco(top_k(0.1), gamma=0.4)"``, ``"push_sum"``,
+    ``"multi_round(3)"``) or a gossip itself. Positional arguments follow the fields'
+    order (``choco``: compression, gamma; ``multi_round``: rounds, acceleration)."""
+    if isinstance(spec, Gossip):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"gossip must be text such as 'choco(top_k(0.1), gamma=0.4)' or a gossip of "
+            f"decentopt.algorithms.gossips; got {type(spec).__name__} {spec!r}"
+        )
+    match = _CALL.fullmatch(spec)
+    if match is None:
+        raise ValueError(
+            f"gossip {spec!r}: write NAME or NAME(ARGS), e.g. 'push_sum', 'choco(sign)'"
+        )
+    name, args = match.group(1).lower(), match.group(2) or ""
+    if name not in GOSSIPS:
+        raise ValueError(unknown_name("gossip", name, GOSSIPS))
+    cls = GOSSIPS[name]
+    fields = [f.name for f in dataclasses.fields(cls) if f.init]
+    kwargs: dict[str, Any] = {}
+    for k, part in enumerate(_split(args)):
+        key, eq, raw = part.partition("=")
+        if eq and re.fullmatch(r"\s*[A-Za-z_]\w*\s*", key):
+            kwargs[key.strip()] = _value(raw.strip())
+        elif k < len(fields) and not kwargs:
+            kwargs[fields[k]] = _value(part)
+        else:
+            raise ValueError(f"gossip {spec!r}: {name} takes {', '.join(fields) or 'no arguments'}")
+    unknown = [key for key in kwargs if key not in fields]
+    if unknown:
+        raise ValueError(f"gossip {spec!r}: {unknown_name(f'{name} argument', unknown[0], fields)}")
+    return cls(**kwargs)

@@ -1,0 +1,202 @@
+"""The gossip protocol: how the agents combine what an update rule sends.
+
+A method is an update rule composed with a gossip. The rule (DSGD, EDM, ...) says
+what each agent computes and which tensors it sends, through the communicator
+calls ``mix`` / ``mix_many`` / ``mix_map``; the gossip says how those tensors are
+combined over the network. :class:`Exact` mixes with ``W`` itself (the default, and
+what a bare rule does); :class:`~decentopt.algorithms.gossips.choco.Choco` sends
+compressed differences, :class:`~decentopt.algorithms.gossips.push_sum.PushSum`
+keeps push-sum weights over column-stochastic graphs,
+:class:`~decentopt.algorithms.gossips.multi_round.MultiRound` runs several rounds
+per mix.
+
+A gossip is a frozen dataclass of its parameters with pure ``init`` and ``bind``:
+``init(x0, sends)`` gives the tensors it keeps per agent (its state fields, added to
+the rule's state), and ``bind(fields, comm, x)`` gives a :class:`Channel`, a
+communicator through which the rule's step runs; ``channel.fields()`` then holds the
+gossip's state after the step. What a gossip needs of the network and of the rule is
+declared once, in :attr:`Gossip.needs` and :meth:`Gossip.refuses`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import CommStats, Communicator, Elementwise
+
+__all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Through"]
+
+#: What a rule sends, per tensor of its one gossip round (the rule's ``sends``):
+#: ``VALUE``, an estimate the agents should agree on (an iterate); ``SUM``, a
+#: tracker whose sum over agents must be kept (gradient tracking's ``y``).
+VALUE, SUM = "value", "sum"
+
+#: The state a gossip keeps: field name -> tensor.
+Fields = dict[str, torch.Tensor]
+
+
+class Channel:
+    """A communicator that routes a rule's mixes through a gossip.
+
+    Subclasses implement :meth:`round` (one gossip round of the tensors of one call);
+    everything else is the wrapped communicator's (``mean``, ``barrier``, the counts).
+    """
+
+    #: Whether the rule may mix only once per step through this channel.
+    one_round: ClassVar[bool] = True
+
+    def __init__(self, comm: Communicator, fields: Fields, sends: tuple[str, ...] = ()) -> None:
+        self.comm = comm
+        self.state = dict(fields)
+        self.sends = sends
+        self.rounds_done = 0
+
+    @property
+    def stats(self) -> CommStats:
+        return self.comm.stats
+
+    @property
+    def topology(self) -> Any:
+        return self.comm.topology
+
+    def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """One gossip round of ``zs`` (the rule's tensors in the order of its ``sends``)."""
+        raise NotImplementedError
+
+    def _one_round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if self.rounds_done and self.one_round:
+            raise ValueError(
+                "this gossip combines one round per step, and the rule mixed twice in one step: "
+                "pack its tensors into one call (mix_many), or use the exact gossip"
+            )
+        self.rounds_done += 1
+        return self.round(zs)
+
+    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        mixed = self._one_round([z])[0]
+        return mixed if out is None else out.copy_(mixed)
+
+    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return self._one_round(list(zs))
+
+    def mix_map(
+        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
+    ) -> tuple[torch.Tensor, ...]:
+        first, *rest = fn(*tensors, *scalars)
+        return (self.mix(first), *rest)
+
+    def mix_compressed(
+        self, z: torch.Tensor, compression: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise ValueError("a rule composed with a gossip sends through mix, mix_many or mix_map")
+
+    def mean(self, z: torch.Tensor) -> torch.Tensor:
+        return self.comm.mean(z)
+
+    def barrier(self, stage: str) -> None:
+        self.comm.barrier(stage)
+
+    def fields(self) -> Fields:
+        """The gossip's state after the step."""
+        return self.state
+
+
+@dataclass(frozen=True)
+class Gossip:
+    """Base of the gossip components (see the module docstring)."""
+
+    #: The name in text (``"choco(top_k(0.1), gamma=0.4)"``) and in the registry.
+    name: ClassVar[str] = ""
+    #: What the network must offer (:attr:`decentopt.topology.Topology.offers`).
+    needs: ClassVar[frozenset[str]] = frozenset({"symmetric"})
+    #: Whether the composed method must still mix the same tensors every step, in one round.
+    one_round: ClassVar[bool] = True
+    #: State fields with one value per agent (push-sum weights), not one per coordinate.
+    agent_fields: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def rounds_per_call(self) -> int:
+        """Rounds of the network per call of the rule (for fair comparisons)."""
+        return 1
+
+    def refuses(self, rule: Any) -> str:
+        """Why ``rule`` cannot take this gossip ("" when it can)."""
+        if not rule.mixes:
+            return f"{rule.name} sends its own message per neighbour instead of mixing"
+        if self.one_round and rule.sends is None:
+            return (
+                f"{rule.name} does not send the same tensors in one round every step "
+                "(its `sends` is None)"
+            )
+        return ""
+
+    def field_names(self, sends: tuple[str, ...]) -> tuple[str, ...]:
+        """The state fields this gossip adds for a rule that sends ``sends``."""
+        return ()
+
+    def init(self, x0: torch.Tensor, sends: tuple[str, ...]) -> Fields:
+        return {}
+
+    def bind(
+        self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]
+    ) -> Channel:
+        """The communicator for one step of a rule that sends ``sends``, from the gossip's
+        state ``fields`` and the iterate ``x`` at the start of the step."""
+        raise NotImplementedError
+
+    def label(self) -> str:
+        """The gossip in text, as :func:`decentopt.algorithms.gossips.parse` reads it."""
+        return self.name
+
+
+@dataclass(frozen=True)
+class Exact(Gossip):
+    """Mixing with ``W`` itself: every call of the rule is one round of the communicator.
+
+    .. math:: \\text{mix}(Z) = W Z
+
+    The rule's fused updates (``mix_map``) reach the communicator's kernels unchanged.
+    """
+
+    name: ClassVar[str] = "exact"
+    one_round: ClassVar[bool] = False
+
+    def refuses(self, rule: Any) -> str:
+        return ""
+
+    def bind(
+        self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]
+    ) -> Channel:
+        return Through(comm, fields, sends)
+
+
+class Through(Channel):
+    """Every call goes to the communicator as it is (fused updates included)."""
+
+    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.comm.mix(z, out)
+
+    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return self.comm.mix_many(zs)
+
+    def mix_map(
+        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
+    ) -> tuple[torch.Tensor, ...]:
+        return self.comm.mix_map(fn, tensors, scalars)
+
+    def mix_compressed(
+        self, z: torch.Tensor, compression: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.comm.mix_compressed(z, compression)
+
+    @property
+    def slots(self) -> int:
+        return self.comm.slots
+
+    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return self.comm.exchange(tensors)
