@@ -25,7 +25,11 @@ def register(cls: T) -> T:
     """Class decorator: add an algorithm under its ``name`` class attribute."""
     name = cls.name  # type: ignore[attr-defined]
     if name in REGISTRY:
-        raise ValueError(f"an algorithm named {name!r} is already registered")
+        taken = f"{REGISTRY[name].__module__}.{REGISTRY[name].__qualname__}"
+        raise ValueError(
+            f"an algorithm named {name!r} is already registered ({taken}); give "
+            f"{cls.__qualname__} another name"
+        )
     REGISTRY[name] = cls
     return cls
 
