@@ -134,6 +134,12 @@ def test_a_module_and_its_file_register_once_in_either_order(monkeypatch, first)
     assert plugins.load(ways[1]) == []  # the same file: already imported
 
 
+HEAD = (
+    "from dataclasses import dataclass\nfrom typing import ClassVar\n"
+    "from decentopt.algorithms import DSGD, HyperParams, register\n\n"
+)
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -143,14 +149,27 @@ def test_a_module_and_its_file_register_once_in_either_order(monkeypatch, first)
             r"division by zero \(userplug_bad\.py, line 1\)",
         ),
         (
-            "from dataclasses import dataclass\nfrom typing import ClassVar\n"
-            "from decentopt.algorithms import DSGD, register\n\n"
-            "@register\n@dataclass(frozen=True)\nclass Twin(DSGD):\n"
+            HEAD + "@register\n@dataclass(frozen=True)\nclass Twin(DSGD):\n"
             "    name: ClassVar[str] = 'dsgd'\n",
             r"already registered \(decentopt\.algorithms\.dsgd\.DSGD\); give Twin another name",
         ),
+        (
+            HEAD + "@register\n@dataclass(frozen=True)\nclass Mine(DSGD):\n"
+            "    name: ClassVar[str] = 'MyMethod'\n",
+            r"Mine: the name class attribute must be lower-case .* got 'MyMethod' "
+            r"\(userplug_bad\.py, line 5\)",
+        ),
+        (
+            HEAD + "@register\nclass Mine(DSGD):\n    name: ClassVar[str] = 'userplug_x'\n",
+            r"Mine: decorate it with @dataclass\(frozen=True\) below @register",
+        ),
+        (
+            HEAD + "@register\n@dataclass(frozen=True)\nclass Mine(HyperParams):\n"
+            "    name: ClassVar[str] = 'userplug_x'\n    def init(self, x0):\n        return x0\n",
+            r"Mine: define step \(see docs/extending\.md\)",
+        ),
     ],
-    ids=["raises", "name-taken"],
+    ids=["raises", "name-taken", "upper-case", "no-dataclass", "no-step"],
 )
 def test_a_broken_plugin_is_one_line_that_names_it(tmp_path, text, expected):
     path = write(tmp_path, "userplug_bad.py", text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, TypeVar
 
 from decentopt._checks import unknown_name
@@ -21,9 +22,30 @@ LATER_ORDER = (
 )  # fmt: skip
 
 
+def _registrable(cls: type) -> str:
+    """The name ``cls`` registers under; a one-line error names what a new class lacks."""
+    who = cls.__qualname__
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(
+            f"{who}: the name class attribute must be lower-case letters, digits and '_' "
+            f'(names are looked up case-insensitively), e.g. name: ClassVar[str] = "my_method"; '
+            f"got {name!r}"
+        )
+    if "__dataclass_fields__" not in cls.__dict__:
+        raise TypeError(
+            f"{who}: decorate it with @dataclass(frozen=True) below @register (its "
+            "hyper-parameters are its dataclass fields)"
+        )
+    missing = [m for m in ("init", "step") if not callable(getattr(cls, m, None))]
+    if missing:
+        raise TypeError(f"{who}: define {' and '.join(missing)} (see docs/extending.md)")
+    return name
+
+
 def register(cls: T) -> T:
     """Class decorator: add an algorithm under its ``name`` class attribute."""
-    name = cls.name  # type: ignore[attr-defined]
+    name = _registrable(cls)
     if name in REGISTRY:
         taken = f"{REGISTRY[name].__module__}.{REGISTRY[name].__qualname__}"
         raise ValueError(
