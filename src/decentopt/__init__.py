@@ -10,7 +10,7 @@ Importing the package changes no process settings (environment variables,
 matplotlib backend, thread counts).
 """
 
-from decentopt import algorithms, comm, distributed, problems, schedules, topology
+from decentopt import algorithms, comm, distributed, plugins, problems, schedules, topology
 from decentopt.simulate import SimulationResult, simulate
 
 __version__ = "0.2.0"
@@ -21,6 +21,7 @@ __all__ = [
     "algorithms",
     "comm",
     "distributed",
+    "plugins",
     "problems",
     "schedules",
     "simulate",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from decentopt import __version__, theory, topology
+from decentopt import __version__, catalog, plugins, theory, topology
 from decentopt.distributed.launch import launch
 from decentopt.experiments import ConfigError, RunSpec, load_spec, run_spec, write_report
 from decentopt.experiments.claims import check_claims, claims_markdown
@@ -135,6 +135,7 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
     p.add_argument("--out", type=Path, help="output folder (default results/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of resuming")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _configure_plugins(p)
     p.add_argument(
         "--x",
         choices=list(X_AXES),
@@ -235,6 +236,45 @@ def _run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------- plugins
+def _configure_plugins(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="load users' own methods first: a module name (mypkg.methods) or a .py file; "
+        "repeatable (docs/extending.md)",
+    )
+
+
+def _configure_methods(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", metavar="NAME", help="only these methods (default: all)")
+    _configure_plugins(p)
+
+
+def _run_methods(args: argparse.Namespace) -> int:
+    print(catalog.render(args.names))  # an unknown name is refused in one line
+    return 0
+
+
+def _load_plugins(args: argparse.Namespace) -> None:
+    """Installed plugins (a broken one is reported, not fatal), then ``--plugin``."""
+    for reason in plugins.load_entry_points().values():
+        print(f"warning: {reason}; its methods are unavailable", file=sys.stderr)
+    for spec in getattr(args, "plugin", None) or []:
+        plugins.load(spec)
+
+
+def _broken_plugins(message: str) -> str:
+    """For an unknown method: the installed plugins that failed to load, which may hold it."""
+    broken = plugins.failures()
+    unknown = "unknown algorithm" in message or "unknown method" in message
+    if not broken or not unknown:
+        return ""
+    return f" (installed plugins that failed to load: {', '.join(broken)})"
+
+
 COMMANDS: dict[
     str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 ] = {
@@ -267,6 +307,12 @@ COMMANDS: dict[
         lambda p: _configure_run(p, choices=None),
         _run_command,
     ),
+    "methods": (
+        "list every registered method, built-in and from plugins: reference, "
+        "hyper-parameters with defaults, graphs it needs, gossips it composes with",
+        _configure_methods,
+        _run_methods,
+    ),
 }
 
 
@@ -286,9 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _load_plugins(args)
         return int(args._run(args))
     except (ConfigError, ValueError, TypeError, FileNotFoundError, FolderBusy) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}{_broken_plugins(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:  # the file system refused: a path that is a file, no permission, full
         where = exc.filename or "the output folder"

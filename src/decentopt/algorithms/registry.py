@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -93,11 +94,41 @@ ALIASES: dict[str, Alias] = {
 }
 
 
+def _registrable(cls: type) -> str:
+    """The name ``cls`` registers under; a one-line error names what a new class lacks."""
+    who = cls.__qualname__
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(
+            f"{who}: the name class attribute must be lower-case letters, digits and '_' "
+            f'(names are looked up case-insensitively), e.g. name: ClassVar[str] = "my_method"; '
+            f"got {name!r}"
+        )
+    if "__dataclass_fields__" not in cls.__dict__:
+        raise TypeError(
+            f"{who}: decorate it with @dataclass(frozen=True) below @register (its "
+            "hyper-parameters are its dataclass fields)"
+        )
+    missing = [m for m in ("init", "step") if not callable(getattr(cls, m, None))]
+    if missing:
+        raise TypeError(f"{who}: define {' and '.join(missing)} (see docs/extending.md)")
+    return name
+
+
 def register(cls: T) -> T:
     """Class decorator: add an update rule under its ``name`` class attribute."""
-    name = cls.name  # type: ignore[attr-defined]
+    name = _registrable(cls)
     if name in REGISTRY or name in ALIASES:
-        raise ValueError(f"a method named {name!r} is already registered")
+        held = REGISTRY.get(name)
+        taken = (
+            f"{held.__module__}.{held.__qualname__}"
+            if held
+            else f"the alias of {ALIASES[name].rule}"
+        )
+        raise ValueError(
+            f"an algorithm named {name!r} is already registered ({taken}); give "
+            f"{cls.__qualname__} another name"
+        )
     REGISTRY[name] = cls
     return cls
 

@@ -6,7 +6,8 @@ the ``agents`` and their ``[topology]``, the algorithms (``[algorithms.LABEL]``
 with ``[defaults]``; a ``method`` key makes a labelled variant, a list value a
 grid of variants), seeds by role, how many independent ``runs``, and what
 to record and report; ``[quick]`` holds the overrides of ``--quick`` and
-``[[claims]]`` the claims ``--check`` judges. ``docs/experiments.md`` describes
+``[[claims]]`` the claims ``--check`` judges; ``plugins`` lists users' own methods
+to load first (:mod:`decentopt.plugins`). ``docs/experiments.md`` describes
 every key with an example.
 
 Typed with dataclasses (:mod:`decentopt._schema`) rather than key-by-key checks:
@@ -33,7 +34,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from decentopt import algorithms, topology
+from decentopt import algorithms, plugins, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError, bounded, parse
 from decentopt.comm.cost import NetworkModel
@@ -104,6 +105,7 @@ class _File(_Shared):
     """A specification file as written: the kind's section and the algorithms still raw."""
 
     algorithms: dict[str, Any]
+    plugins: tuple[str, ...] = ()
     claims: tuple[dict[str, Any], ...] = ()
     problem_params: dict[str, Any] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
@@ -287,6 +289,16 @@ def _check_graphs(spec: RunSpec) -> None:
             ) from None
 
 
+def _load_plugins(specs: tuple[str, ...], source: str) -> None:
+    """The users' methods a specification names: modules, or files beside it."""
+    base = Path(source).parent if Path(source).is_file() else None
+    for spec in specs:
+        try:
+            plugins.load(spec, base=base)
+        except plugins.PluginError as exc:
+            raise ConfigError(f"{source} plugins: {exc}") from None
+
+
 def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     """Check every key and value; raise :class:`ConfigError` naming the first problem."""
     top = parse(_File, renamed(raw, source, _File.__dataclass_fields__), source)
@@ -329,6 +341,7 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
         claims = parse_claims(top.claims, source)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    _load_plugins(top.plugins, source)  # before the algorithms are resolved
     shared = {f.name: getattr(top, f.name) for f in dataclasses.fields(_Shared)}
     spec = RunSpec(
         **shared | {"name": top.name or Path(source).stem, "topology": topo, "metric": metric},

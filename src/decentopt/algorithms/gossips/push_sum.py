@@ -58,6 +58,11 @@ class PushSum(Gossip):
                 f"{rule.name}'s correction needs a symmetric W, which push-sum over a "
                 "directed graph does not give"
             )
+        if rule.sends is not None and VALUE in rule.sends[1:]:
+            return (
+                f"{rule.name} sends a value besides its iterate, which the push-sum weights "
+                "cannot de-bias (declare the other tensors 'sum')"
+            )
         return super().refuses(rule)
 
     def field_names(self, sends: tuple[str, ...]) -> tuple[str, ...]:

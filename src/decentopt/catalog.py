@@ -1,0 +1,133 @@
+"""What ``decentopt methods`` prints: every registered method, built-in or from a plugin.
+
+Each method is read from its class alone (what a plugin's author writes, see
+``docs/extending.md``): the summary is the first paragraph of its docstring; the
+reference its ``reference`` class attribute, else the docstring's ``Reference:``
+paragraph; the hyper-parameters its dataclass fields with their defaults (an alias's: its rule's and its gossip's);
+the graphs what the method needs of the network (its rule's ``requires`` and its
+gossip's ``needs``) and ``needs_psd``; the gossips it composes with
+:func:`decentopt.algorithms.gossips_for`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from decentopt.algorithms.registry import ALIASES, gossips_for, names, resolve
+from decentopt.plugins import MODULE_PREFIX
+
+__all__ = ["MethodInfo", "describe", "render"]
+
+#: What each capability a method needs of the network means, in words.
+GRAPHS = {
+    "symmetric": "symmetric doubly stochastic W",
+    "column": "column-stochastic W (directed graphs included)",
+    "static": "one fixed W",
+    "tree": "a static tree",
+}
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """One row of ``decentopt methods``."""
+
+    name: str
+    summary: str
+    reference: str
+    hyperparams: dict[str, Any]
+    graphs: str
+    gossips: list[str]
+    origin: str
+
+
+def _doc(cls: type) -> str:
+    doc = cls.__dict__.get("__doc__") or ""
+    # a dataclass without a docstring gets its signature as one: no description
+    return "" if doc.startswith(f"{cls.__name__}(") else inspect.cleandoc(doc)
+
+
+def _reference(cls: type, doc: str) -> str:
+    own = getattr(cls, "reference", None)
+    if isinstance(own, str) and own.strip():
+        return " ".join(own.split())
+    for paragraph in re.split(r"\n\s*\n", doc):
+        if paragraph.lstrip().startswith(("Reference:", "References:")):
+            return " ".join(paragraph.split(":", 1)[1].split())
+    return ""
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return "required"
+
+
+def _needs(cls: type, name: str) -> frozenset[str]:
+    """What the method needs of the network: its rule's own needs and its gossip's."""
+    if name in ALIASES:
+        return frozenset(cls.requires) | ALIASES[name].gossip.needs  # type: ignore[attr-defined]
+    return frozenset(getattr(cls, "requires", ())) | {"symmetric"}
+
+
+def describe(name: str) -> MethodInfo:
+    """The facts ``decentopt methods`` shows of the registered method ``name``."""
+    cls = resolve(name)
+    key = name.lower().replace("-", "_")
+    doc = _doc(cls)
+    hyperparams = {f.name: _default(f) for f in dataclasses.fields(cls) if f.init}
+    summary, reference = " ".join(re.split(r"\n\s*\n", doc)[0].split()), _reference(cls, doc)
+    if key in ALIASES:  # a published pair: its rule's fields and its gossip's
+        alias = ALIASES[key]
+        hyperparams = {k: v for k, v in hyperparams.items() if k not in alias.fixed}
+        hyperparams |= {f.name: _default(f) for f in dataclasses.fields(alias.gossip) if f.init}
+        fixed = "".join(f", {k}={v!r}" for k, v in alias.fixed.items())
+        summary = f"{cls.name}{fixed} with {alias.gossip.name} gossip"
+        reference = alias.reference
+    graphs = ", ".join(GRAPHS.get(need, need) for need in sorted(_needs(cls, key)))
+    if getattr(cls, "needs_psd", False):
+        graphs += ", positive semi-definite"
+    module = cls.__module__
+    return MethodInfo(
+        name=key,
+        summary=summary,
+        reference=reference,
+        hyperparams=hyperparams,
+        graphs=graphs,
+        gossips=gossips_for(key),
+        origin="built-in" if module.startswith("decentopt.") else _origin(cls),
+    )
+
+
+def _origin(cls: type) -> str:
+    try:
+        file = inspect.getsourcefile(cls)
+    except (TypeError, OSError):  # defined in __main__ or an interactive session
+        file = None
+    if cls.__module__.startswith(MODULE_PREFIX):  # loaded from a file: its name says nothing
+        return f"plugin {file}"
+    return f"plugin {cls.__module__}" + (f" ({file})" if file else "")
+
+
+def render(selected: list[str] | None = None) -> str:
+    """The text of ``decentopt methods [NAME ...]``: one block per method."""
+    blocks = []
+    for name in selected or names():
+        info = describe(name)
+        hp = ", ".join(f"{k}={v!r}" for k, v in info.hyperparams.items())
+        rows = [
+            ("reference", info.reference or "(none given)"),
+            ("hyper-parameters", hp or "(none)"),
+            ("graphs", info.graphs),
+            ("gossips", ", ".join(info.gossips)),
+        ]
+        if info.origin != "built-in":
+            rows.append(("from", info.origin))
+        head = f"{info.name}  {info.summary}".rstrip()
+        blocks.append("\n".join([head, *(f"  {k:<17}{v}" for k, v in rows)]))
+    return "\n\n".join(blocks)
