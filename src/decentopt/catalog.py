@@ -4,9 +4,9 @@ Each method is read from its class alone (what a plugin's author writes, see
 ``docs/extending.md``): the summary is the first paragraph of its docstring; the
 reference its ``reference`` class attribute, else the docstring's ``Reference:``
 paragraph; the hyper-parameters its dataclass fields with their defaults (an
-alias's: its rule's and its gossip's); the graphs what the method needs of the network (its rule's ``requires`` and its
-gossip's ``needs``) and ``needs_psd``; the gossips it composes with
-:func:`decentopt.algorithms.gossips_for`.
+alias's: its rule's and its gossip's); the graphs what the method needs of the
+network (its rule's ``requires`` and its gossip's ``needs``) and ``needs_psd``; the
+gossips it composes with :func:`decentopt.algorithms.gossips_for`.
 """
 
 from __future__ import annotations
