@@ -392,3 +392,20 @@ def test_compressed_public_copies_stay_float64_for_a_float32_model_and_survive_a
     again.load_state_dict(opt.state_dict())
     run(again, model, x.float(), y, 1)
     assert again.state[model[0].weight]["x_hat"].dtype == torch.float64
+
+
+def test_a_composed_methods_momentum_follows_its_parameter_group():
+    """A rule composed with a gossip tunes its rule's beta per group, as a bare rule does."""
+    comm = SimulatedCommunicator(dopt.topology.complete(1))
+    a, x, y = model_and_data()
+    b, _, _ = model_and_data()
+    gossip = "choco(qsgd(4), gamma=0.5)"
+    grouped = DecentralizedOptimizer(
+        [{"params": a.parameters(), "beta": 0.5}], "edm", comm, lr=0.1, beta=0.9, gossip=gossip
+    )
+    direct = DecentralizedOptimizer(b.parameters(), "edm", comm, lr=0.1, beta=0.5, gossip=gossip)
+    for model, opt in ((a, grouped), (b, direct)):
+        run(opt, model, x, y, 4)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert grouped.state_dict()["algorithm"] == "edm+choco"

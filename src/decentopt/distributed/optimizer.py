@@ -115,7 +115,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         varying = comm.topology.period != 1
         self.bucket_bytes = float("inf") if varying else bucket_cap_mb * 2**20
         self._tunable = (
-            ("lr", "beta") if "beta" in algorithms.hyperparameters(type(alg)) else ("lr",)
+            ("lr", "beta") if "beta" in algorithms.hyperparameters(alg) else ("lr",)
         )
         self._buckets: list[Bucket] = []
         self._where: dict[int, int] = {}  # id(param) -> bucket index
