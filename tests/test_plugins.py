@@ -219,7 +219,8 @@ def sweep_without_plugins(folder: Path) -> Path:
 def test_run_with_plugin_runs_the_users_method(tmp_path, capsys):
     spec = sweep_without_plugins(tmp_path)
     assert main(["run", str(spec), "--out", str(tmp_path / "a"), *SMALL]) == 2
-    assert f"unknown algorithm {NAME!r}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"unknown algorithm {NAME!r}" in err and "--plugin" in err  # the fix is named
     args = ["run", str(spec), "--out", str(tmp_path / "b"), *SMALL, "--plugin", str(EXAMPLE)]
     assert main(args) == 0
     out = capsys.readouterr().out

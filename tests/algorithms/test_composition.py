@@ -234,6 +234,9 @@ def test_a_gossip_that_needs_a_static_graph_is_refused_on_a_time_varying_one():
     alg = make("edm", gossip="choco(qsgd(4), gamma=0.4)")
     with pytest.raises(ValueError, match=r"edm\+choco runs on one fixed W.*static graph"):
         dopt.simulate(alg, prob, dopt.topology.one_peer_exponential(8), 10)
+    # and on a directed graph: it needs a symmetric W, which its gossip cannot undo
+    with pytest.raises(ValueError, match=r"edm\+choco runs on a symmetric.*undirected graph"):
+        dopt.simulate(alg, prob, dopt.topology.directed_ring(8), 10)
 
 
 def test_gossips_parse_from_text_and_print_back():

@@ -234,9 +234,10 @@ _OFFERS = {
 
 def _network_fix(method: Any, missing: str, network: Any) -> str:
     if missing == "symmetric" and "column" in network.offers:
-        push = [g for g in gossips_for(method.name) if g.startswith("push_sum")]
-        if push and not isinstance(method, Composed):
-            return f"compose it with push-sum to run on a directed graph: gossip={push[0]!r}"
+        if not isinstance(method, Composed):  # a bare rule: push-sum may serve it
+            push = [g for g in gossips_for(method.name) if g.startswith("push_sum")]
+            if push:
+                return f"compose it with push-sum to run on a directed graph: gossip={push[0]!r}"
         return "give it an undirected graph (or run a push-sum method: sgp, push_diging)"
     return {
         "static": "give it a static graph (time-varying graphs change W every round)",

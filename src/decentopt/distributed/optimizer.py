@@ -114,9 +114,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         # a time-varying W changes every round: one round (one bucket) per group and step
         varying = comm.topology.period != 1
         self.bucket_bytes = float("inf") if varying else bucket_cap_mb * 2**20
-        self._tunable = (
-            ("lr", "beta") if "beta" in algorithms.hyperparameters(alg) else ("lr",)
-        )
+        self._tunable = ("lr", "beta") if "beta" in algorithms.hyperparameters(alg) else ("lr",)
         self._buckets: list[Bucket] = []
         self._where: dict[int, int] = {}  # id(param) -> bucket index
         self._layout: tuple = ()

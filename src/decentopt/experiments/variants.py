@@ -49,7 +49,10 @@ def variants(tables: dict[str, Any], defaults: dict[str, Any], source: str) -> d
         method = table.get("method", label)
         if method not in algorithms.names():
             what, names = "method" if "method" in table else "algorithm", algorithms.names()
-            raise ConfigError(f"{source} [algorithms]: {unknown_name(what, method, names)}")
+            raise ConfigError(
+                f"{source} [algorithms]: {unknown_name(what, method, names)}; a method of "
+                "your own is loaded by --plugin FILE_OR_MODULE or plugins = [...] in the file"
+            )
         fields = algorithms.hyperparameters(method)
         merged = {k: v for k, v in (defaults | table).items() if k in fields or k in table}
         merged.pop("method", None)
