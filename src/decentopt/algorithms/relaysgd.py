@@ -61,7 +61,7 @@ class RelaySGD(MomentumHyperParams):
 
     name: ClassVar[str] = "relaysgd"
     uses_momentum: ClassVar[bool] = True
-    requires: ClassVar[frozenset[str]] = frozenset({"tree"})
+    requires: ClassVar[frozenset[str]] = frozenset({"tree", "static"})
     sends: ClassVar[tuple[str, ...] | None] = None
     mixes: ClassVar[bool] = False  # one message of its own per neighbour (exchange)
     agent_fields: ClassVar[tuple[str, ...]] = ("counts",)
