@@ -54,6 +54,7 @@ from decentopt._checks import as_real
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
+from decentopt.distributed._args import check_optimizer_args
 from decentopt.distributed.buckets import Bucket, Overlap, plan_buckets
 
 __all__ = ["DecentralizedOptimizer"]
@@ -92,6 +93,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         bucket_cap_mb: float = 25.0,
         **hyperparams: Any,
     ) -> None:
+        check_optimizer_args(params, comm, hyperparams)
         if "momentum" in hyperparams:
             hyperparams["beta"] = hyperparams.pop("momentum")
         if isinstance(algorithm, str):

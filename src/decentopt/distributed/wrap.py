@@ -39,6 +39,7 @@ import torch
 
 from decentopt import algorithms
 from decentopt.comm.base import Communicator
+from decentopt.distributed._args import check_wrap_args
 from decentopt.distributed.optimizer import DecentralizedOptimizer
 
 __all__ = ["GossipOptimizer", "wrap"]
@@ -74,6 +75,7 @@ class GossipOptimizer:
         comm: Communicator,
         **hyperparams: Any,
     ) -> None:
+        check_wrap_args(base, comm)
         self.base, self.comm = base, comm
         params = [p for g in base.param_groups for p in g["params"]]
         self.gossip = DecentralizedOptimizer(params, _method(method, hyperparams), comm)
