@@ -35,6 +35,7 @@ from decentopt.driver.recorder import Recorder
 from decentopt.driver.result import Record, Result
 from decentopt.perf import keep_freed_memory
 from decentopt.plan import Plan
+from decentopt.topology.advice import mixing_warning
 
 if TYPE_CHECKING:
     from decentopt.problems.base import Problem
@@ -140,12 +141,9 @@ def run_loop(
     check_network(algorithm, comm.topology)
     state = algorithm.init(x)
     generator = torch.Generator().manual_seed(int(seed))
-    if algorithm.needs_psd and not comm.topology.psd:
-        log(
-            f"warning: {algorithm.name}'s analysis needs every W positive semi-definite, and "
-            f"{comm.topology.name} has rounds that are not; it may not converge (its lazy() "
-            "version is, at the price of slower mixing)"
-        )
+    warning = mixing_warning(comm.topology, algorithm.name, algorithm.needs_psd)
+    if warning is not None:
+        log(warning)
     guard = DivergenceGuard(x, problem.x_star, comm, blowup)
     recorder = Recorder(metrics, comm, period, algorithm.lr_at)
     timing = [0.0, 0.0]  # gradient, everything else
