@@ -196,3 +196,29 @@ def test_large_states_keep_freed_memory_in_the_process(monkeypatch):
     monkeypatch.setattr(driver, "LARGE_STATE_BYTES", 8 * 5 * 8)
     dopt.simulate(alg, prob, dopt.topology.ring(8), 2)
     assert calls == [1]
+
+
+class Growing(Drifting):
+    """Four columns that all grow by 10 % a step, finite for 700 steps: none is an outlier."""
+
+    def initial_point(self) -> torch.Tensor:
+        return torch.ones(self.n, 4, self.dim, dtype=self.dtype)
+
+    def gradient_and_loss(self, x: torch.Tensor, generator: Any) -> tuple[torch.Tensor, Any]:
+        return -x, None
+
+
+def test_growth_without_overflow_counts_as_diverged():
+    """Every column grows together, far past its start, without a NaN: diverged once past
+    GROWTH times its starting scale, whatever ``blowup`` allows (as CHOCO-SGD with top-k
+    and gamma = 1 does on ring(32), reaching 5e8 times its start in 1,000 steps)."""
+    from decentopt.driver.guard import GROWTH
+
+    comm = SimulatedCommunicator(dopt.topology.ring(3))
+    alg = dopt.algorithms.make("dsgd", lr=0.1)
+    run = run_loop(alg, Growing(), comm, Plan(300, (0, 300)), log=quiet, blowup=1e30)
+    assert run.diverged.all()
+    # the squared norm grows 1.21 times a step from a scale of 1 + 2 = 3: past 1e6 * 3
+    # after 78 steps (checked every CHECK_EVERY steps)
+    first = int(np.ceil(np.log(GROWTH * 3 / 2) / np.log(1.21)))
+    assert (run.diverged_at >= first).all() and (run.diverged_at < first + 64).all()

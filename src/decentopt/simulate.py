@@ -85,8 +85,8 @@ def simulate(
         record: ``"log"`` (about ``points`` log-spaced steps), ``"all"``, or every k.
         kernel: mixing kernel, see :class:`~decentopt.comm.SimulatedCommunicator`.
         blowup: a repetition diverges when ``mean_i ||x_i||^2`` exceeds
-            ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)`` (``x*`` where known)
-            or is not finite.
+            ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)`` (``x*`` where known;
+            ``blowup`` capped at ``driver.guard.GROWTH`` = 1e6) or is not finite.
         threads: intra-op threads while it runs (the caller's setting is restored);
             by default one for small states (see :func:`decentopt.driver.run_loop`).
         progress: ``True`` for a progress bar, or a callable receiving the step.
