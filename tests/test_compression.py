@@ -55,18 +55,15 @@ def test_top_k_keeps_the_largest_entries_and_is_a_contraction():
     assert bool((err <= (1 - 10 / 40) * x.pow(2).sum(-1) + 1e-12).all())  # delta = k/d
 
 
-@pytest.mark.parametrize(("spec", "delta"), [("random_k(0.25)", 0.25), ("qsgd(2)", None)])
+# qsgd(2) on 64 entries: tau = 1 + min(64 / 9, 8 / 3) = 11 / 3 (the formula, by hand)
+@pytest.mark.parametrize(("spec", "delta"), [("random_k(0.25)", 0.25), ("qsgd(2)", 3 / 11)])
 def test_random_operators_contract_in_expectation(spec, delta):
     """E||Q(x) - x||^2 <= (1 - delta) ||x||^2, averaged over rounds (independent draws)."""
     codec = parse(spec)
+    assert codec.delta(64) == pytest.approx(delta)
     x = torch.randn(1, 1, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    delta = delta or 1 / codec.tau(64)
     errors = torch.stack([(codec.compress(x, 0, r) - x).pow(2).sum() for r in range(400)])
     assert errors.mean() <= (1 - delta) * x.pow(2).sum() * 1.05
-    # qsgd's quantiser is unbiased before its 1/tau rescaling
-    if spec.startswith("qsgd"):
-        mean = torch.stack([codec.compress(x, 0, r) for r in range(400)]).mean(0)
-        torch.testing.assert_close(mean * codec.tau(64), x, atol=0.15, rtol=0)
 
 
 def test_draws_depend_on_agent_row_round_and_seed():
@@ -139,3 +136,82 @@ def test_bit_packing_is_one_format_on_every_device(width):
     message = torch.cat([torch.zeros(3, dtype=torch.uint8), data])[3:]
     for read in (_bits.unpack, _bits.unpack_with_torch):
         assert torch.equal(read(message, width, 1001), codes)
+
+
+def test_constructors_are_the_documented_names():
+    """docs/algorithms.md names top_k(r), random_k(r), qsgd(b), sign and none as members."""
+    assert compression.top_k(0.1) == parse("top_k(0.1)")
+    assert compression.random_k(0.3, seed=2) == parse("random_k(0.3, seed=2)")
+    assert compression.qsgd(2) == parse("qsgd(2)")
+    assert compression.qsgd() == parse("qsgd")
+    assert compression.sign() == parse("sign")
+    assert compression.none() == parse("none")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("top_k", r"give the ratio of entries kept, e.g. 'top_k\(0.1\)'"),
+        ("top_k()", "give the ratio of entries kept"),
+        ("random_k(seed=2)", "give the ratio of entries kept"),
+        ("qsgd(4.5)", "bits must be a whole number; got float 4.5"),
+        ("sign(3)", "sign takes no value in parentheses; write 'sign'"),
+        ("qsgd(levels=3)", "qsgd takes seed, bits; got levels"),
+    ],
+)
+def test_a_missing_or_bad_argument_is_named(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse(text)
+
+
+def test_kept_entries_round_up():
+    """ceil(r k): top_k(0.3) of 13 entries keeps 4 (3.9 rounded up), not 3; r k integral
+    stays as it is (0.3 of 10: 3) despite its floating-point error."""
+    z = torch.randn(1, 1, 13, generator=torch.Generator().manual_seed(4))
+    for spec in ("top_k(0.3)", "random_k(0.3)"):
+        codec = parse(spec)
+        assert int((codec.compress(z, 0, 0) != 0).sum()) == 4
+        assert codec.delta(13) == pytest.approx(4 / 13)
+        assert int((codec.compress(z[..., :10], 0, 0) != 0).sum()) == 3
+    assert parse("top_k(0.3)").row_bytes(13, torch.float32) == 4 * 8
+
+
+def test_qsgd_tau_is_the_papers_formula():
+    """tau = 1 + min(k / s^2, sqrt(k) / s), s = 2^b - 1 (Koloskova et al. 2019, qsgd_s):
+    by hand, the sqrt(k) branch for b = 2, k = 100 and the k branch for b = 4, k = 64."""
+    assert parse("qsgd(2)").tau(100) == pytest.approx(1 + 10 / 3)  # min(100/9, 10/3)
+    assert parse("qsgd(4)").tau(64) == pytest.approx(1 + 64 / 225)  # min(64/225, 8/15)
+    assert parse("qsgd(1)").tau(4) == pytest.approx(3.0)  # min(4, 2)
+    assert parse("qsgd(2)").delta(100) == pytest.approx(3 / 13)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4])
+def test_qsgd_is_unbiased_before_its_rescaling(bits):
+    """E[tau Q(x)] = x, tau from the formula (not the operator's): the quantiser rounds
+    s|x_i|/||x|| up or down to a level in 0..s with the right chances. A unit vector is
+    kept exactly (its entry sits on the top level s), at one bit too."""
+    k, s = 8, 2**bits - 1
+    tau = 1 + min(k / s**2, math.sqrt(k) / s)
+    codec = parse(f"qsgd({bits})")
+    unit = torch.zeros(1, 1, k, dtype=torch.float64)
+    unit[..., 3] = 1.0
+    torch.testing.assert_close(codec.compress(unit, 0, 0) * tau, unit)
+    x = torch.randn(1, 1, k, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    draws = codec.compress(x.expand(800, 1, k), 0, 0) * tau  # 800 agents' own draws
+    assert draws.abs().sum() > 0  # nothing quantised to zero throughout
+    se = draws.std(0) / math.sqrt(draws.shape[0])
+    assert bool(((draws.mean(0) - x).abs() <= 5 * se + 1e-12).all())
+
+
+def test_delta_of_each_operator():
+    """Exact values: the contraction holds with equality for top_k on equal magnitudes,
+    and for sign it is ||x||_1^2 / (k ||x||^2), at least 1/k."""
+    k = 40
+    assert parse("none").delta(k) == 1.0
+    assert parse("top_k(0.25)").delta(k) == 0.25
+    assert parse("sign").delta(k) == 1 / k
+    x = torch.randn(200, 1, k, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    err = (parse("sign").compress(x, 0, 0) - x).pow(2).sum(-1)
+    exact = x.pow(2).sum(-1) - x.abs().sum(-1).pow(2) / k
+    torch.testing.assert_close(err, exact)
+    assert bool((err <= (1 - 1 / k) * x.pow(2).sum(-1)).all())

@@ -247,5 +247,5 @@ def test_gossips_parse_from_text_and_print_back():
     assert parse(" push_sum ") == PushSum()
     alg = make("choco_edm", compression="qsgd(4)", gamma=0.3, lr=0.05)
     assert alg.name == "choco_edm" and alg.gamma == 0.3 and alg.beta == 0.9
-    assert make("edm", gossip="choco(sign)").name == "edm+choco"
+    assert make("edm", gossip="choco(sign, gamma=0.05)").name == "edm+choco"
     assert make("edm", gossip="exact") == make("edm")  # exact mixing is the bare rule

@@ -101,3 +101,40 @@ def test_float32_compressed_edm_holds_its_floor_over_long_runs():
     grad = res.history["grad_norm"].mean(axis=-1)
     early = grad[np.searchsorted(res.steps, 2000)]
     assert grad[-1] < 2 * early, (early, grad[-1])
+
+
+def test_default_gamma_is_the_operators_suggestion():
+    """CHOCO-SGD's default consensus step follows the operator (a sparsifier's ratio, 1
+    for the quantisers and no compression); compressed ED/EDM need it given."""
+    from decentopt.compression import suggested_gamma
+
+    for spec, gamma in [("none", 1.0), ("top_k(0.1)", 0.1), ("random_k(0.01)", 0.01)]:
+        assert dopt.algorithms.make("choco_dsgd", lr=0.1, compression=spec).gamma == gamma
+        assert suggested_gamma(spec) == gamma
+    assert dopt.algorithms.make("choco_dsgd", lr=0.1, compression="qsgd(2)").gamma == 1.0
+    assert dopt.algorithms.make("choco_edm", lr=0.1).gamma == 1.0  # uncompressed: EDM
+    for name in ("choco_ed", "choco_edm"):
+        with pytest.raises(ValueError, match="exact diffusion needs gamma given for sign"):
+            dopt.algorithms.make(name, lr=0.1, compression="sign")
+    assert dopt.algorithms.make("choco_edm", lr=0.1, compression="sign", gamma=0.05).gamma == 0.05
+    with pytest.raises(ValueError, match="exact diffusion needs gamma given for top_k"):
+        dopt.algorithms.make("nids", lr=0.1, gossip="choco(top_k(0.1))")
+    assert dopt.algorithms.make("dsgd", lr=0.1, gossip="choco(top_k(0.1))").gamma == 0.1
+
+
+@pytest.mark.slow
+def test_suggested_gamma_converges_on_the_32_agent_ring():
+    """ring(32), d = 100, exact gradients, 1,000 iterations: CHOCO-SGD with its default
+    gamma settles for every operator (to DSGD's floor over W_gamma), while top-k(0.1)
+    at gamma = 1 is stopped as diverged."""
+    prob = dopt.problems.Quadratic.paper(n=32, d=100, p=200, c=2.0, sigma2=0.0, repetitions=1)
+    ring = dopt.topology.ring(32)
+    for spec in ("top_k(0.1)", "random_k(0.1)", "top_k(0.01)", "qsgd(2)", "sign"):
+        alg = dopt.algorithms.make("choco_dsgd", lr=0.05, compression=spec)
+        res = dopt.simulate(alg, prob, ring, 1000, record=100)
+        curve = res.history["grad_norm"][:, 0]
+        assert not res.diverged.any(), spec
+        assert curve[-1] < 0.1 * curve[0], spec
+        np.testing.assert_allclose(curve[-1], curve[len(curve) // 2], rtol=1e-2)  # settled
+    alg = dopt.algorithms.make("choco_dsgd", lr=0.05, compression="top_k(0.1)", gamma=1.0)
+    assert dopt.simulate(alg, prob, ring, 1000, record=100).diverged.all()

@@ -36,8 +36,15 @@ decoded values: what the simulator uses) and :meth:`~Compressor.encode` /
 :meth:`~Compressor.decode` (one agent's rows as bytes: what torch.distributed
 sends); ``decode(encode(x))`` equals ``compress(x)`` exactly (tested).
 
-Parse an operator from text with :func:`parse`: ``"top_k(0.1)"``, ``"random_k(0.01)"``,
-``"qsgd(4)"``, ``"sign"``, ``"none"``.
+Build an operator with its constructor (``compression.top_k(0.1)``, ``random_k(0.01)``,
+``qsgd(4)``, ``sign()``, ``none()``, each with an optional ``seed=``) or parse it from
+text with :func:`parse`: ``"top_k(0.1)"``, ``"random_k(0.01)"``, ``"qsgd(4)"``,
+``"sign"``, ``"none"``. The sparsifiers need their ratio (``"top_k"`` alone is refused);
+``qsgd`` alone has 4 bits.
+
+Every operator gives its contraction for rows of ``k`` entries, ``codec.delta(k)``, and
+:func:`suggested_gamma` a consensus step that CHOCO-gossip converges with: the default
+``gamma`` of the CHOCO methods.
 """
 
 from __future__ import annotations
@@ -66,7 +73,13 @@ __all__ = [
     "ScaledSign",
     "TopK",
     "generator_for",
+    "none",
     "parse",
+    "qsgd",
+    "random_k",
+    "sign",
+    "suggested_gamma",
+    "top_k",
 ]
 
 #: The argument a bare value in parentheses sets (``top_k(0.1)`` is ``top_k(ratio=0.1)``).
@@ -84,6 +97,61 @@ def _value(text: str) -> Any:
         return float(text)
     except ValueError:
         raise ValueError(f"compression argument {text!r} is not a number") from None
+
+
+def top_k(ratio: float, *, seed: int = 0) -> TopK:
+    """The ``ceil(ratio k)`` entries of largest magnitude of each row."""
+    return TopK(ratio, seed=seed)
+
+
+def random_k(ratio: float, *, seed: int = 0) -> RandomK:
+    """``ceil(ratio k)`` entries of each row at seeded random indices."""
+    return RandomK(ratio, seed=seed)
+
+
+def qsgd(bits: int = 4, *, seed: int = 0) -> QSGD:
+    """Stochastic quantisation to ``bits`` bits and a sign bit, rescaled by ``1/tau``."""
+    return QSGD(bits, seed=seed)
+
+
+def sign(*, seed: int = 0) -> ScaledSign:
+    """``(||x||_1 / k) sign(x)`` per row."""
+    return ScaledSign(seed=seed)
+
+
+def none() -> Identity:
+    """No compression."""
+    return Identity()
+
+
+def suggested_gamma(codec: str | Compressor) -> float:
+    """A consensus step ``gamma`` that CHOCO-gossip converges with for ``codec``, whatever
+    the row length: a sparsifier's ratio (its ``delta``; CHOCO-SGD with top-k(0.1) and
+    gamma = 1 diverges on ring(32)), and 1 for no compression and for the quantisers,
+    whose error is spread over every entry (CHOCO-SGD measured stable with them at
+    gamma = 1; ``tests/algorithms/test_compressed.py``). Koloskova et al.'s theorem gives
+    a far smaller value, ``delta^2 rho^2 / 82``-ish, safe for any graph and slow on all."""
+    codec = parse(codec)
+    ratio = getattr(codec, "ratio", None)
+    return 1.0 if ratio is None else float(ratio)
+
+
+def _call(name: str, cls: type[Compressor], kwargs: dict[str, Any], spec: str) -> Compressor:
+    """``cls(**kwargs)`` with unknown or missing arguments, and bad values, named."""
+    fields = [f for f in cls.__dataclass_fields__ if f != "name"]
+    unknown = [k for k in kwargs if k not in fields]
+    if unknown:
+        raise ValueError(
+            f"compression {spec!r}: {name} takes {', '.join(fields)}; got {', '.join(unknown)}"
+        )
+    if name in _FIRST and _FIRST[name] not in kwargs and name != "qsgd":
+        raise ValueError(
+            f"compression {spec!r}: give the {_FIRST[name]} of entries kept, e.g. '{name}(0.1)'"
+        )
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"compression {spec!r}: {exc}") from None
 
 
 def parse(spec: str | Compressor) -> Compressor:
@@ -112,15 +180,13 @@ def parse(spec: str | Compressor) -> Compressor:
             kwargs[key.strip()] = _value(raw)
         elif k == 0 and name in _FIRST:
             kwargs[_FIRST[name]] = _value(part)
+        elif name not in _FIRST:
+            raise ValueError(
+                f"compression {spec!r}: {name} takes no value in parentheses; write {name!r} "
+                f"(or {name}(seed=1) for its seed)"
+            )
         else:
             raise ValueError(
                 f"compression {spec!r}: name the argument {part.strip()!r} (KEY=VALUE)"
             )
-    cls = COMPRESSORS[name]
-    try:
-        return cls(**kwargs)
-    except TypeError:
-        fields = [f for f in cls.__dataclass_fields__ if f != "name"]
-        raise ValueError(
-            f"compression {spec!r}: {name} takes {', '.join(fields)}; got {', '.join(kwargs)}"
-        ) from None
+    return _call(name, COMPRESSORS[name], kwargs, spec)

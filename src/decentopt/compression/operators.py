@@ -31,6 +31,11 @@ class Compressor:
         seed = as_count(self.seed, f"{self.name}: seed")
         object.__setattr__(self, "seed", seed)
 
+    def delta(self, k: int) -> float:
+        """The contraction of rows of ``k`` entries: ``E||Q(x) - x||^2 <= (1 - delta) ||x||^2``
+        for every ``x`` (Koloskova et al.'s delta, a lower bound where it depends on ``x``)."""
+        raise NotImplementedError
+
     # -- one agent's rows, for the wire --------------------------------------
     def row_bytes(self, k: int, dtype: torch.dtype) -> int:
         """Bytes of one encoded row of ``k`` entries."""
@@ -93,6 +98,9 @@ class Identity(Compressor):
 
     name: ClassVar[str] = "none"
 
+    def delta(self, k: int) -> float:
+        return 1.0
+
     def row_bytes(self, k: int, dtype: torch.dtype) -> int:
         return k * dtype.itemsize
 
@@ -114,7 +122,7 @@ class Identity(Compressor):
 
 @dataclass(frozen=True)
 class _Sparsifier(Compressor):
-    ratio: float = 0.1
+    ratio: float  # no default: top_k alone would hide how much is dropped
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -124,6 +132,9 @@ class _Sparsifier(Compressor):
                 f"{self.name}: ratio is the fraction of entries kept, in (0, 1]; got {ratio}"
             )
         object.__setattr__(self, "ratio", ratio)
+
+    def delta(self, k: int) -> float:
+        return kept_count(self.ratio, k) / k
 
     def _args(self) -> list[str]:
         return [f"{self.ratio:g}"]
@@ -219,6 +230,9 @@ class QSGD(Compressor):
         s = self.levels
         return 1.0 + min(k / s**2, math.sqrt(k) / s)
 
+    def delta(self, k: int) -> float:
+        return 1.0 / self.tau(k)
+
     def row_bytes(self, k: int, dtype: torch.dtype) -> int:
         return dtype.itemsize + math.ceil(k * (self.bits + 1) / 8)
 
@@ -268,6 +282,10 @@ class ScaledSign(Compressor):
     """``(||x||_1 / k) sign(x)``: one bit per entry and one scale per row."""
 
     name: ClassVar[str] = "sign"
+
+    def delta(self, k: int) -> float:
+        # ||x||_1^2 / (k ||x||^2): 1 for equal magnitudes, 1/k (its bound) for one entry
+        return 1.0 / k
 
     def row_bytes(self, k: int, dtype: torch.dtype) -> int:
         return dtype.itemsize + math.ceil(k / 8)

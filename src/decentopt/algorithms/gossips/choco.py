@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from decentopt._checks import as_real
 from decentopt.algorithms.base import add_scaled
 from decentopt.algorithms.gossips.base import Channel, Fields, Gossip
-from decentopt.compression import Compressor, parse
+from decentopt.compression import Compressor, Identity, parse, suggested_gamma
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -64,7 +64,10 @@ class Choco(Gossip):
 
     ``compression``: an operator of :mod:`decentopt.compression` or its text
     (``"top_k(0.1)"``, ``"qsgd(4)"``, ``"sign"``); ``gamma``: the consensus step in
-    (0, 1], below 1 for aggressive compression.
+    (0, 1], by default :func:`~decentopt.compression.suggested_gamma` of the operator (its
+    ratio for a sparsifier, 1 with no compression or a quantiser). Exact diffusion (the
+    rules that need a positive semi-definite W) with compression needs it given: no
+    default converged for aggressive operators there (docs/algorithms.md).
 
     Reference: A. Koloskova, S. U. Stich, M. Jaggi, "Decentralized stochastic
     optimization and gossip algorithms with compressed communication", ICML 2019,
@@ -72,21 +75,38 @@ class Choco(Gossip):
     """
 
     compression: str | Compressor = "none"
-    gamma: float = 1.0
+    gamma: float | None = None
+    #: whether ``gamma`` was given (exact diffusion refuses the default), set in post-init
+    gamma_given: bool = field(default=True, init=False, repr=False, compare=False)
 
     name: ClassVar[str] = "choco"
     needs: ClassVar[frozenset[str]] = frozenset({"symmetric", "static"})
 
     def __post_init__(self) -> None:
-        gamma = as_real(self.gamma, "choco: gamma")
-        if not 0 < gamma <= 1:
-            raise ValueError(f"choco: the consensus step gamma must be in (0, 1]; got {gamma}")
         try:
             codec = parse(self.compression)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"choco: {exc}") from None
+        given = self.gamma is not None
+        gamma = as_real(self.gamma if given else suggested_gamma(codec), "choco: gamma")
+        if not 0 < gamma <= 1:
+            raise ValueError(f"choco: the consensus step gamma must be in (0, 1]; got {gamma}")
         object.__setattr__(self, "gamma", gamma)
+        object.__setattr__(self, "gamma_given", given)
         object.__setattr__(self, "compression", codec)
+
+    def refuses(self, rule: Any) -> str:
+        why = super().refuses(rule)
+        if why or self.gamma_given or isinstance(self.compression, Identity):
+            return why
+        if getattr(rule, "needs_psd", False):  # exact diffusion's correction
+            return (
+                f"compressed exact diffusion needs gamma given for {self.compression}: no "
+                "default converges (on ring(32), d = 100, qsgd(4) converged for gamma from "
+                "0.1 to 0.6; top_k(0.1) diverged from 0.02, qsgd(2) from 0.03, sign at 0.1; "
+                "docs/algorithms.md); try a small gamma such as 0.01 and check it converges"
+            )
+        return ""
 
     def field_names(self, sends: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(f"{name}{_suffix(k)}" for k in range(len(sends)) for name in ("x_hat", "s"))
