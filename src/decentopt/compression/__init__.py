@@ -129,8 +129,10 @@ def suggested_gamma(codec: str | Compressor) -> float:
     the row length: a sparsifier's ratio (its ``delta``; CHOCO-SGD with top-k(0.1) and
     gamma = 1 diverges on ring(32)), and 1 for no compression and for the quantisers,
     whose error is spread over every entry (CHOCO-SGD measured stable with them at
-    gamma = 1; ``tests/algorithms/test_compressed.py``). Koloskova et al.'s theorem gives
-    a far smaller value, ``delta^2 rho^2 / 82``-ish, safe for any graph and slow on all."""
+    gamma = 1; ``tests/algorithms/test_compressed.py``). Koloskova et al.'s Theorem 2
+    gives ``delta rho^2 / (16 rho + rho^2 + 4 b^2 + 2 rho b^2 - 8 rho delta)`` (``rho``
+    the spectral gap, ``b = ||I - W||``): safe on any graph, and on ring(32) thousands
+    of times smaller."""
     codec = parse(codec)
     ratio = getattr(codec, "ratio", None)
     return 1.0 if ratio is None else float(ratio)
