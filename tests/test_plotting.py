@@ -62,3 +62,22 @@ def test_curves_against_rounds_after_a_run_stopped(tmp_path):
     ]
     [png] = plot_curves(rows, "err", tmp_path / "r", x="rounds", formats=("png",))
     assert png.is_file()
+
+
+def test_directed_graphs_are_drawn_with_every_edge(tmp_path):
+    """directed_ring(6) has 6 one-way links (i reads i - 1), not the 1 of its upper
+    triangle; each round of the directed one-peer exponential graph has 8 on 8 agents."""
+    import decentopt as dopt
+    from decentopt.plotting import graphs_of, plot_network
+
+    ring = dopt.topology.directed_ring(6)
+    [graph] = graphs_of([ring.W.numpy()])
+    assert graph.is_directed() and graph.number_of_edges() == 6
+    W = ring.W.numpy()
+    assert all(W[i, j] > 0 for j, i in graph.edges)  # j -> i: i reads j
+    rounds = graphs_of(dopt.topology.directed_one_peer_exponential(8).matrices())
+    assert [g.number_of_edges() for g in rounds] == [8, 8, 8]  # the symmetric round too
+    [undirected] = graphs_of([dopt.topology.ring(6).W.numpy()])
+    assert not undirected.is_directed() and undirected.number_of_edges() == 6
+    [drawn] = plot_network(ring, tmp_path / "dr")
+    assert drawn.stat().st_size > 0

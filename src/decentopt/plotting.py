@@ -310,6 +310,24 @@ def _rounds_to_draw(network: Any, limit: int = 8) -> list[np.ndarray]:
     return network.matrices(count=min(network.period or 4, limit))
 
 
+def graphs_of(matrices: Sequence[np.ndarray]) -> list[Any]:
+    """The links of each ``W`` (``w_ij > 0``, ``i != j``): undirected graphs when every
+    ``W`` is symmetric, else directed ones with an edge ``j -> i`` (``i`` reads ``j``'s
+    row) -- a directed schedule's symmetric rounds included."""
+    import networkx as nx
+
+    directed = not all(np.allclose(W, W.T) for W in matrices)
+    graphs = []
+    for W in matrices:
+        graph = nx.DiGraph() if directed else nx.Graph()
+        graph.add_nodes_from(range(W.shape[0]))
+        rows, cols = np.nonzero(W - np.diag(np.diag(W)) if directed else np.triu(W, 1))
+        weights = W[rows, cols].tolist()
+        graph.add_weighted_edges_from(zip(cols.tolist(), rows.tolist(), weights, strict=True))
+        graphs.append(graph)
+    return graphs
+
+
 def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",)) -> list[Path]:
     """The graph of a topology (one panel) or of each round of a schedule's period, agents on
     a circle, edge width by weight."""
@@ -319,14 +337,14 @@ def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",
     n = matrices[0].shape[0]
     fig, axes = plt.subplots(1, len(matrices), figsize=(2.6 * len(matrices), 2.8), squeeze=False)
     pos = nx.circular_layout(range(n))
-    for t, (ax, W) in enumerate(zip(axes[0], matrices, strict=True)):
-        graph = nx.Graph()
-        graph.add_nodes_from(range(n))
-        rows, cols = np.nonzero(np.triu(W, 1))
-        weights = W[rows, cols].tolist()
-        graph.add_weighted_edges_from(zip(rows.tolist(), cols.tolist(), weights, strict=True))
+    for t, (ax, graph) in enumerate(zip(axes[0], graphs_of(matrices), strict=True)):
         widths = [0.6 + 3 * d["weight"] for _, _, d in graph.edges(data=True)]
-        nx.draw_networkx_edges(graph, pos, ax=ax, width=widths, edge_color="#4477aa", alpha=0.8)
+        # a directed graph's arrows point from sender to receiver, curved apart both ways
+        arrows = {"arrows": True, "arrowstyle": "-|>", "connectionstyle": "arc3,rad=0.12"}
+        extra = arrows if graph.is_directed() else {}
+        nx.draw_networkx_edges(
+            graph, pos, ax=ax, width=widths, edge_color="#4477aa", alpha=0.8, **extra
+        )
         nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=60, node_color="#222222")
         ax.set_title(f"round {t}" if len(matrices) > 1 else network.name, fontsize=9)
         ax.set_axis_off()
