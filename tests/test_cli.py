@@ -103,3 +103,23 @@ def test_an_output_file_that_is_a_folder_is_a_one_line_error_and_keeps_the_work(
     (out / "results.csv").rmdir()
     assert main(["run", cfg, "--out", str(out), "--no-progress", "--jobs", "1"]) == 0
     assert "0 unit(s) computed, 2 resumed" in capsys.readouterr().out
+
+
+def test_every_topology_builder_parameter_is_an_option(capsys):
+    """spanning_tree --graph ring spans the ring (not silently a torus); every parameter
+    of every registered builder has its option; one the builder lacks is refused."""
+    import inspect
+
+    from decentopt import topology
+    from decentopt.cli import TOPOLOGY_OPTIONS
+
+    for name, builder in topology.REGISTRY.items():
+        for key in list(inspect.signature(builder).parameters)[1:]:
+            assert key in TOPOLOGY_OPTIONS, (name, key)
+    assert main(["topology", "spanning_tree", "--n", "16", "--graph", "ring", "--root", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "ring" in out and "torus" not in out
+    assert main(["topology", "torus", "--n", "12", "--cols", "4", "--lazy", "yes"]) == 0
+    assert "lazy" in capsys.readouterr().out
+    assert main(["topology", "ring", "--n", "8", "--seed", "3"]) == 2
+    assert "ring takes no --seed; its options: --weights, --lazy" in capsys.readouterr().err

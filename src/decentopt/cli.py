@@ -27,13 +27,22 @@ __all__ = ["COMMANDS", "main"]
 
 
 # -------------------------------------------------------------------- topology
+#: The builders' parameters the command passes on (every one a registered builder has).
+TOPOLOGY_OPTIONS = ("weights", "lazy", "cols", "p", "seed", "base", "graph", "root")
+_LAZY: dict[str, bool | str] = {"auto": "auto", "yes": True, "no": False}
+
+
 def _configure_topology(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help=f"one of {', '.join(topology.REGISTRY)}, or 'matrix' with --matrix")
     p.add_argument("--n", type=int, help="number of agents")
     p.add_argument("--weights", help="metropolis or max_degree (ring: also 'paper', the default)")
-    p.add_argument("--p", type=float, help="edge probability (erdos_renyi)")
-    p.add_argument("--seed", type=int, default=0, help="graph seed (erdos_renyi, random_matchings)")
-    p.add_argument("--base", type=int, default=2, help="base_graph's base k+1 (k peers per round)")
+    p.add_argument("--lazy", choices=_LAZY, help="the lazy transform (W + I)/2 (default auto)")
+    p.add_argument("--cols", type=int, help="columns (grid, torus; default: most square)")
+    p.add_argument("--p", type=float, help="edge probability (erdos_renyi, random_directed)")
+    p.add_argument("--seed", type=int, help="graph seed (erdos_renyi, random_*; default 0)")
+    p.add_argument("--base", type=int, help="base_graph's base k+1 (k peers per round)")
+    p.add_argument("--graph", help="the graph spanning_tree spans (default torus)")
+    p.add_argument("--root", type=int, help="spanning_tree's root (default 0)")
     p.add_argument("--draw", type=Path, metavar="FILE.png", help="also draw the graph (each round)")
     p.add_argument("--matrix", type=Path, help="a W saved with numpy.save (.npy) or as text")
     p.add_argument("--L", type=float, default=1.0, help="smoothness constant (default 1)")
@@ -52,12 +61,14 @@ def _build_topology(args: argparse.Namespace) -> topology.Network:
         raise ValueError(f"give the number of agents: decentopt topology {args.name} --n 32")
     builder = topology.REGISTRY.get(args.name)
     accepted = inspect.signature(builder).parameters if builder is not None else {}
-    if args.weights and builder is not None and "weights" not in accepted:
-        raise ValueError(f"{args.name} takes no --weights")
-    # every option the builder has a parameter for (--p defaults to 0.2 where it is required)
-    options = {"weights": args.weights, "p": 0.2 if args.p is None else args.p}
-    options |= {"seed": args.seed, "base": args.base}
-    kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
+    given = {k: getattr(args, k) for k in TOPOLOGY_OPTIONS if getattr(args, k) is not None}
+    for key in given:
+        if builder is not None and key not in accepted:
+            own = ", ".join(f"--{k}" for k in list(accepted)[1:]) or "none"
+            raise ValueError(f"{args.name} takes no --{key}; its options: {own}")
+    kwargs = {k: _LAZY.get(v, v) if k == "lazy" else v for k, v in given.items()}
+    if "p" in accepted and accepted["p"].default is inspect.Parameter.empty:
+        kwargs.setdefault("p", 0.2)  # erdos_renyi's required edge probability
     return topology.make(args.name, args.n, **kwargs)
 
 
