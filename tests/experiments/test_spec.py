@@ -346,3 +346,48 @@ def test_a_graph_a_method_cannot_run_on_is_refused_naming_the_variant(tmp_path, 
     with pytest.raises(ConfigError, match=message) as info:
         load_spec(write(tmp_path, BASE + table))
     assert "[algorithms." in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "pattern"),
+    [
+        (
+            ("[algorithms.ed]", '[algorithms.ed]\ntopolgy = "exponential"'),
+            "unknown hyper-parameter 'topolgy'; did you mean 'topology'",
+        ),
+        (
+            ('name = "ring"', 'name = "one_peer_exponential"\nbase = 3'),
+            "one_peer_exponential takes no options .only its name.; remove 'base'",
+        ),
+        (
+            ('name = "ring"', 'name = "ring"\nweigths = "metropolis"'),
+            "did you mean 'weights'",
+        ),
+        (
+            (
+                "[algorithms.edm]",
+                '[algorithms.r]\nmethod = "relaysgd"\ntopology = {name = '
+                '"chain", n = 8}\n[algorithms.edm]',
+            ),
+            "'n' is not a key of chain: the number of agents is the specification's top-level",
+        ),
+        (
+            ('problem = "quadratic"\n', ""),
+            "",  # replaced below by a [problem] table
+        ),
+        (
+            (
+                "[algorithms.ed]",
+                '[algorithms.c]\nmethod = "choco_dsgd"\ncompression = "sign(3)"\n[algorithms.ed]',
+            ),
+            "sign takes no value in parentheses",
+        ),
+    ],
+)
+def test_spec_mistakes_name_the_fix(tmp_path, change, pattern):
+    text = BASE.replace(*change)
+    if not pattern:  # the problem written as a table instead of a name
+        text += '[problem]\nkind = "quadratic"\n'
+        pattern = r'problem is a name, e.g. problem = "quadratic", with its settings in'
+    with pytest.raises(ConfigError, match=pattern):
+        load_spec(write(tmp_path, text))

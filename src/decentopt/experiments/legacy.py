@@ -27,6 +27,11 @@ def renamed(
 ) -> dict[str, Any]:
     """``raw`` with the old names moved to the new ones (``top_keys``: today's top-level keys;
     ``problem``: the kind, for an override that does not name it)."""
+    if isinstance(raw.get("problem"), dict):
+        raise ConfigError(
+            f'{source}: problem is a name, e.g. problem = "quadratic", with its settings in '
+            "[problem_params]; found a [problem] table"
+        )
     raw = copy.deepcopy(raw)
 
     def move(old: str, new: str, value: Any, into: dict[str, Any], key: str) -> None:

@@ -13,6 +13,9 @@ from decentopt._schema import ConfigError
 
 __all__ = ["Variant", "variants"]
 
+#: Keys of an [algorithms.LABEL] table besides the method's hyper-parameters.
+_OWN_KEYS = ("method", "topology")
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -54,6 +57,10 @@ def variants(tables: dict[str, Any], defaults: dict[str, Any], source: str) -> d
                 "your own is loaded by --plugin FILE_OR_MODULE or plugins = [...] in the file"
             )
         fields = algorithms.hyperparameters(method)
+        for key in table:  # a misspelt key gets a "did you mean", the table's own keys too
+            if key not in fields and key not in _OWN_KEYS:
+                said = unknown_name("hyper-parameter", key, [*fields, *_OWN_KEYS])
+                raise ConfigError(f"{where}: {said}")
         merged = {k: v for k, v in (defaults | table).items() if k in fields or k in table}
         merged.pop("method", None)
         graph = _own_topology(merged.pop("topology", None), where)

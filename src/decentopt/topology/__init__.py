@@ -105,8 +105,16 @@ def check_arguments(name: str, kwargs: dict[str, Any]) -> None:
     params = inspect.signature(REGISTRY[name]).parameters
     valid = list(params)[1:]  # the first is the number of agents
     for key in kwargs:
+        if key == "n":
+            raise ValueError(
+                f"'n' is not a key of {name}: the number of agents is the specification's "
+                "top-level 'agents'"
+            )
         if key not in valid:
-            raise ValueError(f"unknown key '{key}' for {name}; valid: name, {', '.join(valid)}")
+            if not valid:
+                raise ValueError(f"{name} takes no options (only its name); remove '{key}'")
+            said = unknown_name("key", key, ["name", *valid])
+            raise ValueError(said.replace(f"key {key!r}", f"key {key!r} for {name}", 1))
     for key in valid:
         if params[key].default is inspect.Parameter.empty and key not in kwargs:
             raise ValueError(f"{name} needs '{key}'")
