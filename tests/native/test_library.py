@@ -126,3 +126,23 @@ def test_an_installed_library_of_other_sources_is_not_loaded(monkeypatch):
     monkeypatch.setattr(build, "source_digest", lambda: "0123456789abcdef")
     lib, why = native.installed_library()
     assert lib is None and "built from other sources" in why
+
+
+def test_describe_says_which_kernels_in_words(monkeypatch):
+    """README's one-liner: words, not a tuple with a CDLL repr."""
+    native.library.cache_clear()
+    try:
+        said = native.describe()
+        lib, _ = native.library()
+        assert "CDLL" not in said and not said.startswith("(")
+        if lib is not None:
+            assert said.startswith("native kernels: in use") and lib.isa in said
+        monkeypatch.setenv("DECENTOPT_NATIVE", "0")
+        native.library.cache_clear()
+        assert native.describe() == (
+            "native kernels: not in use (turned off by DECENTOPT_NATIVE); the simulator "
+            "mixes with torch"
+        )
+    finally:
+        monkeypatch.undo()
+        native.library.cache_clear()

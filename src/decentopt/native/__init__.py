@@ -42,7 +42,14 @@ from pathlib import Path
 
 from decentopt.native import build
 
-__all__ = ["UPDATE_KINDS", "Library", "cached_library", "installed_library", "library"]
+__all__ = [
+    "UPDATE_KINDS",
+    "Library",
+    "cached_library",
+    "describe",
+    "installed_library",
+    "library",
+]
 
 HERE = build.HERE
 #: The updates of ``decentopt_update_mix``, by ``kind`` index (api.c says the same).
@@ -259,3 +266,13 @@ def library() -> tuple[Library | None, str]:
         return lib, ""
     lib, also = cached_library()
     return (lib, "") if lib is not None else (None, f"{why}; {also}")
+
+
+def describe() -> str:
+    """Which kernels the simulator uses, in words (what ``print(native.describe())`` says)."""
+    lib, why = library()
+    if lib is None:
+        return f"native kernels: not in use ({why}); the simulator mixes with torch"
+    others = [v for v in lib.variants if v != lib.isa]
+    below = f"; this CPU also runs {', '.join(others)}" if others else ""
+    return f"native kernels: in use, {lib.isa} variant (library {lib.origin}: {lib.path}){below}"
