@@ -70,6 +70,21 @@ _LINESTYLES = ("-", "--", "-.", ":")
 _MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
 
 
+def display_name(label: str, method: str) -> str:
+    """How a variant is shown: ``EDM``, a grid point ``EDM(beta=0.5)``, or its own label
+    with the method's name, ``choco_top10 (CHOCO-SGD)``."""
+    shown = LABELS.get(method, method)
+    if label == method:
+        return shown
+    if label.startswith(method + "("):
+        return shown + label[len(method) :]
+    return f"{label} ({shown})"
+
+
+def _shown(alg: str, names: dict[str, str] | None) -> str:
+    return (names or {}).get(alg) or LABELS.get(alg, alg)
+
+
 def ordered(names: Sequence[str]) -> list[str]:
     """Distinct labels: the paper's methods in its order (variants ``edm(lr=...)`` by their
     method), then the rest sorted."""
@@ -133,6 +148,7 @@ def plot_curves(
     xscale: str = "auto",
     x: str = "step",
     formats: Sequence[str] = ("png", "pdf"),
+    names: dict[str, str] | None = None,
 ) -> list[Path]:
     """One panel per value of ``panel`` (or a single panel); returns the written files.
 
@@ -196,7 +212,7 @@ def plot_curves(
         ax.grid(alpha=0.3, which="both", lw=0.4)
         coincide = [g for g in coincident_groups(means) if len(g) > 1]
         if coincide:
-            note = "; ".join(" = ".join(LABELS.get(a, a) for a in g) for g in coincide)
+            note = "; ".join(" = ".join(_shown(a, names) for a in g) for g in coincide)
             ax.text(
                 0.02,
                 0.02,
@@ -207,10 +223,10 @@ def plot_curves(
                 ha="left",
                 bbox={"fc": "white", "alpha": 0.7, "lw": 0},
             )
-    names = ordered(list(legend))
+    shown, names = names, ordered(list(legend))
     fig.legend(
         [legend[a] for a in names],
-        [LABELS.get(a, a) for a in names],
+        [_shown(a, shown) for a in names],
         fontsize=8,
         loc="center left",
         bbox_to_anchor=(1.0, 0.5),
@@ -222,7 +238,11 @@ def plot_curves(
 
 
 def plot_epochs(
-    rows: Sequence[dict[str, Any]], metrics: Sequence[str], out: str | Path, title: str = ""
+    rows: Sequence[dict[str, Any]],
+    metrics: Sequence[str],
+    out: str | Path,
+    title: str = "",
+    names: dict[str, str] | None = None,
 ) -> list[Path]:
     """One panel per metric against epochs (or steps); mean and range over runs; diverged
     runs left out."""
@@ -235,7 +255,7 @@ def plot_epochs(
         style = style_for(alg, i)
         for ax, key in zip(axes[0], metrics, strict=True):
             vals = [[float(r[key]) for r in mine if r[x] == e] for e in epochs]
-            ax.plot(epochs, [np.mean(v) for v in vals], label=LABELS.get(alg, alg), **style)
+            ax.plot(epochs, [np.mean(v) for v in vals], label=_shown(alg, names), **style)
             lo, hi = [min(v) for v in vals], [max(v) for v in vals]
             ax.fill_between(epochs, lo, hi, color=style["color"], alpha=0.15, lw=0)
             ax.set_xlabel(x)
@@ -322,8 +342,8 @@ def graphs_of(matrices: Sequence[np.ndarray]) -> list[Any]:
         graph = nx.DiGraph() if directed else nx.Graph()
         graph.add_nodes_from(range(W.shape[0]))
         rows, cols = np.nonzero(W - np.diag(np.diag(W)) if directed else np.triu(W, 1))
-        weights = W[rows, cols].tolist()
-        graph.add_weighted_edges_from(zip(cols.tolist(), rows.tolist(), weights, strict=True))
+        pairs = zip(rows.tolist(), cols.tolist(), strict=True)
+        graph.add_weighted_edges_from((j, i, W[i, j]) for i, j in pairs)
         graphs.append(graph)
     return graphs
 
@@ -339,12 +359,9 @@ def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",
     pos = nx.circular_layout(range(n))
     for t, (ax, graph) in enumerate(zip(axes[0], graphs_of(matrices), strict=True)):
         widths = [0.6 + 3 * d["weight"] for _, _, d in graph.edges(data=True)]
-        # a directed graph's arrows point from sender to receiver, curved apart both ways
-        arrows = {"arrows": True, "arrowstyle": "-|>", "connectionstyle": "arc3,rad=0.12"}
+        arrows = {"arrowstyle": "-|>", "connectionstyle": "arc3,rad=0.12"}  # sender -> receiver
         extra = arrows if graph.is_directed() else {}
-        nx.draw_networkx_edges(
-            graph, pos, ax=ax, width=widths, edge_color="#4477aa", alpha=0.8, **extra
-        )
+        nx.draw_networkx_edges(graph, pos, ax=ax, width=widths, edge_color="#47a", **extra)
         nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=60, node_color="#222222")
         ax.set_title(f"round {t}" if len(matrices) > 1 else network.name, fontsize=9)
         ax.set_axis_off()

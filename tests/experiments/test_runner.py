@@ -89,6 +89,35 @@ def test_a_diverged_first_variant_leaves_a_clean_summary(cfg_path, tmp_path):
     assert "(0 recorded steps" not in text and "(21 recorded steps, iterations 180-200)" in text
 
 
+def test_a_sweep_where_everything_diverged_says_so(cfg_path, tmp_path):
+    from decentopt.experiments import write_report
+
+    over = ["algorithms.ed.lr=3.0", "algorithms.edm.lr=30.0", "iterations=200"]
+    cfg = load_spec(cfg_path, overrides=over)
+    out = run_spec(cfg, tmp_path / "o", progress=False, log=quiet)
+    write_report(cfg, out.rows, tmp_path / "o", modified=True, say=quiet)
+    text = (tmp_path / "o" / "summary.md").read_text()
+    assert "every run of every method diverged" in text and "0 recorded steps" not in text
+
+
+def test_labels_are_shown_with_their_method_and_graphs_in_the_title(tmp_path):
+    """A label that is not a method's name keeps its label beside the method's display
+    name, never raw beside display names; the title names every graph that ran."""
+    from decentopt.experiments.reports import summary_markdown
+
+    text = BASE.replace(
+        "[algorithms.ed]",
+        '[algorithms.fast]\nmethod = "ed"\n[algorithms.sgp]\nlr = 0.05\ntopology = "directed_ring"',
+    )
+    text = text.replace("[defaults]\nlr = 0.05\nbeta = 0.8", "[defaults]\nlr = 0.05")
+    cfg = load_spec(write(tmp_path, text))
+    assert cfg.display_names() == {"fast": "fast (ED/D²)", "sgp": "SGP", "edm": "EDM"}
+    assert "ring of 6 agents; directed_ring for sgp" in cfg.title()
+    rows = run_spec(cfg, tmp_path / "o", progress=False, log=quiet).rows
+    table = summary_markdown(summarise(rows, cfg), cfg)
+    assert "| fast (ED/D²) |" in table and "| EDM |" in table and "| fast |" not in table
+
+
 def fake_stats(values: dict[str, tuple[float, float]], settle=None, se=0.0) -> dict:
     """Two levels (ζ² = 1 and 16), 10 settled repetitions per method at ``settle``."""
     stats = {}

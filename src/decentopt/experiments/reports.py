@@ -45,16 +45,20 @@ def summary_markdown(
     levels = levels_by_zeta(stats)
     # a stat of a method that ran to the end (the first may have diverged: no window)
     some = max(stats.values(), key=lambda s: (s.tail_points > 0, s.runs))
-    caption = (
-        f"Steady-state {metric}: mean over the last 10 % of iterations ({some.tail_points} "
-        f"recorded steps, iterations {some.tail_from}-{some.tail_to}) and over "
-        f"{some.runs + some.diverged} runs, ± standard error over runs"
-    )
+    names = spec.display_names()
+    if some.tail_points == 0:  # no method ran to the end: there is no window to describe
+        caption = f"Steady-state {metric}: every run of every method diverged"
+    else:
+        caption = (
+            f"Steady-state {metric}: mean over the last 10 % of iterations ({some.tail_points} "
+            f"recorded steps, iterations {some.tail_from}-{some.tail_to}) and over "
+            f"{some.runs + some.diverged} runs, ± standard error over runs"
+        )
     if with_reach:
         caption += f"; reach: the iteration from which the mean stays below {spec.threshold:g}"
     body = []
     for alg in ordered([a for _, a in stats]):
-        cells = [LABELS.get(alg, alg)]
+        cells = [names.get(alg, LABELS.get(alg, alg))]
         for lv in levels:
             s = stats[(lv, alg)]
             if np.isnan(s.steady):
@@ -71,8 +75,12 @@ def summary_markdown(
     return caption + ".\n\n" + markdown_table(header, body)
 
 
-def final_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
-    """Final value of each metric per algorithm, mean ± spread over runs, and time per epoch."""
+def final_markdown(
+    rows: Sequence[dict[str, Any]], metrics: Sequence[str], names: dict[str, str] | None = None
+) -> str:
+    """Final value of each metric per algorithm, mean ± spread over runs, and time per epoch
+    (``names``: how each label is shown, :meth:`RunSpec.display_names`)."""
+    names = names or {}
     unit = "epoch" if rows and "epoch" in rows[0] else "step"
     last: dict[tuple[str, int], dict[str, Any]] = {}
     for row in rows:
@@ -83,7 +91,7 @@ def final_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> st
     for alg in ordered([a for a, _ in last]):
         finals = [r for (a, _), r in last.items() if a == alg]
         if any(r["diverged_at"] >= 0 for r in finals):
-            body.append([LABELS.get(alg, alg), "diverged"] + [""] * len(metrics))
+            body.append([names.get(alg, LABELS.get(alg, alg)), "diverged"] + [""] * len(metrics))
             continue
         cells = [
             f"{np.mean(v):.4g} ± {np.std(v):.1g}"
@@ -95,7 +103,11 @@ def final_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> st
         )
         grad = np.mean([r["grad_seconds"] / p for r, p in zip(finals, per, strict=True)])
         body.append(
-            [LABELS.get(alg, alg), *cells, f"{total:.3g} ({grad:.3g} + {total - grad:.3g})"]
+            [
+                names.get(alg, LABELS.get(alg, alg)),
+                *cells,
+                f"{total:.3g} ({grad:.3g} + {total - grad:.3g})",
+            ]
         )
     header = ["method", *metrics, f"s / {unit} (gradient + other)"]
     return markdown_table(header, body)
@@ -117,9 +129,10 @@ def write_report(
     :data:`~decentopt.plotting.X_LABELS`)."""
     title = spec.title(modified)
     if spec.panel is None:
-        tables = final_markdown(rows, spec.params.metrics)
+        names = spec.display_names()
+        tables = final_markdown(rows, spec.params.metrics, names)
         shown = [m for m in ("train_loss", "test_loss", spec.metric) if m in rows[0]]
-        files = plot_epochs(rows, shown or [spec.metric], out / spec.name, title)
+        files = plot_epochs(rows, shown or [spec.metric], out / spec.name, title, names)
         stats = None
     else:
         stats = summarise(rows, spec)
@@ -131,7 +144,14 @@ def write_report(
         panel_title = "{key} = {value:g}  (ζ² = {zeta2:.3g})"
         scale = "auto" if x in ("step", "rounds") else "log"
         files = plot_curves(
-            rows, spec.metric, out / spec.name, panel_title=panel_title, x=x, xscale=scale, **panels
+            rows,
+            spec.metric,
+            out / spec.name,
+            panel_title=panel_title,
+            x=x,
+            xscale=scale,
+            names=spec.display_names(),
+            **panels,
         )
     say(tables)
     report = [f"# {spec.name}: {title}", "", tables]

@@ -42,6 +42,7 @@ from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.legacy import renamed
 from decentopt.experiments.variants import Variant, variants
+from decentopt.plotting import display_name
 
 __all__ = ["PAPER_PRESETS", "PRESETS", "ConfigError", "RunSpec", "Seeds", "Variant", "load_spec"]
 
@@ -190,6 +191,20 @@ class RunSpec(_Shared):
             )
         return network
 
+    def display_names(self) -> dict[str, str]:
+        """How each variant's label is shown in tables and legends (``display_name``)."""
+        return {label: display_name(label, v.method) for label, v in self.algorithms.items()}
+
+    def graphs_text(self) -> str:
+        """``ring of 16 agents``, and the graphs variants run on instead, by label."""
+        extra = ", ".join(f"{k} = {v}" for k, v in self.topology.items() if k != "name")
+        text = f"{self.topology['name']} of {self.agents} agents" + (f" ({extra})" if extra else "")
+        own: dict[str, list[str]] = {}
+        for label, v in self.algorithms.items():
+            if v.topology is not None:
+                own.setdefault(v.topology["name"], []).append(label)
+        return text + "".join(f"; {g} for {', '.join(labels)}" for g, labels in own.items())
+
     def title(self, modified: bool = False) -> str:
         """A title built from what runs; "the paper's ..." only for an unmodified preset."""
         hp = {
@@ -198,11 +213,7 @@ class RunSpec(_Shared):
             )
             for k, sym in (("lr", "α"), ("beta", "β"))
         }
-        extra = ", ".join(f"{k} = {v}" for k, v in self.topology.items() if k != "name")
-        parts = [
-            self.params.describe(),
-            f"{self.topology['name']} of {self.agents} agents" + (f" ({extra})" if extra else ""),
-        ]
+        parts = [self.params.describe(), self.graphs_text()]
         parts.append(
             (f"{self.iterations} iterations × " if self.iterations else "") + f"{self.runs} runs"
         )
