@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytest
 
 from decentopt.analysis import compare, compare_settling, settling_step
 
@@ -42,3 +45,21 @@ def test_settling_is_compared_by_ranks_with_never_last():
     assert compare_settling([10], [20]) is None
     assert compare_settling([10], [20], exact=True) == -1
     assert compare_settling([float("inf")], [float("inf")], exact=True) == 0
+
+
+def test_welch_degrees_of_freedom_with_unequal_errors():
+    """Welch-Satterthwaite: SE 1 over 3 runs and 0.1 over 10 give df = 1.01^2 / (1/2 +
+    1e-4/9) = 2.04, t_0.975 = 4.22 (the pooled n_a + n_b - 2 = 11 would give 2.20)."""
+    from decentopt.analysis import critical_value
+
+    assert critical_value(1.0, 3, 0.1, 10, 1) == pytest.approx(4.2225, abs=1e-3)
+    # so a gap of 3 standard errors is within noise here, though beyond 2.2
+    assert compare(0.0, 1.0, 3.0 * math.hypot(1.0, 0.1), 0.1, runs=(3, 10)) == 0
+
+
+def test_never_settling_runs_rank_after_every_settled_one():
+    """Never settling ranks after the slowest settled run (18), not tied with it: the
+    samples then differ by no more than chance (two-sided p = 0.053), where ranking the
+    never-settled runs as 18 would call them different (p = 0.041)."""
+    inf = float("inf")
+    assert compare_settling([7, 3, 8, 1, inf, 2], [13, 14, 8, inf, 18, inf]) == 0
