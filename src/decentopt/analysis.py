@@ -21,6 +21,8 @@ __all__ = [
     "compare_settling",
     "critical_value",
     "mean_se",
+    "ordering_verdict",
+    "rank_test_can_decide",
     "settling_step",
     "still_decreasing",
     "transient_rate",
@@ -80,9 +82,11 @@ def settling_step(steps: np.ndarray, curve: np.ndarray, threshold: float) -> int
     return int(np.ceil(steps[k - 1] + frac * (steps[k] - steps[k - 1])))
 
 
-#: Family-wise error rate of a comparison claim: the chance that a claim about methods of
-#: the same distribution gets a verdict other than "inconclusive" (Bonferroni over the
-#: claim's comparisons, e.g. one per heterogeneity level).
+#: Family-wise error rate of a comparison claim: the chance that a strict claim ("A below
+#: B at every level") about methods of the same distribution gets a verdict other than
+#: "inconclusive". "Holds" needs every comparison to pass at ALPHA (an intersection-union
+#: test: its level is ALPHA without a correction); "does not hold" needs one comparison
+#: the other way at ALPHA / comparisons (Bonferroni).
 ALPHA = 0.05
 
 
@@ -164,3 +168,25 @@ def compare_settling(
     if test.pvalue >= ALPHA / max(1, comparisons):
         return 0
     return 1 if test.statistic > xa.size * xb.size / 2 else -1
+
+
+def ordering_verdict(loose: int | None, tight: int | None, strict: bool) -> bool | None:
+    """One comparison's part in "A below B" (``strict``) or "A not above B" at every level.
+
+    ``loose``: the comparison at level ``ALPHA``; ``tight``: at ``ALPHA / comparisons``
+    (-1 lower, 0 within noise, +1 higher, ``None`` unknown). "Below" holds only if every
+    comparison is -1 at ``ALPHA`` (intersection-union); either claim fails when one is +1
+    at the corrected level; "not above" holds otherwise.
+    """
+    if loose is None or tight is None:
+        return None
+    if tight == 1:
+        return False
+    return True if (loose == -1 or not strict) else None
+
+
+def rank_test_can_decide(n_a: int, n_b: int, comparisons: int = 1) -> bool:
+    """Whether a two-sided Mann-Whitney test of ``n_a`` against ``n_b`` runs can reach
+    ``ALPHA / comparisons`` at all: its smallest p-value is ``2 / C(n_a + n_b, n_a)``
+    (0.1 for 3 against 3, 0.029 for 4 against 4, 0.008 for 5 against 5)."""
+    return 2 / math.comb(n_a + n_b, n_a) < ALPHA / max(1, comparisons)

@@ -7,6 +7,7 @@ a wrong standard error, steady window, trend or settling rule changes these verd
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -149,3 +150,75 @@ def test_two_methods_that_never_settle_are_not_one_sooner():
     verdicts = check_claims(CLAIMS, summarise(rows_of({"a": [high] * 3, "b": [high] * 3}), spec()))
     assert verdicts[1][1].holds is None
     assert "never in 6/6 runs" in verdicts[1][1].evidence
+
+
+def _stats(values: dict[str, list[tuple[float, float, tuple[float, ...]]]], runs: int) -> dict:
+    """Stats per (level, method): ``(steady, standard error, settling iterations)``."""
+    from decentopt.experiments.summary import Stat
+
+    return {
+        (lv, alg): Stat(m, se, m, None, 0, 1 / lv**2, settle=settle, rate=-0.1, runs=runs)
+        for alg, per_level in values.items()
+        for lv, (m, se, settle) in zip(LEVELS, per_level, strict=True)
+    }
+
+
+def test_below_at_every_level_is_an_intersection_union_test():
+    """Each of three levels passes Welch's test at 5 % (gap 2.6 SE of the difference, five
+    runs each: t = 2.31 at 5 %, 3.02 at 5 %/3): "holds", though no level passes the
+    Bonferroni-corrected 5 %/3 that the "does not hold" direction keeps."""
+    se = 0.1
+    gap = 2.6 * math.hypot(se, se)
+    settle = tuple(range(100, 105))
+    a = [(1.0, se, settle)] * 3
+    stats = _stats({"a": a, "b": [(1.0 + gap, se, settle)] * 3}, runs=5)
+    [(_, verdict)] = check_claims(CLAIMS[:1], stats)
+    assert verdict.holds is True
+    # the same gap the other way refutes "a below b" only past the corrected level
+    flipped = _stats({"a": [(1.0 + gap, se, settle)] * 3, "b": a}, runs=5)
+    assert check_claims(CLAIMS[:1], flipped)[0][1].holds is None
+    far = _stats({"a": [(1.0 + 2 * gap, se, settle)] * 3, "b": a}, runs=5)
+    assert check_claims(CLAIMS[:1], far)[0][1].holds is False
+
+
+def test_three_runs_against_three_are_too_few_to_decide_a_settling_claim():
+    """The smallest two-sided Mann-Whitney p-value at 3 against 3 is 0.1: no order of the
+    runs can decide, so the verdict says so rather than "same within noise"; the lenient
+    claim is not granted by default either. At 5 against 5 the same gap decides."""
+    lenient = parse_claims(
+        [{"text": "t", "check": "settles_no_later", "algorithm": "a", "others": ["b"]}], "t"
+    )
+    for runs, want in [(3, None), (5, True)]:
+        soon, late = tuple(range(10, 10 + runs)), tuple(range(100, 100 + runs))
+        stats = _stats({"a": [(1.0, 0.1, soon)] * 3, "b": [(1.0, 0.1, late)] * 3}, runs)
+        [(_, verdict)] = check_claims(CLAIMS[1:], stats)
+        assert verdict.holds is want
+        assert ("too few runs to decide: 3 vs 3" in verdict.evidence) == (runs == 3)
+        backwards = _stats({"a": [(1.0, 0.1, late)] * 3, "b": [(1.0, 0.1, soon)] * 3}, runs)
+        assert check_claims(lenient, backwards)[0][1].holds is (None if runs == 3 else False)
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_preset_has_runs_enough_for_its_rank_test_claims(quick):
+    """A settling or bytes claim a preset checks can be decided with its runs: at 5 % for
+    a strict claim, at 5 % over its comparisons for a lenient one (what refutes it)."""
+    import tomllib
+
+    from decentopt.analysis import rank_test_can_decide
+    from decentopt.experiments import PRESETS
+    from decentopt.experiments.spec import PRESET_DIR
+
+    strict = {"settles_sooner": True, "fewer_bytes": True, "settles_no_later": False}
+    for name in PRESETS:
+        raw = tomllib.loads((PRESET_DIR / f"{name}.toml").read_text())
+        ranked = [
+            c for c in raw.get("claims", []) if c["check"] in (*strict, "held_back_by_tracking")
+        ]
+        if not ranked or (quick and "quick" not in raw):
+            continue
+        cfg = load_spec(name, quick=quick)
+        levels = len(getattr(cfg.params, cfg.panel))
+        for claim in ranked:
+            others = len(claim.get("others", [1]))
+            deciding = 1 if strict.get(claim["check"], False) else others * levels
+            assert rank_test_can_decide(cfg.runs, cfg.runs, deciding), (name, claim["check"])
