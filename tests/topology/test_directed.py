@@ -126,7 +126,7 @@ def test_the_topology_report_of_a_directed_graph_states_what_holds_and_gives_no_
 
 def test_sizes_that_are_not_powers_of_two():
     """n = 12: ceil(log2 12) = 4 peers (offsets 1, 2, 4, 8), weights 1/5, and 4 rounds of
-    the one-peer graph; the directed ring's lambda is |lambda_2| = |(1 + e^{2 pi i/12})/2|
+    the one-peer graph; the directed ring's rate is |lambda_2| = |(1 + e^{2 pi i/12})/2|
     = cos(pi/12) = 0.966 (its real part, 0.933, is not the rate)."""
     import math
 
@@ -135,5 +135,7 @@ def test_sizes_that_are_not_powers_of_two():
     np.testing.assert_allclose(W[W > 0], 1 / 5)
     assert [i for i in range(12) if W[i, 0] > 0] == [0, 1, 2, 4, 8]
     assert dopt.topology.directed_one_peer_exponential(12).period == 4
-    assert dopt.topology.directed_ring(12).lam == pytest.approx(math.cos(math.pi / 12), abs=1e-12)
-    assert dopt.topology.directed_ring(12).lam == pytest.approx(0.966, abs=5e-4)
+    assert dopt.topology.directed_ring(12).mixing_rate == pytest.approx(
+        math.cos(math.pi / 12), abs=1e-12
+    )
+    assert dopt.topology.directed_ring(12).mixing_rate == pytest.approx(0.966, abs=5e-4)

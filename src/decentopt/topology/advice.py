@@ -41,7 +41,7 @@ def _rounds_below_lazy(network: Any) -> bool:
 def mixing_warning(network: Any, method: str, needs_psd: bool) -> str | None:
     """A one-line warning when ``method`` (``needs_psd``: an exact-diffusion method) is
     unlikely to converge on ``network``, naming ``.lazy()`` as the fix; ``None`` if not."""
-    if not needs_psd or getattr(network, "directed", False):
+    if not needs_psd or "symmetric" not in network.offers:  # push-sum graphs: no W to judge
         return None
     if not network.psd:
         return (
