@@ -73,9 +73,9 @@ _MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
 def display_name(label: str, method: str) -> str:
     """How a variant is shown: ``EDM``, a grid point ``EDM(beta=0.5)``, or its own label
     with the method's name, ``choco_top10 (CHOCO-SGD)``."""
-    shown = LABELS.get(method, method)
-    if label == method:
-        return shown
+    shown = LABELS.get(method)
+    if shown is None or label == method:  # no display name (a plugin's): the label itself
+        return shown or label
     if label.startswith(method + "("):
         return shown + label[len(method) :]
     return f"{label} ({shown})"
