@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import errno
+import os
+
 import numpy as np
 import pytest
 
@@ -103,3 +106,48 @@ def test_an_output_file_that_is_a_folder_is_a_one_line_error_and_keeps_the_work(
     (out / "results.csv").rmdir()
     assert main(["run", cfg, "--out", str(out), "--no-progress", "--jobs", "1"]) == 0
     assert "0 unit(s) computed, 2 resumed" in capsys.readouterr().out
+
+
+def test_a_label_too_long_for_a_file_name_still_runs(tmp_path, capsys):
+    from tests.experiments.test_spec import BASE, write
+
+    long = "edm_" + "x" * 300
+    text = BASE.replace("[algorithms.edm]", f'[algorithms.{long}]\nmethod = "edm"')
+    cfg = str(write(tmp_path, text))
+    assert main(["run", cfg, "--out", str(tmp_path / "out"), "--no-progress", "--jobs", "1"]) == 0
+    capsys.readouterr()
+    assert all(len(p.name) < 256 for p in (tmp_path / "out" / "runs").iterdir())
+
+
+@pytest.mark.parametrize(
+    "code, cause",
+    [
+        (errno.EISDIR, "a folder is where a file must be written"),
+        (errno.ENAMETOOLONG, "longer than the file system allows"),
+        (errno.EACCES, "no permission"),
+        (errno.ENOSPC, "the disk is full"),
+    ],
+)
+def test_a_file_system_refusal_names_its_cause(monkeypatch, capsys, code, cause):
+    import decentopt.cli as cli
+
+    def refused(args):
+        raise OSError(code, os.strerror(code), "out/summary.md")
+
+    monkeypatch.setitem(cli.COMMANDS, "compare", (*cli.COMMANDS["compare"][:2], refused))
+    assert main(["compare"]) == 2
+    err = capsys.readouterr().err
+    assert cause in err and "out/summary.md" in err and len(err.strip().splitlines()) == 1
+    assert (code == errno.ENOSPC) == ("free space" in err)
+
+
+def test_a_summary_that_is_a_folder_is_named_as_such(tmp_path, capsys):
+    from tests.experiments.test_spec import BASE, write
+
+    cfg = str(write(tmp_path, BASE))
+    out = tmp_path / "out"
+    (out / "summary.md").mkdir(parents=True)
+    assert main(["run", cfg, "--out", str(out), "--no-progress", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "summary.md" in err and "a folder is where a file must be written" in err
+    assert ".tmp" not in err and "free space" not in err

@@ -104,7 +104,7 @@ def test_an_output_folder_is_written_by_one_run_at_a_time(tmp_path, capsys):
     ).stdout.strip()
     (out / ".lock").write_text(dead)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    (out / "runs" / ".rows.csv.abc123.tmp").write_text("half a table")
+    (out / "runs" / ".decentopt-rows.csv.abc123.tmp").write_text("half a table")
     assert main(["run", cfg, "--out", str(out), "--no-progress"]) == 0
     assert not (out / ".lock").exists() and not list(out.rglob("*.tmp"))
 

@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +28,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from decentopt.results import temporary_file
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "load_latest", "save_checkpoint"]
 
@@ -50,7 +51,7 @@ def _digest(path: Path) -> str:
 def _write_atomic(path: Path, write: Callable[[str], None]) -> None:
     """Write through a temporary file; any failure (a full disk) is an ``OSError`` naming
     ``path``, and leaves neither the temporary file nor a partial ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temporary_file(path)
     os.close(fd)
     try:
         write(tmp)

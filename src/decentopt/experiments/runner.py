@@ -12,6 +12,7 @@ agent, gossips with its neighbours, and rank 0 writes the results.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import multiprocessing
 import re
@@ -97,8 +98,13 @@ def say_line(text: str) -> None:
 
 
 def unit_folder(name: str) -> str:
-    """The folder name of a unit: its name with anything but ``\\w . = ( ) , + -`` as ``_``."""
-    return re.sub(r"[^\w.=(),+-]", "_", name)
+    """The folder name of a unit: its name with anything but ``\\w . = ( ) , + -`` as ``_``;
+    a name too long for a file system (255 bytes) is cut, with a digest of the whole."""
+    folder = re.sub(r"[^\w.=(),+-]", "_", name)
+    if len(folder.encode()) <= 200:
+        return folder
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return folder.encode()[:160].decode(errors="ignore") + "-" + digest
 
 
 #: Bytes a result row takes in memory, through the report (measured: 1.6 KB on a grid of
