@@ -120,7 +120,7 @@ def test_a_cifar_batch_that_would_run_code_is_refused_unread(tmp_path):
     for name in CIFAR10_FILES:
         with open(tmp_path / name, "wb") as fh:
             pickle.dump({b"data": _RunsCode(marker), b"labels": [0]}, fh)
-    with pytest.raises(ValueError, match="not a CIFAR-10 python batch.*posix.system|refers to"):
+    with pytest.raises(ValueError, match=r"CIFAR-10 python batch.*refers to (posix|os)\.system"):
         load_cifar10(tmp_path)
     assert not marker.exists()
 
