@@ -36,10 +36,11 @@ from decentopt.distributed import runtime
 from decentopt.driver import intra_op_threads, run_loop
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
 from decentopt.experiments.store import ResultStore, Unit
-from decentopt.perf import available_memory, keep_freed_memory
+from decentopt.perf import MEMORY_MARGIN, available_memory, gib, keep_freed_memory
 from decentopt.plan import TAIL_POINTS
 from decentopt.problems.neural import BatchedRuns, NeuralProblem
 from decentopt.results import lock_folder, write_csv_atomic
+from decentopt.topology.footprint import build_bytes
 
 __all__ = ["Outcome", "check_memory", "memory_parts", "run_spec"]
 
@@ -115,11 +116,6 @@ ROW_BYTES = 1600
 RUN_OVERHEAD = 64 << 20
 
 
-def _gib(size: float) -> str:
-    gib = size / 2**30
-    return f"{gib:,.0f} GiB" if gib >= 100 else f"{gib:.3g} GiB"
-
-
 def memory_parts(spec: RunSpec) -> dict[str, float]:
     """About how many bytes a run holds beyond what the process holds already, by part."""
     runs = max(spec.runs if g is None else len(g) for g in _run_groups(spec))
@@ -129,6 +125,10 @@ def memory_parts(spec: RunSpec) -> dict[str, float]:
     rows = len(spec.algorithms) * spec.runs * levels * records
     parts["result rows and their report"] = rows * ROW_BYTES
     parts["libraries and buffers of a run"] = RUN_OVERHEAD
+    tables = {json.dumps(spec.topology_of(label), sort_keys=True) for label in spec.algorithms}
+    parts["graphs"] = sum(
+        build_bytes(t["name"], spec.agents, t) for t in (json.loads(k) for k in tables)
+    )
     return parts
 
 
@@ -138,16 +138,17 @@ def check_memory(spec: RunSpec, available: float | None = None) -> float:
     parts = memory_parts(spec)
     need = float(sum(parts.values()))
     available = available_memory() if available is None else available
-    if available is not None and need > available:
+    if available is not None and need * MEMORY_MARGIN > available:
         big = sorted(((v, k) for k, v in parts.items() if v), reverse=True)
-        detail = ", ".join(f"{k} {_gib(v)}" for v, k in big)
+        detail = ", ".join(f"{k} {gib(v)}" for v, k in big)
         knobs = (
             "runs, agents, record_points, the grids of [algorithms] or the sizes in "
             "[problem_params]"
         )
         raise ConfigError(
-            f"{spec.source}: this run needs about {_gib(need)} ({detail}) but "
-            f"{_gib(available)} of memory are available; lower {knobs}"
+            f"{spec.source}: this run needs about {gib(need)} ({detail}), and peaks reach "
+            f"{MEMORY_MARGIN:g} times the estimate, but {gib(available)} of memory are "
+            f"available; lower {knobs}"
         )
     return need
 

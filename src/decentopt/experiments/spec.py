@@ -42,6 +42,8 @@ from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.legacy import renamed
 from decentopt.experiments.variants import Variant, variants
+from decentopt.perf import MEMORY_MARGIN, available_memory, gib
+from decentopt.topology.footprint import build_bytes
 
 __all__ = ["PAPER_PRESETS", "PRESETS", "ConfigError", "RunSpec", "Seeds", "Variant", "load_spec"]
 
@@ -175,6 +177,7 @@ class RunSpec(_Shared):
         table = "[topology]" if spec == self.topology else f"[algorithms.{label}] topology"
         name = spec.pop("name")
         builder = topology.REGISTRY[name]
+        _check_graph_size(f"{self.source} {table}", name, self.agents, spec)
         if "seed" in inspect.signature(builder).parameters:
             spec.setdefault("seed", self.seeds.graph)
         try:
@@ -266,6 +269,18 @@ def load_spec(
         fields = _File.__dataclass_fields__
         raw = _merge(raw, renamed(parse_override(text), source, fields, raw.get("problem")))
     return validate(raw, source)
+
+
+def _check_graph_size(where: str, name: str, agents: int, options: dict[str, Any]) -> None:
+    """Refuse, before it is built, a graph that cannot fit in memory (from its name and size)."""
+    need = build_bytes(name, agents, options)
+    room = available_memory()
+    if room is not None and need * MEMORY_MARGIN > room:
+        raise ConfigError(
+            f"{where}: {name} over {agents:,} agents needs about {gib(need)} to build but "
+            f"{gib(room)} of memory are available; lower agents (ring and exponential cost "
+            "a few bytes per agent; complete and graphs under 1,024 agents are dense)"
+        )
 
 
 def _check_graphs(spec: RunSpec) -> None:
