@@ -111,6 +111,9 @@ def unit_folder(name: str) -> str:
 #: Bytes a result row takes in memory, through the report (measured: 1.6 KB on a grid of
 #: 47 variants).
 ROW_BYTES = 1600
+#: A figure panel of the report while it is drawn and saved (its curves are bounded:
+#: plotting.MOST_CURVES; measured: a grid of 1,000 variants peaks at 427 MB in all).
+FIGURE_BYTES = 32 << 20
 #: What a run loads and holds besides its problem: plotting, reports, buffers (measured:
 #: 55 MB above the import of the package for the smallest sweeps).
 RUN_OVERHEAD = 64 << 20
@@ -125,6 +128,7 @@ def memory_parts(spec: RunSpec) -> dict[str, float]:
     rows = len(spec.algorithms) * spec.runs * levels * records
     parts["result rows and their report"] = rows * ROW_BYTES
     parts["libraries and buffers of a run"] = RUN_OVERHEAD
+    parts["figures of the report"] = FIGURE_BYTES * levels
     tables = {json.dumps(spec.topology_of(label), sort_keys=True) for label in spec.algorithms}
     parts["graphs"] = sum(
         build_bytes(t["name"], spec.agents, t) for t in (json.loads(k) for k in tables)
