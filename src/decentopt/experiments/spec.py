@@ -91,7 +91,7 @@ class _Shared:
     also_report: tuple[str, ...] = ()
     threshold: float = bounded(1e-3, above=0)
     timeout: float = bounded(120.0, above=0)
-    threads: int | None = bounded(None, minimum=1)
+    threads: int | None = bounded(None, minimum=1, maximum=1024)
     mix_rounds: int = bounded(1, minimum=1)
     acceleration: Literal["none", "chebyshev"] = "none"
     network: NetworkModel = field(default_factory=NetworkModel)
@@ -260,6 +260,16 @@ def load_spec(
     path_or_preset: str | Path, *, quick: bool = False, overrides: list[str] | None = None
 ) -> RunSpec:
     """Read, merge (``--quick`` then ``--set`` overrides) and validate a specification."""
+    try:
+        return _load(path_or_preset, quick, overrides)
+    except RecursionError:  # a file or --set value of thousands of nested arrays or tables
+        raise ConfigError(
+            f"{path_or_preset}: values are nested too deeply (arrays or tables within each "
+            "other hundreds of times); a specification nests a few levels"
+        ) from None
+
+
+def _load(path_or_preset: str | Path, quick: bool, overrides: list[str] | None) -> RunSpec:
     raw, source = _read(path_or_preset)
     if quick:
         if not isinstance(raw.get("quick"), dict) or not raw["quick"]:
@@ -326,9 +336,11 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     if top.problem not in kinds.KINDS:
         raise ConfigError(f"{source}: {unknown_name('problem', top.problem, kinds.KINDS)}")
     kind = kinds.KINDS[top.problem]
-    if (top.iterations or 0) > 10**8:
+    rounds = (top.iterations or 0) * top.mix_rounds  # each gossip round is a step's work
+    if rounds > 10**8:
+        each = f" × {top.mix_rounds:,} gossip rounds each" if top.mix_rounds > 1 else ""
         warnings.warn(
-            f"{source}: {top.iterations:.3g} iterations will take days; is that meant?",
+            f"{source}: {top.iterations:.3g} iterations{each} will take days; is that meant?",
             UserWarning,
             stacklevel=3,
         )
