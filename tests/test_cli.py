@@ -151,3 +151,38 @@ def test_a_summary_that_is_a_folder_is_named_as_such(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "summary.md" in err and "a folder is where a file must be written" in err
     assert ".tmp" not in err and "free space" not in err
+
+
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        ({"RANK": None, "MASTER_ADDR": None, "MASTER_PORT": None}, "missing RANK, MASTER_ADDR"),
+        ({"RANK": "5"}, "RANK=5 with WORLD_SIZE=2"),
+        ({"RANK": "-1"}, "RANK=-1 with WORLD_SIZE=2"),
+        ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' is not a whole number"),
+        ({"RANK": "x"}, "RANK='x' is not a whole number"),
+        ({"MASTER_PORT": "99999"}, "MASTER_PORT=99999 is not a port"),
+        ({"MASTER_ADDR": "no-such-host.invalid"}, "MASTER_ADDR='no-such-host.invalid'"),
+    ],
+)
+def test_a_wrong_distributed_environment_is_one_line_naming_the_variable(
+    tmp_path, monkeypatch, capsys, env, named
+):
+    """A rank started by hand with a wrong environment (None: unset): one line naming the
+    variable, at once, not a traceback or a wait for the timeout."""
+    import time
+
+    from tests.experiments.test_spec import BASE, write
+
+    full = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
+    for key, value in (full | env).items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    cfg = str(write(tmp_path, BASE))
+    start = time.monotonic()
+    assert main(["run", cfg, "--out", str(tmp_path / "out"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and named in err and len(err.strip().splitlines()) == 1
+    assert time.monotonic() - start < 10

@@ -14,9 +14,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import torch.distributed as dist
 
 from decentopt import __version__, catalog, plugins, theory, topology
+from decentopt.comm.distributed import PeerFailure
 from decentopt.distributed.launch import launch
+from decentopt.distributed.runtime import StartupError
 from decentopt.experiments import ConfigError, RunSpec, load_spec, run_spec, write_report
 from decentopt.experiments.claims import check_claims, claims_markdown
 from decentopt.experiments.spec import PAPER_PRESETS
@@ -366,6 +369,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the file system refused: a path that is a file, no permission, full
         print(f"error: {_file_system_advice(exc)}", file=sys.stderr)
         return 2
+    except (PeerFailure, StartupError, dist.DistError) as exc:  # a rank died, hung, or cannot start
+        text = " ".join(str(exc).split())
+        print(f"error: {text}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         note = "finished runs are saved and a rerun of the same command resumes"
         print(f"\ninterrupted; {note}", file=sys.stderr)
