@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import errno
+import os
+
 import numpy as np
 import pytest
 
@@ -123,3 +126,83 @@ def test_every_topology_builder_parameter_is_an_option(capsys):
     assert "lazy" in capsys.readouterr().out
     assert main(["topology", "ring", "--n", "8", "--seed", "3"]) == 2
     assert "ring takes no --seed; its options: --weights, --lazy" in capsys.readouterr().err
+
+
+def test_a_label_too_long_for_a_file_name_still_runs(tmp_path, capsys):
+    from tests.experiments.test_spec import BASE, write
+
+    long = "edm_" + "x" * 300
+    text = BASE.replace("[algorithms.edm]", f'[algorithms.{long}]\nmethod = "edm"')
+    cfg = str(write(tmp_path, text))
+    assert main(["run", cfg, "--out", str(tmp_path / "out"), "--no-progress", "--jobs", "1"]) == 0
+    capsys.readouterr()
+    assert all(len(p.name) < 256 for p in (tmp_path / "out" / "runs").iterdir())
+
+
+@pytest.mark.parametrize(
+    "code, cause",
+    [
+        (errno.EISDIR, "a folder is where a file must be written"),
+        (errno.ENAMETOOLONG, "longer than the file system allows"),
+        (errno.EACCES, "no permission"),
+        (errno.ENOSPC, "the disk is full"),
+    ],
+)
+def test_a_file_system_refusal_names_its_cause(monkeypatch, capsys, code, cause):
+    import decentopt.cli as cli
+
+    def refused(args):
+        raise OSError(code, os.strerror(code), "out/summary.md")
+
+    monkeypatch.setitem(cli.COMMANDS, "compare", (*cli.COMMANDS["compare"][:2], refused))
+    assert main(["compare"]) == 2
+    err = capsys.readouterr().err
+    assert cause in err and "out/summary.md" in err and len(err.strip().splitlines()) == 1
+    assert (code == errno.ENOSPC) == ("free space" in err)
+
+
+def test_a_summary_that_is_a_folder_is_named_as_such(tmp_path, capsys):
+    from tests.experiments.test_spec import BASE, write
+
+    cfg = str(write(tmp_path, BASE))
+    out = tmp_path / "out"
+    (out / "summary.md").mkdir(parents=True)
+    assert main(["run", cfg, "--out", str(out), "--no-progress", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "summary.md" in err and "a folder is where a file must be written" in err
+    assert ".tmp" not in err and "free space" not in err
+
+
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        ({"RANK": None, "MASTER_ADDR": None, "MASTER_PORT": None}, "missing RANK, MASTER_ADDR"),
+        ({"RANK": "5"}, "RANK=5 with WORLD_SIZE=2"),
+        ({"RANK": "-1"}, "RANK=-1 with WORLD_SIZE=2"),
+        ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' is not a whole number"),
+        ({"RANK": "x"}, "RANK='x' is not a whole number"),
+        ({"MASTER_PORT": "99999"}, "MASTER_PORT=99999 is not a port"),
+        ({"MASTER_ADDR": "no-such-host.invalid"}, "MASTER_ADDR='no-such-host.invalid'"),
+    ],
+)
+def test_a_wrong_distributed_environment_is_one_line_naming_the_variable(
+    tmp_path, monkeypatch, capsys, env, named
+):
+    """A rank started by hand with a wrong environment (None: unset): one line naming the
+    variable, at once, not a traceback or a wait for the timeout."""
+    import time
+
+    from tests.experiments.test_spec import BASE, write
+
+    full = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
+    for key, value in (full | env).items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    cfg = str(write(tmp_path, BASE))
+    start = time.monotonic()
+    assert main(["run", cfg, "--out", str(tmp_path / "out"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and named in err and len(err.strip().splitlines()) == 1
+    assert time.monotonic() - start < 10

@@ -222,3 +222,34 @@ def test_growth_without_overflow_counts_as_diverged():
     # after 78 steps (checked every CHECK_EVERY steps)
     first = int(np.ceil(np.log(GROWTH * 3 / 2) / np.log(1.21)))
     assert (run.diverged_at >= first).all() and (run.diverged_at < first + 64).all()
+
+
+def test_a_checkpoint_of_another_number_of_agents_is_left_and_the_run_starts_afresh(tmp_path):
+    import shutil
+
+    import pytest
+
+    other = tmp_path / "eight"
+    prob = dopt.problems.Quadratic.paper(n=8, d=3, p=4, sigma2=0.1, repetitions=2, seed=1)
+    alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
+    grad = lambda x, g: (prob.gradient(x, g), None)  # noqa: E731
+    comm = SimulatedCommunicator(dopt.topology.ring(8))
+    plan = Plan(60, tuple(range(0, 61, 10)), period=10)
+    run_loop(alg, prob, comm, plan, seed=3, log=quiet, gradient=grad, checkpoint_dir=other)
+    shutil.copytree(other, tmp_path / "six")  # into a unit of six agents
+    full = noisy_quadratic_run()
+    with pytest.warns(RuntimeWarning, match=r"six: the checkpoint of step 60 is of another run"):
+        resumed = noisy_quadratic_run(checkpoint_dir=tmp_path / "six")
+    assert resumed.resumed_from in (0, None)
+    torch.testing.assert_close(resumed.final_state.x, full.final_state.x, rtol=0, atol=0)
+
+
+def test_a_folder_named_like_a_checkpoint_is_not_one(tmp_path):
+    from decentopt.distributed.checkpoint import latest_checkpoint
+
+    noisy_quadratic_run(checkpoint_dir=tmp_path, stop_after=30)
+    (tmp_path / "step-xyz").mkdir()
+    (tmp_path / "step-xyz" / "COMPLETE").touch()
+    assert latest_checkpoint(tmp_path) == 30
+    resumed = noisy_quadratic_run(checkpoint_dir=tmp_path)
+    assert resumed.resumed_from == 30 and (tmp_path / "step-xyz").is_dir()

@@ -81,3 +81,21 @@ def test_directed_graphs_are_drawn_with_every_edge(tmp_path):
     assert not undirected.is_directed() and undirected.number_of_edges() == 6
     [drawn] = plot_network(ring, tmp_path / "dr")
     assert drawn.stat().st_size > 0
+
+
+def test_a_grid_of_many_variants_draws_a_small_figure_of_its_best(tmp_path):
+    """Two hundred variants: the figure keeps its size and draws the twelve lowest curves."""
+    import matplotlib.image
+
+    from decentopt.plotting import MOST_CURVES, best_methods, plot_curves
+
+    rows = [
+        {"algorithm": f"edm(lr={k})", "step": s, "run": 0, "err": (1 + k) / (1 + s)}
+        for k in range(200)
+        for s in (0, 10, 100)
+    ]
+    title = "a grid over " + ", ".join(str(k) for k in range(200))
+    (png,) = plot_curves(rows, "err", tmp_path / "grid", title=title, formats=("png",))
+    height, width = matplotlib.image.imread(png).shape[:2]
+    assert width < 2000 and height < 800, (width, height)
+    assert best_methods(rows, "err", MOST_CURVES) == {f"edm(lr={k})" for k in range(MOST_CURVES)}

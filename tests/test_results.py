@@ -53,3 +53,105 @@ def test_a_lock_that_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch)
     assert not (tmp_path / ".lock").exists()
     with lock_folder(tmp_path):  # the next run is not blocked
         pass
+
+
+def test_only_the_projects_own_temporary_files_are_removed(tmp_path):
+    """User files that look temporary (``.notes.tmp``) survive; the project's own leftovers
+    go, except inside a nested output folder that another run holds."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "other").mkdir()
+    user = [tmp_path / ".notes.tmp", tmp_path / "sub" / ".draft.tmp"]
+    ours = [tmp_path / ".decentopt-rows.csv.x1.tmp", tmp_path / "sub" / ".decentopt-meta.y.tmp"]
+    theirs = tmp_path / "other" / ".decentopt-rows.csv.z.tmp"
+    for f in [*user, *ours, theirs]:
+        f.write_text("x")
+    (tmp_path / "other" / ".lock").write_text("")  # another run's output folder
+    with lock_folder(tmp_path):
+        pass
+    assert all(f.exists() for f in [*user, theirs]) and not any(f.exists() for f in ours)
+
+
+def test_atomic_writes_use_the_projects_prefix(tmp_path, monkeypatch):
+    from decentopt import results
+
+    seen = []
+    real = results.tempfile.mkstemp
+    monkeypatch.setattr(
+        results.tempfile, "mkstemp", lambda **kw: seen.append(kw["prefix"]) or real(**kw)
+    )
+    results.write_text_atomic(tmp_path / "summary.md", "x")
+    assert seen and seen[0].startswith(results.TEMP_PREFIX)
+
+
+def test_a_held_lock_is_respected_before_its_holder_has_written_its_pid(tmp_path):
+    """The holder's PID is written after the file exists: a run looking in between must not
+    take the (empty) lock over."""
+    import fcntl
+
+    lock = tmp_path / ".lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a live holder, its PID not yet written
+    try:
+        with pytest.raises(FolderBusy, match="another run"):
+            with lock_folder(tmp_path):
+                pass
+    finally:
+        os.close(fd)
+    with lock_folder(tmp_path):  # released by its holder: free
+        pass
+
+
+def test_a_lock_naming_a_huge_pid_is_stale(tmp_path):
+    (tmp_path / ".lock").write_text("99999999999999999999")
+    with lock_folder(tmp_path):
+        assert (tmp_path / ".lock").read_text() == str(os.getpid())
+
+
+def _contend(folder: str, start: float, log: str) -> None:
+    import time
+
+    time.sleep(max(0.0, start - time.time()))
+    try:
+        with lock_folder(folder):
+            with open(log, "a") as fh:
+                fh.write("in\n")
+            time.sleep(0.02)
+            with open(log, "a") as fh:
+                fh.write("out\n")
+    except FolderBusy:
+        pass
+
+
+@pytest.mark.slow  # starts processes
+def test_three_processes_never_hold_one_lock_together(tmp_path):
+    import multiprocessing
+    import time
+
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(30):
+        folder, log = tmp_path / f"f{trial}", tmp_path / f"log{trial}"
+        folder.mkdir()
+        if trial % 2:
+            (folder / ".lock").write_text("99999999")  # a stale lock to take over
+        start = time.time() + 0.2
+        procs = [ctx.Process(target=_contend, args=(folder, start, log)) for _ in range(3)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(30)
+        lines = log.read_text().split() if log.exists() else []
+        depth = 0
+        for line in lines:
+            depth += 1 if line == "in" else -1
+            assert depth <= 1, f"trial {trial}: two processes held the lock together"
+        assert lines, f"trial {trial}: nobody took the lock"
+
+
+def test_an_atomic_write_onto_a_folder_names_the_folder_not_a_temporary_file(tmp_path):
+    from decentopt.results import write_csv_atomic
+
+    (tmp_path / "rows.csv").mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        write_csv_atomic(tmp_path / "rows.csv", [{"a": 1}])
+    assert info.value.filename == str(tmp_path / "rows.csv")
+    assert not list(tmp_path.glob(".*.tmp"))

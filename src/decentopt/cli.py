@@ -6,6 +6,7 @@ Commands are registered in :data:`COMMANDS` (name -> (help, configure, run)).
 from __future__ import annotations
 
 import argparse
+import errno
 import inspect
 import os
 import sys
@@ -13,9 +14,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import torch.distributed as dist
 
 from decentopt import __version__, catalog, plugins, theory, topology
+from decentopt.comm.distributed import PeerFailure
 from decentopt.distributed.launch import launch
+from decentopt.distributed.runtime import StartupError
 from decentopt.experiments import ConfigError, RunSpec, load_spec, run_spec, write_report
 from decentopt.experiments.claims import check_claims, claims_markdown
 from decentopt.experiments.spec import PAPER_PRESETS
@@ -340,6 +344,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: What to do about a refusal of the file system, by its cause (errno).
+_FIXES = {
+    errno.ENAMETOOLONG: "a file or folder name is longer than the file system allows (255 bytes "
+    "a name on most); shorten the label or name it comes from",
+    errno.EISDIR: "a folder is where a file must be written; move that folder away",
+    errno.ENOTDIR: "a file is where a folder must be; give --out a writable folder or move "
+    "the file",
+    errno.EACCES: "no permission to write there; give --out a folder you may write to",
+    errno.EPERM: "no permission to write there; give --out a folder you may write to",
+    errno.EROFS: "the file system is read-only; give --out a writable folder",
+    errno.ENOSPC: "the disk is full; free space or give --out a folder on another disk",
+    errno.EDQUOT: "the disk quota is used up; free space or give --out a folder on another disk",
+}
+
+
+def _file_system_advice(exc: OSError) -> str:
+    """One line: what the file system refused, where, and the fix for that cause."""
+    where = exc.filename or "the output folder"
+    fix = _FIXES.get(exc.errno or 0, "give --out a writable folder with free space")
+    return (
+        f"{exc.strerror or exc} ({where}); {fix}. Units finished before are saved and a rerun "
+        "resumes."
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -349,13 +378,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}{_broken_plugins(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:  # the file system refused: a path that is a file, no permission, full
-        where = exc.filename or "the output folder"
-        print(
-            f"error: {exc.strerror or exc} ({where}); give --out a writable folder with free "
-            "space. Units finished before are saved and a rerun resumes.",
-            file=sys.stderr,
-        )
+        print(f"error: {_file_system_advice(exc)}", file=sys.stderr)
         return 2
+    except (PeerFailure, StartupError, dist.DistError) as exc:  # a rank died, hung, or cannot start
+        text = " ".join(str(exc).split())
+        print(f"error: {text}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         note = "finished runs are saved and a rerun of the same command resumes"
         print(f"\ninterrupted; {note}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Process-level memory: how much is available, and settings for large models on the CPU.
+"""Process-level memory: how much is available (the system, a container's cgroup, the
+address-space limit), and settings for large models on the CPU.
 
 A step over an ``(n, P)`` stack allocates a few tensors of ``n P`` numbers (for
 16 agents of VGG-11, 624 MB each) and frees the previous ones. glibc serves
@@ -16,7 +17,19 @@ import ctypes
 import ctypes.util
 from pathlib import Path
 
-__all__ = ["available_memory", "keep_freed_memory"]
+__all__ = ["MEMORY_MARGIN", "available_memory", "cgroup_memory", "gib", "keep_freed_memory"]
+
+#: A run's peak over its estimate, at most (measured: 1.60 for logistic regression with 32
+#: agents, d = 100, m = 20,000 and 3 runs; 1.92 for a quadratic with 64 agents, d = 1000,
+#: p = 20 and 8 runs): a run is refused unless this many times its estimate is available.
+MEMORY_MARGIN = 2.0
+
+
+def gib(size: float) -> str:
+    """Bytes in GiB, readably."""
+    value = size / 2**30
+    return f"{value:,.0f} GiB" if value >= 100 else f"{value:.3g} GiB"
+
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
@@ -40,8 +53,78 @@ def keep_freed_memory() -> bool:
     return _applied
 
 
+def _number(path: Path) -> float | None:
+    """A number in a cgroup file; None for ``max``, absent or unreadable files."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return float(text) if text.isdigit() else None
+
+
+def _cgroup_room(path: Path, limit_name: str, usage_name: str) -> float | None:
+    """The tightest ``limit - usage`` of the cgroup folder ``path`` and the folders above it
+    (a limit set on a parent holds for its children)."""
+    room = None
+    for folder in (path, *path.parents):
+        limit, usage = _number(folder / limit_name), _number(folder / usage_name)
+        if limit is not None and limit < 2**60 and usage is not None:  # v1: 2^63 = none
+            room = max(0.0, limit - usage) if room is None else min(room, limit - usage)
+        if folder == folder.parent:
+            break
+    return room
+
+
+def cgroup_memory(root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc")) -> float | None:
+    """Bytes this process's memory cgroup still allows (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``, minus current usage), or None when it sets no limit."""
+    try:
+        lines = (proc / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for line in lines:
+        _, controllers, where = [*line.split(":", 2), "", ""][:3]
+        relative = where.strip().lstrip("/")
+        if controllers == "":  # v2: one unified hierarchy
+            places = (root / relative, root)
+            names = ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):  # v1: inside a container, the path may be hidden
+            places = (root / "memory" / relative, root / "memory")
+            names = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        found = (_cgroup_room(p, *names) for p in places if p.is_dir())
+        rooms += [r for r in found if r is not None][:1]
+    return min(rooms) if rooms else None
+
+
+def _address_space_room() -> float | None:
+    """What ``RLIMIT_AS`` leaves of this process's address space, if it is limited."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft == resource.RLIM_INFINITY:
+            return None
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return max(0.0, soft - float(line.split()[1]) * 1024)
+    except (ImportError, OSError, ValueError):
+        pass
+    return None
+
+
 def available_memory() -> float | None:
-    """Bytes the system can still give this process (Linux ``MemAvailable``), if known."""
+    """Bytes the system can still give this process, if known: the least of Linux's
+    ``MemAvailable``, what the memory cgroup (a container's limit) leaves, and what
+    ``RLIMIT_AS`` leaves of the address space."""
+    rooms = (_mem_available(), cgroup_memory(), _address_space_room())
+    known = [room for room in rooms if room is not None]
+    return min(known) if known else None
+
+
+def _mem_available() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):

@@ -10,6 +10,7 @@ log-spaced (the default), so the transient is not squeezed into the margin.
 from __future__ import annotations
 
 import math
+import textwrap
 import warnings
 from collections import defaultdict
 from collections.abc import Sequence
@@ -136,6 +137,25 @@ X_LABELS = {
 }
 
 
+#: Most curves a figure of :func:`plot_curves` draws (its legend has as many entries).
+MOST_CURVES = 12
+
+
+def best_methods(rows: Sequence[dict[str, Any]], metric: str, most: int) -> set[str]:
+    """The ``most`` methods whose mean ``metric`` at their last recorded step (over runs and
+    panels) is lowest; a method that diverged (NaN) ranks last."""
+    last: dict[str, int] = {}
+    for row in rows:
+        last[row["algorithm"]] = max(last.get(row["algorithm"], -1), row["step"])
+    finals: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row["step"] == last[row["algorithm"]]:
+            finals[row["algorithm"]].append(float(row[metric]))
+    score = {a: float(np.mean(v)) for a, v in finals.items()}
+    ranked = sorted(score, key=lambda a: (not np.isfinite(score[a]), score[a]))
+    return set(ranked[:most])
+
+
 def plot_curves(
     rows: Sequence[dict[str, Any]],
     metric: str,
@@ -149,8 +169,12 @@ def plot_curves(
     x: str = "step",
     formats: Sequence[str] = ("png", "pdf"),
     names: dict[str, str] | None = None,
+    most: int = MOST_CURVES,
 ) -> list[Path]:
     """One panel per value of ``panel`` (or a single panel); returns the written files.
+
+    Of more than ``most`` methods, the ``most`` with the lowest final mean are drawn (the
+    figure stays small for a grid of a thousand variants; the table has them all).
 
     ``panel_title`` is formatted with ``key``, ``value`` and, when rows carry a
     ``zeta2`` column, ``zeta2`` (its mean in the panel). ``xscale``: ``"auto"``
@@ -159,6 +183,11 @@ def plot_curves(
     on the horizontal axis: ``"step"``, ``"rounds"``, ``"bytes_per_agent"`` or
     ``"model_time"`` (the run's network model).
     """
+    shown = best_methods(rows, metric, most)
+    if len(shown) < len({row["algorithm"] for row in rows}):
+        note = f"the {most} of {len({r['algorithm'] for r in rows})} with the lowest final {metric}"
+        title = f"{title}\n{note}" if title else note
+        rows = [row for row in rows if row["algorithm"] in shown]
     panels: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         panels[row[panel] if panel else None].append(row)
@@ -231,8 +260,8 @@ def plot_curves(
         loc="center left",
         bbox_to_anchor=(1.0, 0.5),
     )
-    if title:
-        fig.suptitle(title)
+    if title:  # a grid's title lists every value: cut, so that the figure stays small
+        fig.suptitle("\n".join(textwrap.shorten(line, 160) for line in title.splitlines()))
     fig.tight_layout()
     return save_figure(fig, out, formats)
 

@@ -2,11 +2,14 @@
 
 Tables are CSV files written atomically (a temporary file in the same folder,
 then ``os.replace``), so an interrupted run never leaves a half-written table.
+Temporary files carry the prefix :data:`TEMP_PREFIX`, a name no user file has:
+only those are swept away by the next run on the folder.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -14,80 +17,161 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+try:  # POSIX: the lock is an OS file lock, released by the kernel when its holder dies
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: exclusive creation only
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = [
+    "TEMP_PREFIX",
     "FolderBusy",
     "lock_folder",
     "read_csv",
+    "temporary_file",
     "write_csv_atomic",
     "write_text_atomic",
 ]
+
+#: Prefix of every temporary file the project writes (then renames or removes).
+TEMP_PREFIX = ".decentopt-"
 
 
 class FolderBusy(RuntimeError):
     """Another live process holds the output folder's lock."""
 
 
+def temporary_file(path: Path) -> tuple[int, str]:
+    """``mkstemp`` beside ``path`` under the project's prefix; the name part is cut short so
+    that the temporary name never exceeds the file system's limit when ``path`` does not."""
+    return tempfile.mkstemp(
+        dir=path.parent, prefix=f"{TEMP_PREFIX}{path.name[:40]}.", suffix=".tmp"
+    )
+
+
+def _holder(pid_text: str) -> int | None:
+    """The live process a lock names, or None (empty, garbage, 0, -1, huge, or dead)."""
+    try:
+        pid = int(pid_text.strip())
+        if pid <= 0:  # os.kill(0 or -1, ...) would signal groups of processes
+            return None
+        os.kill(pid, 0)  # raises if no such process
+    except (ValueError, OverflowError, ProcessLookupError):
+        return None
+    except PermissionError:
+        pass  # alive, another user's
+    return pid
+
+
+def _busy(folder: Path, lock: Path, pid: int | str) -> FolderBusy:
+    return FolderBusy(
+        f"{folder} is being written by another run (PID {pid}); wait for it to finish "
+        f"or give another --out (remove {lock} if that process is gone)"
+    )
+
+
+def _take(folder: Path, lock: Path) -> int:
+    """An open descriptor of ``lock``, held exclusively (``flock``) and naming this process."""
+    for _ in range(100):
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # the holder may have removed the file meanwhile: then lock the new one
+            if os.fstat(fd).st_ino != os.stat(lock).st_ino:
+                os.close(fd)
+                continue
+        except BlockingIOError:
+            os.close(fd)
+            text = lock.read_text() if lock.is_file() else ""
+            raise _busy(folder, lock, text.strip() or "unknown") from None
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        # a lock written without flock (another file system, an older version): its PID
+        pid = _holder(os.pread(fd, 64, 0).decode(errors="replace"))
+        if pid is not None and pid != os.getpid():
+            os.close(fd)
+            raise _busy(folder, lock, pid)
+        try:
+            os.ftruncate(fd, 0)
+            with os.fdopen(os.dup(fd), "w") as fh:
+                fh.write(str(os.getpid()))
+        except OSError:  # e.g. a full disk: no empty lock is left behind to block later runs
+            lock.unlink(missing_ok=True)
+            os.close(fd)
+            raise
+        return fd
+    raise FolderBusy(f"could not take the lock {lock}")
+
+
+def _sweep(folder: Path) -> None:
+    """Remove the project's temporary files left by interrupted writes, in ``folder`` and the
+    folders below it, skipping any that hold a lock of their own (another run's output)."""
+    for here, dirs, files in os.walk(folder):
+        if Path(here) != folder and ".lock" in files:
+            dirs.clear()
+            continue
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(here, d))]
+        for name in files:
+            if name.startswith(TEMP_PREFIX) and name.endswith(".tmp"):
+                Path(here, name).unlink(missing_ok=True)
+
+
 @contextmanager
 def lock_folder(folder: str | Path) -> Iterator[Path]:
     """Hold ``FOLDER/.lock`` (this process's PID) while writing; remove stale temporary files.
 
-    A second run on the same folder stops with the holder's PID instead of
-    computing everything twice; a lock that names no live process (left by a dead
-    one, empty or damaged) is taken over.
-    Temporary files of interrupted atomic writes (``.NAME.*.tmp``) are removed.
+    Taking the lock is atomic: an OS file lock (``flock``) on ``.lock``, which the
+    kernel releases when its holder dies, so a lock left by a dead process (or one
+    that is empty, damaged or names an impossible PID) is taken over and two runs
+    never hold it together. A second run on the same folder stops with the
+    holder's PID. Temporary files of interrupted writes (``.decentopt-*.tmp``)
+    are removed; no other file is touched.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / ".lock"
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            break
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text().strip())
-                if pid <= 0:  # os.kill(0 or -1, ...) would signal groups of processes
-                    raise ValueError(pid)
-                os.kill(pid, 0)  # raises if no such process
-            except (ValueError, ProcessLookupError, FileNotFoundError):
-                lock.unlink(missing_ok=True)  # empty, damaged, or left by a dead process
-                continue
-            except PermissionError:
-                pass  # alive, another user's
-            raise FolderBusy(
-                f"{folder} is being written by another run (PID {pid}); wait for it to finish "
-                f"or give another --out (remove {lock} if that process is gone)"
-            ) from None
-    else:
-        raise FolderBusy(f"could not take the lock {lock}")
+    fd = _take(folder, lock)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(str(os.getpid()))
-    except OSError:  # e.g. a full disk: no empty lock is left behind to block later runs
-        lock.unlink(missing_ok=True)
-        raise
-    for stale in folder.rglob(".*.tmp"):
-        stale.unlink(missing_ok=True)
-    try:
+        _sweep(folder)
         yield folder
     finally:
-        lock.unlink(missing_ok=True)
+        lock.unlink(missing_ok=True)  # while still held: a waiting run then locks a new file
+        os.close(fd)
 
 
 @contextmanager
 def _atomic(path: str | Path, newline: str | None = None) -> Iterator[TextIO]:
-    """Open a temporary file beside ``path``; on success it replaces ``path`` atomically."""
+    """Open a temporary file beside ``path``; on success it replaces ``path`` atomically.
+    A refusal of the file system is an ``OSError`` naming ``path``, not the temporary file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = temporary_file(path)
+    except OSError as exc:
+        raise _naming(exc, path) from exc
     try:
         with os.fdopen(fd, "w", newline=newline) as fh:
             yield fh
         os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it (mkstemp makes 0600)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _naming(exc, path) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` about ``path``: a folder where the file goes, or a name too long, said so."""
+    if path.is_dir():
+        return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    where = exc.filename if exc.errno == errno.ENAMETOOLONG and exc.filename else path
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(where))
 
 
 def _umask() -> int:

@@ -100,3 +100,37 @@ def test_augmentation_crops_and_flips():
         crops += found[:2] != (4, 4)
     assert 16 <= flips <= 48  # about half are mirrored
     assert crops >= 48  # most are shifted (the unshifted window is 1 of 81 offsets)
+
+
+class _RunsCode:
+    """A pickle payload that would run a shell command when loaded."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_cifar_batch_that_would_run_code_is_refused_unread(tmp_path):
+    write_fake_cifar(tmp_path)
+    marker = tmp_path / "ran"
+    for name in CIFAR10_FILES:
+        with open(tmp_path / name, "wb") as fh:
+            pickle.dump({b"data": _RunsCode(marker), b"labels": [0]}, fh)
+    with pytest.raises(ValueError, match=r"CIFAR-10 python batch.*refers to (posix|os)\.system"):
+        load_cifar10(tmp_path)
+    assert not marker.exists()
+
+
+def test_a_cifar_batch_in_the_python_2_format_loads(tmp_path):
+    """The real files: protocol 2, bytes keys, an ndarray of uint8 and a list of ints."""
+    write_fake_cifar(tmp_path)
+    batch = {b"batch_label": b"training batch 1 of 5", b"labels": [3, 1], b"filenames": [b"a"]}
+    batch[b"data"] = np.arange(2 * 3072, dtype=np.uint8).reshape(2, 3072)
+    with open(tmp_path / "data_batch_1", "wb") as fh:
+        pickle.dump(batch, fh, protocol=2)
+    data = load_cifar10(tmp_path, normalize=False)
+    assert data.y_train[:2].tolist() == [3, 1]

@@ -102,3 +102,14 @@ def test_the_cli_reports_a_failed_checkpoint_in_one_line(tmp_path, monkeypatch, 
     err = capsys.readouterr().err
     assert code == 2 and "writing a checkpoint failed" in err and "rank0.pt" in err
     assert "Traceback" not in err
+
+
+def test_a_manifest_nested_too_deeply_is_a_damaged_checkpoint(tmp_path):
+    from decentopt.distributed.checkpoint import load_latest, save_checkpoint
+
+    save_checkpoint(tmp_path, 1, {"x": torch.ones(2)})
+    save_checkpoint(tmp_path, 2, {"x": torch.zeros(2)})
+    (tmp_path / "step-00000002" / "rank0.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.warns(RuntimeWarning, match=r"rank0.json is damaged .*nested too deeply"):
+        step, payload = load_latest(tmp_path)
+    assert step == 1 and torch.equal(payload["x"], torch.ones(2))

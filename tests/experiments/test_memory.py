@@ -84,3 +84,57 @@ def test_result_rows_grow_with_variants_and_recorded_steps():
     grid = ",".join(str(k / 1000) for k in range(1, 1001))
     many = memory_parts(load_spec("fig1", overrides=[f"algorithms.edm.lr=[{grid}]"]))[key]
     assert many / base == pytest.approx((7 + 1000) / 8)  # eight methods, EDM now 1000
+
+
+def test_a_container_limit_refuses_what_memavailable_would_let_run(monkeypatch):
+    """Inside a 3 GiB cgroup on a machine with far more free, a run estimated above half the
+    limit (peaks reach 2x the estimate) is refused, not killed."""
+    from decentopt import perf
+
+    spec = load_spec("fig1", overrides=["problem_params.d=300", "problem_params.p=20"])
+    need = sum(memory_parts(spec).values())
+    monkeypatch.setattr(perf, "_mem_available", lambda: 64 * 2.0**30)
+    monkeypatch.setattr(perf, "_address_space_room", lambda: None)
+    monkeypatch.setattr(perf, "cgroup_memory", lambda: 1.5 * need)  # fits once, not twice
+    with pytest.raises(ConfigError, match=r"peaks reach 2 times the estimate"):
+        check_memory(spec)
+    monkeypatch.setattr(perf, "cgroup_memory", lambda: 2.5 * need)
+    assert check_memory(spec) == need
+
+
+@pytest.mark.parametrize(
+    "name, agents",
+    [("complete", 10**6), ("ring", 10**9), ("torus", 10**8), ("erdos_renyi", 10**6)],
+)
+def test_a_huge_graph_is_refused_before_it_is_built(monkeypatch, name, agents):
+    import functools
+    import time
+
+    from decentopt import perf, topology
+
+    monkeypatch.setattr(perf, "_mem_available", lambda: 8 * 2.0**30)
+    monkeypatch.setattr(perf, "cgroup_memory", lambda: None)
+    monkeypatch.setattr(perf, "_address_space_room", lambda: None)
+
+    @functools.wraps(topology.REGISTRY[name])  # the same signature, for the option checks
+    def never(*args, **kwargs):
+        raise AssertionError("built before the check")
+
+    monkeypatch.setitem(topology.REGISTRY, name, never)
+    extra = ["topology.p=0.2"] if name == "erdos_renyi" else []
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"\[topology\]: {name} over {agents:,} agents needs"):
+        load_spec(
+            "compare", quick=True, overrides=[f"agents={agents}", f'topology.name="{name}"', *extra]
+        )
+    assert time.monotonic() - start < 5
+
+
+def test_an_absurd_number_of_agents_is_one_line(monkeypatch):
+    with pytest.raises(ConfigError, match="1,180,591,620,717,411,303,424 agents needs"):
+        load_spec("compare", quick=True, overrides=["agents=1180591620717411303424"])
+
+
+def test_the_graph_is_counted_in_the_estimate():
+    small = memory_parts(load_spec("fig1", overrides=['topology.name="complete"']))
+    assert small["graphs"] == pytest.approx(32.0 * 32**2)

@@ -344,3 +344,19 @@ def test_a_problem_too_large_for_memory_is_a_clear_error(cfg_path, tmp_path, cap
     assert "does not fit in memory" in err and "lower runs" in err and "Traceback" not in err
     with pytest.warns(UserWarning, match="will take days"):
         load_spec(cfg_path, overrides=["iterations=1000000000"])
+
+
+def test_the_table_of_a_large_grid_shows_its_best_rows():
+    from decentopt.experiments.reports import MOST_ROWS, summary_markdown
+    from decentopt.experiments.spec import load_spec
+    from decentopt.experiments.summary import Stat
+
+    spec = load_spec("fig1")
+    names = [f"edm(lr={k})" for k in range(100)]
+    stats = {}
+    for k, name in enumerate(names):
+        values = {f: 0 for f in Stat.__dataclass_fields__} | {"steady": float(k), "runs": 1}
+        stats[(1.0, name)] = Stat(**values)
+    table = summary_markdown(stats, spec)
+    assert table.count("| EDM(lr=") + table.count("| edm(lr=") == MOST_ROWS
+    assert "edm(lr=0)" in table and "edm(lr=99)" not in table and "of 100 variants" in table

@@ -16,6 +16,16 @@ def compute_counting(calls: list[str], value: float = 1.0):
     return compute
 
 
+def _edited_with_checksum(folder, table: str) -> None:
+    """A table edited by hand, its checksum recomputed to match."""
+    import hashlib
+
+    (folder / "rows.csv").write_text(table)
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["sha256"] = hashlib.sha256((folder / "rows.csv").read_bytes()).hexdigest()
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
 def test_cached_computes_once_and_records_its_facts(tmp_path):
     store, calls = ResultStore(tmp_path), []
     rows = store.cached(Unit("a", "f1", {"algorithm": "a"}), compute_counting(calls))
@@ -38,6 +48,8 @@ def test_cached_computes_once_and_records_its_facts(tmp_path):
         lambda d: (d / "meta.json").write_text("null"),  # valid JSON that is not a table
         lambda d: (d / "meta.json").write_text("[]"),
         lambda d: (d / "meta.json").write_text("1"),
+        lambda d: (d / "meta.json").write_text("[" * 100_000 + "]" * 100_000),  # nested deep
+        lambda d: _edited_with_checksum(d, "step,x\n0,1.0\n1,oops\n"),  # not a number
     ],
 )
 def test_a_corrupt_unit_is_recomputed_with_a_warning(tmp_path, damage):
@@ -104,7 +116,7 @@ def test_an_output_folder_is_written_by_one_run_at_a_time(tmp_path, capsys):
     ).stdout.strip()
     (out / ".lock").write_text(dead)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    (out / "runs" / ".rows.csv.abc123.tmp").write_text("half a table")
+    (out / "runs" / ".decentopt-rows.csv.abc123.tmp").write_text("half a table")
     assert main(["run", cfg, "--out", str(out), "--no-progress"]) == 0
     assert not (out / ".lock").exists() and not list(out.rglob("*.tmp"))
 

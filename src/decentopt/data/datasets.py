@@ -10,6 +10,7 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,13 +40,41 @@ class Dataset:
         )
 
 
+#: The only globals a CIFAR-10 batch refers to: numpy arrays, their dtypes and scalars (under
+#: numpy 1 and 2 names). Anything else in a batch file (a call that would run code) is refused.
+_CIFAR_GLOBALS = {
+    (module, name)
+    for module in ("numpy.core.multiarray", "numpy._core.multiarray")
+    for name in ("_reconstruct", "scalar")
+} | {
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("_codecs", "encode"),  # bytes in protocol-2 pickles written by Python 3
+}
+
+
+class _BatchUnpickler(pickle.Unpickler):
+    """Reads what a CIFAR-10 python batch holds (dicts, lists, bytes, numbers, numpy
+    arrays) and refuses every other global, so a crafted file cannot run anything."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _CIFAR_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"it refers to {module}.{name}, which a CIFAR-10 batch never holds (refused "
+            "unread: loading it could run code)"
+        )
+
+
 def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     try:
         with path.open("rb") as fh:
-            batch = pickle.load(fh, encoding="bytes")
+            batch = _BatchUnpickler(fh, encoding="bytes").load()
         data = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
         labels = np.asarray(batch[b"labels"], dtype=np.int64)
-    except (pickle.UnpicklingError, KeyError, ValueError, EOFError) as exc:
+    except (pickle.UnpicklingError, KeyError, ValueError, TypeError, EOFError) as exc:
         raise ValueError(
             f"{path} is not a CIFAR-10 python batch (expected a pickled dict with b'data' "
             f"of 3072 bytes per image and b'labels'): {exc}"

@@ -20,8 +20,8 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
-import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from decentopt.results import temporary_file
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "load_latest", "save_checkpoint"]
 
@@ -50,7 +52,7 @@ def _digest(path: Path) -> str:
 def _write_atomic(path: Path, write: Callable[[str], None]) -> None:
     """Write through a temporary file; any failure (a full disk) is an ``OSError`` naming
     ``path``, and leaves neither the temporary file nor a partial ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temporary_file(path)
     os.close(fd)
     try:
         write(tmp)
@@ -95,15 +97,19 @@ def save_checkpoint(
     wait("checkpoint written")
     if rank == 0:
         (folder / _MARKER).touch()
-        complete = sorted(p for p in root.glob("step-*") if (p / _MARKER).is_file())
-        for old in complete[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        for old in _complete_steps(root)[keep:]:
+            shutil.rmtree(_step_dir(root, old), ignore_errors=True)
     wait("checkpoint marked complete")
 
 
 def _complete_steps(root: str | Path) -> list[int]:
+    """Steps marked complete, newest first; folders not named ``step-NUMBER`` are not ours."""
     return sorted(
-        (int(p.name.split("-")[1]) for p in Path(root).glob("step-*") if (p / _MARKER).is_file()),
+        (
+            int(p.name[5:])
+            for p in Path(root).glob("step-*")
+            if re.fullmatch(r"step-[0-9]{1,18}", p.name) and (p / _MARKER).is_file()
+        ),
         reverse=True,
     )
 
@@ -130,8 +136,9 @@ def load_checkpoint(root: str | Path, step: int) -> dict[str, Any]:
     try:
         manifest = json.loads(manifest_path.read_text())
         size, digest = manifest["bytes"], manifest["sha256"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{manifest_path} is damaged ({type(exc).__name__}: {exc})") from None
+    except (json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise ValueError(f"{manifest_path} is damaged ({type(exc).__name__}: {why})") from None
     if manifest.get("file") != path.name:
         raise ValueError(f"{manifest_path} describes {manifest.get('file')!r}, not {path.name}")
     if path.stat().st_size != size or _digest(path) != digest:

@@ -54,6 +54,7 @@ from decentopt._checks import as_real
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
+from decentopt.distributed import agreement
 from decentopt.distributed._args import check_optimizer_args
 from decentopt.distributed.buckets import Bucket, Overlap, plan_buckets
 
@@ -123,6 +124,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._waiting: list[int] = []  # per bucket: gradients still to come this backward
         self._pending: Overlap | None = None
         self._sync = True
+        self._agreed: tuple = ()  # the parameter set the ranks last agreed on
         defaults: dict[str, Any] = {"lr": float(alg.lr), "weight_decay": weight_decay}
         if "beta" in self._tunable:
             defaults["beta"] = float(alg.beta)  # type: ignore[attr-defined]
@@ -130,6 +132,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         if not params:
             raise ValueError("DecentralizedOptimizer got an empty parameter list")
         super().__init__(params, defaults)
+        self._check_agreement()
 
     # ----------------------------------------------------------------- groups
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -146,6 +149,24 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         if self.overlap:
             for p in group["params"]:
                 p.register_post_accumulate_grad_hook(self._accumulated)
+
+    def _check_agreement(self) -> None:
+        """Every rank runs the same method, graph and parameter layout: one small collective
+        (:mod:`~decentopt.distributed.agreement`) when built and when the trainable
+        parameters change (added, frozen, resized, cast)."""
+        key = tuple(
+            (id(p), p.requires_grad, p.dtype, tuple(p.shape))
+            for group in self.param_groups
+            for p in group["params"]
+        )
+        if key == self._agreed:
+            return
+        fields = agreement.describe_algorithm(self.algorithm)
+        fields |= agreement.describe_graph(self.comm.topology)
+        fields |= agreement.describe_params(self.param_groups, ("lr", "beta", "weight_decay"))
+        fields |= {"bucket size (bytes)": str(self.bucket_bytes), "overlap": str(self.overlap)}
+        agreement.agree(self.comm, fields, "the optimizer")
+        self._agreed = key
 
     def _algorithm_for(self, group: dict[str, Any]) -> Any:
         """The algorithm with this group's current hyper-parameters (the base one if unchanged)."""
@@ -253,6 +274,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         if not self._sync:
             return
         if self._pending is None:
+            self._check_agreement()
             if self._layout != self._signature():
                 self._lay_out()
             self._waiting = [len(b.params) for b in self._buckets]
@@ -298,6 +320,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             pending, self._pending = self._pending, None
             pending.finish()
         else:
+            self._check_agreement()
             if self._layout != self._signature():
                 self._lay_out()
             for k in range(len(self._buckets)):

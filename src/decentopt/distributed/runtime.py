@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from decentopt.comm.distributed import PeerFailure
 
 __all__ = [
     "Job",
+    "StartupError",
     "average_buffers",
     "broadcast_parameters",
     "device_for_rank",
@@ -28,26 +30,67 @@ __all__ = [
 _REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
+class StartupError(RuntimeError):
+    """The environment of a rank (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...) is wrong."""
+
+
+def _whole(name: str, default: str | None = None) -> int:
+    """The environment variable ``name`` as a whole number, or a :class:`StartupError`."""
+    text = os.environ.get(name, default)
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise StartupError(
+            f"{name}={text!r} is not a whole number; torchrun and decentopt launch set it "
+            "(unset it to run a single process)"
+        ) from None
+
+
+def _check_environment() -> None:
+    """Every variable a rank needs, present and sensible, before anything waits on them."""
+    missing = [k for k in _REQUIRED if k not in os.environ]
+    if missing:
+        raise StartupError(
+            f"missing {', '.join(missing)} in the environment: start the script with "
+            "`torchrun --nproc-per-node N script.py` or `decentopt launch -n N script.py`"
+        )
+    world, rank = _whole("WORLD_SIZE"), _whole("RANK")
+    if world < 1:
+        raise StartupError(f"WORLD_SIZE={world}: the number of processes must be >= 1")
+    if not 0 <= rank < world:
+        raise StartupError(
+            f"RANK={rank} with WORLD_SIZE={world}: each process needs a RANK from 0 to {world - 1}"
+        )
+    port = _whole("MASTER_PORT")
+    if not 0 < port < 65536:
+        raise StartupError(f"MASTER_PORT={port} is not a port (1 to 65535)")
+    address = os.environ["MASTER_ADDR"]
+    try:
+        socket.getaddrinfo(address, port)
+    except (OSError, UnicodeError) as exc:
+        raise StartupError(
+            f"MASTER_ADDR={address!r} does not resolve ({exc}); give rank 0's host name or "
+            "IP address (127.0.0.1 on one machine)"
+        ) from None
+
+
 def init(backend: str = "auto", *, timeout: float = 300.0) -> tuple[int, int]:
     """Initialise the default process group from torchrun's environment; returns (rank, world).
 
     ``backend="auto"`` picks NCCL when CUDA is available and gloo otherwise.
-    ``timeout`` bounds start-up and collectives; gossip has its own timeout.
+    ``timeout`` bounds start-up and collectives; gossip has its own timeout. A wrong
+    environment (a variable missing or malformed, a RANK outside the world, an address
+    that does not resolve) is a :class:`StartupError` naming the variable, at once.
     """
-    missing = [k for k in _REQUIRED if k not in os.environ]
-    if missing:
-        raise RuntimeError(
-            f"missing {', '.join(missing)} in the environment: start the script with "
-            "`torchrun --nproc-per-node N script.py` or `decentopt launch -n N script.py`"
-        )
+    _check_environment()
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        local, gpus = int(os.environ.get("LOCAL_RANK", 0)), torch.cuda.device_count()
+        local, gpus = _whole("LOCAL_RANK", "0"), torch.cuda.device_count()
         if local >= gpus:
-            raise RuntimeError(
+            raise StartupError(
                 f"rank {os.environ['RANK']}: LOCAL_RANK {local} but this machine has {gpus} "
                 f"GPU(s); NCCL needs one GPU per process: start at most {gpus} process(es) per "
                 "machine, or use backend='gloo' (ranks may then share a GPU; tensors travel "
@@ -166,6 +209,6 @@ class Job:
 def job(timeout: float = 300.0) -> Job:
     """The current job; under torchrun (``WORLD_SIZE`` > 1) the process group is initialised,
     waiting at most ``timeout`` seconds for every rank."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if _whole("WORLD_SIZE", "1") <= 1:
         return Job()
     return Job(*init(timeout=timeout))

@@ -39,6 +39,7 @@ import torch
 
 from decentopt import algorithms
 from decentopt.comm.base import Communicator
+from decentopt.distributed import agreement
 from decentopt.distributed._args import check_wrap_args
 from decentopt.distributed.optimizer import DecentralizedOptimizer
 
@@ -80,6 +81,10 @@ class GossipOptimizer:
         params = [p for g in base.param_groups for p in g["params"]]
         self.gossip = DecentralizedOptimizer(params, _method(method, hyperparams), comm)
         self.algorithm = self.gossip.algorithm.name
+        # the base optimizer's settings must match too (the inner optimizer checks the method's)
+        fields = agreement.describe_algorithm(base, "base optimizer")
+        fields |= agreement.describe_params(base.param_groups, sorted(base.defaults))
+        agreement.agree(comm, fields, "the wrapped optimizer")
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:

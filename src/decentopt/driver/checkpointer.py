@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,26 @@ class Checkpointer:
         mean = float(self.comm.mean(value).item())
         return mean == 1.0 if rule == "all" else mean > 0
 
-    def restore(self) -> dict[str, Any] | None:
-        """The payload of the newest checkpoint every rank can read intact, or ``None``."""
+    def restore(self, like: Any = None) -> dict[str, Any] | None:
+        """The payload of the newest checkpoint every rank can read intact, or ``None``.
+
+        ``like``: the run's fresh state; a checkpoint whose state differs from it in a field,
+        shape or dtype (copied from a run of other agents or sizes) is left with a warning
+        naming its folder, and the run starts afresh."""
         found = load_latest(self.folder, lambda ok: self._all(ok, "all"))
-        return None if found is None else found[1]
+        if found is None:
+            return None
+        step, payload = found
+        why = None if like is None else _mismatch(payload.get("state"), like)
+        if not self._all(why is None, "all"):
+            warnings.warn(
+                f"{self.folder}: the checkpoint of step {step} is of another run "
+                f"({why or 'on another rank'}); starting afresh",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        return payload
 
     def due(self, step: int) -> bool:
         """Whether a checkpoint is written after ``step`` (every rank decides alike)."""
@@ -64,3 +81,20 @@ class Checkpointer:
     def save(self, step: int, payload: dict[str, Any]) -> None:
         save_checkpoint(self.folder, step, payload, barrier=self.comm.barrier)
         self.last = time.monotonic()
+
+
+def _mismatch(saved: Any, like: Any) -> str | None:
+    """Why a saved state cannot stand for ``like`` (a NamedTuple of tensors), or None."""
+    if not isinstance(saved, dict):
+        return "it holds no algorithm state"
+    for name in like._fields:
+        mine, theirs = getattr(like, name), saved.get(name)
+        if isinstance(mine, torch.Tensor):
+            if not isinstance(theirs, torch.Tensor):
+                return f"no tensor {name!r}"
+            if theirs.shape != mine.shape or theirs.dtype != mine.dtype:
+                return (
+                    f"{name!r} is {tuple(theirs.shape)} {theirs.dtype}, this run's "
+                    f"{tuple(mine.shape)} {mine.dtype}"
+                )
+    return None

@@ -158,7 +158,7 @@ def run_loop(
             minutes=checkpoint_minutes,
             device=x.device,
         )
-        saved = saver.restore()
+        saved = saver.restore(like=state)
         if saved is not None:
             state = type(state)(**saved["state"])
             problem.load_state_dict(saved["problem"])

@@ -12,6 +12,7 @@ agent, gossips with its neighbours, and rank 0 writes the results.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import multiprocessing
 import re
@@ -35,10 +36,11 @@ from decentopt.distributed import runtime
 from decentopt.driver import intra_op_threads, run_loop
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
 from decentopt.experiments.store import ResultStore, Unit
-from decentopt.perf import available_memory, keep_freed_memory
+from decentopt.perf import MEMORY_MARGIN, available_memory, gib, keep_freed_memory
 from decentopt.plan import TAIL_POINTS
 from decentopt.problems.neural import BatchedRuns, NeuralProblem
 from decentopt.results import lock_folder, write_csv_atomic
+from decentopt.topology.footprint import build_bytes
 
 __all__ = ["Outcome", "check_memory", "memory_parts", "run_spec"]
 
@@ -97,21 +99,24 @@ def say_line(text: str) -> None:
 
 
 def unit_folder(name: str) -> str:
-    """The folder name of a unit: its name with anything but ``\\w . = ( ) , + -`` as ``_``."""
-    return re.sub(r"[^\w.=(),+-]", "_", name)
+    """The folder name of a unit: its name with anything but ``\\w . = ( ) , + -`` as ``_``;
+    a name too long for a file system (255 bytes) is cut, with a digest of the whole."""
+    folder = re.sub(r"[^\w.=(),+-]", "_", name)
+    if len(folder.encode()) <= 200:
+        return folder
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return folder.encode()[:160].decode(errors="ignore") + "-" + digest
 
 
 #: Bytes a result row takes in memory, through the report (measured: 1.6 KB on a grid of
 #: 47 variants).
 ROW_BYTES = 1600
+#: A figure panel of the report while it is drawn and saved (its curves are bounded:
+#: plotting.MOST_CURVES; measured: a grid of 1,000 variants peaks at 427 MB in all).
+FIGURE_BYTES = 32 << 20
 #: What a run loads and holds besides its problem: plotting, reports, buffers (measured:
 #: 55 MB above the import of the package for the smallest sweeps).
 RUN_OVERHEAD = 64 << 20
-
-
-def _gib(size: float) -> str:
-    gib = size / 2**30
-    return f"{gib:,.0f} GiB" if gib >= 100 else f"{gib:.3g} GiB"
 
 
 def memory_parts(spec: RunSpec) -> dict[str, float]:
@@ -123,6 +128,11 @@ def memory_parts(spec: RunSpec) -> dict[str, float]:
     rows = len(spec.algorithms) * spec.runs * levels * records
     parts["result rows and their report"] = rows * ROW_BYTES
     parts["libraries and buffers of a run"] = RUN_OVERHEAD
+    parts["figures of the report"] = FIGURE_BYTES * levels
+    tables = {json.dumps(spec.topology_of(label), sort_keys=True) for label in spec.algorithms}
+    parts["graphs"] = sum(
+        build_bytes(t["name"], spec.agents, t) for t in (json.loads(k) for k in tables)
+    )
     return parts
 
 
@@ -132,16 +142,17 @@ def check_memory(spec: RunSpec, available: float | None = None) -> float:
     parts = memory_parts(spec)
     need = float(sum(parts.values()))
     available = available_memory() if available is None else available
-    if available is not None and need > available:
+    if available is not None and need * MEMORY_MARGIN > available:
         big = sorted(((v, k) for k, v in parts.items() if v), reverse=True)
-        detail = ", ".join(f"{k} {_gib(v)}" for v, k in big)
+        detail = ", ".join(f"{k} {gib(v)}" for v, k in big)
         knobs = (
             "runs, agents, record_points, the grids of [algorithms] or the sizes in "
             "[problem_params]"
         )
         raise ConfigError(
-            f"{spec.source}: this run needs about {_gib(need)} ({detail}) but "
-            f"{_gib(available)} of memory are available; lower {knobs}"
+            f"{spec.source}: this run needs about {gib(need)} ({detail}), and peaks reach "
+            f"{MEMORY_MARGIN:g} times the estimate, but {gib(available)} of memory are "
+            f"available; lower {knobs}"
         )
     return need
 

@@ -42,7 +42,9 @@ from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.legacy import renamed
 from decentopt.experiments.variants import Variant, variants
+from decentopt.perf import MEMORY_MARGIN, available_memory, gib
 from decentopt.plotting import display_name
+from decentopt.topology.footprint import build_bytes
 
 __all__ = ["PAPER_PRESETS", "PRESETS", "ConfigError", "RunSpec", "Seeds", "Variant", "load_spec"]
 
@@ -90,7 +92,7 @@ class _Shared:
     also_report: tuple[str, ...] = ()
     threshold: float = bounded(1e-3, above=0)
     timeout: float = bounded(120.0, above=0)
-    threads: int | None = bounded(None, minimum=1)
+    threads: int | None = bounded(None, minimum=1, maximum=1024)
     mix_rounds: int = bounded(1, minimum=1)
     acceleration: Literal["none", "chebyshev"] = "none"
     network: NetworkModel = field(default_factory=NetworkModel)
@@ -176,6 +178,7 @@ class RunSpec(_Shared):
         table = "[topology]" if spec == self.topology else f"[algorithms.{label}] topology"
         name = spec.pop("name")
         builder = topology.REGISTRY[name]
+        _check_graph_size(f"{self.source} {table}", name, self.agents, spec)
         if "seed" in inspect.signature(builder).parameters:
             spec.setdefault("seed", self.seeds.graph)
         try:
@@ -268,6 +271,16 @@ def load_spec(
     path_or_preset: str | Path, *, quick: bool = False, overrides: list[str] | None = None
 ) -> RunSpec:
     """Read, merge (``--quick`` then ``--set`` overrides) and validate a specification."""
+    try:
+        return _load(path_or_preset, quick, overrides)
+    except RecursionError:  # a file or --set value of thousands of nested arrays or tables
+        raise ConfigError(
+            f"{path_or_preset}: values are nested too deeply (arrays or tables within each "
+            "other hundreds of times); a specification nests a few levels"
+        ) from None
+
+
+def _load(path_or_preset: str | Path, quick: bool, overrides: list[str] | None) -> RunSpec:
     raw, source = _read(path_or_preset)
     if quick:
         if not isinstance(raw.get("quick"), dict) or not raw["quick"]:
@@ -277,6 +290,18 @@ def load_spec(
         fields = _File.__dataclass_fields__
         raw = _merge(raw, renamed(parse_override(text), source, fields, raw.get("problem")))
     return validate(raw, source)
+
+
+def _check_graph_size(where: str, name: str, agents: int, options: dict[str, Any]) -> None:
+    """Refuse, before it is built, a graph that cannot fit in memory (from its name and size)."""
+    need = build_bytes(name, agents, options)
+    room = available_memory()
+    if room is not None and need * MEMORY_MARGIN > room:
+        raise ConfigError(
+            f"{where}: {name} over {agents:,} agents needs about {gib(need)} to build but "
+            f"{gib(room)} of memory are available; lower agents (ring and exponential cost "
+            "a few bytes per agent; complete and graphs under 1,024 agents are dense)"
+        )
 
 
 def _check_graphs(spec: RunSpec) -> None:
@@ -322,9 +347,11 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     if top.problem not in kinds.KINDS:
         raise ConfigError(f"{source}: {unknown_name('problem', top.problem, kinds.KINDS)}")
     kind = kinds.KINDS[top.problem]
-    if (top.iterations or 0) > 10**8:
+    rounds = (top.iterations or 0) * top.mix_rounds  # each gossip round is a step's work
+    if rounds > 10**8:
+        each = f" × {top.mix_rounds:,} gossip rounds each" if top.mix_rounds > 1 else ""
         warnings.warn(
-            f"{source}: {top.iterations:.3g} iterations will take days; is that meant?",
+            f"{source}: {top.iterations:.3g} iterations{each} will take days; is that meant?",
             UserWarning,
             stacklevel=3,
         )

@@ -34,6 +34,20 @@ class Unit:
     info: dict[str, Any] = field(default_factory=dict)  # recorded in meta.json
 
 
+def _why(exc: Exception) -> str:
+    return "meta.json is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+
+
+def _check_columns(rows: Rows) -> None:
+    """A column of numbers holds numbers only (empty cells aside): a table edited by hand
+    and given a matching checksum is refused, not read into the statistics."""
+    for key in rows[0] if rows else ():
+        values = [row[key] for row in rows]
+        words = [v for v in values if isinstance(v, str) and v != ""]
+        if words and len(words) < len(values) and any(isinstance(v, int | float) for v in values):
+            raise ValueError(f"rows.csv: column {key!r} holds {words[0]!r} among numbers")
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -81,9 +95,10 @@ class ResultStore:
             rows = read_csv(table)
             if len(rows) != meta["rows"]:
                 raise ValueError(f"{len(rows)} rows instead of {meta['rows']}")
+            _check_columns(rows)
             return rows
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            message = f"{folder}: stored result unusable ({exc}); computing it again"
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+            message = f"{folder}: stored result unusable ({_why(exc)}); computing it again"
             warnings.warn(message, RuntimeWarning, stacklevel=3)
             return None
 

@@ -188,7 +188,7 @@ def _verify(target: Path, manifest: Path) -> str:
     try:
         record = json.loads(manifest.read_text())
         size, digest = int(record["bytes"]), str(record["sha256"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         return f"{manifest} is damaged ({type(exc).__name__})"
     if target.stat().st_size != size or _digest(target) != digest:
         return f"{target} does not match the checksum recorded when it was built"

@@ -1,0 +1,152 @@
+"""Do the ranks of a job agree? One collective of a fixed-size fingerprint.
+
+Every rank describes what must be the same everywhere -- the method and its
+hyper-parameters (nested parts such as a compression operator included), the
+graph and its weights, the layout of the trainable parameters (shapes and
+dtypes, per group), the group settings and the bucket size -- as a flat table
+of readable fields. The ranks all-gather a 32-byte digest of that table; only
+when the digests differ do they gather the tables themselves, so that every
+rank raises the same one-line error naming the rank and the field that differ.
+Without a check, ranks that disagree run on silently (other weights give a
+wrong mean; two models with the same number of parameters mix unrelated
+weights) or abort deep inside the backend.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from decentopt.comm.distributed import PeerFailure
+
+__all__ = ["RanksDisagree", "agree", "describe_algorithm", "describe_graph", "describe_params"]
+
+
+class RanksDisagree(ValueError):
+    """The ranks of a job were started with different settings."""
+
+
+def _plain(value: Any) -> str:
+    """A value's repr without memory addresses (they differ between processes)."""
+    return " ".join(re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value)).split())
+
+
+def describe_algorithm(algorithm: Any, prefix: str = "method") -> dict[str, str]:
+    """The name and every dataclass field of ``algorithm``, nested dataclasses (a gossip
+    component, a compression operator) field by field; of other objects (a torch optimizer,
+    whose groups are described apart) the class."""
+    name = getattr(algorithm, "name", None)
+    kind = type(algorithm).__name__
+    fields = {prefix: f"{name} ({kind})" if isinstance(name, str) else kind}
+    if dataclasses.is_dataclass(algorithm) and not isinstance(algorithm, type):
+        for f in dataclasses.fields(algorithm):
+            value = getattr(algorithm, f.name)
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
+                fields |= describe_algorithm(value, f"{prefix}.{f.name}")
+            else:
+                fields[f"{prefix}.{f.name}"] = _plain(value)
+    return fields
+
+
+def _matrix_digest(*arrays: Any) -> str:
+    digest = hashlib.sha256()
+    for a in arrays:
+        digest.update(np.ascontiguousarray(np.asarray(a)).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def describe_graph(topology: Any) -> dict[str, str]:
+    """The graph's name and size and a digest of its weights (of each round of a schedule)."""
+    fields = {"graph": f"{topology.name} with n = {topology.n}"}
+    if hasattr(topology, "W"):
+        fields["graph weights (SHA-256 of W)"] = _matrix_digest(topology.W.numpy())
+        return fields
+    rounds = [topology.at(t) for t in range(getattr(topology, "period", None) or 8)]
+    parts = [a for r in rounds for a in (r.self_weight, r.peers, r.weights)]
+    fields["graph weights (SHA-256 of its rounds)"] = _matrix_digest(*parts)
+    return fields
+
+
+def describe_params(groups: Iterable[Mapping[str, Any]], settings: Iterable[str]) -> dict[str, str]:
+    """Per group: its ``settings`` (lr, weight decay, ...) and each trainable parameter's
+    shape and dtype, in order."""
+    fields = {}
+    for g, group in enumerate(groups):
+        for key in settings:
+            if key in group:
+                fields[f"group {g} {key}"] = _plain(group[key])
+        trainable = [p for p in group["params"] if p.requires_grad]
+        fields[f"group {g} trainable parameters"] = str(len(trainable))
+        for i, p in enumerate(trainable):
+            fields[f"group {g} parameter {i}"] = f"shape {tuple(p.shape)}, {p.dtype}"
+    return fields
+
+
+def _wait(work: Any, comm: Any, started: float) -> None:
+    try:
+        if getattr(comm, "backend", "gloo") == "gloo":
+            work.wait(comm.timeout)
+        else:
+            work.wait()
+    except RuntimeError as exc:
+        raise PeerFailure(
+            f"rank {comm.rank}: the ranks' agreement check got no answer within "
+            f"{time.monotonic() - started:.1f} s: a rank died, hung or does not build the "
+            f"optimizer at the same point. Underlying error: {str(exc).splitlines()[0]}"
+        ) from None
+
+
+def _digests(comm: Any, fields: Mapping[str, str]) -> list[bytes]:
+    text = json.dumps(dict(fields), sort_keys=True).encode()
+    mine = torch.frombuffer(bytearray(hashlib.sha256(text).digest()), dtype=torch.uint8)
+    everyone = [torch.empty_like(mine) for _ in range(comm.world_size)]
+    started = time.monotonic()
+    _wait(dist.all_gather(everyone, mine, group=comm.group, async_op=True), comm, started)
+    return [t.numpy().tobytes() for t in everyone]
+
+
+def _difference(tables: list[dict[str, str]], odd: int, ref: int) -> str:
+    """The first field (in the odd rank's order) where rank ``odd`` differs from ``ref``."""
+    mine, theirs = tables[odd], tables[ref]
+    for key in [*mine, *(k for k in theirs if k not in mine)]:
+        if mine.get(key) != theirs.get(key):
+            return (
+                f"{key} is {mine.get(key, '(absent)')} on rank {odd} but "
+                f"{theirs.get(key, '(absent)')} on rank {ref}"
+            )
+    return "their descriptions differ"  # pragma: no cover - equal tables have equal digests
+
+
+def agree(comm: Any, fields: Mapping[str, str], what: str = "the optimizer") -> None:
+    """Raise :class:`RanksDisagree` on every rank unless all ranks give the same ``fields``.
+
+    A no-op outside torch.distributed (a communicator without ranks, or a job of one)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if getattr(comm, "world_size", 1) <= 1 or not hasattr(comm, "rank"):
+        return
+    digests = _digests(comm, fields)
+    if len(set(digests)) == 1:
+        return
+    tables: list[Any] = [None] * comm.world_size
+    dist.all_gather_object(tables, dict(fields), group=comm.group)
+    counts = collections.Counter(digests)
+    # the reference: the most common setting (rank 0's among equals); name the first odd rank
+    common = max(counts, key=lambda d: (counts[d], d == digests[0]))
+    ref = digests.index(common)
+    odd = [r for r, d in enumerate(digests) if d != common]
+    others = f" (and {len(odd) - 1} other rank(s): {odd[1:]})" if len(odd) > 1 else ""
+    raise RanksDisagree(
+        f"rank {comm.rank}: the ranks disagree on {what}: {_difference(tables, odd[0], ref)}"
+        f"{others}; start every rank with the same configuration"
+    )
