@@ -223,12 +223,12 @@ def make(name: str, gossip: str | Gossip | None = None, **hyperparams: Any) -> A
     return rule if gossip is None else compose(rule, gossip)
 
 
-#: What each capability of a network means.
+#: What each capability of a network means, the most telling first.
 _OFFERS = {
+    "tree": "a static tree",
     "symmetric": "a symmetric doubly stochastic W (Assumption 1)",
     "column": "a column-stochastic W (a directed graph, or an undirected one)",
     "static": "one fixed W",
-    "tree": "a static tree",
 }
 
 
@@ -250,7 +250,8 @@ def _network_fix(method: Any, missing: str, network: Any) -> str:
 def check_network(method: Any, network: Any) -> None:
     """Refuse a network that lacks what the method needs (its rule's and its gossip's
     declarations against the network's ``offers``), naming what is missing and the fix."""
-    missing = sorted(method.needs - network.offers)
+    lacking = method.needs - network.offers
+    missing = [k for k in _OFFERS if k in lacking] + sorted(lacking - _OFFERS.keys())
     if missing:
         raise ValueError(
             f"{method.name} runs on {_OFFERS.get(missing[0], missing[0])}; {network.name} is "
