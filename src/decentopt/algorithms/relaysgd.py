@@ -16,7 +16,7 @@ from decentopt.algorithms.base import (
 from decentopt.algorithms.registry import register
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.comm.base import Relaying
 
 
 class RelayState(NamedTuple):
@@ -76,7 +76,7 @@ class RelaySGD(MomentumHyperParams):
             x=x0, x0=x0.clone(), m=torch.zeros_like(x0), received=empty, counts=counts
         )
 
-    def step(self, state: RelayState, grad: torch.Tensor, comm: Communicator) -> RelayState:
+    def step(self, state: RelayState, grad: torch.Tensor, comm: Relaying) -> RelayState:
         m, direction = momentum_direction(state.m, grad, self)
         half = add_scaled(state.x, direction, -self.lr_at(state.t))
         received, counts = state.received, state.counts

@@ -19,7 +19,15 @@ if TYPE_CHECKING:
     from decentopt.compression import Compressor
     from decentopt.topology import Network
 
-__all__ = ["CommStats", "Communicator", "Elementwise", "map_then_mix", "rows_of", "slot_table"]
+__all__ = [
+    "CommStats",
+    "Communicator",
+    "Elementwise",
+    "Relaying",
+    "map_then_mix",
+    "rows_of",
+    "slot_table",
+]
 
 #: A row-wise update ``fn(*tensors, *scalars) -> (y_0, y_1, ...)``: every output
 #: element depends only on the inputs' elements at the same index, so it may be
@@ -102,6 +110,19 @@ class Communicator(Protocol):
         sent) compressed."""
         ...
 
+    def mean(self, z: torch.Tensor) -> torch.Tensor:
+        """Exact average over all agents (for metrics only, not a gossip round)."""
+        ...
+
+    def barrier(self, stage: str) -> None:
+        """Wait for every process of the job (a no-op in one process); ``stage`` names it."""
+        ...
+
+
+class Relaying(Communicator, Protocol):
+    """A communicator that also sends one message per neighbour, different per neighbour:
+    what relaying (RelaySGD) needs over a static tree, beside the mixing calls."""
+
     @property
     def slots(self) -> int:
         """Neighbour slots of :meth:`exchange` (the graph's largest degree)."""
@@ -112,14 +133,6 @@ class Communicator(Protocol):
         ``(rows, slots, ...)`` whose slot ``s`` goes to the ``s``-th neighbour (ascending);
         returns the messages received, slot ``s`` holding what the ``s``-th neighbour sent
         (zeros past the agent's degree). Static undirected graphs only."""
-        ...
-
-    def mean(self, z: torch.Tensor) -> torch.Tensor:
-        """Exact average over all agents (for metrics only, not a gossip round)."""
-        ...
-
-    def barrier(self, stage: str) -> None:
-        """Wait for every process of the job (a no-op in one process); ``stage`` names it."""
         ...
 
 
