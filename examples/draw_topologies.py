@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import decentopt as dopt
-from decentopt.plotting import plot_contraction, plot_network
+from decentopt.drawing import plot_contraction, plot_network
 
 BUILDERS = {
     "ring": lambda n: dopt.topology.ring(n),

@@ -28,7 +28,7 @@ LAYERS = (
     ("topology",),
     ("algorithms", "problems", "theory", "analysis", "results"),
     ("comm",),
-    ("distributed", "driver", "simulate", "training", "plotting", "plugins", "catalog"),
+    ("distributed", "driver", "simulate", "training", "plotting", "drawing", "plugins", "catalog"),
     ("experiments",),
     ("cli", "__main__"),
 )

@@ -35,7 +35,7 @@ def test_plot_writes_files_with_labelled_axes(tmp_path):
 def test_graph_pictures_of_static_and_time_varying_topologies(tmp_path, capsys):
     import decentopt as dopt
     from decentopt.cli import main
-    from decentopt.plotting import plot_contraction, plot_network
+    from decentopt.drawing import plot_contraction, plot_network
 
     [one] = plot_network(dopt.topology.ring(8), tmp_path / "ring")
     [rounds] = plot_network(dopt.topology.base_graph(7), tmp_path / "base")
@@ -68,7 +68,7 @@ def test_directed_graphs_are_drawn_with_every_edge(tmp_path):
     """directed_ring(6) has 6 one-way links (i reads i - 1), not the 1 of its upper
     triangle; each round of the directed one-peer exponential graph has 8 on 8 agents."""
     import decentopt as dopt
-    from decentopt.plotting import graphs_of, plot_network
+    from decentopt.drawing import graphs_of, plot_network
 
     ring = dopt.topology.directed_ring(6)
     [graph] = graphs_of([ring.W.numpy()])

@@ -87,7 +87,7 @@ def _run_topology(args: argparse.Namespace) -> int:
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
     if args.draw is not None:
-        from decentopt.plotting import plot_network
+        from decentopt.drawing import plot_network
 
         fmt = args.draw.suffix.lstrip(".") or "png"
         print("drew " + ", ".join(map(str, plot_network(topo, args.draw, formats=(fmt,)))))

@@ -21,16 +21,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from decentopt.algorithms.registry import PAPER_ORDER
-from decentopt.topology.schedule import TopologySchedule
 
 __all__ = [
     "LABELS",
     "coincident_groups",
     "ordered",
-    "plot_contraction",
     "plot_curves",
     "plot_epochs",
-    "plot_network",
     "plot_scaling",
     "save_figure",
     "style_for",
@@ -350,80 +347,3 @@ def save_figure(
         written.append(path)
     plt.close(fig)
     return written
-
-
-def _rounds_to_draw(network: Any, limit: int = 8) -> list[np.ndarray]:
-    """Dense ``W`` of a static graph, or the ``W_t`` of one period (a random schedule: 4)."""
-    if not isinstance(network, TopologySchedule):
-        return [network.W.numpy()]
-    return network.matrices(count=min(network.period or 4, limit))
-
-
-def graphs_of(matrices: Sequence[np.ndarray]) -> list[Any]:
-    """The links of each ``W`` (``w_ij > 0``, ``i != j``): undirected graphs when every
-    ``W`` is symmetric, else directed ones with an edge ``j -> i`` (``i`` reads ``j``'s
-    row) -- a directed schedule's symmetric rounds included."""
-    import networkx as nx
-
-    directed = not all(np.allclose(W, W.T) for W in matrices)
-    graphs = []
-    for W in matrices:
-        graph = nx.DiGraph() if directed else nx.Graph()
-        graph.add_nodes_from(range(W.shape[0]))
-        rows, cols = np.nonzero(W - np.diag(np.diag(W)) if directed else np.triu(W, 1))
-        pairs = zip(rows.tolist(), cols.tolist(), strict=True)
-        graph.add_weighted_edges_from((j, i, W[i, j]) for i, j in pairs)
-        graphs.append(graph)
-    return graphs
-
-
-def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",)) -> list[Path]:
-    """The graph of a topology (one panel) or of each round of a schedule's period, agents on
-    a circle, edge width by weight."""
-    import networkx as nx
-
-    matrices = _rounds_to_draw(network)
-    n = matrices[0].shape[0]
-    fig, axes = plt.subplots(1, len(matrices), figsize=(2.6 * len(matrices), 2.8), squeeze=False)
-    pos = nx.circular_layout(range(n))
-    for t, (ax, graph) in enumerate(zip(axes[0], graphs_of(matrices), strict=True)):
-        widths = [0.6 + 3 * d["weight"] for _, _, d in graph.edges(data=True)]
-        arrows = {"arrowstyle": "-|>", "connectionstyle": "arc3,rad=0.12"}  # sender -> receiver
-        extra = arrows if graph.is_directed() else {}
-        nx.draw_networkx_edges(graph, pos, ax=ax, width=widths, edge_color="#47a", **extra)
-        nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=60, node_color="#222222")
-        ax.set_title(f"round {t}" if len(matrices) > 1 else network.name, fontsize=9)
-        ax.set_axis_off()
-    if len(matrices) > 1:
-        fig.suptitle(network.name, fontsize=10)
-    fig.tight_layout()
-    return save_figure(fig, out, formats)
-
-
-def plot_contraction(
-    networks: Sequence[Any], out: str | Path, rounds: int = 40, formats: Sequence[str] = ("png",)
-) -> list[Path]:
-    """``||W_{t-1} ... W_0 - 11^T/n||_2`` against gossip rounds ``t``: how fast each graph
-    averages (exact averaging drops to round-off)."""
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
-    for i, network in enumerate(networks):
-        n = network.n
-        P = np.eye(n)
-        values = [1.0]
-        for t in range(rounds):
-            W = (
-                network.at(t).matrix()
-                if isinstance(network, TopologySchedule)
-                else network.W.numpy()
-            )
-            P = W @ P
-            values.append(max(float(np.linalg.norm(P - 1.0 / n, 2)), 1e-16))
-        style = style_for(network.name, i)
-        ax.plot(range(rounds + 1), values, label=network.name, markevery=5, **style)
-    ax.set_yscale("log")
-    ax.set_xlabel("gossip rounds t")
-    ax.set_ylabel(r"$\|W_{t-1}\cdots W_0 - \frac{1}{n}11^\top\|_2$")
-    ax.grid(alpha=0.3, which="both", lw=0.4)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    return save_figure(fig, out, formats)
