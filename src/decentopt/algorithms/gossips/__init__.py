@@ -7,6 +7,8 @@ text                  what travels                                           net
 ``choco(Q, gamma=g)`` compressed differences, error-compensated (CHOCO)     symmetric, static
 ``push_sum``          numerators and push-sum weights over ``P``              column-stochastic
 ``multi_round(K)``    ``K`` rounds per mix, Chebyshev-accelerated or plain   symmetric
+``delayed(tau)``      own value now, neighbours' from ``tau`` rounds ago       as the inner
+``delayed(tau, G)``   the same, around ``G`` (``exact`` or ``push_sum``)       as ``G``
 ===================== ====================================================== ==============
 
 ``make("edm", lr=0.05, gossip="choco(top_k(0.1), gamma=0.4)")`` composes a rule with one;
@@ -23,6 +25,7 @@ from typing import Any, TypeVar
 from decentopt._checks import unknown_name
 from decentopt.algorithms.gossips.base import SUM, VALUE, Channel, Exact, Fields, Gossip
 from decentopt.algorithms.gossips.choco import Choco
+from decentopt.algorithms.gossips.delayed import Delayed
 from decentopt.algorithms.gossips.multi_round import MultiRound
 from decentopt.algorithms.gossips.push_sum import PushSum
 
@@ -32,6 +35,7 @@ __all__ = [
     "VALUE",
     "Channel",
     "Choco",
+    "Delayed",
     "Exact",
     "Fields",
     "Gossip",
@@ -55,7 +59,7 @@ def register_gossip(cls: G) -> G:
     return cls
 
 
-for _cls in (Exact, Choco, PushSum, MultiRound):
+for _cls in (Exact, Choco, PushSum, MultiRound, Delayed):
     register_gossip(_cls)
 
 _CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", re.S)
@@ -113,11 +117,13 @@ def parse(spec: str | Gossip) -> Gossip:
     cls = GOSSIPS[name]
     fields = [f.name for f in dataclasses.fields(cls) if f.init]
     kwargs: dict[str, Any] = {}
+    named = False  # positional arguments only before the first keyword
     for k, part in enumerate(_split(args)):
         key, eq, raw = part.partition("=")
         if eq and re.fullmatch(r"\s*[A-Za-z_]\w*\s*", key):
             kwargs[key.strip()] = _value(raw.strip())
-        elif k < len(fields) and not kwargs:
+            named = True
+        elif k < len(fields) and not named:
             kwargs[fields[k]] = _value(part)
         else:
             raise ValueError(f"gossip {spec!r}: {name} takes {', '.join(fields) or 'no arguments'}")

@@ -1,0 +1,246 @@
+"""Delayed gossip: each agent mixes its own current value with its neighbours' values from
+``tau`` rounds ago, so that a message may travel while the next step computes (the overlap
+of OSGP, Assran, Loizou, Ballas & Rabbat, ICML 2019, Algorithm 3).
+
+For a tensor ``Z`` the rule sends in round ``t`` (``D = diag(W)``, the self-weights):
+
+.. math::
+    \\text{mix}(Z)_i = w_{ii} Z_i^{(t)} + \\sum_{j \\ne i} w_{ij} Z_j^{(t - \\tau)},
+    \\qquad \\text{i.e.} \\qquad \\text{mix}(Z) = D Z^{(t)} + (W - D) Z^{(t-\\tau)},
+
+with ``Z^{(s)} = X^{(0)}`` for ``s < 0`` (before round 0 every agent knows its neighbours'
+initial iterates; a common initialisation). ``tau = 0`` is the inner gossip itself, bit for
+bit. Average dynamics: with ``c = 1^T (W - D)`` (``c_j = 1 - w_jj`` for a column-stochastic
+``W``) the mass including the messages in flight,
+``Phi^{(t)} = 1^T X^{(t)} + sum_{s=t-tau}^{t-1} c^T Z^{(s)}``, moves as
+``Phi^{(t+1)} = Phi^{(t)} + 1^T (Z^{(t)} - X^{(t)})`` for a rule whose iterate is
+``X^{(t+1)} = mix(Z^{(t)})``: under DSGD ``Phi / n`` is centralized SGD on the mean gradient,
+under DmSGD momentum SGD, exactly. The plain average ``1^T X / n`` is not: it lags by the
+mass in flight.
+
+``delayed(tau)`` delays exact mixing; ``delayed(tau, push_sum)`` delays push-sum's
+numerators and weights together (so the de-biasing ratio stays consistent), which with
+DmSGD is OSGP (``osgp``). CHOCO's public copies must equal what the neighbours received and
+multi-round gossip is several rounds per step, so neither is delayed (refused in one line).
+The rule must send the same tensors in one round every step, all of them values: a delayed
+sum-tracker (gradient tracking's ``y``) would lose the mass in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossip
+from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
+
+if TYPE_CHECKING:
+    from decentopt.comm.base import CommStats, Communicator, Elementwise
+
+__all__ = ["Delayed", "self_weights"]
+
+
+def self_weights(comm: Any, rows: int) -> torch.Tensor:
+    """The self-weights ``w_ii`` of the round about to run, for the rows this process owns
+    (all agents in the simulator, its own on a rank of torch.distributed)."""
+    net = comm.topology
+    if hasattr(net, "at"):
+        diag = torch.as_tensor(net.at(comm.stats.rounds).self_weight)
+    else:
+        diag = torch.diagonal(net.W)
+    if rows == diag.shape[0]:
+        return diag
+    rank = int(getattr(comm, "rank", 0))
+    return diag[rank : rank + rows]
+
+
+def _history(k: int, lag: int) -> str:
+    return f"z{k}_lag{lag}"
+
+
+def _inner(inner: str | Gossip) -> Gossip:
+    from decentopt.algorithms.gossips import parse  # the package imports this module
+
+    try:
+        gossip = parse(inner)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"delayed: {exc}") from None
+    if not isinstance(gossip, Exact | PushSum):
+        raise ValueError(
+            f"delayed: {gossip.name} gossip cannot be delayed (CHOCO's public copies must match "
+            "what neighbours received; multi-round is several rounds a step): use exact or "
+            "push_sum inside delayed"
+        )
+    return gossip
+
+
+@dataclass(frozen=True)
+class Delayed(Gossip):
+    """Neighbours' values from ``tau`` rounds ago, one's own current one (module docstring):
+    ``delayed(2)``, ``delayed(1, push_sum)``."""
+
+    tau: int = 1
+    inner: str | Gossip = "exact"
+
+    name: ClassVar[str] = "delayed"
+
+    def __post_init__(self) -> None:
+        tau = self.tau
+        if isinstance(tau, float) and tau.is_integer():
+            tau = int(tau)
+        if isinstance(tau, bool) or not isinstance(tau, int) or tau < 0:
+            raise ValueError(f"delayed: the delay tau must be a whole number >= 0; got {tau!r}")
+        object.__setattr__(self, "tau", tau)
+        object.__setattr__(self, "inner", _inner(self.inner))
+
+    @property
+    def _wrapped(self) -> Gossip:
+        return self.inner  # type: ignore[return-value]  # parsed in __post_init__
+
+    @property  # type: ignore[misc]
+    def needs(self) -> frozenset[str]:  # type: ignore[override]
+        return self._wrapped.needs
+
+    @property  # type: ignore[misc]
+    def agent_fields(self) -> tuple[str, ...]:  # type: ignore[override]
+        if not isinstance(self._wrapped, PushSum):
+            return ()
+        # push-sum takes rules that send one value: its weights travel second (slot 1)
+        return ("w", *(_history(1, lag) for lag in range(1, self.tau + 1)))
+
+    def _slots(self, sends: tuple[str, ...]) -> int:
+        """Tensors that travel per round: the rule's, and push-sum's weights."""
+        return len(sends) + isinstance(self._wrapped, PushSum)
+
+    def refuses(self, rule: Any) -> str:
+        if rule.sends is not None and SUM in rule.sends:
+            return (
+                f"{rule.name} sends a sum-tracker, whose delayed mix would lose the mass in "
+                "flight (delay only rules that send values)"
+            )
+        return self._wrapped.refuses(rule) or Gossip.refuses(self, rule)
+
+    def field_names(self, sends: tuple[str, ...]) -> tuple[str, ...]:
+        own = self._wrapped.field_names(sends)
+        lags = range(1, self.tau + 1)
+        return own + tuple(_history(k, lag) for k in range(self._slots(sends)) for lag in lags)
+
+    def init(self, x0: torch.Tensor, sends: tuple[str, ...]) -> Fields:
+        fields = dict(self._wrapped.init(x0, sends))
+        for k in range(self._slots(sends)):
+            start = push_weights(x0) if k == len(sends) else x0
+            fields |= {_history(k, lag): start.clone() for lag in range(1, self.tau + 1)}
+        return fields
+
+    def bind(
+        self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]
+    ) -> Channel:
+        own = self._wrapped.field_names(sends)
+        inner_fields = {name: fields[name] for name in own}
+        if self.tau == 0:
+            return self._wrapped.bind(inner_fields, comm, x, sends)
+        history = {name: value for name, value in fields.items() if name not in own}
+        late = _LateComm(comm, history, self.tau, self._slots(sends))
+        return _DelayedChannel(self._wrapped.bind(inner_fields, late, x, sends), late)
+
+    def label(self) -> str:
+        if isinstance(self._wrapped, Exact):
+            return f"delayed({self.tau})"
+        return f"delayed({self.tau}, {self._wrapped.label()})"
+
+
+class _LateComm:
+    """A communicator whose one round a step mixes ``D Z(t) + (W - D) Z(t - tau)``, keeping
+    the sent tensors of the last ``tau`` rounds."""
+
+    def __init__(self, comm: Communicator, history: Fields, tau: int, slots: int) -> None:
+        self.comm, self.history, self.tau, self.slots_sent = comm, dict(history), tau, slots
+        self.done = False
+
+    @property
+    def stats(self) -> CommStats:
+        return self.comm.stats
+
+    @property
+    def topology(self) -> Any:
+        return self.comm.topology
+
+    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if self.done:
+            raise ValueError(
+                "delayed gossip combines one round per step, and the rule mixed twice in one "
+                "step: use the exact gossip"
+            )
+        if len(zs) != self.slots_sent:
+            raise ValueError(
+                f"the rule mixed {len(zs)} tensors in one round; delayed gossip keeps the "
+                f"history of {self.slots_sent}"
+            )
+        self.done = True
+        old = [self.history[_history(k, self.tau)] for k in range(len(zs))]
+        diag = self_weights(self.comm, zs[0].shape[0])
+        mixed = self.comm.mix_many(old)
+        out = []
+        for k, (z, late, wz) in enumerate(zip(zs, old, mixed, strict=True)):
+            own = diag.to(z.dtype).view((-1,) + (1,) * (z.ndim - 1))
+            out.append(wz + own * (z - late))
+            for lag in range(self.tau, 1, -1):
+                self.history[_history(k, lag)] = self.history[_history(k, lag - 1)]
+            self.history[_history(k, 1)] = z.detach().clone()
+        return out
+
+    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        mixed = self.mix_many([z])[0]
+        return mixed if out is None else out.copy_(mixed)
+
+    def mix_map(
+        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
+    ) -> tuple[torch.Tensor, ...]:
+        first, *rest = fn(*tensors, *scalars)
+        return (self.mix(first), *rest)
+
+    def mix_compressed(self, z: torch.Tensor, compression: Any) -> Any:
+        raise ValueError("delayed gossip mixes values; it does not delay compressed messages")
+
+    @property
+    def slots(self) -> int:
+        raise ValueError("delayed gossip mixes; relaying sends its own messages: use exact")
+
+    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        raise ValueError("delayed gossip mixes; relaying sends its own messages: use exact")
+
+    def mean(self, z: torch.Tensor) -> torch.Tensor:
+        return self.comm.mean(z)
+
+    def barrier(self, stage: str) -> None:
+        self.comm.barrier(stage)
+
+
+class _DelayedChannel(Channel):
+    """The inner gossip's channel over the late communicator; its fields and the history."""
+
+    one_round: ClassVar[bool] = False  # the late communicator refuses a second round
+
+    def __init__(self, inner: Channel, late: _LateComm) -> None:
+        super().__init__(late.comm, {}, inner.sends)
+        self.inner, self.late = inner, late
+
+    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.inner.mix(z, out)
+
+    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return self.inner.mix_many(zs)
+
+    def mix_map(
+        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
+    ) -> tuple[torch.Tensor, ...]:
+        return self.inner.mix_map(fn, tensors, scalars)
+
+    def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return self.inner.mix_many(zs)
+
+    def fields(self) -> Fields:
+        return {**self.inner.fields(), **self.late.history}
