@@ -18,7 +18,7 @@ import torch
 from decentopt._checks import as_count
 from decentopt.algorithms.base import Algorithm
 from decentopt.comm.simulated import SimulatedCommunicator
-from decentopt.driver import Result, check_gradient, run_loop
+from decentopt.driver import Result, TimeModel, check_gradient, run_loop, timed
 from decentopt.plan import TAIL_POINTS, Plan, record_steps
 from decentopt.problems.base import StackedProblem
 from decentopt.topology import Network
@@ -70,6 +70,7 @@ def simulate(
     blowup: float = 1e10,
     threads: int | None = None,
     progress: bool | Callable[[int], None] = False,
+    timing: TimeModel | None = None,
 ) -> Result:
     """Run one algorithm on all agents and repetitions of a problem.
 
@@ -90,6 +91,8 @@ def simulate(
         threads: intra-op threads while it runs (the caller's setting is restored);
             by default one for small states (see :func:`decentopt.driver.run_loop`).
         progress: ``True`` for a progress bar, or a callable receiving the step.
+        timing: a :class:`~decentopt.driver.TimeModel`: every row then carries ``sim_time``,
+            the simulated seconds at its step (:mod:`decentopt.driver.timeline`).
     """
     if topology.n != problem.n:
         raise ValueError(
@@ -102,7 +105,7 @@ def simulate(
         raise ValueError(f"blowup must be > 1; got {blowup}")
     steps = record_steps(iterations, record, points)
     comm = SimulatedCommunicator(topology, kernel=kernel)
-    return run_loop(
+    result = run_loop(
         algorithm,
         problem,
         comm,
@@ -116,3 +119,4 @@ def simulate(
         progress=progress,
         labels=[{"run": r} for r in range(problem.repetitions)],
     )
+    return result if timing is None else timed(result, timing, topology, algorithm)

@@ -1,7 +1,8 @@
 """The one loop (:func:`run_loop`) and the one result type (:class:`Result`) of every run.
 
 :mod:`.loop` composes the parts: :mod:`.recorder`, :mod:`.guard` (divergence) and
-:mod:`.checkpointer`; :mod:`.result` holds what a run returns.
+:mod:`.checkpointer`; :mod:`.result` holds what a run returns, :mod:`.timeline` when its
+steps would happen in simulated seconds.
 """
 
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
@@ -15,6 +16,7 @@ from decentopt.driver.loop import (
 )
 from decentopt.driver.recorder import Recorder
 from decentopt.driver.result import Record, Result
+from decentopt.driver.timeline import TimeModel, timed
 
 __all__ = [
     "CHECK_EVERY",
@@ -25,7 +27,9 @@ __all__ = [
     "Record",
     "Recorder",
     "Result",
+    "TimeModel",
     "check_gradient",
     "intra_op_threads",
     "run_loop",
+    "timed",
 ]

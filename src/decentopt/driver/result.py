@@ -56,6 +56,8 @@ class Result:
         resumed_from: the step a resumed run started from (0: from the start).
         labels: what each column is (``{"run": r}``, a heterogeneity level, ...).
         period: steps per epoch, if the run has epochs.
+        clock: simulated seconds at each step under a time model
+            (:mod:`decentopt.driver.timeline`), ``sim_time`` in the rows.
 
     ``steps`` and ``history`` (metric -> ``(len(steps), columns)``, NaN after
     divergence) are the records as arrays; ``rows`` is the tidy table.
@@ -70,6 +72,8 @@ class Result:
     resumed_from: int = 0
     labels: list[dict[str, Any]] = field(default_factory=list)
     period: int | None = None
+    #: ``(steps + 1,)`` simulated seconds at each step, under a time model (``sim_time``)
+    clock: np.ndarray | None = None
 
     @property
     def columns(self) -> int:
@@ -125,5 +129,7 @@ class Result:
                     "wall_seconds": rec.wall_seconds,
                     "diverged_at": int(self.diverged_at[col]),
                 }
+                if self.clock is not None:
+                    row["sim_time"] = float(self.clock[rec.step])
                 rows.append(row)
         return rows

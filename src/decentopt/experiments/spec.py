@@ -38,6 +38,7 @@ from decentopt import algorithms, plugins, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError, bounded, parse
 from decentopt.comm.cost import NetworkModel
+from decentopt.driver.timeline import TimeModel
 from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.legacy import renamed
@@ -57,7 +58,7 @@ PAPER_PRESETS = [
 #: Fields that change how results are shown, not what they are: outside the fingerprint.
 PRESENTATION = frozenset(
     "claims name description reproduces source metric also_report threshold timeout threads "
-    "network checkpoint_every checkpoint_minutes".split()
+    "network timing checkpoint_every checkpoint_minutes".split()
 )
 #: The layout of result rows; stored units of another layout are recomputed.
 ROW_FORMAT = 3
@@ -96,6 +97,7 @@ class _Shared:
     mix_rounds: int = bounded(1, minimum=1)
     acceleration: Literal["none", "chebyshev"] = "none"
     network: NetworkModel = field(default_factory=NetworkModel)
+    timing: TimeModel | None = None
     checkpoint_every: int | None = bounded(None, minimum=1)
     checkpoint_minutes: float | None = bounded(None, above=0)
     name: str = ""

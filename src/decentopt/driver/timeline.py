@@ -1,0 +1,180 @@
+"""A time model for the simulator: when each agent finishes each step, in simulated seconds.
+
+Agent ``i`` computes step ``t`` for ``c_i(t)`` seconds: ``compute`` times a lognormal factor
+``exp(noise N - noise^2 / 2)`` (mean one; ``N`` standard normal, drawn from ``seed``), times
+``factor`` while it is one of the ``slow`` agents; with ``moves_every = k`` the slow agents
+move on to the next agents (``i + 1 mod n``) every ``k`` steps. Its messages then go out one
+after the other, each costing ``latency + payload / bandwidth`` (the network cost model,
+:class:`~decentopt.comm.cost.NetworkModel`); ``s_j`` is agent ``j``'s sending time.
+
+With ``T_i(0) = 0``, ``r_j(t) = T_j(t) + c_j(t)`` (step computed) and a method whose gossip
+mixes the neighbours' values of ``lag`` rounds ago (0: synchronous, ``tau``: delayed gossip),
+
+.. math:: T_i(t+1) = \\max\\big(r_i(t), \\max_{j \\in N_i} r_j(t - \\text{lag}) + s_j\\big),
+
+(``r_j(s) = 0`` for ``s < 0``): a synchronous method advances at the pace of its slowest
+neighbour; a delayed one lets ``lag`` steps of computation overlap the messages. A row's time
+is ``max_i T_i(t)``, when the whole iterate of step ``t`` exists. An asynchronous method
+(AD-PSGD) waits for nobody: ``T_i(t+1) = T_i(t) + c_i(t) + latency + payload / bandwidth``
+(one message to one neighbour), and a row's time is when the agents have made ``n t``
+updates between them (the simulator's synchronous equivalent makes ``n`` per iteration; the
+clock charges the throughput of agents that run at their own pace). The same model and seed
+give the same timeline, bit for bit: it depends on the graph, the pace and the payload only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from decentopt._schema import bounded
+from decentopt.comm.cost import NetworkModel
+
+__all__ = ["TimeModel", "clock", "clock_rows", "compute_times", "pace", "timed"]
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """Compute time per step (seconds), its lognormal ``noise`` (sigma), the ``slow`` agents
+    and their ``factor``, how often they move on (``moves_every`` steps, 0: never), the
+    links' ``latency`` (s per message) and ``bandwidth`` (bytes/s), and the ``seed``."""
+
+    compute: float = bounded(1e-2, above=0)
+    noise: float = bounded(0.0, minimum=0)
+    slow: tuple[int, ...] = ()
+    factor: float = bounded(1.0, minimum=1)
+    moves_every: int = bounded(0, minimum=0)
+    latency: float = bounded(5e-5, minimum=0)
+    bandwidth: float = bounded(1e9, above=0)
+    seed: int = bounded(0, minimum=0)
+
+    def __post_init__(self) -> None:
+        NetworkModel(bandwidth=self.bandwidth, latency=self.latency)  # its one-line checks
+        for name in ("compute", "noise", "factor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+                raise ValueError(f"timing: {name} must be a number; got {value!r}")
+        if self.compute <= 0 or self.noise < 0 or self.factor < 1:
+            raise ValueError(
+                "timing: compute must be > 0 seconds, noise >= 0 and factor >= 1 (a slow agent "
+                f"is slower); got compute={self.compute}, noise={self.noise}, factor={self.factor}"
+            )
+        bad = [a for a in self.slow if isinstance(a, bool) or not isinstance(a, int) or a < 0]
+        if bad:
+            raise ValueError(f"timing: slow names agents by index >= 0; got {bad[0]!r}")
+
+    def message_seconds(self, payload: float) -> float:
+        return self.latency + payload / self.bandwidth
+
+
+def compute_times(model: TimeModel, n: int, steps: int) -> np.ndarray:
+    """``(steps, n)`` seconds each agent computes each step."""
+    late = [a for a in model.slow if a >= n]
+    if late:
+        raise ValueError(f"timing: slow agent {late[0]} does not exist among n = {n} agents")
+    rng = np.random.default_rng(model.seed)
+    times = np.full((steps, n), float(model.compute))
+    if model.noise:
+        draw = rng.standard_normal((steps, n))
+        times *= np.exp(model.noise * draw - model.noise**2 / 2)
+    if model.slow and model.factor != 1:
+        rows = np.arange(steps)
+        shift = rows // model.moves_every if model.moves_every else np.zeros(steps, dtype=int)
+        for agent in model.slow:
+            times[rows, (agent + shift) % n] *= model.factor
+    return times
+
+
+def _reads(graph: Any, t: int) -> np.ndarray:
+    """``(n, n)``: whether agent ``i`` reads agent ``j`` in round ``t`` (self excluded)."""
+    W = graph.at(t).matrix() if hasattr(graph, "at") else graph.W.numpy()
+    reads = W != 0
+    np.fill_diagonal(reads, False)
+    return reads
+
+
+def _own_pace(model: TimeModel, n: int, steps: int, one: float) -> np.ndarray:
+    """The asynchronous clock: when the agents have made ``n t`` updates between them. Fast
+    agents make more than ``steps`` updates: draw more rows until every agent's last drawn
+    update comes after the ``n steps``-th (the draws of more rows extend the same stream)."""
+    if steps == 0:
+        return np.zeros(1)
+    rows = steps
+    while True:
+        finish = np.cumsum(compute_times(model, n, rows) + one, axis=0)  # agent i's k-th update
+        done = np.sort(finish.ravel(), kind="stable")
+        needed = done[n * np.arange(1, steps + 1) - 1]
+        if needed[-1] <= finish[-1].min():
+            return np.concatenate([[0.0], needed])
+        rows *= 2
+
+
+def pace(algorithm: Any) -> tuple[int, bool]:
+    """``(lag, asynchronous)`` of a method: delayed gossip's ``tau``, AD-PSGD's own pace."""
+    return int(getattr(algorithm, "tau", 0) or 0), bool(getattr(algorithm, "asynchronous", False))
+
+
+def clock(
+    model: TimeModel,
+    graph: Any,
+    steps: int,
+    payload: float,
+    lag: int = 0,
+    asynchronous: bool = False,
+) -> np.ndarray:
+    """``(steps + 1,)`` simulated seconds at which step ``t`` is done (module docstring);
+    ``payload``: bytes of one message."""
+    n = graph.n
+    c = compute_times(model, n, steps)
+    one = model.message_seconds(payload)
+    if asynchronous:
+        return _own_pace(model, n, steps, one)
+    period = getattr(graph, "period", 1) or 1
+    reads = [_reads(graph, t) for t in range(min(period, steps) if steps else 0)]
+    T = np.zeros(n)
+    ready = np.zeros((steps, n))
+    out = np.zeros(steps + 1)
+    for t in range(steps):
+        ready[t] = T + c[t]
+        mask = reads[t % len(reads)]
+        sending = mask.sum(axis=0) * one  # j's messages of the round, one after the other
+        if t >= lag:
+            arrive = np.where(mask, (ready[t - lag] + sending)[None, :], 0.0).max(axis=1)
+        else:
+            arrive = np.zeros(n)
+        T = np.maximum(ready[t], arrive)
+        out[t + 1] = T.max()
+    return out
+
+
+def timed(result: Any, model: TimeModel, graph: Any, algorithm: Any) -> Any:
+    """``result`` with its :attr:`~decentopt.driver.result.Result.clock` under ``model``: one
+    message's payload is the run's bytes per message of one column (a repetition)."""
+    stats = result.comm
+    payload = (
+        stats.busiest_bytes / stats.busiest_messages / result.columns
+        if stats.busiest_messages
+        else 0.0
+    )
+    steps = int(result.steps.max(initial=0))
+    result.clock = clock(model, graph, steps, payload, *pace(algorithm))
+    return result
+
+
+def clock_rows(rows: list[dict[str, Any]], model: TimeModel, graph_of: Any, method_of: Any) -> None:
+    """Add ``sim_time`` to result rows, per algorithm label: ``graph_of(label)`` and
+    ``method_of(label)`` give its graph and method; the payload of a message is the rows'
+    bytes per message of the busiest agent."""
+    by_label: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_label.setdefault(row["algorithm"], []).append(row)
+    for label, mine in by_label.items():
+        last = max(mine, key=lambda r: r["step"])
+        payload = (
+            last["busiest_bytes"] / last["busiest_messages"] if last["busiest_messages"] else 0.0
+        )
+        seconds = clock(model, graph_of(label), int(last["step"]), payload, *pace(method_of(label)))
+        for row in mine:
+            row["sim_time"] = float(seconds[int(row["step"])])
