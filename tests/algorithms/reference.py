@@ -13,8 +13,14 @@ import numpy as np
 import torch
 
 import decentopt as dopt
+from decentopt.algorithms.ad_psgd import random_matching
 
 Grad = Callable[[int, np.ndarray], np.ndarray]  # (agent, x_i) -> g_i
+
+
+def neighbours(W: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    n = len(W)
+    return tuple(tuple(j for j in range(n) if j != i and W[i, j] != 0) for i in range(n))
 
 
 def combine(W: np.ndarray, z: list[np.ndarray], i: int) -> np.ndarray:
@@ -84,6 +90,7 @@ def run_reference(name: str, hp: dict, W: np.ndarray, x0: list[np.ndarray], grad
     x_hat, s = [v.copy() for v in zeros], [v.copy() for v in zeros]
     w = [1.0] * n  # push-sum weights
     msgs, counts = {}, {}
+    sent_late: tuple[list, list] = ([], [])
     out = []
     for t in range(steps):
         g = [grad_fn(t, i, x[i]) for i in range(n)]
@@ -204,6 +211,28 @@ def run_reference(name: str, hp: dict, W: np.ndarray, x0: list[np.ndarray], grad
             m = [a for a, _ in md]
             half = [x[i] - alpha * md[i][1] for i in range(n)]
             x, msgs, counts = relay(W, half, x0, msgs, counts)
+        elif name == "osgp":  # SGP whose neighbours' messages arrive tau = 1 late
+            md = [mom(m[i], g[i], beta, damp, nest) for i in range(n)]
+            m = [a for a, _ in md]
+            u = [x[i] * w[i] - alpha * md[i][1] for i in range(n)]
+            late_u, late_w = sent_late if t else (list(x0), [1.0] * n)
+            sent_late = (u, w)
+            mixed = [
+                (
+                    W[i, i] * u[i] + sum(W[i, j] * late_u[j] for j in range(n) if j != i),
+                    W[i, i] * w[i] + sum(W[i, j] * late_w[j] for j in range(n) if j != i),
+                )
+                for i in range(n)
+            ]
+            w = [b for _, b in mixed]
+            x = [a / b for a, b in mixed]
+        elif name == "ad_psgd":  # pairs of a random matching average, then step
+            partner = random_matching(neighbours(W), hp.get("seed", 0), t)
+            x = [
+                (x[i] + x[partner[i]]) / 2 - alpha * g[i] if partner[i] >= 0
+                else x[i] - alpha * g[i]
+                for i in range(n)
+            ]  # fmt: skip
         else:
             raise KeyError(name)
         out.append([v.copy() for v in x])

@@ -54,8 +54,8 @@ def test_every_gossip_is_offered_to_the_rules_it_suits():
         "dsgt",
         "dsgt_hb",
     }
-    assert len(pairs("multi_round")) == len(RULES) - 1  # all but relaying
-    assert gossips_for("relaysgd") == ["exact"]
+    assert len(pairs("multi_round")) == len(RULES) - 2  # all but relaying and AD-PSGD
+    assert gossips_for("relaysgd") == gossips_for("ad_psgd") == ["exact"]
     assert gossips_for("sgp") == ["push_sum"]
 
 

@@ -6,6 +6,7 @@
 """
 
 from decentopt.algorithms import gossips
+from decentopt.algorithms.ad_psgd import ADPSGD, ADPSGDState
 from decentopt.algorithms.base import (
     Algorithm,
     AlgorithmState,
@@ -25,6 +26,7 @@ from decentopt.algorithms.extra import EXTRA, EXTRAState
 from decentopt.algorithms.gossips import Choco, Exact, Gossip, MultiRound, PushSum
 from decentopt.algorithms.mt import MomentumTracking, MTState
 from decentopt.algorithms.nids import NIDS, NIDSState
+from decentopt.algorithms.osgp import OverlapPushSum
 from decentopt.algorithms.qg_dsgdm import QGDSGDm, QGDSGDmState
 from decentopt.algorithms.registry import (
     ALIASES,
@@ -41,6 +43,7 @@ from decentopt.algorithms.registry import (
 from decentopt.algorithms.relaysgd import RelaySGD, RelayState
 
 __all__ = [
+    "ADPSGD",
     "ALIASES",
     "DSGD",
     "DSGT",
@@ -49,6 +52,7 @@ __all__ = [
     "EXTRA",
     "NIDS",
     "REGISTRY",
+    "ADPSGDState",
     "Algorithm",
     "AlgorithmState",
     "Choco",
@@ -72,6 +76,7 @@ __all__ = [
     "MomentumTracking",
     "MultiRound",
     "NIDSState",
+    "OverlapPushSum",
     "PushSum",
     "QGDSGDm",
     "QGDSGDmState",

@@ -37,9 +37,10 @@ T = TypeVar("T", bound=type)
 #: The order in which the paper presents the methods (tables and plots use it).
 PAPER_ORDER = ("dsgd", "dmsgd", "decentlam", "qg_dsgdm", "dsgt", "dsgt_hb", "ed", "edm")
 #: Then the methods beyond the paper, by family: exact methods, compressed gossip,
-#: push-sum over directed graphs, relaying over trees.
+#: push-sum over directed graphs, relaying over trees, delayed and asynchronous methods.
 LATER_ORDER = (
-    "extra", "nids", "mt", "choco_dsgd", "choco_ed", "choco_edm", "sgp", "push_diging", "relaysgd"
+    "extra", "nids", "mt", "choco_dsgd", "choco_ed", "choco_edm", "sgp", "push_diging", "relaysgd",
+    "osgp", "ad_psgd",
 )  # fmt: skip
 
 
