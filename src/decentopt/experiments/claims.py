@@ -21,7 +21,9 @@ test that cannot reach its level with so few runs (3 against 3: p >= 0.1) says "
 few runs to decide"; one run of a noisy problem has no standard error: inconclusive.
 Trapped: log-log slope of the steady error against ``zeta^2`` >= 0.5; unaffected: it
 grows at most 1.2x; linear convergence: a negative slope of ``log(error)`` over the
-transient and a flat tail.
+transient and a flat tail. Sooner in time: each run's settling iteration on the time
+model's clock (``sim_time``), compared as settling iterations are; inconclusive without
+a time model.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from decentopt.analysis import ALPHA
 from decentopt.experiments.measures import (
     SETTLING,
     STEADY,
+    TIME,
     Measure,
     bytes_measure,
     bytes_to_settle,
@@ -262,6 +265,9 @@ CHECKS: dict[str, Callable[..., tuple[Callable[[Stats], Verdict], str]]] = {
     "settles_sooner": _ordering(SETTLING, True, "settles below the threshold sooner than"),
     "settles_no_later": _ordering(SETTLING, False, "settles below the threshold no later than"),
     "fewer_bytes": _fewer_bytes,
+    "sooner_in_time": _ordering(
+        TIME, True, "settles below the threshold in less simulated time than"
+    ),
     "held_back_by_tracking": lambda: (
         held_back_by_tracking,
         "EDM settles sooner than DSGT-HB, and DSGT-HB no sooner than DSGT (momentum gains "

@@ -21,11 +21,13 @@ from decentopt.experiments.summary import Stat
 __all__ = [
     "SETTLING",
     "STEADY",
+    "TIME",
     "UNKNOWN",
     "Measure",
     "bytes_measure",
     "bytes_to_settle",
     "compared",
+    "seconds_to_settle",
 ]
 
 
@@ -125,6 +127,31 @@ def bytes_measure(threshold: float | None, factor: float = 1.0) -> Measure:
         ranked=True,
     )
 
+
+def seconds_to_settle(stat: Stat) -> tuple[float, ...]:
+    """Each run's simulated seconds until it settles (``inf``: never), from the time model's
+    clock at the recorded steps (``sim_time``)."""
+    return tuple(
+        float(np.interp(v, stat.steps, stat.seconds)) if np.isfinite(v) else v for v in stat.settle
+    )
+
+
+def _time_order(a: Stat, b: Stat, comparisons: int) -> int | None:
+    if not a.seconds or not b.seconds:
+        return None  # no time model in the specification
+    exact = a.deterministic and b.deterministic
+    return compare_settling(
+        seconds_to_settle(a), seconds_to_settle(b), comparisons=comparisons, exact=exact
+    )
+
+
+TIME = Measure(
+    _time_order,
+    lambda s: _runs_text(seconds_to_settle(s), ".3g", ".1g") if s.seconds else "no [timing]",
+    ("sooner", "same within noise", "later"),
+    "simulated seconds to settle below the threshold, {alg} per level",
+    ranked=True,
+)
 
 #: What a comparison says when it cannot be made.
 UNKNOWN = "no standard error: one run of a problem with gradient noise"

@@ -68,6 +68,8 @@ class Stat:
     bytes_per_step: float = float("nan")
     steps: tuple[float, ...] = ()
     curves: tuple[tuple[float, ...], ...] = ()
+    #: simulated seconds at each of ``steps`` under the spec's time model (empty without one)
+    seconds: tuple[float, ...] = ()
 
     @property
     def still_decreasing(self) -> bool:
@@ -86,10 +88,13 @@ def summarise(
     )
     zetas: dict[tuple[float, str], list[float]] = defaultdict(list)
     sent: dict[tuple[float, str], tuple[int, float]] = {}  # the last (step, bytes per agent)
+    clocks: dict[tuple[float, str], dict[int, float]] = defaultdict(dict)  # step -> sim_time
     for row in rows:
         key = (float(row[param]), row["algorithm"])
         grouped[key][row["run"]].append((row["step"], row[metric]))
         zetas[key].append(row.get("zeta2", key[0]))  # kinds without zeta2 order by level
+        if "sim_time" in row:
+            clocks[key][row["step"]] = float(row["sim_time"])
         if row["step"] > 0 and row["step"] >= sent.get(key, (0, 0.0))[0]:
             sent[key] = (row["step"], float(row.get("bytes_per_agent", float("nan"))))
     stats = {}
@@ -133,6 +138,7 @@ def summarise(
                 bytes_per_step=per_step,
                 steps=tuple(float(v) for v in steps),
                 curves=tuple(tuple(map(float, c)) for c in values[alive]),
+                seconds=tuple(clocks[key][int(v)] for v in steps) if clocks[key] else (),
             )
         else:
             stat = Stat(
