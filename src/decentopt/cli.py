@@ -156,7 +156,7 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
         choices=list(X_AXES),
         default="iterations",
         help="horizontal axis of the curves: iterations, gossip rounds, bytes sent per agent, "
-        "or modelled time (the spec's [network])",
+        "or modelled time (the spec's [network], or its [timing] time model)",
     )
 
 

@@ -50,6 +50,8 @@ LABELS = {
     "choco_ed": "CHOCO-ED",
     "choco_edm": "CHOCO-EDM",
     "sgp": "SGP",
+    "osgp": "OSGP",
+    "ad_psgd": "AD-PSGD",
     "push_diging": "Push-DIGing",
     "relaysgd": "RelaySGD",
 }
