@@ -131,14 +131,15 @@ def clock(
     one = model.message_seconds(payload)
     if asynchronous:
         return _own_pace(model, n, steps, one)
-    period = getattr(graph, "period", 1) or 1
-    reads = [_reads(graph, t) for t in range(min(period, steps) if steps else 0)]
+    period = getattr(graph, "period", 1)  # None: a schedule that never repeats
+    reads: dict[int, np.ndarray] = {}
     T = np.zeros(n)
     ready = np.zeros((steps, n))
     out = np.zeros(steps + 1)
     for t in range(steps):
         ready[t] = T + c[t]
-        mask = reads[t % len(reads)]
+        key = t % period if period else t
+        mask = reads[key] if key in reads else reads.setdefault(key, _reads(graph, t))
         sending = mask.sum(axis=0) * one  # j's messages of the round, one after the other
         if t >= lag:
             arrive = np.where(mask, (ready[t - lag] + sending)[None, :], 0.0).max(axis=1)

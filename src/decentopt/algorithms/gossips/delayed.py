@@ -185,7 +185,7 @@ class _LateComm:
         mixed = self.comm.mix_many(old)
         out = []
         for k, (z, late, wz) in enumerate(zip(zs, old, mixed, strict=True)):
-            own = diag.to(z.dtype).view((-1,) + (1,) * (z.ndim - 1))
+            own = diag.to(device=z.device, dtype=z.dtype).view((-1,) + (1,) * (z.ndim - 1))
             out.append(wz + own * (z - late))
             for lag in range(self.tau, 1, -1):
                 self.history[_history(k, lag)] = self.history[_history(k, lag - 1)]
