@@ -67,6 +67,26 @@ def test_delayed_dsgd_against_a_per_agent_loop(tau, random_W):
         np.testing.assert_allclose(got[t], x, rtol=1e-12, atol=1e-13)
 
 
+def test_delayed_gossip_over_a_time_varying_graph_uses_each_rounds_weights():
+    """Over W_t the late values are combined with the current round's weights and self-weight."""
+    graph = dopt.topology.random_matchings(6, seed=2)
+    n, d, steps, alpha, tau = graph.n, 2, 8, 0.05, 2
+    oracle = LinearOracle(n, d, steps, seed=3)
+    x0 = np.random.default_rng(4).standard_normal((n, d))
+    alg = make("dsgd", lr=alpha, gossip=f"delayed({tau})")
+    comm = dopt.comm.SimulatedCommunicator(graph)
+    state, x, sent = alg.init(torch.from_numpy(x0)), x0.copy(), []
+    for t in range(steps):
+        state = alg.step(state, oracle.stacked(t, state.x), comm)
+        W = graph.at(t).matrix()
+        z = np.stack([x[i] - alpha * oracle.agent(t, i, x[i]) for i in range(n)])
+        sent.append(z)
+        late = sent[t - tau] if t >= tau else x0
+        x = W @ late + np.diag(W)[:, None] * (z - late)
+        np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-12, atol=1e-13)
+    assert not np.allclose(graph.at(0).matrix(), graph.at(1).matrix())  # W_t did change
+
+
 def in_flight(state, W: np.ndarray, tau: int, slot: int = 0, field: str = "x") -> np.ndarray:
     """``1^T X + sum over the tau messages in flight of c^T Z``, ``c_j = 1 - w_jj``."""
     c = torch.from_numpy(1 - np.diag(W)).view(-1, *[1] * (getattr(state, field).ndim - 1))
