@@ -29,7 +29,7 @@ STEPS = 15
 #: registered algorithms, plus the tracking methods in their packed one-round form, the
 #: compressed methods with each compression operator (bytes on the wire), and rules composed
 #: with gossips no paper pairs them with (two channels in one compressed message, push-sum
-#: of a rule of its own, several rounds per mix)
+#: of a rule of its own, several rounds per mix, messages tau rounds late)
 VARIANTS = {name: (name, {}) for name in dopt.algorithms.names()} | {
     "dsgt/packed": ("dsgt", {"atc": False}),
     "dsgt_hb/packed": ("dsgt_hb", {"atc": False}),
@@ -41,6 +41,9 @@ VARIANTS = {name: (name, {}) for name in dopt.algorithms.names()} | {
     "mt/choco": ("mt", {"gossip": "choco(top_k(0.5), gamma=0.6)"}),
     "qg_dsgdm/push_sum": ("qg_dsgdm", {"gossip": "push_sum"}),
     "edm/multi_round": ("edm", {"gossip": "multi_round(3)"}),
+    "dsgd/delayed": ("dsgd", {"gossip": "delayed(2)"}),
+    "edm/delayed": ("edm", {"gossip": "delayed(1)"}),
+    "dmsgd/delayed_push_sum": ("dmsgd", {"gossip": "delayed(2, push_sum)"}),
 }
 
 
@@ -62,7 +65,7 @@ def home(name: str) -> dopt.topology.Topology:
 def on_schedules(name: str) -> bool:
     """Whether a variant runs over time-varying graphs (relaying needs one fixed tree,
     compressed gossip one fixed W)."""
-    return "static" not in method(name).needs
+    return not {"static", "tree"} & method(name).needs
 
 
 #: directed graphs of the push-sum methods: (problem kind, graph); the random one is
