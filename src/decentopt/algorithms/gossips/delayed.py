@@ -205,13 +205,6 @@ class _LateComm:
     def mix_compressed(self, z: torch.Tensor, compression: Any) -> Any:
         raise ValueError("delayed gossip mixes values; it does not delay compressed messages")
 
-    @property
-    def slots(self) -> int:
-        raise ValueError("delayed gossip mixes; relaying sends its own messages: use exact")
-
-    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        raise ValueError("delayed gossip mixes; relaying sends its own messages: use exact")
-
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         return self.comm.mean(z)
 
