@@ -84,7 +84,7 @@ def test_a_slow_agent_that_moves_on():
 
 def test_the_pace_of_a_method():
     assert pace(make("edm")) == (0, False)
-    assert pace(make("edm", gossip="delayed(2)")) == (2, False)
+    assert pace(make("dmsgd", gossip="delayed(2)")) == (2, False)
     assert pace(make("dmsgd", gossip="delayed(1, push_sum)")) == (1, False)
 
 

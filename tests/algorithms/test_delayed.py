@@ -22,8 +22,13 @@ def random_W() -> np.ndarray:
 
 def test_delayed_gossip_is_offered_to_the_rules_that_send_values():
     takers = {name for name, _ in pairs("delayed")}
-    assert takers >= {"dsgd", "dmsgd", "ed", "edm", "nids", "extra"}
+    assert takers >= {"dsgd", "dmsgd", "qg_dsgdm"}
     assert not takers & {"dsgt", "dsgt_hb", "mt", "relaysgd"}  # trackers, relaying
+    # bias correction on stale values diverges: refused, in one line
+    assert not takers & {"ed", "edm", "nids", "extra", "decentlam"}
+    with pytest.raises(ValueError, match=r"edm cannot take delayed gossip: .*unstable"):
+        make("edm", gossip="delayed(1)")
+    assert make("edm", gossip="delayed(0)").name == "edm+delayed"  # no delay: the rule
 
 
 @pytest.mark.parametrize(("name", "switch"), pairs("delayed"))

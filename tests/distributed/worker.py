@@ -42,7 +42,7 @@ VARIANTS = {name: (name, {}) for name in dopt.algorithms.names()} | {
     "qg_dsgdm/push_sum": ("qg_dsgdm", {"gossip": "push_sum"}),
     "edm/multi_round": ("edm", {"gossip": "multi_round(3)"}),
     "dsgd/delayed": ("dsgd", {"gossip": "delayed(2)"}),
-    "edm/delayed": ("edm", {"gossip": "delayed(1)"}),
+    "qg_dsgdm/delayed": ("qg_dsgdm", {"gossip": "delayed(1)"}),
     "dmsgd/delayed_push_sum": ("dmsgd", {"gossip": "delayed(2, push_sum)"}),
 }
 

@@ -121,7 +121,14 @@ class Delayed(Gossip):
                 f"{rule.name} sends a sum-tracker, whose delayed mix would lose the mass in "
                 "flight (delay only rules that send values)"
             )
-        return self._wrapped.refuses(rule) or Gossip.refuses(self, rule)
+        wrapped = self._wrapped.refuses(rule)
+        if wrapped or self.tau == 0 or not rule.needs_symmetric:
+            return wrapped or Gossip.refuses(self, rule)
+        return (
+            f"{rule.name}'s correction extrapolates from its neighbours' current values; on "
+            "stale ones it is unstable (spectral radius 1.12 on ring(8) at tau = 1: it "
+            "diverges at any step size)"
+        )
 
     def field_names(self, sends: tuple[str, ...]) -> tuple[str, ...]:
         own = self._wrapped.field_names(sends)
