@@ -208,13 +208,25 @@ def test_a_method_that_needs_psd_is_warned_on_a_base_graph():
     prob = dopt.problems.Quadratic.paper(n=7, d=3, p=5, c=1.0, sigma2=0.0, repetitions=1)
     logged = []
     comm = SimulatedCommunicator(base_graph(7))
-    from decentopt.driver import run_loop
+    from decentopt.driver import RunOptions, run_loop
     from decentopt.plan import Plan
 
-    run_loop(dopt.algorithms.make("ed", lr=0.01), prob, comm, Plan(2, (2,)), log=logged.append)
+    run_loop(
+        dopt.algorithms.make("ed", lr=0.01),
+        prob,
+        comm,
+        Plan(2, (2,)),
+        RunOptions(log=logged.append),
+    )
     assert "needs every W positive semi-definite" in logged[0] and "lazy()" in logged[0]
     logged.clear()
-    run_loop(dopt.algorithms.make("dsgd", lr=0.01), prob, comm, Plan(2, (2,)), log=logged.append)
+    run_loop(
+        dopt.algorithms.make("dsgd", lr=0.01),
+        prob,
+        comm,
+        Plan(2, (2,)),
+        RunOptions(log=logged.append),
+    )
     assert not logged
 
 

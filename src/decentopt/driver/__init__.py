@@ -1,7 +1,8 @@
 """The one loop (:func:`run_loop`) and the one result type (:class:`Result`) of every run.
 
 :mod:`.loop` composes the parts: :mod:`.recorder`, :mod:`.guard` (divergence) and
-:mod:`.checkpointer`; :mod:`.result` holds what a run returns.
+:mod:`.checkpointer`; :mod:`.result` holds what a run returns, :mod:`.options` how a run is
+carried out (:class:`RunOptions`, built once where a run starts and passed down whole).
 """
 
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
@@ -13,6 +14,7 @@ from decentopt.driver.loop import (
     intra_op_threads,
     run_loop,
 )
+from decentopt.driver.options import RunOptions
 from decentopt.driver.recorder import Recorder
 from decentopt.driver.result import Record, Result
 
@@ -25,6 +27,7 @@ __all__ = [
     "Record",
     "Recorder",
     "Result",
+    "RunOptions",
     "check_gradient",
     "intra_op_threads",
     "run_loop",
