@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from decentopt.cli import main
-from decentopt.experiments import STUDIES, ConfigError, load_spec, load_study
-from decentopt.experiments.spec import PAPER_PRESETS, PRESET_DIR, tomllib
+from decentopt.experiments import ConfigError, load_spec
+from decentopt.experiments.spec import PAPER_PRESETS, PRESET_DIR, STUDIES, tomllib
+from decentopt.experiments.study import load_study
 from tests.experiments.test_spec import BASE, NEURAL, write
 
 METHODS = load_study("methods").specs

@@ -8,7 +8,9 @@ import pytest
 
 from decentopt.cli import main
 from decentopt.driver import RunOptions
-from decentopt.experiments import load_spec, load_study, run_spec, run_study
+from decentopt.experiments import load_spec, run_spec
+from decentopt.experiments.studies import run_study
+from decentopt.experiments.study import load_study
 from decentopt.experiments.topologies import parse_graph_claims
 from decentopt.results import read_csv
 from tests.experiments.test_spec import BASE, write

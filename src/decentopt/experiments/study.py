@@ -1,6 +1,6 @@
 """The study file: a reproduction target made of several run specifications, as TOML.
 
-A study names its ``kind`` (how its parts are reported, :data:`KINDS`) and its
+A study names its kind (``study``: how its parts are reported, docs/experiments.md) and its
 parts: the specifications it runs (``specs``: preset names, or paths relative
 to the study file), and for a graph study the graphs and numbers of agents each
 part is run over. Its claims sit in the parts' ``[[claims]]`` tables, or, for
@@ -19,15 +19,7 @@ from typing import Any, Literal
 from decentopt._schema import ConfigError, bounded, parse
 from decentopt.experiments.spec import PRESETS, is_study, merge, read_toml
 
-__all__ = ["KINDS", "Study", "load_study"]
-
-#: What each kind of study adds to its parts' reports.
-KINDS = {
-    "tuned": "each method at the best step size of its grid, against gossip rounds",
-    "bytes": "the bytes each method sends, its curves against the bytes sent per agent",
-    "graphs": "every part over every graph and number of agents, and claims across them",
-    "scaling": "Table 1's scaling exponents, fitted per seed (its measurements are built in)",
-}
+__all__ = ["Study", "load_study"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +39,6 @@ class Study:
     quick: dict[str, Any] = field(default_factory=dict)
     name: str = ""
     description: str = ""
-    reproduces: str = ""
     source: str = ""
 
     def spec_path(self, part: str) -> str:

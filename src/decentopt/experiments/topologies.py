@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from decentopt.analysis import ALPHA, compare, settling_step
+from decentopt.analysis import ALPHA, compare
 from decentopt.driver import RunOptions
 from decentopt.experiments.claims import (
     Claim,
@@ -62,28 +59,6 @@ class Case:
     @property
     def name(self) -> str:
         return f"{self.preset.removeprefix('topologies_')}, n = {self.n}"
-
-    def curve(self, graph: str, method: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(steps, mean metric over runs, modelled seconds) of one method on one graph."""
-        metric = self.specs[graph].metric
-        by_step: dict[int, list[float]] = defaultdict(list)
-        time: dict[int, float] = {}
-        for r in self.rows[graph]:
-            if r["algorithm"] == method:
-                by_step[r["step"]].append(r[metric])
-                time[r["step"]] = r["model_time"]
-        steps = np.array(sorted(by_step))
-        return (
-            steps,
-            np.array([np.mean(by_step[s]) for s in steps]),
-            np.array([time[s] for s in steps]),
-        )
-
-    def reach_seconds(self, graph: str, method: str, level: float) -> float | None:
-        """Modelled seconds until the mean error stays below ``level`` (None: never)."""
-        steps, curve, seconds = self.curve(graph, method)
-        step = settling_step(steps, curve, level)
-        return None if step is None else float(np.interp(step, steps, seconds))
 
 
 # ------------------------------------------------------------------- claims
