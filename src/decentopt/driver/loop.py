@@ -86,45 +86,31 @@ def intra_op_threads(threads: int | None, numel: int) -> Iterator[int]:
         torch.set_num_threads(previous)
 
 
-def _warn_psd(algorithm: Algorithm[Any], comm: Communicator, log: Callable[[str], None]) -> None:
-    warning = mixing_warning(comm.topology, algorithm.name, algorithm.needs_psd)
-    if warning is not None:
-        log(warning)
-
-
 class _Loop:
     """The parts of one run around ``algorithm.step``, and the steps between them."""
 
     def __init__(
-        self,
-        algorithm: Algorithm[Any],
-        problem: Problem,
-        comm: Communicator,
-        plan: Plan,
-        options: RunOptions,
-        x: torch.Tensor,
-    ) -> None:
+        self, algorithm: Algorithm[Any], problem: Problem, comm: Communicator, plan: Plan,
+        options: RunOptions, x: torch.Tensor, metrics: Callable,
+    ) -> None:  # fmt: skip
         self.algorithm, self.problem, self.comm, self.plan = algorithm, problem, comm, plan
         self.options, self.recorded = options, set(plan.record)
         # timings on a GPU need the queued kernels finished
         self.sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
         self.generator = torch.Generator().manual_seed(int(options.seed))
+        warning = mixing_warning(comm.topology, algorithm.name, algorithm.needs_psd)
+        if warning is not None:
+            options.log(warning)
         self.guard = DivergenceGuard(x, problem.x_star, comm, options.blowup)
+        self.recorder = Recorder(metrics, comm, plan.period, algorithm.lr_at)
         self.timing = [0.0, 0.0]  # gradient, everything else
-        self.start_step = 0
-        self.saver = None
-        if options.checkpoint_dir is not None:
-            self.saver = Checkpointer(
-                options.checkpoint_dir,
-                comm,
-                period=plan.period,
-                every=options.checkpoint_every,
-                minutes=options.checkpoint_minutes,
-                device=x.device,
-            )
-        self.bar: Any = None
+        self.start_step, self.bar = 0, None
+        self.saver = None if options.checkpoint_dir is None else Checkpointer(
+            options.checkpoint_dir, comm, period=plan.period, every=options.checkpoint_every,
+            minutes=options.checkpoint_minutes, device=x.device,
+        )  # fmt: skip
 
-    def resume(self, state: Any, recorder: Recorder) -> Any:
+    def resume(self, state: Any) -> Any:
         """The state of the newest intact checkpoint (everything else restored with it)."""
         saved = None if self.saver is None else self.saver.restore(like=state)
         if saved is None:
@@ -132,6 +118,7 @@ class _Loop:
         self.problem.load_state_dict(saved["problem"])
         self.generator.set_state(saved["generator"])
         torch.set_rng_state(saved["torch_rng"])
+        recorder = self.recorder
         recorder.records = [Record.from_dict(r) for r in saved["records"]]
         if recorder.records:  # the wall clock goes on from the last record
             recorder.offset = recorder.records[-1].wall_seconds
@@ -143,18 +130,18 @@ class _Loop:
         self.options.log(f"resuming {self.algorithm.name} from step {self.start_step}")
         return type(state)(**saved["state"])
 
-    def save(self, step: int, state: Any, recorder: Recorder) -> None:
+    def save(self, step: int, state: Any) -> None:
         assert self.saver is not None
         payload = {
             "state": dict(state._asdict()),
             "problem": self.problem.state_dict(),
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
-            "records": [r.to_dict() for r in recorder.records],
+            "records": [r.to_dict() for r in self.recorder.records],
             "diverged_at": self.guard.diverged_at.tolist(),
             "timing": list(self.timing),
             "rounds": dict(vars(self.comm.stats)),
-            "losses": recorder.losses,  # a checkpoint may fall inside an epoch
+            "losses": self.recorder.losses,  # a checkpoint may fall inside an epoch
             "step": step,
         }
         self.saver.save(step, payload)
@@ -164,14 +151,11 @@ class _Loop:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(
-                total=self.plan.iterations,
-                initial=self.start_step,
-                desc=self.algorithm.name,
-                leave=False,
-                disable=None,
-            )
+                total=self.plan.iterations, initial=self.start_step, desc=self.algorithm.name,
+                leave=False, disable=None,
+            )  # fmt: skip
 
-    def step(self, t: int, state: Any, gradient: Callable, recorder: Recorder) -> Any:
+    def step(self, t: int, state: Any, gradient: Callable) -> Any:
         """Step ``t`` -> ``t + 1``: the gradient, the method's step, their timings."""
         t0 = time.perf_counter()
         grad, loss = gradient(state.x, self.generator)
@@ -180,23 +164,23 @@ class _Loop:
         self.sync()
         t1 = time.perf_counter()
         state = self.algorithm.step(state, grad, self.comm)
-        recorder.add_loss(loss)
+        self.recorder.add_loss(loss)
         self.sync()
         self.timing[0] += t1 - t0
         self.timing[1] += time.perf_counter() - t1
         return state
 
-    def after(self, step: int, state: Any, recorder: Recorder) -> tuple[Any, bool]:
+    def after(self, step: int, state: Any) -> tuple[Any, bool]:
         """Record, guard, checkpoint and report after ``step``; whether to stop."""
         period = self.plan.period
         if step in self.recorded:
             state = self.guard.check(state, step)
-            recorder.note(step, state.x, self.timing, self.guard.blank)
+            self.recorder.note(step, state.x, self.timing, self.guard.blank)
         elif step % CHECK_EVERY == 0 or (period and step % period == 0):
             state = self.guard.check(state, step)
-        recorder.end_of_step(step)
+        self.recorder.end_of_step(step)
         if self.saver is not None and self.saver.due(step):
-            self.save(step, state, recorder)
+            self.save(step, state)
         if self.bar is not None:
             self.bar.update(1)
         elif callable(self.options.progress):
@@ -207,30 +191,27 @@ class _Loop:
         stop = self.options.stop_after
         return state, stop is not None and step >= stop
 
-    def steps(self, state: Any, gradient: Callable, recorder: Recorder) -> tuple[Any, int]:
+    def steps(self, state: Any, gradient: Callable) -> tuple[Any, int]:
         """Every step from the start (or the resumed step) on; the state and the last step."""
         if self.start_step == 0 and 0 in self.recorded:
             state = self.guard.check(state, 0)
-            recorder.note(0, state.x, self.timing, self.guard.blank)
+            self.recorder.note(0, state.x, self.timing, self.guard.blank)
         last = self.start_step
         for t in range(self.start_step, self.plan.iterations):
             last = t + 1
-            state = self.step(t, state, gradient, recorder)
-            state, stop = self.after(t + 1, state, recorder)
+            state, stop = self.after(t + 1, self.step(t, state, gradient))
             if stop:
                 break
         return state, last
 
-    def finish(
-        self, state: Any, recorder: Recorder, wall: float, labels: list[dict[str, Any]] | None
-    ) -> Result:
+    def finish(self, state: Any, wall: float, labels: list[dict[str, Any]] | None) -> Result:
         if self.bar is not None:
             self.bar.close()
         if self.guard.alive == 0:  # records after an early stop are NaN
-            recorder.pad(sorted(self.plan.record), self.timing)
+            self.recorder.pad(sorted(self.plan.record), self.timing)
         return Result(
             algorithm=self.algorithm.name,
-            records=recorder.records,
+            records=self.recorder.records,
             diverged_at=self.guard.diverged_at,
             final_state=state,
             comm=self.comm.stats,
@@ -273,19 +254,17 @@ def run_loop(
     """
     options = options or RunOptions()
     gradient = gradient or problem.gradient_and_loss
-    metrics = metrics or (lambda z: problem.metrics(z, comm))
     x = problem.initial_point() if x0 is None else x0
     if x.device.type == "cpu" and x.numel() * x.element_size() >= LARGE_STATE_BYTES:
         keep_freed_memory()
     check_network(algorithm, comm.topology)
     state = algorithm.init(x)
-    loop = _Loop(algorithm, problem, comm, plan, options, x)
-    _warn_psd(algorithm, comm, options.log)
-    recorder = Recorder(metrics, comm, plan.period, algorithm.lr_at)
-    state = loop.resume(state, recorder)
+    metrics = metrics or (lambda z: problem.metrics(z, comm))
+    loop = _Loop(algorithm, problem, comm, plan, options, x, metrics)
+    state = loop.resume(state)
     loop.open_bar()
     with intra_op_threads(options.threads, x.numel()):
         wall = time.perf_counter()
-        state, last = loop.steps(state, gradient, recorder)
+        state, last = loop.steps(state, gradient)
         wall = time.perf_counter() - wall
-    return loop.finish(loop.guard.check(state, last), recorder, wall, labels)
+    return loop.finish(loop.guard.check(state, last), wall, labels)
