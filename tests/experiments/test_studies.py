@@ -24,6 +24,19 @@ def test_the_built_in_studies_are_study_files_whose_parts_load():
         load_spec("methods")
 
 
+def test_a_study_file_with_a_missing_part_or_a_bad_graph_is_refused_in_one_line(tmp_path):
+    text = (PRESET_DIR / "topologies.toml").read_text()
+    missing = write(tmp_path, text.replace('"topologies_logistic"', '"mine.toml"'), "a.toml")
+    with pytest.raises(ConfigError, match=r"no specification 'mine.toml' beside the study"):
+        load_study(missing)
+    bad = write(tmp_path, text.replace('torus = {name = "torus"}', 'torus = "torus"'), "b.toml")
+    with pytest.raises(ConfigError, match=r"\[graphs\] torus: give a \[topology\] table"):
+        load_study(bad)
+    wrong = write(tmp_path, text.replace('study = "graphs"', 'study = "graph"'), "c.toml")
+    with pytest.raises(ConfigError, match="did you mean 'graphs'"):
+        load_study(wrong)
+
+
 @pytest.mark.parametrize("target", [*STUDIES, *PAPER_PRESETS])
 def test_every_target_refuses_an_unknown_only_label_in_one_line_before_running(
     target, tmp_path, capsys

@@ -68,4 +68,9 @@ def load_study(path_or_name: str | Path, *, quick: bool = False) -> Study:
             )
     if study.study == "graphs" and not (study.graphs and study.agents):
         raise ConfigError(f"{source}: a graphs study needs agents = [...] and a [graphs] table")
+    for label, table in study.graphs.items():
+        if not isinstance(table, dict) or not isinstance(table.get("name"), str):
+            raise ConfigError(
+                f'{source} [graphs] {label}: give a [topology] table, e.g. {{name = "ring"}}'
+            )
     return study
