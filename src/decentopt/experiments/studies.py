@@ -22,9 +22,9 @@ from decentopt.experiments.claims import bytes_to_settle, check_claims, claims_m
 from decentopt.experiments.reports import markdown_table, write_report
 from decentopt.experiments.runner import Sweep
 from decentopt.experiments.scaling import run_scaling, scaling_markdown, scaling_table
-from decentopt.experiments.spec import ConfigError, RunSpec, load_spec
+from decentopt.experiments.spec import ConfigError, RunSpec
 from decentopt.experiments.store import ResultStore
-from decentopt.experiments.study import Study
+from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import levels_by_zeta, summarise
 from decentopt.experiments.topologies import parse_graph_claims, run_graphs
 from decentopt.plotting import LABELS, plot_curves, plot_scaling
@@ -165,16 +165,16 @@ Extra = Callable[[RunSpec, list[dict[str, Any]], Path, bool], tuple[str, str, li
 
 
 def _run_parts(
-    study: Study, specs: list[RunSpec], out: Path, options: RunOptions, how: dict[str, Any]
+    study: Study, specs: list[RunSpec], out: Path, options: RunOptions, how: Request
 ) -> list[Path]:
     """Each part into its own folder of ``out``, reported with its claims and the study's
     table; ``out/summary.md`` gathers them."""
     extra: Extra = {"tuned": _tuned, "bytes": _bytes}[study.study]
     sections, files = [f"# {study.title}", ""], []
     for spec in specs:
-        folder, modified = out / spec.name, how["quick"] or bool(how["sets"])
+        folder, modified = out / spec.name, how.quick or bool(how.sets)
         outcome = Sweep(spec, folder, options).run()
-        claims = claims_text(spec) if how["check"] and spec.claims else None
+        claims = claims_text(spec) if how.check and spec.claims else None
         files += write_report(
             spec, outcome.rows, folder, modified=modified, claims=claims, say=options.log,
             x=study.x,
@@ -188,11 +188,10 @@ def _run_parts(
     return [out / "summary.md", *files]
 
 
-def _parts(study: Study, how: dict[str, Any]) -> list[RunSpec]:
+def _parts(study: Study, how: Request) -> list[RunSpec]:
     """Every part, loaded and checked before anything runs. ``--only``: each label must
     name a variant of some part, and a part runs the ones it has."""
-    quick, sets, only = how["quick"], how["sets"], how["only"]
-    specs = [load_spec(study.spec_path(p), quick=quick, overrides=sets) for p in study.specs]
+    specs, only = [how.load(study.spec_path(p)) for p in study.specs], how.only
     if only is None:
         return specs
     known = list(dict.fromkeys(label for spec in specs for label in spec.algorithms))
@@ -217,7 +216,7 @@ def run_study(
 ) -> list[Path]:
     """Run (or resume) ``study`` into ``out``; ``sets``: ``--set`` overrides of every part;
     ``only``: the variant labels to run (an unknown one is refused before anything runs)."""
-    how = {"quick": quick, "sets": list(sets or []), "only": only, "check": check}
+    how = Request(quick, tuple(sets or ()), None if only is None else tuple(only), check)
     if study.study == "scaling":
         if only is not None:
             raise ConfigError(
@@ -228,5 +227,5 @@ def run_study(
     specs = _parts(study, how)
     if study.study == "graphs":
         parse_graph_claims(study.claims, study.source)  # a bad claim is refused before runs
-        return run_graphs(study, out, options, **how)
+        return run_graphs(study, out, options, how)
     return _run_parts(study, specs, out, options, how)

@@ -17,9 +17,24 @@ from pathlib import Path
 from typing import Any, Literal
 
 from decentopt._schema import ConfigError, bounded, parse
-from decentopt.experiments.spec import PRESETS, is_study, merge, read_toml
+from decentopt.experiments.spec import PRESETS, RunSpec, is_study, load_spec, merge, read_toml
 
-__all__ = ["Study", "load_study"]
+__all__ = ["Request", "Study", "load_study"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What of a study runs: ``--quick``, ``--set`` overrides of every part, ``--only``
+    labels (``None``: all) and ``--check``."""
+
+    quick: bool = False
+    sets: tuple[str, ...] = ()
+    only: tuple[str, ...] | None = None
+    check: bool = False
+
+    def load(self, path: str, sets: list[str] | None = None) -> RunSpec:
+        """A part with the request's ``--quick`` and ``--set`` (after ``sets``)."""
+        return load_spec(path, quick=self.quick, overrides=[*(sets or []), *self.sets])
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,8 +33,8 @@ from decentopt.experiments.claims import (
 )
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.runner import Sweep
-from decentopt.experiments.spec import ConfigError, RunSpec, load_spec
-from decentopt.experiments.study import Study
+from decentopt.experiments.spec import ConfigError, RunSpec
+from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import Stat, summarise
 from decentopt.plotting import LABELS, plot_curves
 from decentopt.results import write_csv_atomic, write_text_atomic
@@ -208,16 +208,18 @@ def _graph_table(case: Case) -> str:
     return markdown_table(header, [[str(c) for c in row] for row in body])
 
 
-def _run_case(study: Study, part: str, n: int, out: Path, how: dict[str, Any]) -> Case:
+def _run_case(
+    study: Study, part: str, n: int, out: Path, options: RunOptions, how: Request
+) -> Case:
     """One part at ``n`` agents over every graph of the study."""
     case = Case("", n, {}, {}, {})
     for graph, table in study.graphs.items():
         sets = [f"agents={n}"] + [f"topology.{k}={json.dumps(v)}" for k, v in table.items()]
-        spec = load_spec(study.spec_path(part), quick=how["quick"], overrides=sets + how["sets"])
-        if how["only"] is not None:  # the labels of this part (all checked before)
-            spec = spec.select([x for x in how["only"] if x in spec.algorithms])
+        spec = how.load(study.spec_path(part), sets)
+        if how.only is not None:  # the labels of this part (all checked before)
+            spec = spec.select([x for x in how.only if x in spec.algorithms])
         case.preset = spec.name
-        outcome = Sweep(spec, out / spec.name / f"n{n}" / graph, how["options"]).run()
+        outcome = Sweep(spec, out / spec.name / f"n{n}" / graph, options).run()
         stats = summarise(outcome.rows, spec)
         case.specs[graph], case.rows[graph] = spec, outcome.rows
         case.stats[graph] = {label: s for (_, label), s in stats.items()}
@@ -278,12 +280,11 @@ def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:
     ]
 
 
-def run_graphs(study: Study, out: Path, options: RunOptions, **how: Any) -> list[Path]:
-    """Run (or resume) a graph study into ``out``; ``how``: ``quick``, ``sets`` (``--set``),
-    ``only`` (labels) and ``check``."""
+def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
+    """Run (or resume) a graph study into ``out``, as ``how`` asks."""
     claims = parse_graph_claims(study.claims, study.source)
-    how |= {"options": options}
-    cases = [_run_case(study, part, n, out, how) for part in study.specs for n in study.agents]
+    parts = [(part, n) for part in study.specs for n in study.agents]
+    cases = [_run_case(study, part, n, out, options, how) for part, n in parts]
     everything = [
         r | {"problem": c.preset, "agents": c.n, "graph": g}
         for c in cases
@@ -297,7 +298,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, **how: Any) -> list
     for case in cases:
         sections += _case_section(case)
     files += _figures(study, cases, everything, out)
-    if how["check"]:
+    if how.check:
         sections += _claims_section(claims, cases)
     text = "\n".join(sections)
     options.log(text)
