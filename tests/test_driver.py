@@ -216,7 +216,7 @@ def test_growth_without_overflow_counts_as_diverged():
 
     comm = SimulatedCommunicator(dopt.topology.ring(3))
     alg = dopt.algorithms.make("dsgd", lr=0.1)
-    run = run_loop(alg, Growing(), comm, Plan(300, (0, 300)), log=quiet, blowup=1e30)
+    run = run_loop(alg, Growing(), comm, Plan(300, (0, 300)), QUIET.but(blowup=1e30))
     assert run.diverged.all()
     # the squared norm grows 1.21 times a step from a scale of 1 + 2 = 3: past 1e6 * 3
     # after 78 steps (checked every CHECK_EVERY steps)
@@ -235,7 +235,7 @@ def test_a_checkpoint_of_another_number_of_agents_is_left_and_the_run_starts_afr
     grad = lambda x, g: (prob.gradient(x, g), None)  # noqa: E731
     comm = SimulatedCommunicator(dopt.topology.ring(8))
     plan = Plan(60, tuple(range(0, 61, 10)), period=10)
-    run_loop(alg, prob, comm, plan, seed=3, log=quiet, gradient=grad, checkpoint_dir=other)
+    run_loop(alg, prob, comm, plan, QUIET.but(seed=3, checkpoint_dir=other), gradient=grad)
     shutil.copytree(other, tmp_path / "six")  # into a unit of six agents
     full = noisy_quadratic_run()
     with pytest.warns(RuntimeWarning, match=r"six: the checkpoint of step 60 is of another run"):

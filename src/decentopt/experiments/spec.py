@@ -46,33 +46,19 @@ from decentopt.perf import MEMORY_MARGIN, available_memory, gib
 from decentopt.plotting import display_name
 from decentopt.topology.footprint import build_bytes
 
-__all__ = [
-    "PAPER_PRESETS",
-    "PRESETS",
-    "STUDIES",
-    "ConfigError",
-    "RunSpec",
-    "Seeds",
-    "Variant",
-    "is_study",
-    "load_spec",
-]
+__all__ = ["PAPER_PRESETS", "PRESETS", "ConfigError", "RunSpec", "Seeds", "Variant", "load_spec"]
 
 PRESET_DIR = Path(__file__).with_name("presets")
 _BUILT_IN = {p.stem: tomllib.loads(p.read_text()) for p in PRESET_DIR.glob("*.toml")}
 
 
 def is_study(raw: dict[str, Any]) -> bool:
-    """Whether a TOML file's contents are a study (:mod:`.study`): it names a ``study`` kind."""
-    return "study" in raw
+    return "study" in raw  # a study file (:mod:`.study`) names its kind
 
 
-#: The built-in run specifications.
 PRESETS = sorted(k for k, raw in _BUILT_IN.items() if not is_study(raw))
-#: The built-in studies (:mod:`.study`).
-STUDIES = sorted(k for k, raw in _BUILT_IN.items() if is_study(raw))
-#: Presets that reproduce a result of the paper (they name it in ``reproduces``).
-PAPER_PRESETS = [p for p in PRESETS if "reproduces" in _BUILT_IN[p]]
+STUDIES = sorted(k for k, raw in _BUILT_IN.items() if is_study(raw))  # :mod:`.study`
+PAPER_PRESETS = [p for p in PRESETS if "reproduces" in _BUILT_IN[p]]  # the paper's results
 #: Fields that change how results are shown, not what they are: outside the fingerprint.
 PRESENTATION = frozenset(
     "claims name description reproduces source metric also_report threshold timeout threads "
