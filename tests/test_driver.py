@@ -9,7 +9,7 @@ import torch
 
 import decentopt as dopt
 from decentopt.comm.simulated import SimulatedCommunicator
-from decentopt.driver import run_loop
+from decentopt.driver import RunOptions, run_loop
 from decentopt.plan import Plan
 
 
@@ -42,12 +42,15 @@ def quiet(_: str) -> None:
     pass
 
 
+QUIET = RunOptions(log=quiet)
+
+
 def test_train_loss_is_the_sum_over_agents_of_each_epochs_mean_loss():
     problem = CountingLosses()
     comm = SimulatedCommunicator(dopt.topology.ring(3))
     alg = dopt.algorithms.make("dsgd", lr=0.1)
     plan = Plan(8, (4, 8), period=4)
-    run = run_loop(alg, problem, comm, plan, labels=[{"run": 0}], log=quiet)
+    run = run_loop(alg, problem, comm, plan, RunOptions(log=quiet), labels=[{"run": 0}])
     # epoch 1 sees losses 1..4 (mean 2.5), epoch 2 losses 5..8 (mean 6.5); 3 agents
     assert [r.metrics["train_loss"][0] for r in run.records] == [7.5, 19.5]
     rows = run.rows
@@ -61,7 +64,7 @@ def noisy_quadratic_run(**kw: Any) -> Any:
     alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
     plan = Plan(60, tuple(range(0, 61, 10)), period=10)
     grad = lambda x, g: (prob.gradient(x, g), None)  # noqa: E731
-    return run_loop(alg, prob, comm, plan, seed=3, log=quiet, gradient=grad, **kw)
+    return run_loop(alg, prob, comm, plan, RunOptions(seed=3, log=quiet, **kw), gradient=grad)
 
 
 def test_a_checkpointed_run_resumes_to_the_uninterrupted_result(tmp_path):
@@ -87,7 +90,7 @@ def test_one_column_diverging_leaves_the_others_running():
     comm = SimulatedCommunicator(dopt.topology.ring(4))
     gradient = lambda x, g: (prob.gradient(x, g), None)  # noqa: E731
     plan = Plan(2000, (0, 1000, 2000))
-    run = run_loop(alg, prob, comm, plan, log=quiet, gradient=gradient, metrics=prob.metrics)
+    run = run_loop(alg, prob, comm, plan, QUIET, gradient=gradient, metrics=prob.metrics)
     assert run.diverged.tolist() == [False, True, False] and 0 < run.diverged_at[1] <= 100
     errors = np.array([r.metrics["dist_to_opt"] for r in run.records])  # (records, columns)
     assert np.isnan(errors[1:, 1]).all() and np.isfinite(errors[:, [0, 2]]).all()
@@ -141,7 +144,7 @@ def test_a_column_far_above_the_others_counts_as_diverged():
     """A slow drift below the absolute bound (1e10) is still stopped, not averaged in."""
     comm = SimulatedCommunicator(dopt.topology.ring(3))
     alg = dopt.algorithms.make("dsgd", lr=0.1)
-    run = run_loop(alg, Drifting(), comm, Plan(400, (0, 400)), log=quiet)
+    run = run_loop(alg, Drifting(), comm, Plan(400, (0, 400)), QUIET)
     assert run.diverged.tolist() == [False, False, True, False]
     last = run.records[-1].metrics["norm"]
     assert np.isnan(last[2]) and np.allclose(last[[0, 1, 3]], 2.0)
@@ -153,20 +156,17 @@ def test_checkpoints_inside_an_epoch_resume_the_epochs_loss_exactly(tmp_path):
     comm = lambda: SimulatedCommunicator(dopt.topology.ring(3))  # noqa: E731
     alg = dopt.algorithms.make("dsgd", lr=0.1)
     plan = Plan(8, (4, 8), period=4)
-    full = run_loop(alg, CountingLosses(), comm(), plan, log=quiet)
+    full = run_loop(alg, CountingLosses(), comm(), plan, QUIET)
     run_loop(
         alg,
         CountingLosses(),
         comm(),
         plan,
-        log=quiet,
-        checkpoint_dir=tmp_path,
-        checkpoint_every=3,
-        stop_after=7,
+        QUIET.but(checkpoint_dir=tmp_path, checkpoint_every=3, stop_after=7),
     )
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000003", "step-00000006"]
     resumed = run_loop(
-        alg, CountingLosses(), comm(), plan, log=quiet, checkpoint_dir=tmp_path, checkpoint_every=3
+        alg, CountingLosses(), comm(), plan, QUIET.but(checkpoint_dir=tmp_path, checkpoint_every=3)
     )
     assert resumed.resumed_from == 6
     assert [r.metrics["train_loss"][0] for r in resumed.records] == [7.5, 19.5]
@@ -216,7 +216,7 @@ def test_growth_without_overflow_counts_as_diverged():
 
     comm = SimulatedCommunicator(dopt.topology.ring(3))
     alg = dopt.algorithms.make("dsgd", lr=0.1)
-    run = run_loop(alg, Growing(), comm, Plan(300, (0, 300)), log=quiet, blowup=1e30)
+    run = run_loop(alg, Growing(), comm, Plan(300, (0, 300)), QUIET.but(blowup=1e30))
     assert run.diverged.all()
     # the squared norm grows 1.21 times a step from a scale of 1 + 2 = 3: past 1e6 * 3
     # after 78 steps (checked every CHECK_EVERY steps)
@@ -235,7 +235,7 @@ def test_a_checkpoint_of_another_number_of_agents_is_left_and_the_run_starts_afr
     grad = lambda x, g: (prob.gradient(x, g), None)  # noqa: E731
     comm = SimulatedCommunicator(dopt.topology.ring(8))
     plan = Plan(60, tuple(range(0, 61, 10)), period=10)
-    run_loop(alg, prob, comm, plan, seed=3, log=quiet, gradient=grad, checkpoint_dir=other)
+    run_loop(alg, prob, comm, plan, QUIET.but(seed=3, checkpoint_dir=other), gradient=grad)
     shutil.copytree(other, tmp_path / "six")  # into a unit of six agents
     full = noisy_quadratic_run()
     with pytest.warns(RuntimeWarning, match=r"six: the checkpoint of step 60 is of another run"):

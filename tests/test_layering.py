@@ -163,3 +163,15 @@ def test_importing_the_algorithms_loads_no_native_code():
 def test_no_module_is_over_four_hundred_lines():
     long = {m: n for m, p in _modules().items() if (n := len(p.read_text().splitlines())) > 400}
     assert not long, long
+
+
+def test_no_function_of_the_driver_or_the_experiments_is_over_sixty_lines():
+    long = []
+    for module, path in _modules().items():
+        if module.split(".")[1:2] not in (["driver"], ["experiments"]):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if node.end_lineno - node.lineno + 1 > 60:  # type: ignore[operator]
+                    long.append(f"{module}.{node.name}")
+    assert not long, f"split these into parts: {long}"

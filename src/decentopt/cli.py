@@ -20,11 +20,12 @@ from decentopt import __version__, catalog, plugins, theory, topology
 from decentopt.comm.distributed import PeerFailure
 from decentopt.distributed.launch import launch
 from decentopt.distributed.runtime import StartupError
-from decentopt.experiments import ConfigError, RunSpec, load_spec, run_spec, write_report
-from decentopt.experiments.claims import check_claims, claims_markdown
-from decentopt.experiments.spec import PAPER_PRESETS
-from decentopt.experiments.studies import run_compression, run_methods, run_table1
-from decentopt.experiments.topologies import run_topologies
+from decentopt.driver import RunOptions
+from decentopt.experiments import ConfigError, load_spec, write_report
+from decentopt.experiments.runner import Sweep, say_line
+from decentopt.experiments.spec import PAPER_PRESETS, STUDIES, is_study, read_toml
+from decentopt.experiments.studies import claims_text, run_study
+from decentopt.experiments.study import load_study
 from decentopt.results import FolderBusy
 
 __all__ = ["COMMANDS", "main"]
@@ -135,7 +136,9 @@ def _run_launch(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------ reproduce / run
 def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> None:
     if choices is None:
-        p.add_argument("source", metavar="CONFIG", help="a TOML file (see docs/experiments.md)")
+        p.add_argument(
+            "source", metavar="CONFIG", help="a TOML specification or study (docs/experiments.md)"
+        )
     elif choices:
         p.add_argument("source", metavar="TARGET", choices=choices, help=", ".join(choices))
     p.add_argument("--quick", action="store_true", help="apply the config's [quick] overrides")
@@ -169,78 +172,46 @@ X_AXES = {
 }
 
 
-def _study(args: argparse.Namespace) -> int:
-    name = args.source
-    out = args.out or Path("results") / (name + ("-quick" if args.quick else ""))
-    if name == "table1":
-        files = run_table1(out, quick=args.quick, force=args.force)
-    elif name == "topologies":
-        files = run_topologies(
-            out,
-            quick=args.quick,
-            check=args.check,
-            overrides=args.overrides,
-            force=args.force,
-            progress=not args.no_progress,
-            jobs=args.jobs,
-        )
-    else:
-        claims = (lambda spec: _claims(spec) if spec.claims else None) if args.check else None
-        files = PRESET_STUDIES[name](
-            out,
-            quick=args.quick,
-            claims=claims or (lambda _: None),
-            overrides=args.overrides,
-            force=args.force,
-            progress=not args.no_progress,
-            jobs=args.jobs,
-        )
+def _options(args: argparse.Namespace) -> RunOptions:
+    """How the runs of this command are carried out: built once, passed down whole."""
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
+    return RunOptions(progress=not args.no_progress, jobs=args.jobs, force=args.force, log=say_line)
+
+
+def _only(args: argparse.Namespace) -> list[str] | None:
+    return None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
+
+
+def _run_study(args: argparse.Namespace, options: RunOptions) -> int:
+    study = load_study(args.source, quick=args.quick)
+    out = args.out or Path("results") / (study.name + ("-quick" if args.quick else ""))
+    files = run_study(
+        study, out, options, quick=args.quick, sets=args.overrides, only=_only(args),
+        check=args.check,
+    )  # fmt: skip
     print("wrote " + ", ".join(map(str, files)))
     return 0
 
 
-#: Studies made of presets, each run and reported in its own folder.
-PRESET_STUDIES = {"methods": run_methods, "compression": run_compression}
-#: Reproduction targets that are studies rather than run specifications.
-STUDIES: dict[str, Callable[[argparse.Namespace], int]] = {
-    "table1": _study,
-    "methods": _study,
-    "topologies": _study,
-    "compression": _study,
-}
-
-
-def _claims(spec: RunSpec) -> Callable[[dict], str]:
-    def render(stats: dict) -> str:
-        verdicts = check_claims(spec.claims, stats)
-        counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
-        return claims_markdown(verdicts) + (
-            f"\n{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
-            f"{counts[2]} inconclusive\n"
-        )
-
-    return render
-
-
 def _run_command(args: argparse.Namespace) -> int:
-    if args.source in STUDIES:
-        return STUDIES[args.source](args)
+    options = _options(args)
+    if is_study(read_toml(args.source)[0]):
+        return _run_study(args, options)
     spec = load_spec(args.source, quick=args.quick, overrides=args.overrides)
-    if args.only:
-        spec = spec.select([s.strip() for s in args.only.split(",") if s.strip()])
+    if args.only is not None:
+        spec = spec.select(_only(args) or [])
     if args.check and not spec.claims:
         raise ValueError(
             f"--check: {spec.name} states no claims; omit --check, or add [[claims]] tables "
             "(docs/experiments.md)"
         )
     out = args.out or Path("results") / (spec.name + ("-quick" if args.quick else ""))
-    if args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
-    outcome = run_spec(spec, out, force=args.force, progress=not args.no_progress, jobs=args.jobs)
+    outcome = Sweep(spec, out, options).run()
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
     modified = args.quick or bool(args.overrides)
-    claims = _claims(spec) if args.check else None
+    claims = claims_text(spec) if args.check else None
     files = write_report(
         spec, outcome.rows, out, modified=modified, claims=claims, x=X_AXES[args.x]
     )
@@ -318,7 +289,7 @@ COMMANDS: dict[
         _run_command,
     ),
     "run": (
-        "run the experiment described by a TOML specification file",
+        "run the experiment described by a TOML specification or study file",
         lambda p: _configure_run(p, choices=None),
         _run_command,
     ),

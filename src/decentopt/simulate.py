@@ -18,7 +18,7 @@ import torch
 from decentopt._checks import as_count
 from decentopt.algorithms.base import Algorithm
 from decentopt.comm.simulated import SimulatedCommunicator
-from decentopt.driver import Result, TimeModel, check_gradient, run_loop, timed
+from decentopt.driver import Result, RunOptions, TimeModel, check_gradient, run_loop, timed
 from decentopt.plan import TAIL_POINTS, Plan, record_steps
 from decentopt.problems.base import StackedProblem
 from decentopt.topology import Network
@@ -110,13 +110,10 @@ def simulate(
         problem,
         comm,
         Plan(iterations, tuple(steps.tolist())),
+        RunOptions(seed=seed, threads=threads, progress=progress, blowup=blowup),
         gradient=lambda x, generator: (problem.gradient(x, generator), None),
         metrics=problem.metrics,
-        seed=seed,
         x0=_broadcast_x0(x0, problem),
-        blowup=blowup,
-        threads=threads,
-        progress=progress,
         labels=[{"run": r} for r in range(problem.repetitions)],
     )
     return result if timing is None else timed(result, timing, topology, algorithm)

@@ -20,7 +20,7 @@ from typing import Any
 from decentopt.algorithms.base import Algorithm
 from decentopt.comm.base import Communicator
 from decentopt.comm.simulated import SimulatedCommunicator
-from decentopt.driver import Result, run_loop
+from decentopt.driver import Result, RunOptions, run_loop
 from decentopt.plan import Plan
 from decentopt.problems.neural import NeuralProblem
 from decentopt.schedules import epoch_schedule
@@ -69,11 +69,13 @@ def train(
         problem,
         network,
         Plan(epochs * spe, tuple(sorted(e * spe for e in evals)), spe),
-        seed=seed,
-        checkpoint_dir=checkpoint_dir,
-        stop_after=None if stop_after_epoch is None else stop_after_epoch * spe,
-        threads=threads,
-        progress=progress,
+        RunOptions(
+            seed=seed,
+            threads=threads,
+            progress=progress,
+            log=log,
+            stop_after=None if stop_after_epoch is None else stop_after_epoch * spe,
+            checkpoint_dir=checkpoint_dir,
+        ),
         labels=[dict(labels or {})],
-        log=log,
     )

@@ -16,7 +16,7 @@ from decentopt.cli import main
 from decentopt.comm import SimulatedCommunicator
 from decentopt.distributed import checkpoint
 from decentopt.distributed.checkpoint import load_latest, save_checkpoint
-from decentopt.driver import run_loop
+from decentopt.driver import RunOptions, run_loop
 from decentopt.plan import Plan
 
 
@@ -65,7 +65,7 @@ def test_a_run_resumes_from_plain_data_only(tmp_path):
     def run(**kw):
         comm = SimulatedCommunicator(dopt.topology.ring(4))
         grad = lambda x, g: (prob.gradient(x, g), None)  # noqa: E731
-        return run_loop(alg, prob, comm, plan, gradient=grad, log=lambda _: None, **kw)
+        return run_loop(alg, prob, comm, plan, RunOptions(log=lambda _: None, **kw), gradient=grad)
 
     full = run()
     run(checkpoint_dir=tmp_path, stop_after=10)

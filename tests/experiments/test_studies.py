@@ -4,12 +4,57 @@ import pytest
 import torch
 
 from decentopt.cli import main
-from decentopt.experiments import load_spec, studies
-from decentopt.experiments.spec import PRESET_DIR, tomllib
+from decentopt.experiments import ConfigError, load_spec
+from decentopt.experiments.spec import PAPER_PRESETS, PRESET_DIR, STUDIES, tomllib
+from decentopt.experiments.study import load_study
 from tests.experiments.test_spec import BASE, NEURAL, write
 
+METHODS = load_study("methods").specs
+COMPRESSION = load_study("compression").specs
 
-@pytest.mark.parametrize("name", studies.METHODS)
+
+def test_the_built_in_studies_are_study_files_whose_parts_load():
+    assert set(STUDIES) == {"methods", "compression", "topologies", "table1"}
+    for name in STUDIES:
+        study = load_study(name, quick=True)
+        for part in study.specs:
+            assert load_spec(study.spec_path(part), quick=True).algorithms
+    assert load_study("table1", quick=True).seeds == 3 and load_study("table1").seeds == 5
+    with pytest.raises(ConfigError, match="a study, not a run specification"):
+        load_spec("methods")
+
+
+def test_a_study_file_with_a_missing_part_or_a_bad_graph_is_refused_in_one_line(tmp_path):
+    text = (PRESET_DIR / "topologies.toml").read_text()
+    missing = write(tmp_path, text.replace('"topologies_logistic"', '"mine.toml"'), "a.toml")
+    with pytest.raises(ConfigError, match=r"no specification 'mine.toml' beside the study"):
+        load_study(missing)
+    bad = write(tmp_path, text.replace('torus = {name = "torus"}', 'torus = "torus"'), "b.toml")
+    with pytest.raises(ConfigError, match=r"\[graphs\] torus: give a \[topology\] table"):
+        load_study(bad)
+    wrong = write(tmp_path, text.replace('study = "graphs"', 'study = "graph"'), "c.toml")
+    with pytest.raises(ConfigError, match="did you mean 'graphs'"):
+        load_study(wrong)
+
+
+@pytest.mark.parametrize("target", [*STUDIES, *PAPER_PRESETS])
+def test_every_target_refuses_an_unknown_only_label_in_one_line_before_running(
+    target, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    assert main(["reproduce", target, "--only", "nosuch", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--only" in err and not out.exists()
+    if target != "table1":  # the scaling study has no labels at all, and says so
+        assert "'nosuch'" in err and "choose one of: " in err
+
+
+def test_a_study_refuses_jobs_below_one(tmp_path, capsys):
+    assert main(["reproduce", "compression", "--jobs", "0", "--out", str(tmp_path / "o")]) == 2
+    assert "--jobs must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", METHODS)
 def test_methods_presets_compare_the_same_grid_and_name_real_variants(name):
     spec = load_spec(name, quick=True)
     methods = {v.method for v in spec.algorithms.values()}
@@ -25,7 +70,7 @@ def test_methods_presets_compare_the_same_grid_and_name_real_variants(name):
             assert label in spec.algorithms, (name, label)
 
 
-@pytest.mark.parametrize("name", studies.COMPRESSION)
+@pytest.mark.parametrize("name", COMPRESSION)
 def test_compression_presets_name_real_variants_and_compress_tenfold_and_hundredfold(name):
     spec = load_spec(name, quick=True)
     ratios = {v.hyperparams.get("compression") for v in spec.algorithms.values()}
@@ -42,18 +87,23 @@ def test_compression_presets_name_real_variants_and_compress_tenfold_and_hundred
 
 
 @pytest.mark.slow
-def test_methods_study_reports_tuned_steps_rounds_and_claims(tmp_path, monkeypatch, capsys):
+def test_a_copied_methods_study_reports_tuned_steps_rounds_and_claims(tmp_path, capsys):
     grid = "[defaults]\nlr = [0.05, 0.1]\nbeta = 0.8\n[algorithms.edm]\n[algorithms.dsgt_hb]\n"
     convex = BASE.split("[defaults]")[0] + grid
     convex += '[[claims]]\ntext = "x"\ncheck = "steady_not_above"\nalgorithm = "edm(lr=0.05)"\n'
     convex += 'others = ["dsgt_hb(lr=0.05)"]\n'
     neural = NEURAL.split("[defaults]")[0].replace("milestones = [2]\n", "") + grid
-    specs = (str(write(tmp_path, convex, "a.toml")), str(write(tmp_path, neural, "b.toml")))
-    monkeypatch.setattr(studies, "METHODS", specs)
+    write(tmp_path, convex, "a.toml"), write(tmp_path, neural, "b.toml")
+    copy = (
+        (PRESET_DIR / "methods.toml")
+        .read_text()
+        .replace("specs = [", 'specs = ["a.toml", "b.toml"]  # [')
+    )
+    study = write(tmp_path, copy, "study.toml")
     torch.set_default_dtype(torch.float32)
     try:
         out = tmp_path / "study"
-        assert main(["reproduce", "methods", "--check", "--out", str(out), "--no-progress"]) == 0
+        assert main(["run", str(study), "--check", "--out", str(out), "--no-progress"]) == 0
     finally:
         torch.set_default_dtype(torch.float64)
     text = (out / "summary.md").read_text()
@@ -68,16 +118,18 @@ def test_methods_study_reports_tuned_steps_rounds_and_claims(tmp_path, monkeypat
 
 
 @pytest.mark.slow
-def test_compression_study_draws_errors_against_bytes_and_judges_claims(tmp_path, monkeypatch):
+def test_a_copied_compression_study_draws_errors_against_bytes_and_judges_claims(tmp_path):
     body = BASE.split("[defaults]")[0].replace("d = 3", "d = 20")
     body += "[defaults]\nlr = 0.05\n[algorithms.dsgd]\n"
     body += '[algorithms.choco]\nmethod = "choco_dsgd"\ncompression = "top_k(0.1)"\n'
     body += 'gamma = 0.3\n[algorithms.sgp]\nbeta = 0.0\ntopology = "directed_ring"\n'
     body += '[[claims]]\ntext = "x"\ncheck = "fewer_bytes"\nalgorithm = "choco"\n'
     body += 'others = ["dsgd"]\nthreshold = 10.0\n'
-    monkeypatch.setattr(studies, "COMPRESSION", (str(write(tmp_path, body, "c.toml")),))
+    write(tmp_path, body, "c.toml")
+    copy = (PRESET_DIR / "compression.toml").read_text()
+    study = write(tmp_path, copy.replace("specs = [", 'specs = ["c.toml"]  # ['), "s.toml")
     out = tmp_path / "study"
-    assert main(["reproduce", "compression", "--check", "--out", str(out), "--no-progress"]) == 0
+    assert main(["run", str(study), "--check", "--out", str(out), "--no-progress"]) == 0
     text = (out / "summary.md").read_text()
     assert "bytes per iteration" in text and "## Claims" in text
     assert "sends fewer bytes per agent than DSGD" in text

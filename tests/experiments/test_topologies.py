@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from decentopt.cli import main
+from decentopt.driver import RunOptions
 from decentopt.experiments import load_spec, run_spec
-from decentopt.experiments.topologies import CLAIMS, GRAPHS, run_topologies
+from decentopt.experiments.studies import run_study
+from decentopt.experiments.study import load_study
+from decentopt.experiments.topologies import parse_graph_claims
 from decentopt.results import read_csv
 from tests.experiments.test_spec import BASE, write
 
 
 def quiet(_: str) -> None:
     pass
+
+
+STUDY = load_study("topologies")
+GRAPHS = STUDY.graphs
+CLAIMS = parse_graph_claims(STUDY.claims, STUDY.source)
 
 
 def test_rows_carry_the_communication_and_the_network_models_time(tmp_path):
@@ -65,16 +75,9 @@ def test_the_study_runs_resumes_and_judges_its_claims(tmp_path, capsys):
     out = tmp_path / "study"
 
     def study(check: bool, say) -> list:
-        return run_topologies(
-            out,
-            quick=True,
-            check=check,
-            overrides=["iterations=40"],
-            force=False,
-            progress=False,
-            say=say,
-            sizes=(16,),
-        )
+        small = dataclasses.replace(STUDY, agents=(16,))
+        options = RunOptions(log=say)
+        return run_study(small, out, options, quick=True, sets=["iterations=40"], check=check)
 
     files = study(True, quiet)
     rows = read_csv(out / "results.csv")
@@ -111,7 +114,7 @@ def synthetic_case(steady: dict[tuple[str, str], float], se: float = 0.01) -> ob
 
 def test_equal_errors_on_every_graph_do_not_pass_as_bias_growing_with_sparsity():
     from decentopt.experiments.claims import check_claims
-    from decentopt.experiments.topologies import CLAIMS, SPARSER
+    from decentopt.experiments.topologies import SPARSER
 
     claim = next(c for c in CLAIMS if "sparser" in c.text)
     equal = synthetic_case({(g, "dsgd"): 0.1 for g in SPARSER})
@@ -125,7 +128,7 @@ def test_equal_errors_on_every_graph_do_not_pass_as_bias_growing_with_sparsity()
 
 def test_tracking_within_noise_of_dsgd_is_inconclusive_not_a_failure():
     from decentopt.experiments.claims import check_claims
-    from decentopt.experiments.topologies import CLAIMS, TIME_VARYING
+    from decentopt.experiments.topologies import TIME_VARYING
 
     claim = next(c for c in CLAIMS if "Gradient tracking" in c.text)
     steady = {(g, m): 0.1 for g in TIME_VARYING for m in ("dsgd", "dsgt")}
@@ -133,3 +136,23 @@ def test_tracking_within_noise_of_dsgd_is_inconclusive_not_a_failure():
     assert verdict.holds is None
     lower = steady | {(g, "dsgt"): 1e-3 for g in TIME_VARYING}
     assert check_claims([claim], [synthetic_case(lower)])[0][1].holds is True
+
+
+def test_a_graph_study_claim_must_name_one_of_its_checks(tmp_path):
+    from decentopt.experiments.spec import PRESET_DIR
+
+    text = (PRESET_DIR / "topologies.toml").read_text().replace('"tracking_exact"', '"tracking"')
+    study = load_study(write(tmp_path, text, "t.toml"))
+    with pytest.raises(ValueError, match=r"\[\[claims\]\] #5: .*one of one_peer_cheaper"):
+        run_study(study, tmp_path / "o", RunOptions(log=quiet))
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_claim_on_a_graph_the_study_lacks_is_inconclusive():
+    from decentopt.experiments.claims import check_claims
+    from decentopt.experiments.topologies import SPARSER
+
+    claim = next(c for c in CLAIMS if "sparser" in c.text)
+    partial = synthetic_case({(g, "dsgd"): 0.1 for g in SPARSER[:-1]})
+    ((_, verdict),) = check_claims([claim], [partial])
+    assert verdict.holds is None and "needs 'ring'" in verdict.evidence

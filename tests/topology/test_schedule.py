@@ -208,13 +208,25 @@ def test_a_method_that_needs_psd_is_warned_on_a_base_graph():
     prob = dopt.problems.Quadratic.paper(n=7, d=3, p=5, c=1.0, sigma2=0.0, repetitions=1)
     logged = []
     comm = SimulatedCommunicator(base_graph(7))
-    from decentopt.driver import run_loop
+    from decentopt.driver import RunOptions, run_loop
     from decentopt.plan import Plan
 
-    run_loop(dopt.algorithms.make("ed", lr=0.01), prob, comm, Plan(2, (2,)), log=logged.append)
+    run_loop(
+        dopt.algorithms.make("ed", lr=0.01),
+        prob,
+        comm,
+        Plan(2, (2,)),
+        RunOptions(log=logged.append),
+    )
     assert "needs every W positive semi-definite" in logged[0] and "lazy()" in logged[0]
     logged.clear()
-    run_loop(dopt.algorithms.make("dsgd", lr=0.01), prob, comm, Plan(2, (2,)), log=logged.append)
+    run_loop(
+        dopt.algorithms.make("dsgd", lr=0.01),
+        prob,
+        comm,
+        Plan(2, (2,)),
+        RunOptions(log=logged.append),
+    )
     assert not logged
 
 
@@ -225,18 +237,20 @@ def test_exact_diffusion_is_warned_on_positive_semi_definite_one_peer_rounds(bui
     prob = dopt.problems.Quadratic.paper(n=8, d=3, p=5, c=1.0, sigma2=0.0, repetitions=1)
     network = build(8)
     assert network.psd
-    from decentopt.driver import run_loop
+    from decentopt.driver import RunOptions, run_loop
     from decentopt.plan import Plan
 
     for name, warned in [("ed", True), ("edm", True), ("nids", True), ("dsgd", False)]:
         logged: list[str] = []
         alg = dopt.algorithms.make(name, lr=0.01)
-        run_loop(alg, prob, SimulatedCommunicator(network), Plan(2, (2,)), log=logged.append)
+        run_loop(
+            alg, prob, SimulatedCommunicator(network), Plan(2, (2,)), RunOptions(log=logged.append)
+        )
         assert bool(logged) == warned
         assert not warned or ("lazy()" in logged[0] and "diverges" in logged[0])
         logged.clear()
         lazy = SimulatedCommunicator(network.lazy())
-        run_loop(alg, prob, lazy, Plan(2, (2,)), log=logged.append)
+        run_loop(alg, prob, lazy, Plan(2, (2,)), RunOptions(log=logged.append))
         assert not logged
 
 

@@ -2,7 +2,8 @@
 
 :mod:`.loop` composes the parts: :mod:`.recorder`, :mod:`.guard` (divergence) and
 :mod:`.checkpointer`; :mod:`.result` holds what a run returns, :mod:`.timeline` when its
-steps would happen in simulated seconds.
+steps would happen in simulated seconds, :mod:`.options` how a run is carried out
+(:class:`RunOptions`, built once where a run starts and passed down whole).
 """
 
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
@@ -14,6 +15,7 @@ from decentopt.driver.loop import (
     intra_op_threads,
     run_loop,
 )
+from decentopt.driver.options import RunOptions
 from decentopt.driver.recorder import Recorder
 from decentopt.driver.result import Record, Result
 from decentopt.driver.timeline import TimeModel, timed
@@ -27,6 +29,7 @@ __all__ = [
     "Record",
     "Recorder",
     "Result",
+    "RunOptions",
     "TimeModel",
     "check_gradient",
     "intra_op_threads",

@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard
+from decentopt.driver.options import RunOptions
 from decentopt.driver.recorder import Recorder
 from decentopt.driver.result import Record, Result
 from decentopt.perf import keep_freed_memory
@@ -86,166 +86,185 @@ def intra_op_threads(threads: int | None, numel: int) -> Iterator[int]:
         torch.set_num_threads(previous)
 
 
+class _Loop:
+    """The parts of one run around ``algorithm.step``, and the steps between them."""
+
+    def __init__(
+        self, algorithm: Algorithm[Any], problem: Problem, comm: Communicator, plan: Plan,
+        options: RunOptions, x: torch.Tensor, metrics: Callable,
+    ) -> None:  # fmt: skip
+        self.algorithm, self.problem, self.comm, self.plan = algorithm, problem, comm, plan
+        self.options, self.recorded = options, set(plan.record)
+        # timings on a GPU need the queued kernels finished
+        self.sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+        self.generator = torch.Generator().manual_seed(int(options.seed))
+        warning = mixing_warning(comm.topology, algorithm.name, algorithm.needs_psd)
+        if warning is not None:
+            options.log(warning)
+        self.guard = DivergenceGuard(x, problem.x_star, comm, options.blowup)
+        self.recorder = Recorder(metrics, comm, plan.period, algorithm.lr_at)
+        self.timing = [0.0, 0.0]  # gradient, everything else
+        self.start_step, self.bar = 0, None
+        self.saver = None if options.checkpoint_dir is None else Checkpointer(
+            options.checkpoint_dir, comm, period=plan.period, every=options.checkpoint_every,
+            minutes=options.checkpoint_minutes, device=x.device,
+        )  # fmt: skip
+
+    def resume(self, state: Any) -> Any:
+        """The state of the newest intact checkpoint (everything else restored with it)."""
+        saved = None if self.saver is None else self.saver.restore(like=state)
+        if saved is None:
+            return state
+        self.problem.load_state_dict(saved["problem"])
+        self.generator.set_state(saved["generator"])
+        torch.set_rng_state(saved["torch_rng"])
+        recorder = self.recorder
+        recorder.records = [Record.from_dict(r) for r in saved["records"]]
+        if recorder.records:  # the wall clock goes on from the last record
+            recorder.offset = recorder.records[-1].wall_seconds
+        recorder.losses = saved["losses"]
+        self.guard.diverged_at = np.asarray(saved["diverged_at"], dtype=np.int64)
+        self.timing = list(saved["timing"])
+        self.comm.stats.__dict__.update(saved["rounds"])  # W_t goes on from its round
+        self.start_step = int(saved["step"])
+        self.options.log(f"resuming {self.algorithm.name} from step {self.start_step}")
+        return type(state)(**saved["state"])
+
+    def save(self, step: int, state: Any) -> None:
+        assert self.saver is not None
+        payload = {
+            "state": dict(state._asdict()),
+            "problem": self.problem.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "records": [r.to_dict() for r in self.recorder.records],
+            "diverged_at": self.guard.diverged_at.tolist(),
+            "timing": list(self.timing),
+            "rounds": dict(vars(self.comm.stats)),
+            "losses": self.recorder.losses,  # a checkpoint may fall inside an epoch
+            "step": step,
+        }
+        self.saver.save(step, payload)
+
+    def open_bar(self) -> None:
+        if self.options.progress is True:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=self.plan.iterations, initial=self.start_step, desc=self.algorithm.name,
+                leave=False, disable=None,
+            )  # fmt: skip
+
+    def step(self, t: int, state: Any, gradient: Callable) -> Any:
+        """Step ``t`` -> ``t + 1``: the gradient, the method's step, their timings."""
+        t0 = time.perf_counter()
+        grad, loss = gradient(state.x, self.generator)
+        if t == self.start_step:
+            check_gradient(grad, state.x, type(self.problem).__name__)
+        self.sync()
+        t1 = time.perf_counter()
+        state = self.algorithm.step(state, grad, self.comm)
+        self.recorder.add_loss(loss)
+        self.sync()
+        self.timing[0] += t1 - t0
+        self.timing[1] += time.perf_counter() - t1
+        return state
+
+    def after(self, step: int, state: Any) -> tuple[Any, bool]:
+        """Record, guard, checkpoint and report after ``step``; whether to stop."""
+        period = self.plan.period
+        if step in self.recorded:
+            state = self.guard.check(state, step)
+            self.recorder.note(step, state.x, self.timing, self.guard.blank)
+        elif step % CHECK_EVERY == 0 or (period and step % period == 0):
+            state = self.guard.check(state, step)
+        self.recorder.end_of_step(step)
+        if self.saver is not None and self.saver.due(step):
+            self.save(step, state)
+        if self.bar is not None:
+            self.bar.update(1)
+        elif callable(self.options.progress):
+            self.options.progress(step)
+        if self.guard.alive == 0:
+            self.options.log(f"{self.algorithm.name} diverged at step {step}; stopping this run")
+            return state, True
+        stop = self.options.stop_after
+        return state, stop is not None and step >= stop
+
+    def steps(self, state: Any, gradient: Callable) -> tuple[Any, int]:
+        """Every step from the start (or the resumed step) on; the state and the last step."""
+        if self.start_step == 0 and 0 in self.recorded:
+            state = self.guard.check(state, 0)
+            self.recorder.note(0, state.x, self.timing, self.guard.blank)
+        last = self.start_step
+        for t in range(self.start_step, self.plan.iterations):
+            last = t + 1
+            state, stop = self.after(t + 1, self.step(t, state, gradient))
+            if stop:
+                break
+        return state, last
+
+    def finish(self, state: Any, wall: float, labels: list[dict[str, Any]] | None) -> Result:
+        if self.bar is not None:
+            self.bar.close()
+        if self.guard.alive == 0:  # records after an early stop are NaN
+            self.recorder.pad(sorted(self.plan.record), self.timing)
+        return Result(
+            algorithm=self.algorithm.name,
+            records=self.recorder.records,
+            diverged_at=self.guard.diverged_at,
+            final_state=state,
+            comm=self.comm.stats,
+            wall_time=wall,
+            resumed_from=self.start_step,
+            labels=list(labels or []),
+            period=self.plan.period,
+        )
+
+
 def run_loop(
     algorithm: Algorithm[Any],
     problem: Problem,
     comm: Communicator,
     plan: Plan,
+    options: RunOptions | None = None,
     *,
     gradient: Callable[[torch.Tensor, torch.Generator], tuple[torch.Tensor, Any]] | None = None,
     metrics: Callable[[torch.Tensor], dict[str, Any]] | None = None,
-    seed: int = 0,
     x0: torch.Tensor | None = None,
-    checkpoint_dir: str | Path | None = None,
-    checkpoint_every: int | None = None,
-    checkpoint_minutes: float | None = None,
-    blowup: float = 1e10,
-    stop_after: int | None = None,
-    threads: int | None = None,
-    progress: bool | Callable[[int], None] = False,
     labels: list[dict[str, Any]] | None = None,
-    log: Callable[[str], None] = print,
 ) -> Result:
     """Step ``algorithm`` on ``problem`` for ``plan.iterations`` steps; record at ``plan.record``.
 
     ``plan.period`` (steps per epoch, if any): mini-batch losses are averaged over
     the current epoch (``train_loss``, the sum over agents of their mean losses)
-    and a checkpoint is written at its end when ``checkpoint_dir`` is given --
-    or every ``checkpoint_every`` steps instead, and also whenever
-    ``checkpoint_minutes`` have passed since the last one.
+    and a checkpoint is written at its end when ``options.checkpoint_dir`` is given --
+    or every ``options.checkpoint_every`` steps instead, and also whenever
+    ``options.checkpoint_minutes`` have passed since the last one.
 
     Args:
+        options: how the run is carried out (seed, threads, progress, log, checkpoints,
+            ...: :class:`~decentopt.driver.options.RunOptions`).
         gradient: ``(x, generator) -> (gradients, losses or None)``; by default
             ``problem.gradient_and_loss``.
         metrics: ``x -> {name: one value per column}``; by default
             ``problem.metrics(x, comm)``.
-        seed: seed of the generator handed to ``gradient``.
         x0: the starting stack; ``problem.initial_point()`` if omitted.
-        blowup: see :class:`~decentopt.driver.guard.DivergenceGuard`.
-        stop_after: end after this many steps, as an interruption would (tests).
-        threads: intra-op threads inside the loop (the caller's setting is restored
-            after); by default one thread for states below ``THREADS_CROSSOVER``
-            entries, where threads only add synchronisation (and collapse on a busy
-            machine), else torch's setting.
-        progress: ``True`` for a progress bar, or a callable receiving the step.
         labels: what each column is, for :attr:`Result.rows`.
     """
-    iterations, period = plan.iterations, plan.period
+    options = options or RunOptions()
     gradient = gradient or problem.gradient_and_loss
-    metrics = metrics or (lambda z: problem.metrics(z, comm))
     x = problem.initial_point() if x0 is None else x0
     if x.device.type == "cpu" and x.numel() * x.element_size() >= LARGE_STATE_BYTES:
         keep_freed_memory()
-    # timings on a GPU need the queued kernels finished
-    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     check_network(algorithm, comm.topology)
     state = algorithm.init(x)
-    generator = torch.Generator().manual_seed(int(seed))
-    warning = mixing_warning(comm.topology, algorithm.name, algorithm.needs_psd)
-    if warning is not None:
-        log(warning)
-    guard = DivergenceGuard(x, problem.x_star, comm, blowup)
-    recorder = Recorder(metrics, comm, period, algorithm.lr_at)
-    timing = [0.0, 0.0]  # gradient, everything else
-    saver = None
-    start_step = 0
-    if checkpoint_dir is not None:
-        saver = Checkpointer(
-            checkpoint_dir,
-            comm,
-            period=period,
-            every=checkpoint_every,
-            minutes=checkpoint_minutes,
-            device=x.device,
-        )
-        saved = saver.restore(like=state)
-        if saved is not None:
-            state = type(state)(**saved["state"])
-            problem.load_state_dict(saved["problem"])
-            generator.set_state(saved["generator"])
-            torch.set_rng_state(saved["torch_rng"])
-            recorder.records = [Record.from_dict(r) for r in saved["records"]]
-            if recorder.records:  # the wall clock goes on from the last record
-                recorder.offset = recorder.records[-1].wall_seconds
-            recorder.losses = saved["losses"]
-            guard.diverged_at = np.asarray(saved["diverged_at"], dtype=np.int64)
-            timing = list(saved["timing"])
-            comm.stats.__dict__.update(saved["rounds"])  # W_t goes on from its round
-            start_step = int(saved["step"])
-            log(f"resuming {algorithm.name} from step {start_step}")
-    bar = None
-    if progress is True:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=iterations, initial=start_step, desc=algorithm.name, leave=False, disable=None
-        )
-    recorded = set(plan.record)
-    with intra_op_threads(threads, x.numel()):
+    metrics = metrics or (lambda z: problem.metrics(z, comm))
+    loop = _Loop(algorithm, problem, comm, plan, options, x, metrics)
+    state = loop.resume(state)
+    loop.open_bar()
+    with intra_op_threads(options.threads, x.numel()):
         wall = time.perf_counter()
-        if start_step == 0 and 0 in recorded:
-            state = guard.check(state, 0)
-            recorder.note(0, state.x, timing, guard.blank)
-        last = start_step
-        for t in range(start_step, iterations):
-            last = t + 1
-            t0 = time.perf_counter()
-            grad, loss = gradient(state.x, generator)
-            if t == start_step:
-                check_gradient(grad, state.x, type(problem).__name__)
-            sync()
-            t1 = time.perf_counter()
-            state = algorithm.step(state, grad, comm)
-            recorder.add_loss(loss)
-            sync()
-            timing[0] += t1 - t0
-            timing[1] += time.perf_counter() - t1
-            step = t + 1
-            if step in recorded:
-                state = guard.check(state, step)
-                recorder.note(step, state.x, timing, guard.blank)
-            elif step % CHECK_EVERY == 0 or (period and step % period == 0):
-                state = guard.check(state, step)
-            recorder.end_of_step(step)
-            if saver is not None and saver.due(step):
-                saver.save(
-                    step,
-                    {
-                        "state": dict(state._asdict()),  # type: ignore[attr-defined]
-                        "problem": problem.state_dict(),
-                        "generator": generator.get_state(),
-                        "torch_rng": torch.get_rng_state(),
-                        "records": [r.to_dict() for r in recorder.records],
-                        "diverged_at": guard.diverged_at.tolist(),
-                        "timing": list(timing),
-                        "rounds": dict(vars(comm.stats)),
-                        "losses": recorder.losses,  # a checkpoint may fall inside an epoch
-                        "step": step,
-                    },
-                )
-            if bar is not None:
-                bar.update(1)
-            elif callable(progress):
-                progress(step)
-            if guard.alive == 0:
-                log(f"{algorithm.name} diverged at step {step}; stopping this run")
-                break
-            if stop_after is not None and step >= stop_after:
-                break
+        state, last = loop.steps(state, gradient)
         wall = time.perf_counter() - wall
-    state = guard.check(state, last)
-    if bar is not None:
-        bar.close()
-    if guard.alive == 0:  # records after an early stop are NaN
-        recorder.pad(sorted(recorded), timing)
-    return Result(
-        algorithm=algorithm.name,
-        records=recorder.records,
-        diverged_at=guard.diverged_at,
-        final_state=state,
-        comm=comm.stats,
-        wall_time=wall,
-        resumed_from=start_step,
-        labels=list(labels or []),
-        period=period,
-    )
+    return loop.finish(loop.guard.check(state, last), wall, labels)

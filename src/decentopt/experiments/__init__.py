@@ -4,7 +4,9 @@
 :func:`run_spec` computes or resumes every unit through the store (``store``) and
 the one loop (``runner``); :func:`write_report` turns the rows into tables and
 figures (``reports``, ``summary``); ``claims`` judges the claims a specification
-states; ``scaling`` is the study behind the paper's Table 1.
+states. A study (several specifications reported together) is a file too:
+``study.load_study`` reads it and ``studies.run_study`` runs it (``topologies`` and
+``scaling`` hold what the graph and Table 1 studies add).
 """
 
 from decentopt.experiments.reports import write_report

@@ -33,7 +33,7 @@ from decentopt.comm.accelerated import MultiRound
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.distributed import runtime
-from decentopt.driver import intra_op_threads, run_loop
+from decentopt.driver import RunOptions, intra_op_threads, run_loop
 from decentopt.driver.timeline import clock_rows
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
 from decentopt.experiments.store import ResultStore, Unit
@@ -43,7 +43,7 @@ from decentopt.problems.neural import BatchedRuns, NeuralProblem
 from decentopt.results import lock_folder, write_csv_atomic
 from decentopt.topology.footprint import build_bytes
 
-__all__ = ["Outcome", "check_memory", "memory_parts", "run_spec"]
+__all__ = ["Outcome", "Sweep", "check_memory", "memory_parts", "run_spec"]
 
 #: What forked workers compute with (set just before the fork, inherited, never pickled).
 _WORK: dict[str, Any] = {}
@@ -181,40 +181,67 @@ def run_spec(
     ``jobs > 1`` computes the units of a batched (convex) sweep in that many forked
     worker processes, one thread each; the results are those of a serial run.
     """
-    start = time.perf_counter()
-    job = runtime.job(spec.timeout)
-    if job.world > 1 and job.world != spec.agents:
-        raise ConfigError(
-            f"{spec.source}: {spec.agents} agents but {job.world} processes; launch with "
-            f"--nproc-per-node {spec.agents} (one agent per process)"
+    options = RunOptions(force=force, progress=progress, jobs=jobs, log=log)
+    return Sweep(spec, Path(out), options).run()
+
+
+def unit_name(label: str, group: tuple[int, ...] | None) -> str:
+    """A unit's name: the variant's label, and its runs when they are units of their own."""
+    if group is None:
+        return label
+    return f"{label}-run{group[0]}" if len(group) == 1 else f"{label}-runs{group[0]}-{group[-1]}"
+
+
+class Sweep:
+    """The units of one specification, computed or resumed through the store.
+
+    Every variant sees the same problem, graph and noise; a graph is built once per
+    distinct table (and, under torchrun, its communicator made in the same order on
+    every rank: units run in order), a batched problem once for every variant.
+    """
+
+    def __init__(self, spec: RunSpec, out: Path, options: RunOptions) -> None:
+        self.start = time.perf_counter()
+        self.job = runtime.job(spec.timeout)
+        if self.job.world > 1 and self.job.world != spec.agents:
+            raise ConfigError(
+                f"{spec.source}: {spec.agents} agents but {self.job.world} processes; launch "
+                f"with --nproc-per-node {spec.agents} (one agent per process)"
+            )
+        say = options.log if self.job.main else (lambda _: None)
+        self.spec, self.out, self.say = spec, out, say
+        self.options = options.but(log=say, progress=options.progress and self.job.main)
+        check_memory(spec)  # before anything is built or written
+        self.topology = spec.build_topology()
+        self.graphs: dict[str, tuple[Any, DistributedCommunicator | None]] = {}
+        self.built: dict[tuple[int, ...] | None, Any] = {}
+        self.store = ResultStore(
+            out / "runs", force=options.force, writer=self.job.main, barrier=self.barrier
         )
-    say = log if job.main else (lambda _: None)
-    check_memory(spec)  # before anything is built or written
-    kind, seeds = spec.params, spec.seeds
-    topo = spec.build_topology()
-    graphs: dict[str, tuple[Any, DistributedCommunicator | None]] = {}
+        keep_freed_memory()
 
-    def graph_for(label: str) -> tuple[Any, DistributedCommunicator | None]:
-        """The variant's graph (built once per distinct table) and, under torchrun, the
-        communicator over it (made in the same order on every rank: units run in order)."""
-        key = json.dumps(spec.topology_of(label), sort_keys=True, default=repr)
-        if key not in graphs:
-            network = spec.build_topology(label)
-            comm = DistributedCommunicator(network, timeout=spec.timeout) if job.world > 1 else None
-            graphs[key] = (network, comm)
-        return graphs[key]
+    def barrier(self) -> None:
+        self.job.barrier(self.spec.timeout)
 
-    barrier = lambda: job.barrier(spec.timeout)  # noqa: E731
-    store = ResultStore(Path(out) / "runs", force=force, writer=job.main, barrier=barrier)
-    keep_freed_memory()
-    built: dict[int | None, Any] = {}
+    def graph_for(self, label: str) -> tuple[Any, DistributedCommunicator | None]:
+        """The variant's graph and, under torchrun, the communicator over it."""
+        key = json.dumps(self.spec.topology_of(label), sort_keys=True, default=repr)
+        if key not in self.graphs:
+            network = self.spec.build_topology(label)
+            timeout = self.spec.timeout
+            shared = (
+                DistributedCommunicator(network, timeout=timeout) if self.job.world > 1 else None
+            )
+            self.graphs[key] = (network, shared)
+        return self.graphs[key]
 
-    def problem_for(group: tuple[int, ...] | None) -> Any:
-        if group is None and group in built:  # a batched problem serves every variant
-            return built[group]
-        t0 = time.perf_counter()
+    def problem_for(self, group: tuple[int, ...] | None) -> Any:
+        """The problem of the runs ``group`` (``None``: one batched problem for all)."""
+        if group is None and group in self.built:  # a batched problem serves every variant
+            return self.built[group]
+        spec, t0 = self.spec, time.perf_counter()
         try:
-            problem = spec.build_problem(group, job.rank if job.world > 1 else None)
+            problem = spec.build_problem(group, self.job.rank if self.job.world > 1 else None)
         except (MemoryError, RuntimeError) as exc:  # the allocator refused
             if "alloc" not in str(exc).lower() and not isinstance(exc, MemoryError):
                 raise
@@ -222,45 +249,45 @@ def run_spec(
                 f"{spec.source}: the problem does not fit in memory ({str(exc).splitlines()[0]}); "
                 "lower runs, agents or the problem's sizes in [problem_params]"
             ) from None
-        say(f"{spec.name}: {problem!r} on {topo!r} (built in {time.perf_counter() - t0:.1f} s)")
-        built[group] = problem
+        took = time.perf_counter() - t0
+        self.say(f"{spec.name}: {problem!r} on {self.topology!r} (built in {took:.1f} s)")
+        self.built[group] = problem
         return problem
 
-    def compute(variant: Variant, group: tuple[int, ...] | None, folder: Path) -> tuple[list, dict]:
-        problem = problem_for(group)
-        run = None if group is None else group[0]
-        network, shared = graph_for(variant.label)
+    def communicator(self, label: str, run: int | None, problem: Any) -> Any:
+        network, shared = self.graph_for(label)
         if shared is not None:  # every unit starts at round 0 (schedules, counts, seeds)
             shared.stats.reset()
         comm = shared or SimulatedCommunicator(network)
-        if spec.mix_rounds > 1:
-            comm = MultiRound(comm, spec.mix_rounds, spec.acceleration)
+        if self.spec.mix_rounds > 1:
+            comm = MultiRound(comm, self.spec.mix_rounds, self.spec.acceleration)
         if shared is not None:
-            shared.check_consistency(extra=f"{variant.label}:{run}:{problem.dim}")
+            shared.check_consistency(extra=f"{label}:{run}:{problem.dim}")
+        return comm
+
+    def compute(self, variant: Variant, group: tuple[int, ...] | None, folder: Path) -> tuple:
+        """One unit: the variant on the runs ``group``; its rows and facts for the store."""
+        spec, kind = self.spec, self.spec.params
+        problem = self.problem_for(group)
+        run = None if group is None else group[0]
+        comm = self.communicator(variant.label, run, problem)
         plan = kind.plan(problem, spec.iterations, spec.record_points)
         alg = variant.make()
         alg = alg.with_hyperparams(lr=kind.step_size(alg.lr, problem))
-        noise = seeds.noise + (run or 0)
+        noise = spec.seeds.noise + (run or 0)
         labels = kind.columns(problem)
         if run is not None:  # runs of a group are numbered from its first
             labels = [c | {"run": run + c.get("run", 0)} for c in labels]
+        options = self.options.but(
+            seed=noise,
+            threads=spec.threads,
+            checkpoint_dir=folder if plan.period else None,
+            checkpoint_every=spec.checkpoint_every,
+            checkpoint_minutes=spec.checkpoint_minutes,
+        )
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(1000 + noise + 7919 * job.rank)  # dropout, per agent
-            checkpoints = folder if plan.period else None
-            result = run_loop(
-                alg,
-                problem,
-                comm,
-                plan,
-                seed=noise,
-                checkpoint_dir=checkpoints,
-                checkpoint_every=spec.checkpoint_every,
-                checkpoint_minutes=spec.checkpoint_minutes,
-                threads=spec.threads,
-                progress=progress and job.main,
-                labels=labels,
-                log=say,
-            )
+            torch.manual_seed(1000 + noise + 7919 * self.job.rank)  # dropout, per agent
+            result = run_loop(alg, problem, comm, plan, options, labels=labels)
         result.algorithm = variant.label
         n_div = int(result.diverged.sum())
         which = variant.label + (
@@ -270,71 +297,85 @@ def run_spec(
             if len(group) == 1
             else f" runs {run}-{group[-1]}"
         )
-        say(f"  {which:14s} {result.wall_time:7.2f} s" + (f", {n_div} diverged" if n_div else ""))
+        self.say(
+            f"  {which:14s} {result.wall_time:7.2f} s" + (f", {n_div} diverged" if n_div else "")
+        )
         facts = {"seconds": result.wall_time, "diverged": n_div, "gossip_rounds": comm.stats.rounds}
         if isinstance(problem, NeuralProblem | BatchedRuns):  # the rule's choice, on record
             facts["backend"] = problem.backend
         return result.rows, facts
 
-    # one run writes a folder at a time; stale temporary files of killed writes go
-    with lock_folder(out) if job.main else contextlib.nullcontext():
-        rows: list[dict[str, Any]] = []
-        groups = _run_groups(spec)
-        units = []
-        for group in groups:
+    def units(self) -> list[tuple[Unit, Variant, tuple[int, ...] | None]]:
+        """Every unit in order: per group of runs, per variant."""
+        spec, units = self.spec, []
+        for group in _run_groups(spec):
             run = None if group is None else group[0]
             for variant in spec.algorithms.values():
-                name = variant.label + (
-                    ""
-                    if group is None
-                    else f"-run{run}"
-                    if len(group) == 1
-                    else f"-runs{run}-{group[-1]}"
-                )
                 info = {"algorithm": variant.label, "method": variant.method, "run": run}
                 if group is not None and len(group) > 1:
                     info["runs"] = list(group)
                 info["hyperparams"] = variant.hyperparams
                 if variant.topology is not None:
                     info["topology"] = variant.topology
-                folder = unit_folder(name)
+                folder = unit_folder(unit_name(variant.label, group))
                 if folder in {u.name for u, _, _ in units}:
                     raise ConfigError(
                         f"{spec.source}: two algorithm variants would share the result folder "
                         f"{folder!r}; give them labels that differ in letters or digits"
                     )
-                units.append(
-                    (Unit(folder, spec.fingerprint(variant.label, run), info), variant, group)
-                )
+                unit = Unit(folder, spec.fingerprint(variant.label, run), info)
+                units.append((unit, variant, group))
+        return units
+
+    def in_parallel(self, units: list) -> dict[str, list[dict[str, Any]]]:
+        """The pending units of a batched sweep computed by ``jobs`` workers, by name."""
         finished: dict[str, list[dict[str, Any]]] = {}  # stored by the workers' parent
 
         def keep(unit: Unit, result: tuple[list, dict]) -> None:
-            finished[unit.name] = store.cached(unit, lambda _folder: result)
+            finished[unit.name] = self.store.cached(unit, lambda _folder: result)
 
-        if jobs > 1 and groups == [None] and job.world == 1:
+        parallel = _run_groups(self.spec) == [None] and self.job.world == 1
+        if self.options.jobs > 1 and parallel:
             with warnings.catch_warnings():  # the store warns about a corrupt unit when run
                 warnings.simplefilter("ignore")
-                pending = [u for u in units if force or store.stored(u[0]) is None]
+                force = self.options.force
+                pending = [u for u in units if force or self.store.stored(u[0]) is None]
             if len(pending) > 1:
-                _in_workers(jobs, pending, compute, problem_for, keep, say)
-        for unit, variant, group in units:
-            if unit.name in finished:
-                rows += finished[unit.name]
-                continue
-            rows += store.cached(unit, lambda folder, v=variant, g=group: compute(v, g, folder))
-    if store.kept:
-        say(f"resumed: {len(store.kept)} finished unit(s) kept ({', '.join(store.kept)})")
-    for row in rows:  # the network model is presentation: applied to stored rows too
-        row["model_time"] = spec.network.seconds(
-            row["step"], row["busiest_messages"], row["busiest_bytes"]
-        )
-    if spec.timing is not None:  # so is the time model; its clock is then the modelled time
-        clock_rows(
-            rows, spec.timing, lambda a: graph_for(a)[0], lambda a: spec.algorithms[a].make()
-        )
-        for row in rows:
-            row["model_time"] = row["sim_time"]
-    if job.main:
-        write_csv_atomic(Path(out) / "results.csv", rows)
-    barrier()
-    return Outcome(rows, store.ran, store.kept, time.perf_counter() - start, job.main)
+                _in_workers(
+                    self.options.jobs, pending, self.compute, self.problem_for, keep, self.say
+                )
+        return finished
+
+    def run(self) -> Outcome:
+        """Every unit computed or resumed; all rows, also in ``OUT/results.csv``."""
+        # one run writes a folder at a time; stale temporary files of killed writes go
+        with lock_folder(self.out) if self.job.main else contextlib.nullcontext():
+            rows: list[dict[str, Any]] = []
+            units = self.units()
+            finished = self.in_parallel(units)
+            for unit, variant, group in units:
+                if unit.name in finished:
+                    rows += finished[unit.name]
+                    continue
+                compute = lambda folder, v=variant, g=group: self.compute(v, g, folder)  # noqa: E731
+                rows += self.store.cached(unit, compute)
+        store = self.store
+        if store.kept:
+            self.say(f"resumed: {len(store.kept)} finished unit(s) kept ({', '.join(store.kept)})")
+        for row in rows:  # the network model is presentation: applied to stored rows too
+            row["model_time"] = self.spec.network.seconds(
+                row["step"], row["busiest_messages"], row["busiest_bytes"]
+            )
+        if self.spec.timing is not None:  # so is the time model: its clock is the modelled time
+            clock_rows(
+                rows,
+                self.spec.timing,
+                lambda a: self.graph_for(a)[0],
+                lambda a: self.spec.algorithms[a].make(),
+            )
+            for row in rows:
+                row["model_time"] = row["sim_time"]
+        if self.job.main:
+            write_csv_atomic(self.out / "results.csv", rows)
+        self.barrier()
+        return Outcome(rows, store.ran, store.kept, time.perf_counter() - self.start, self.job.main)

@@ -4,11 +4,9 @@ A specification names a problem kind (``problem``, with its own section
 ``[problem_params]``: the dataclass registered in :data:`decentopt.experiments.kinds.KINDS`),
 the ``agents`` and their ``[topology]``, the algorithms (``[algorithms.LABEL]``
 with ``[defaults]``; a ``method`` key makes a labelled variant, a list value a
-grid of variants), seeds by role, how many independent ``runs``, and what
-to record and report; ``[quick]`` holds the overrides of ``--quick`` and
-``[[claims]]`` the claims ``--check`` judges; ``plugins`` lists users' own methods
-to load first (:mod:`decentopt.plugins`). ``docs/experiments.md`` describes
-every key with an example.
+grid of variants), seeds by role, how many independent ``runs``, what to record and
+report; ``[quick]`` holds ``--quick``'s overrides, ``[[claims]]`` what ``--check``
+judges, ``plugins`` users' methods to load first. ``docs/experiments.md`` has every key.
 
 Typed with dataclasses (:mod:`decentopt._schema`) rather than key-by-key checks:
 every error names the file, the table, the key, what was found and the fix.
@@ -50,11 +48,16 @@ from decentopt.topology.footprint import build_bytes
 __all__ = ["PAPER_PRESETS", "PRESETS", "ConfigError", "RunSpec", "Seeds", "Variant", "load_spec"]
 
 PRESET_DIR = Path(__file__).with_name("presets")
-PRESETS = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
-#: Presets that reproduce a result of the paper (they name it in ``reproduces``).
-PAPER_PRESETS = [
-    p for p in PRESETS if "reproduces" in tomllib.loads((PRESET_DIR / f"{p}.toml").read_text())
-]
+_BUILT_IN = {p.stem: tomllib.loads(p.read_text()) for p in PRESET_DIR.glob("*.toml")}
+
+
+def is_study(raw: dict[str, Any]) -> bool:
+    return "study" in raw  # a study file (:mod:`.study`) names its kind
+
+
+PRESETS = sorted(k for k, raw in _BUILT_IN.items() if not is_study(raw))
+STUDIES = sorted(k for k, raw in _BUILT_IN.items() if is_study(raw))  # :mod:`.study`
+PAPER_PRESETS = [p for p in PRESETS if "reproduces" in _BUILT_IN[p]]  # the paper's results
 #: Fields that change how results are shown, not what they are: outside the fingerprint.
 PRESENTATION = frozenset(
     "claims name description reproduces source metric also_report threshold timeout threads "
@@ -227,11 +230,11 @@ class RunSpec(_Shared):
         return ", ".join(parts) + paper
 
 
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
     return out
@@ -253,9 +256,9 @@ def parse_override(text: str) -> dict[str, Any]:
     return value
 
 
-def _read(path_or_preset: str | Path) -> tuple[dict[str, Any], str]:
+def read_toml(path_or_preset: str | Path) -> tuple[dict[str, Any], str]:
     path = Path(path_or_preset)
-    if not path.suffix and str(path_or_preset) in PRESETS:
+    if not path.suffix and str(path_or_preset) in _BUILT_IN:
         path = PRESET_DIR / f"{path_or_preset}.toml"
     if not path.is_file():
         raise ConfigError(
@@ -283,14 +286,16 @@ def load_spec(
 
 
 def _load(path_or_preset: str | Path, quick: bool, overrides: list[str] | None) -> RunSpec:
-    raw, source = _read(path_or_preset)
+    raw, source = read_toml(path_or_preset)
+    if is_study(raw):
+        raise ConfigError(f"{source}: a study, not a run specification; run it with decentopt run")
     if quick:
         if not isinstance(raw.get("quick"), dict) or not raw["quick"]:
             raise ConfigError(f"{source}: --quick needs a [quick] table of overrides")
-        raw = _merge(raw, raw["quick"])
+        raw = merge(raw, raw["quick"])
     for text in overrides or []:  # an override in an old name replaces the new one
         fields = _File.__dataclass_fields__
-        raw = _merge(raw, renamed(parse_override(text), source, fields, raw.get("problem")))
+        raw = merge(raw, renamed(parse_override(text), source, fields, raw.get("problem")))
     return validate(raw, source)
 
 

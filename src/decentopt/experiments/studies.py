@@ -1,61 +1,44 @@
-"""Reproduction targets made of more than one run: Table 1's scaling study, the methods
-study and the compression study.
+"""The one study runner: every study file (:mod:`.study`) runs through :func:`run_study`.
 
-``methods`` runs EDM against EXTRA, NIDS, Momentum Tracking, ED and DSGT-HB on
-Figure 1's and Figure 2's problems and on digits training (three presets, each
-over a small grid of step sizes), judges the presets' claims at the paper's
-step size with ``--check``, and adds, per method, its best step size of the
-grid with the iterations *and* gossip rounds it needs to settle (DSGT-HB
-gossips twice per iteration).
-
-``compression`` runs compressed gossip (CHOCO-SGD at compression ratios 1/10 and
-1/100, compressed EDM), push-sum over a directed graph (SGP, Push-DIGing) and the
-uncompressed methods on Figure 1's and Figure 2's problems, draws every error
-against the bytes each agent sends, and judges claims of the CHOCO-SGD, SGP and
-Push-DIGing papers with ``--check``.
+A ``tuned`` or ``bytes`` study runs each of its parts (run specifications) into its own
+folder, reports it as ``decentopt run`` does (claims included, with ``--check``) and adds
+one table per part: for ``tuned`` (the methods study) each method at its best step size
+of the grid, with the iterations *and* gossip rounds it needs to settle; for ``bytes``
+(the compression study) the bytes each agent sends per iteration and to settle.
+``out/summary.md`` gathers the parts. A ``graphs`` study runs its parts over graphs and
+numbers of agents (:mod:`.topologies`); the ``scaling`` study is Table 1's
+(:mod:`.scaling`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from decentopt.experiments.claims import bytes_to_settle
+from decentopt._checks import unknown_name
+from decentopt.driver import RunOptions
+from decentopt.experiments.claims import bytes_to_settle, check_claims, claims_markdown
 from decentopt.experiments.reports import markdown_table, write_report
-from decentopt.experiments.runner import run_spec
+from decentopt.experiments.runner import Sweep
 from decentopt.experiments.scaling import run_scaling, scaling_markdown, scaling_table
-from decentopt.experiments.spec import RunSpec, load_spec
+from decentopt.experiments.spec import ConfigError, RunSpec
 from decentopt.experiments.store import ResultStore
+from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import levels_by_zeta, summarise
+from decentopt.experiments.topologies import parse_graph_claims, run_graphs
 from decentopt.plotting import LABELS, plot_curves, plot_scaling
 from decentopt.results import lock_folder, write_csv_atomic, write_text_atomic
 
-__all__ = [
-    "COMPRESSION",
-    "METHODS",
-    "StudyRun",
-    "bytes_markdown",
-    "run_compression",
-    "run_methods",
-    "run_table1",
-    "tuned_markdown",
-]
-
-#: The presets of the methods study.
-METHODS = ("methods_quadratic", "methods_logistic", "methods_digits")
-#: The presets of the compression study.
-COMPRESSION = ("compression_quadratic", "compression_logistic")
+__all__ = ["bytes_markdown", "claims_text", "run_study", "tuned_markdown"]
 
 
-def run_table1(
-    out: Path, *, quick: bool, force: bool = False, say: Callable[[str], None] = print
-) -> list[Path]:
+def _run_table1(study: Study, out: Path, options: RunOptions) -> list[Path]:
     """Table 1's scaling study into ``out``; each simulation a unit of ``out/runs``."""
+    say = options.log
     with lock_folder(out):
-        store = ResultStore(out / "runs", force=force)
-        rows = run_scaling(seeds=3 if quick else 5, quick=quick, log=say, store=store)
+        store = ResultStore(out / "runs", force=options.force)
+        rows = run_scaling(seeds=study.seeds, quick=study.small, log=say, store=store)
     if store.kept:
         say(f"resumed: {len(store.kept)} finished measurement(s) kept")
     md = scaling_markdown(rows)
@@ -113,48 +96,6 @@ def tuned_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> tuple[str, list
     return markdown_table(header, body), [label for _, label, _ in best.values()]
 
 
-@dataclass(frozen=True)
-class StudyRun:
-    """What a preset study runs with: ``--quick``, ``--set`` overrides, and how it reports."""
-
-    quick: bool
-    claims: Callable[[RunSpec], Callable[[dict], str] | None]
-    overrides: list[str]
-    force: bool
-    progress: bool
-    jobs: int = 1
-    say: Callable[[str], None] = print
-
-
-#: One preset's extra section: (its heading, a markdown table, further files).
-Extra = Callable[[RunSpec, list[dict[str, Any]], Path, bool], tuple[str, str, list[Path]]]
-
-
-def _run_presets(
-    out: Path, names: Sequence[str], heading: str, how: StudyRun, extra: Extra, x: str = "step"
-) -> list[Path]:
-    """Each preset of ``names`` into its own folder of ``out``, reported with its claims and
-    ``extra``'s table; ``out/summary.md`` gathers them."""
-    sections, files = [f"# {heading}", ""], []
-    for name in names:
-        spec = load_spec(name, quick=how.quick, overrides=how.overrides)
-        folder, modified = out / spec.name, how.quick or bool(how.overrides)
-        outcome = run_spec(
-            spec, folder, force=how.force, progress=how.progress, jobs=how.jobs, log=how.say
-        )
-        files += write_report(
-            spec, outcome.rows, folder, modified=modified, claims=how.claims(spec), say=how.say,
-            x=x,
-        )  # fmt: skip
-        title, table, more = extra(spec, outcome.rows, out, modified)
-        how.say(table)
-        files += more
-        summary = (folder / "summary.md").read_text().split("\n", 1)[1]
-        sections += [f"## {spec.title(modified)}", "", f"{title}:", "", table, summary]
-    write_text_atomic(out / "summary.md", "\n".join(sections))
-    return [out / "summary.md", *files]
-
-
 def _tuned(
     spec: RunSpec, rows: list[dict[str, Any]], out: Path, modified: bool
 ) -> tuple[str, str, list[Path]]:
@@ -174,14 +115,6 @@ def _tuned(
             title=spec.title(modified) + ", best step sizes",
         )
     return "Best step size of the grid", table, files
-
-
-def run_methods(out: Path, **how: Any) -> list[Path]:
-    """The methods study into ``out`` (``how``: the fields of :class:`StudyRun`): each
-    preset of :data:`METHODS` in its own folder, with the best step size of its grid per
-    method and those methods against gossip rounds."""
-    heading = "EDM against EXTRA, NIDS, Momentum Tracking, ED, DSGT-HB, Push-DIGing and RelaySGD"
-    return _run_presets(out, METHODS, heading, StudyRun(**how), _tuned)
 
 
 def bytes_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> str:
@@ -213,9 +146,86 @@ def _bytes(
     return "Bytes sent per agent", bytes_markdown(spec, rows), []
 
 
-def run_compression(out: Path, **how: Any) -> list[Path]:
-    """The compression study into ``out`` (``how``: the fields of :class:`StudyRun`): each
-    preset of :data:`COMPRESSION` in its own folder, its curves drawn against the bytes
-    sent per agent, with the bytes each method needs."""
-    heading = "Compressed and directed gossip against the bytes sent"
-    return _run_presets(out, COMPRESSION, heading, StudyRun(**how), _bytes, x="bytes_per_agent")
+def claims_text(spec: RunSpec) -> Callable[[dict], str]:
+    """What ``--check`` adds to a report: the verdict on each of ``spec``'s claims."""
+
+    def render(stats: dict) -> str:
+        verdicts = check_claims(spec.claims, stats)
+        counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
+        return claims_markdown(verdicts) + (
+            f"\n{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
+            f"{counts[2]} inconclusive\n"
+        )
+
+    return render
+
+
+#: One part's extra section: (its heading, a markdown table, further files).
+Extra = Callable[[RunSpec, list[dict[str, Any]], Path, bool], tuple[str, str, list[Path]]]
+
+
+def _run_parts(
+    study: Study, specs: list[RunSpec], out: Path, options: RunOptions, how: Request
+) -> list[Path]:
+    """Each part into its own folder of ``out``, reported with its claims and the study's
+    table; ``out/summary.md`` gathers them."""
+    extra: Extra = {"tuned": _tuned, "bytes": _bytes}[study.study]
+    sections, files = [f"# {study.title}", ""], []
+    for spec in specs:
+        folder, modified = out / spec.name, how.quick or bool(how.sets)
+        outcome = Sweep(spec, folder, options).run()
+        claims = claims_text(spec) if how.check and spec.claims else None
+        files += write_report(
+            spec, outcome.rows, folder, modified=modified, claims=claims, say=options.log,
+            x=study.x,
+        )  # fmt: skip
+        title, table, more = extra(spec, outcome.rows, out, modified)
+        options.log(table)
+        files += more
+        summary = (folder / "summary.md").read_text().split("\n", 1)[1]
+        sections += [f"## {spec.title(modified)}", "", f"{title}:", "", table, summary]
+    write_text_atomic(out / "summary.md", "\n".join(sections))
+    return [out / "summary.md", *files]
+
+
+def _parts(study: Study, how: Request) -> list[RunSpec]:
+    """Every part, loaded and checked before anything runs. ``--only``: each label must
+    name a variant of some part, and a part runs the ones it has."""
+    specs, only = [how.load(study.spec_path(p)) for p in study.specs], how.only
+    if only is None:
+        return specs
+    known = list(dict.fromkeys(label for spec in specs for label in spec.algorithms))
+    if not only:
+        raise ConfigError(f"--only: no algorithm labels given; name some of {', '.join(known)}")
+    for label in only:
+        if label not in known:
+            raise ConfigError(f"--only: {unknown_name('algorithm', label, known)}")
+    chosen = [[x for x in only if x in spec.algorithms] for spec in specs]
+    return [spec.select(labels) for spec, labels in zip(specs, chosen, strict=True) if labels]
+
+
+def run_study(
+    study: Study,
+    out: Path,
+    options: RunOptions,
+    *,
+    quick: bool = False,
+    sets: list[str] | None = None,
+    only: list[str] | None = None,
+    check: bool = False,
+) -> list[Path]:
+    """Run (or resume) ``study`` into ``out``; ``sets``: ``--set`` overrides of every part;
+    ``only``: the variant labels to run (an unknown one is refused before anything runs)."""
+    how = Request(quick, tuple(sets or ()), None if only is None else tuple(only), check)
+    if study.study == "scaling":
+        if only is not None:
+            raise ConfigError(
+                f"--only: {study.name} measures fixed methods in fixed roles and has no "
+                "algorithm labels to choose from; leave --only out"
+            )
+        return _run_table1(study, out, options)
+    specs = _parts(study, how)
+    if study.study == "graphs":
+        parse_graph_claims(study.claims, study.source)  # a bad claim is refused before runs
+        return run_graphs(study, out, options, how)
+    return _run_parts(study, specs, out, options, how)

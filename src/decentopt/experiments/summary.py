@@ -76,13 +76,60 @@ class Stat:
         return self.decreasing
 
 
+def _stat(
+    steps: np.ndarray,
+    values: np.ndarray,
+    spec: RunSpec,
+    zeta2: float,
+    per_step: float,
+    seconds: tuple[float, ...] = (),
+) -> Stat:
+    """The statistics of one (level, algorithm): ``values`` is (runs, steps); ``seconds``
+    the simulated time of each recorded step, where a time model clocked the run."""
+    exact = bool(spec.params.deterministic)
+    alive = np.all(np.isfinite(values), axis=1)
+    if not alive.any():
+        return Stat(
+            np.nan, np.nan, np.nan, None, len(values), zeta2, deterministic=exact,
+            bytes_per_step=per_step,
+        )  # fmt: skip
+    tail = steps >= steps[-1] - 0.1 * (steps[-1] - steps[0])
+    per_rep = values[alive][:, tail].mean(axis=1)
+    mean_curve = values[alive].mean(axis=0)
+    settle = [settling_step(steps, c, spec.threshold) for c in values[alive]]
+    rate = transient_rate(steps, mean_curve, tail)
+    trend, decreasing = still_decreasing(steps, values[alive], tail, rate)
+    return Stat(
+        steady=float(per_rep.mean()),
+        steady_se=float(per_rep.std(ddof=1) / np.sqrt(len(per_rep)))
+        if len(per_rep) > 1
+        else (0.0 if exact else float("nan")),
+        final=float(values[alive][:, -1].mean()),
+        iters=settling_step(steps, mean_curve, spec.threshold),
+        diverged=int((~alive).sum()),
+        zeta2=zeta2,
+        trend=trend,
+        decreasing=decreasing,
+        settle=tuple(float("inf") if v is None else float(v) for v in settle),
+        rate=rate,
+        runs=int(alive.sum()),
+        tail_points=int(tail.sum()),
+        tail_from=int(steps[tail][0]),
+        tail_to=int(steps[-1]),
+        deterministic=exact,
+        bytes_per_step=per_step,
+        steps=tuple(float(v) for v in steps),
+        curves=tuple(tuple(map(float, c)) for c in values[alive]),
+        seconds=seconds,
+    )
+
+
 def summarise(
     rows: Sequence[dict[str, Any]], spec: RunSpec, metric: str | None = None
 ) -> dict[tuple[float, str], Stat]:
     """Statistics per (panel level, algorithm) of a panel sweep (see the module docstring)."""
     metric = metric or spec.metric
     param = spec.panel
-    exact = bool(spec.params.deterministic)
     grouped: dict[tuple[float, str], dict[int, list[tuple[int, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -104,54 +151,11 @@ def summarise(
             pts = sorted(reps[rep])
             steps = np.array([s for s, _ in pts])
             curves.append([v for _, v in pts])
-        values = np.array(curves, dtype=float)  # (R, steps)
-        alive = np.all(np.isfinite(values), axis=1)
-        tail = steps >= steps[-1] - 0.1 * (steps[-1] - steps[0])
-        zeta2 = float(np.mean(zetas[key]))
         last, sent_bytes = sent.get(key, (0, float("nan")))
         per_step = sent_bytes / last if last else float("nan")
-        if alive.any():
-            per_rep = values[alive][:, tail].mean(axis=1)
-            mean_curve = values[alive].mean(axis=0)
-            steady = float(per_rep.mean())
-            settle = [settling_step(steps, c, spec.threshold) for c in values[alive]]
-            rate = transient_rate(steps, mean_curve, tail)
-            trend, decreasing = still_decreasing(steps, values[alive], tail, rate)
-            stat = Stat(
-                steady=steady,
-                steady_se=float(per_rep.std(ddof=1) / np.sqrt(len(per_rep)))
-                if len(per_rep) > 1
-                else (0.0 if exact else float("nan")),
-                final=float(values[alive][:, -1].mean()),
-                iters=settling_step(steps, mean_curve, spec.threshold),
-                diverged=int((~alive).sum()),
-                zeta2=zeta2,
-                trend=trend,
-                decreasing=decreasing,
-                settle=tuple(float("inf") if v is None else float(v) for v in settle),
-                rate=rate,
-                runs=int(alive.sum()),
-                tail_points=int(tail.sum()),
-                tail_from=int(steps[tail][0]),
-                tail_to=int(steps[-1]),
-                deterministic=exact,
-                bytes_per_step=per_step,
-                steps=tuple(float(v) for v in steps),
-                curves=tuple(tuple(map(float, c)) for c in values[alive]),
-                seconds=tuple(clocks[key][int(v)] for v in steps) if clocks[key] else (),
-            )
-        else:
-            stat = Stat(
-                np.nan,
-                np.nan,
-                np.nan,
-                None,
-                len(values),
-                zeta2,
-                deterministic=exact,
-                bytes_per_step=per_step,
-            )
-        stats[key] = stat
+        values = np.array(curves, dtype=float)  # (R, steps)
+        seconds = tuple(clocks[key][int(v)] for v in steps) if clocks[key] else ()
+        stats[key] = _stat(steps, values, spec, float(np.mean(zetas[key])), per_step, seconds)
     return stats
 
 

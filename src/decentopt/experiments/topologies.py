@@ -1,31 +1,28 @@
-"""The topology study: the eight methods over static and time-varying graphs, per byte and second.
+"""The graph study: methods over static and time-varying graphs, per byte and second.
 
-``decentopt reproduce topologies`` runs the presets ``topologies_quadratic`` and
-``topologies_logistic`` (Figure 1's and Figure 2's problems at one heterogeneity
-level) for n = 32 and n = 256 over the ring, the torus, the static exponential
-graph, the one-peer exponential graph, the one-peer hypercube, the Base-2 and
-Base-3 graphs and the complete graph. Every run goes through the one runner
-(resumable, one folder per graph); the study writes ``results.csv`` (all rows,
-with ``problem``, ``agents`` and ``graph`` columns), ``summary.md`` (per problem
-and n: each graph's peers per round, rate, modelled time per iteration, and every
-method's steady error) and figures of error against iterations and against
-modelled time (the presets' ``[network]``). ``--check`` judges the claims of
-:data:`CLAIMS`, taken from the literature, and says which hold here.
+``decentopt reproduce topologies`` runs the study file ``presets/topologies.toml``
+(:mod:`.study`, kind ``graphs``): each of its parts (``topologies_quadratic`` and
+``topologies_logistic``: Figure 1's and Figure 2's problems at one heterogeneity
+level) for every number of agents in ``agents`` over every graph of ``[graphs]``.
+Every run goes through the one runner (resumable, one folder per graph); the study
+writes ``results.csv`` (all rows, with ``problem``, ``agents`` and ``graph``
+columns), ``summary.md`` (per problem and n: each graph's peers per round, rate,
+modelled time per iteration, and every method's steady error) and figures of error
+against iterations and against modelled time (the parts' ``[network]``).
+``--check`` judges the study's ``[[claims]]``, each naming one of :data:`CHECKS`.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from decentopt.analysis import ALPHA, compare, settling_step
+from decentopt.analysis import ALPHA, compare
+from decentopt.driver import RunOptions
 from decentopt.experiments.claims import (
     Claim,
     Verdict,
@@ -35,31 +32,18 @@ from decentopt.experiments.claims import (
     ordered_verdict,
 )
 from decentopt.experiments.reports import markdown_table
-from decentopt.experiments.runner import run_spec
-from decentopt.experiments.spec import RunSpec, load_spec
+from decentopt.experiments.runner import Sweep
+from decentopt.experiments.spec import ConfigError, RunSpec
+from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import Stat, summarise
 from decentopt.plotting import LABELS, plot_curves
 from decentopt.results import write_csv_atomic, write_text_atomic
 
-__all__ = ["CLAIMS", "GRAPHS", "PRESETS", "SIZES", "run_topologies"]
+__all__ = ["CHECKS", "Case", "parse_graph_claims", "run_graphs"]
 
-PRESETS = ("topologies_quadratic", "topologies_logistic")
-SIZES = (32, 256)
-#: graph label -> the [topology] table that builds it
-GRAPHS: dict[str, dict[str, Any]] = {
-    "ring": {"name": "ring"},
-    "torus": {"name": "torus"},
-    "exponential": {"name": "exponential"},
-    "one_peer_exponential": {"name": "one_peer_exponential"},
-    "one_peer_hypercube": {"name": "one_peer_hypercube"},
-    "base_2": {"name": "base_graph", "base": 2},
-    "base_3": {"name": "base_graph", "base": 3},
-    "complete": {"name": "complete"},
-}
+#: The graph labels the checks compare (the built-in study's [graphs]).
 STATIC = ("ring", "torus", "exponential", "complete")
 TIME_VARYING = ("one_peer_exponential", "one_peer_hypercube", "base_2", "base_3")
-#: The methods drawn in the study's figures.
-DRAWN = ("dsgd", "edm")
 
 
 @dataclass
@@ -75,28 +59,6 @@ class Case:
     @property
     def name(self) -> str:
         return f"{self.preset.removeprefix('topologies_')}, n = {self.n}"
-
-    def curve(self, graph: str, method: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(steps, mean metric over runs, modelled seconds) of one method on one graph."""
-        metric = self.specs[graph].metric
-        by_step: dict[int, list[float]] = defaultdict(list)
-        time: dict[int, float] = {}
-        for r in self.rows[graph]:
-            if r["algorithm"] == method:
-                by_step[r["step"]].append(r[metric])
-                time[r["step"]] = r["model_time"]
-        steps = np.array(sorted(by_step))
-        return (
-            steps,
-            np.array([np.mean(by_step[s]) for s in steps]),
-            np.array([time[s] for s in steps]),
-        )
-
-    def reach_seconds(self, graph: str, method: str, level: float) -> float | None:
-        """Modelled seconds until the mean error stays below ``level`` (None: never)."""
-        steps, curve, seconds = self.curve(graph, method)
-        step = settling_step(steps, curve, level)
-        return None if step is None else float(np.interp(step, steps, seconds))
 
 
 # ------------------------------------------------------------------- claims
@@ -123,7 +85,10 @@ def _per_case(
     cases: list[Case], judge: Callable[[Case, int], tuple[bool | None, str]], comparisons: int
 ) -> Verdict:
     """Holds when it holds in every case, fails when it fails in one (three-way)."""
-    results = [(case, *judge(case, comparisons * len(cases))) for case in cases]
+    try:
+        results = [(case, *judge(case, comparisons * len(cases))) for case in cases]
+    except KeyError as exc:  # a copy of the study without a graph or method the check compares
+        return Verdict(None, f"needs {exc.args[0]!r} in every case")
     mark = {True: "yes", False: "no", None: "?"}
     evidence = "; ".join(f"{c.name}: {mark[h]} ({e})" for c, h, e in results)
     return Verdict(combine([h for _, h, _ in results]), evidence)
@@ -195,38 +160,34 @@ def _tracking_exact(cases: list[Case]) -> Verdict:
 
 
 _TEST = f"at a {ALPHA:.0%} family-wise level over every case"
-CLAIMS = (
-    Claim(
-        "The one-peer exponential graph costs less modelled time per iteration than the "
-        "static exponential graph and leaves DSGD no more error (Ying et al. 2021).",
+#: Checks a graph study's ``[[claims]]`` can name: the test in words, and the check.
+CHECKS: dict[str, tuple[str, Callable[[list[Case]], Verdict]]] = {
+    "one_peer_cheaper": (
         f"modelled ms per iteration, and DSGD's steady error not higher, {_TEST}",
         _one_peer_cheaper,
     ),
-    Claim(
-        "With the same two peers per round, the Base-3 graph leaves DSGD less error than the "
-        "one-peer exponential graph (Takezawa et al. 2023).",
-        f"DSGD's steady error lower, {_TEST}",
-        _base_no_worse,
-    ),
-    Claim(
-        "DSGD's heterogeneity bias grows as the static graph gets sparser: complete, "
-        "exponential, torus, ring (Koloskova et al. 2020).",
-        f"every step of the chain higher, {_TEST}",
-        _sparser_more_bias,
-    ),
-    Claim(
-        "ED and EDM, whose correction assumes one fixed W, converge over every static graph "
-        "and diverge over the time-varying ones (measured here; their analyses take W fixed).",
-        "runs stopped as diverged",
-        _exact_diffusion_needs_fixed_w,
-    ),
-    Claim(
-        "Gradient tracking removes the heterogeneity bias over time-varying graphs too "
-        "(Nedić, Olshevsky, Shi 2017): DSGT ends below DSGD on every one-peer graph.",
+    "base_no_worse": (f"DSGD's steady error lower, {_TEST}", _base_no_worse),
+    "sparser_more_bias": (f"every step of the chain higher, {_TEST}", _sparser_more_bias),
+    "exact_diffusion_needs_fixed_w": ("runs stopped as diverged", _exact_diffusion_needs_fixed_w),
+    "tracking_exact": (
         f"DSGT's steady error lower on every time-varying graph, {_TEST}",
         _tracking_exact,
     ),
-)
+}
+
+
+def parse_graph_claims(tables: tuple[dict[str, Any], ...], where: str) -> tuple[Claim, ...]:
+    """A graph study's ``[[claims]]``: ``text`` and ``check`` (one of :data:`CHECKS`)."""
+    claims = []
+    for k, table in enumerate(tables):
+        if set(table) != {"text", "check"} or table["check"] not in CHECKS:
+            raise ConfigError(
+                f'{where} [[claims]] #{k + 1}: needs text = "..." and check = one of '
+                f"{', '.join(CHECKS)} (and nothing else)"
+            )
+        test, check = CHECKS[table["check"]]
+        claims.append(Claim(str(table["text"]), test, check))
+    return tuple(claims)
 
 
 # ------------------------------------------------------------------- report
@@ -247,60 +208,49 @@ def _graph_table(case: Case) -> str:
     return markdown_table(header, [[str(c) for c in row] for row in body])
 
 
-def run_topologies(
-    out: Path,
-    *,
-    quick: bool,
-    check: bool,
-    overrides: list[str],
-    force: bool,
-    progress: bool,
-    jobs: int = 1,
-    say: Callable[[str], None] = print,
-    sizes: tuple[int, ...] = SIZES,
-) -> list[Path]:
-    """Run (or resume) the study into ``out``; ``sizes``: the numbers of agents."""
-    cases: list[Case] = []
-    everything: list[dict[str, Any]] = []
-    for preset in PRESETS:
-        for n in sizes:
-            case = Case(preset, n, {}, {}, {})
-            for graph, table in GRAPHS.items():
-                sets = [f"agents={n}"] + [f"topology.{k}={json.dumps(v)}" for k, v in table.items()]
-                spec = load_spec(preset, quick=quick, overrides=sets + list(overrides))
-                folder = out / preset / f"n{n}" / graph
-                outcome = run_spec(spec, folder, force=force, progress=progress, jobs=jobs, log=say)
-                stats = summarise(outcome.rows, spec)
-                case.specs[graph], case.rows[graph] = spec, outcome.rows
-                case.stats[graph] = {label: s for (_, label), s in stats.items()}
-                everything += [
-                    r | {"problem": preset, "agents": n, "graph": graph} for r in outcome.rows
-                ]
-            cases.append(case)
-    columns = list(dict.fromkeys(k for r in everything for k in r))  # problems differ in a few
-    everything = [{k: r.get(k, "") for k in columns} for r in everything]
-    files = [write_csv_atomic(out / "results.csv", everything)]
-    sections = ["# The eight methods over static and time-varying graphs", ""]
-    for case in cases:
-        spec = next(iter(case.specs.values()))
-        network = spec.network
-        sections += [
-            f"## {case.name}",
-            "",
-            f"{spec.params.describe()}, {spec.iterations} iterations; steady "
-            f"{spec.metric} per method (mean over the last 10 % of iterations and "
-            f"{spec.runs} runs); modelled time: {network.bandwidth:g} B/s, "
-            f"{network.latency * 1e6:g} µs per message, {network.compute * 1e6:g} µs of "
-            "compute per step, the busiest agent setting each round.",
-            "",
-            _graph_table(case),
-            "",
-        ]
-    for preset in PRESETS:
-        rows = [r for r in everything if r["problem"] == preset]
-        spec = next(c for c in cases if c.preset == preset).specs["ring"]
-        for method in DRAWN:
-            chosen = [r | {"algorithm": r["graph"]} for r in rows if r["algorithm"] == method]
+def _run_case(
+    study: Study, part: str, n: int, out: Path, options: RunOptions, how: Request
+) -> Case:
+    """One part at ``n`` agents over every graph of the study."""
+    case = Case("", n, {}, {}, {})
+    for graph, table in study.graphs.items():
+        sets = [f"agents={n}"] + [f"topology.{k}={json.dumps(v)}" for k, v in table.items()]
+        spec = how.load(study.spec_path(part), sets)
+        if how.only is not None:  # the labels of this part (all checked before)
+            spec = spec.select([x for x in how.only if x in spec.algorithms])
+        case.preset = spec.name
+        outcome = Sweep(spec, out / spec.name / f"n{n}" / graph, options).run()
+        stats = summarise(outcome.rows, spec)
+        case.specs[graph], case.rows[graph] = spec, outcome.rows
+        case.stats[graph] = {label: s for (_, label), s in stats.items()}
+    return case
+
+
+def _case_section(case: Case) -> list[str]:
+    spec = next(iter(case.specs.values()))
+    network = spec.network
+    return [
+        f"## {case.name}",
+        "",
+        f"{spec.params.describe()}, {spec.iterations} iterations; steady "
+        f"{spec.metric} per method (mean over the last 10 % of iterations and "
+        f"{spec.runs} runs); modelled time: {network.bandwidth:g} B/s, "
+        f"{network.latency * 1e6:g} µs per message, {network.compute * 1e6:g} µs of "
+        "compute per step, the busiest agent setting each round.",
+        "",
+        _graph_table(case),
+        "",
+    ]
+
+
+def _figures(study: Study, cases: list[Case], rows: list[dict[str, Any]], out: Path) -> list[Path]:
+    """Per part and drawn method: every graph's curves against iterations and modelled time."""
+    files: list[Path] = []
+    for preset in dict.fromkeys(c.preset for c in cases):
+        mine = [r for r in rows if r["problem"] == preset]
+        spec = next(iter(next(c for c in cases if c.preset == preset).specs.values()))
+        for method in [m for m in study.drawn if any(r["algorithm"] == m for r in mine)]:
+            chosen = [r | {"algorithm": r["graph"]} for r in mine if r["algorithm"] == method]
             for x, what in (("step", "iterations"), ("model_time", "time")):
                 files += plot_curves(
                     chosen,
@@ -313,20 +263,44 @@ def run_topologies(
                     title=f"{LABELS.get(method, method)} on {preset.removeprefix('topologies_')}"
                     f" against {'modelled seconds' if x == 'model_time' else 'iterations'}",
                 )
-    if check:
-        verdicts = check_claims(CLAIMS, cases)
-        table = claims_markdown(verdicts)
-        counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
-        sections += [
-            "## Claims",
-            "",
-            table,
-            "",
-            f"{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
-            f"{counts[2]} inconclusive",
-            "",
-        ]
+    return files
+
+
+def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:
+    verdicts = check_claims(claims, cases)
+    counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
+    return [
+        "## Claims",
+        "",
+        claims_markdown(verdicts),
+        "",
+        f"{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
+        f"{counts[2]} inconclusive",
+        "",
+    ]
+
+
+def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
+    """Run (or resume) a graph study into ``out``, as ``how`` asks."""
+    claims = parse_graph_claims(study.claims, study.source)
+    parts = [(part, n) for part in study.specs for n in study.agents]
+    cases = [_run_case(study, part, n, out, options, how) for part, n in parts]
+    everything = [
+        r | {"problem": c.preset, "agents": c.n, "graph": g}
+        for c in cases
+        for g, rows in c.rows.items()
+        for r in rows
+    ]
+    columns = list(dict.fromkeys(k for r in everything for k in r))  # problems differ in a few
+    everything = [{k: r.get(k, "") for k in columns} for r in everything]
+    files = [write_csv_atomic(out / "results.csv", everything)]
+    sections = [f"# {study.title}", ""]
+    for case in cases:
+        sections += _case_section(case)
+    files += _figures(study, cases, everything, out)
+    if how.check:
+        sections += _claims_section(claims, cases)
     text = "\n".join(sections)
-    say(text)
+    options.log(text)
     write_text_atomic(out / "summary.md", text)
     return [*files, out / "summary.md"]
