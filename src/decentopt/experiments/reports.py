@@ -11,16 +11,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from decentopt.experiments.summary import Stat, levels_by_zeta, stats_zeta, summarise
+from decentopt.experiments.summary import Stat, Swept, levels_by_zeta, stats_zeta, summarise
 from decentopt.plotting import LABELS, ordered, plot_curves, plot_epochs
 from decentopt.results import write_text_atomic
 
-if TYPE_CHECKING:
-    from decentopt.experiments.spec import RunSpec
+
+class Reported(Swept, Protocol):
+    """What a report reads of a run specification (a :class:`~.spec.RunSpec`)."""
+
+    name: str
+    also_report: Any
+    reproduces: Any
+
+    def title(self, modified: bool = False) -> str: ...
+
+    def display_names(self) -> dict[str, str]: ...
+
 
 __all__ = ["final_markdown", "markdown_table", "summary_markdown", "write_report"]
 
@@ -42,7 +52,7 @@ def _finite_mean(values: Sequence[float]) -> float:
 
 
 def summary_markdown(
-    stats: dict[tuple[float, str], Stat], spec: RunSpec, metric: str | None = None
+    stats: dict[tuple[float, str], Stat], spec: Reported, metric: str | None = None
 ) -> str:
     """One row per algorithm, one column per panel level: steady state ± standard error.
 
@@ -132,7 +142,7 @@ def final_markdown(
 
 
 def write_report(
-    spec: RunSpec,
+    spec: Reported,
     rows: Sequence[dict[str, Any]],
     out: Path,
     *,

@@ -34,17 +34,24 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from decentopt.analysis import settling_step, still_decreasing, transient_rate
 
-if TYPE_CHECKING:
-    from decentopt.experiments.spec import RunSpec
+
+class Swept(Protocol):
+    """What the statistics read of a run specification (a :class:`~.spec.RunSpec`): the
+    statistics sit below the specification, which judges claims with them."""
+
+    metric: str
+    panel: str
+    threshold: float
+    params: Any
 
 
-__all__ = ["Stat", "heterogeneity_slope", "levels_by_zeta", "stats_zeta", "summarise"]
+__all__ = ["Stat", "Swept", "heterogeneity_slope", "levels_by_zeta", "stats_zeta", "summarise"]
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,7 @@ class Stat:
 def _stat(
     steps: np.ndarray,
     values: np.ndarray,
-    spec: RunSpec,
+    spec: Swept,
     zeta2: float,
     per_step: float,
     seconds: tuple[float, ...] = (),
@@ -125,7 +132,7 @@ def _stat(
 
 
 def summarise(
-    rows: Sequence[dict[str, Any]], spec: RunSpec, metric: str | None = None
+    rows: Sequence[dict[str, Any]], spec: Swept, metric: str | None = None
 ) -> dict[tuple[float, str], Stat]:
     """Statistics per (panel level, algorithm) of a panel sweep (see the module docstring)."""
     metric = metric or spec.metric
