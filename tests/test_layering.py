@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import decentopt
 
 ROOT = Path(decentopt.__file__).parent
@@ -41,16 +43,21 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(path: Path) -> set[str]:
-    """Modules imported when ``path`` runs (``if TYPE_CHECKING:`` blocks left out)."""
+def _runtime_imports(path: Path, typed: bool = False) -> set[str]:
+    """Modules imported when ``path`` runs (``if TYPE_CHECKING:`` blocks left out, unless
+    ``typed``: then every import, as a type checker reads them)."""
     tree = ast.parse(path.read_text())
-    typing_only = {
-        id(node)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
-        for stmt in block.body
-        for node in ast.walk(stmt)
-    }
+    typing_only = (
+        {
+            id(node)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
+            for stmt in block.body
+            for node in ast.walk(stmt)
+        }
+        if not typed
+        else set()
+    )
     package = _module_name(path)
     if path.name != "__init__.py":
         package = package.rsplit(".", 1)[0]
@@ -98,11 +105,12 @@ def test_every_import_runs_down_the_layers():
     assert not upward, "imports running up the layers:\n" + "\n".join(sorted(upward))
 
 
-def test_there_is_no_import_circle():
+@pytest.mark.parametrize("typed", [False, True], ids=["run-time", "type-only too"])
+def test_there_is_no_import_circle(typed):
     modules = _modules()
     edges: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
-        for target in _runtime_imports(path) - {"decentopt"}:
+        for target in _runtime_imports(path, typed) - {"decentopt"}:
             while target and target not in modules:
                 target = target.rsplit(".", 1)[0] if "." in target else ""
             parent_package = path.name == "__init__.py" and target.startswith(module + ".")
