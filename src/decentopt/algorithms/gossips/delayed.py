@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossip
+from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossip, Through
 from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
 
 if TYPE_CHECKING:
@@ -219,28 +219,14 @@ class _LateComm:
         self.comm.barrier(stage)
 
 
-class _DelayedChannel(Channel):
+class _DelayedChannel(Through):
     """The inner gossip's channel over the late communicator; its fields and the history."""
 
     one_round: ClassVar[bool] = False  # the late communicator refuses a second round
 
     def __init__(self, inner: Channel, late: _LateComm) -> None:
-        super().__init__(late.comm, {}, inner.sends)
+        super().__init__(inner, {}, inner.sends)  # every call goes to the inner channel
         self.inner, self.late = inner, late
-
-    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.inner.mix(z, out)
-
-    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return self.inner.mix_many(zs)
-
-    def mix_map(
-        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
-    ) -> tuple[torch.Tensor, ...]:
-        return self.inner.mix_map(fn, tensors, scalars)
-
-    def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return self.inner.mix_many(zs)
 
     def fields(self) -> Fields:
         return {**self.inner.fields(), **self.late.history}
