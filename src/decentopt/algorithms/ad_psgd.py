@@ -68,8 +68,6 @@ class ADPSGD(HyperParams):
     seed: int = 0
 
     name: ClassVar[str] = "ad_psgd"
-    uses_momentum: ClassVar[bool] = False
-    rounds_per_step: ClassVar[int] = 1
     requires: ClassVar[frozenset[str]] = frozenset({"static"})
     sends: ClassVar[tuple[str, ...] | None] = None
     mixes: ClassVar[bool] = False

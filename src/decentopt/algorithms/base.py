@@ -84,6 +84,10 @@ class HyperParams:
     """Step size ``lr``: a positive float or a schedule ``t -> float``."""
 
     lr: LearningRate = 0.05
+    #: Whether the rule keeps a momentum buffer (``MomentumHyperParams`` says yes).
+    uses_momentum: ClassVar[bool] = False
+    #: Gossip rounds per iteration.
+    rounds_per_step: ClassVar[int] = 1
     #: Whether the method's analysis needs W positive semi-definite (Assumption 1(3)).
     needs_psd: ClassVar[bool] = False
     #: What the rule itself needs of the network beyond its gossip's needs ("tree").
@@ -141,6 +145,7 @@ class MomentumHyperParams(HyperParams):
     beta: float = 0.9
     nesterov: bool = False
     dampening: bool = True
+    uses_momentum: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

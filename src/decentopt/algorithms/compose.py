@@ -67,14 +67,10 @@ class Composed:
         # then the gossip's parameters (compression, gamma, ...)
         if key.startswith("__") or key in ("rule", "gossip", "alias"):
             raise AttributeError(key)
-        try:
-            return getattr(self.rule, key)
-        except AttributeError:
-            pass
-        try:
-            return getattr(self.gossip, key)
-        except AttributeError:
-            raise AttributeError(f"{self.name} has no attribute {key!r}") from None
+        for part in (self.rule, self.gossip):
+            if hasattr(part, key):
+                return getattr(part, key)
+        raise AttributeError(f"{self.name} has no attribute {key!r}")
 
     @property
     def needs(self) -> frozenset[str]:

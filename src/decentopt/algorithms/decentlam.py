@@ -39,8 +39,6 @@ class DecentLaM(MomentumHyperParams):
 
     name: ClassVar[str] = "decentlam"
     needs_symmetric: ClassVar[bool] = True
-    uses_momentum: ClassVar[bool] = True
-    rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> DecentLaMState:
         x0 = check_initial_point(x0, self.name)

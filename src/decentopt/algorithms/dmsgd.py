@@ -39,8 +39,6 @@ class DmSGD(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "dmsgd"
-    uses_momentum: ClassVar[bool] = True
-    rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> DmSGDState:
         x0 = check_initial_point(x0, self.name)

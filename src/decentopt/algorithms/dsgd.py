@@ -36,8 +36,6 @@ class DSGD(HyperParams):
     """
 
     name: ClassVar[str] = "dsgd"
-    uses_momentum: ClassVar[bool] = False
-    rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> DSGDState:
         return DSGDState(x=check_initial_point(x0, self.name))

@@ -81,7 +81,6 @@ class DSGT(HyperParams):
     """
 
     name: ClassVar[str] = "dsgt"
-    uses_momentum: ClassVar[bool] = False
 
     atc: bool = True
 

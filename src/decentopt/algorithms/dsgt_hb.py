@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import torch
 
 from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
-from decentopt.algorithms.dsgt import combine, track
+from decentopt.algorithms.dsgt import DSGT, combine, track
 from decentopt.algorithms.registry import register
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ class DSGTHBState(NamedTuple):
 
 @register
 @dataclass(frozen=True)
-class DSGTHB(MomentumHyperParams):
+class DSGTHB(DSGT, MomentumHyperParams):
     """Gradient tracking with heavy-ball momentum on the tracked direction.
 
     .. math::
@@ -42,18 +42,6 @@ class DSGTHB(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "dsgt_hb"
-    uses_momentum: ClassVar[bool] = True
-    atc: bool = True
-
-    @property
-    def rounds_per_step(self) -> int:
-        return 2 if self.atc else 1
-
-    @property  # type: ignore[override]
-    def sends(self) -> tuple[str, ...] | None:  # type: ignore[override]
-        """Without ATC one round a step carries the iterate and the tracker (a sum); with
-        ATC the tracker has a round of its own, which only exact gossip takes."""
-        return None if self.atc else ("value", "sum")
 
     def init(self, x0: torch.Tensor) -> DSGTHBState:
         x0 = check_initial_point(x0, self.name)

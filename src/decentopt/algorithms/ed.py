@@ -67,8 +67,6 @@ class ExactDiffusion(HyperParams):
     name: ClassVar[str] = "ed"
     needs_symmetric: ClassVar[bool] = True
     needs_psd: ClassVar[bool] = True
-    uses_momentum: ClassVar[bool] = False
-    rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> EDState:
         x0 = check_initial_point(x0, self.name)

@@ -50,8 +50,6 @@ class EDM(MomentumHyperParams):
     name: ClassVar[str] = "edm"
     needs_symmetric: ClassVar[bool] = True
     needs_psd: ClassVar[bool] = True
-    uses_momentum: ClassVar[bool] = True
-    rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> EDMState:
         x0 = check_initial_point(x0, self.name)

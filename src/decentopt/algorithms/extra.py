@@ -44,8 +44,6 @@ class EXTRA(HyperParams):
 
     name: ClassVar[str] = "extra"
     needs_symmetric: ClassVar[bool] = True
-    uses_momentum: ClassVar[bool] = False
-    rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> EXTRAState:
         x0 = check_initial_point(x0, self.name)

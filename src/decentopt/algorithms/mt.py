@@ -58,8 +58,6 @@ class MomentumTracking(MomentumHyperParams):
     name: ClassVar[str] = "mt"
     needs_symmetric: ClassVar[bool] = True
     sends: ClassVar[tuple[str, ...] | None] = ("value", "sum")
-    uses_momentum: ClassVar[bool] = True
-    rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> MTState:
         x0 = check_initial_point(x0, self.name)

@@ -49,8 +49,6 @@ class NIDS(HyperParams):
     name: ClassVar[str] = "nids"
     needs_symmetric: ClassVar[bool] = True
     needs_psd: ClassVar[bool] = True
-    uses_momentum: ClassVar[bool] = False
-    rounds_per_step: ClassVar[int] = 1
     c: float = 0.5
 
     def __post_init__(self) -> None:

@@ -42,8 +42,6 @@ class QGDSGDm(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "qg_dsgdm"
-    uses_momentum: ClassVar[bool] = True
-    rounds_per_step: ClassVar[int] = 1
 
     mu: float | None = None
 

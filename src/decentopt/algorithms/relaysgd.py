@@ -60,12 +60,10 @@ class RelaySGD(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "relaysgd"
-    uses_momentum: ClassVar[bool] = True
     requires: ClassVar[frozenset[str]] = frozenset({"tree", "static"})
     sends: ClassVar[tuple[str, ...] | None] = None
     mixes: ClassVar[bool] = False  # one message of its own per neighbour (exchange)
     agent_fields: ClassVar[tuple[str, ...]] = ("counts",)
-    rounds_per_step: ClassVar[int] = 1
 
     def init(self, x0: torch.Tensor) -> RelayState:
         x0 = check_initial_point(x0, self.name)
