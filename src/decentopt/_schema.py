@@ -12,12 +12,13 @@ through the same number rules as every other input of the package.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from decentopt._checks import as_count, as_real, unknown_name
 
-__all__ = ["ConfigError", "bounded", "parse"]
+__all__ = ["ConfigError", "bounded", "call_value", "parse", "split_call"]
 
 T = TypeVar("T")
 
@@ -121,3 +122,45 @@ def parse(cls: type[T], table: dict[str, Any], where: str) -> T:
             raise ConfigError(f"{where}: '{name}' must be > {above}, found {value}")
         values[name] = value
     return cls(**values)
+
+
+_CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", re.S)
+_KEY = re.compile(r"([A-Za-z_]\w*)\s*=(.*)", re.S)
+
+
+def split_call(text: str) -> tuple[str, list[tuple[str | None, str]]] | None:
+    """Text ``NAME`` or ``NAME(ARGS)`` (a gossip, a compression operator): the lower-case
+    name and each argument as ``(key or None, value text)``, the arguments split at the
+    commas outside parentheses and quotes; ``None`` for text of another form."""
+    match = _CALL.fullmatch(text)
+    if match is None:
+        return None
+    args, parts, depth, quote, start = match.group(2) or "", [], 0, "", 0
+    for i, ch in enumerate(args):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif ch == "," and depth == 0:
+            parts.append(args[start:i])
+            start = i + 1
+    parts.append(args[start:])
+    out: list[tuple[str | None, str]] = []
+    for part in filter(None, (p.strip() for p in parts)):
+        key = _KEY.fullmatch(part)
+        out.append((key.group(1), key.group(2).strip()) if key else (None, part))
+    return match.group(1).lower(), out
+
+
+def call_value(text: str) -> Any:
+    """An argument of :func:`split_call`: quoted text, a number, true or false, else the text."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)

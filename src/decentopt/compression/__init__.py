@@ -49,10 +49,10 @@ Every operator gives its contraction for rows of ``k`` entries, ``codec.delta(k)
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from decentopt._checks import unknown_name
+from decentopt._schema import call_value, split_call
 from decentopt.compression._bits import generator_for
 from decentopt.compression.operators import (
     COMPRESSORS,
@@ -84,19 +84,13 @@ __all__ = [
 
 #: The argument a bare value in parentheses sets (``top_k(0.1)`` is ``top_k(ratio=0.1)``).
 _FIRST = {"top_k": "ratio", "random_k": "ratio", "qsgd": "bits"}
-_SYNTAX = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*")
 
 
 def _value(text: str) -> Any:
-    text = text.strip()
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"compression argument {text!r} is not a number") from None
+    value = call_value(text)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"compression argument {text!r} is not a number")
+    return value
 
 
 def top_k(ratio: float, *, seed: int = 0) -> TopK:
@@ -166,20 +160,19 @@ def parse(spec: str | Compressor) -> Compressor:
             f"compression must be text such as 'top_k(0.1)' or an operator of "
             f"decentopt.compression; got {type(spec).__name__} {spec!r}"
         )
-    match = _SYNTAX.fullmatch(spec)
-    if match is None:
+    call = split_call(spec)
+    if call is None:
         raise ValueError(
             f"compression {spec!r}: write NAME or NAME(ARGS), e.g. 'top_k(0.1)', 'qsgd(4)', "
             f"'sign', 'none'"
         )
-    name, args = match.group(1).lower(), match.group(2)
+    name, args = call
     if name not in COMPRESSORS:
         raise ValueError(unknown_name("compression", name, COMPRESSORS))
     kwargs: dict[str, Any] = {}
-    for k, part in enumerate(p for p in (args or "").split(",") if p.strip()):
-        if "=" in part:
-            key, raw = part.split("=", 1)
-            kwargs[key.strip()] = _value(raw)
+    for k, (key, part) in enumerate(args):
+        if key is not None:
+            kwargs[key] = _value(part)
         elif k == 0 and name in _FIRST:
             kwargs[_FIRST[name]] = _value(part)
         elif name not in _FIRST:
@@ -189,6 +182,6 @@ def parse(spec: str | Compressor) -> Compressor:
             )
         else:
             raise ValueError(
-                f"compression {spec!r}: name the argument {part.strip()!r} (KEY=VALUE)"
+                f"compression {spec!r}: name the argument {part!r} (KEY=VALUE)"
             )
     return _call(name, COMPRESSORS[name], kwargs, spec)

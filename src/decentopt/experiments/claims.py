@@ -55,6 +55,7 @@ __all__ = [
     "bytes_to_settle",
     "check_claims",
     "claims_markdown",
+    "claims_report",
     "combine",
     "ordered_verdict",
     "parse_claims",
@@ -305,4 +306,14 @@ def claims_markdown(results: list[tuple[Claim, Verdict]]) -> str:
     return markdown_table(
         ["claim", "test", "measured", "verdict"],
         [(c.text, c.test, v.evidence, marks[v.holds]) for c, v in results],
+    )
+
+
+def claims_report(claims: Sequence[Claim], stats: Any) -> str:
+    """The verdict on every claim as a table, then how many hold."""
+    verdicts = check_claims(claims, stats)
+    counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
+    return claims_markdown(verdicts) + (
+        f"\n\n{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
+        f"{counts[2]} inconclusive\n"
     )

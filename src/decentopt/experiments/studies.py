@@ -18,7 +18,7 @@ from typing import Any
 
 from decentopt._checks import unknown_name
 from decentopt.driver import RunOptions
-from decentopt.experiments.claims import bytes_to_settle, check_claims, claims_markdown
+from decentopt.experiments.claims import bytes_to_settle, claims_report
 from decentopt.experiments.reports import markdown_table, write_report
 from decentopt.experiments.runner import Sweep
 from decentopt.experiments.scaling import run_scaling, scaling_markdown, scaling_table
@@ -148,16 +148,7 @@ def _bytes(
 
 def claims_text(spec: RunSpec) -> Callable[[dict], str]:
     """What ``--check`` adds to a report: the verdict on each of ``spec``'s claims."""
-
-    def render(stats: dict) -> str:
-        verdicts = check_claims(spec.claims, stats)
-        counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
-        return claims_markdown(verdicts) + (
-            f"\n{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
-            f"{counts[2]} inconclusive\n"
-        )
-
-    return render
+    return lambda stats: claims_report(spec.claims, stats)
 
 
 #: One part's extra section: (its heading, a markdown table, further files).

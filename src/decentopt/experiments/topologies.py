@@ -23,14 +23,7 @@ from typing import Any
 
 from decentopt.analysis import ALPHA, compare
 from decentopt.driver import RunOptions
-from decentopt.experiments.claims import (
-    Claim,
-    Verdict,
-    check_claims,
-    claims_markdown,
-    combine,
-    ordered_verdict,
-)
+from decentopt.experiments.claims import Claim, Verdict, claims_report, combine, ordered_verdict
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.runner import Sweep
 from decentopt.experiments.spec import ConfigError, RunSpec
@@ -266,20 +259,6 @@ def _figures(study: Study, cases: list[Case], rows: list[dict[str, Any]], out: P
     return files
 
 
-def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:
-    verdicts = check_claims(claims, cases)
-    counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
-    return [
-        "## Claims",
-        "",
-        claims_markdown(verdicts),
-        "",
-        f"{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
-        f"{counts[2]} inconclusive",
-        "",
-    ]
-
-
 def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
     """Run (or resume) a graph study into ``out``, as ``how`` asks."""
     claims = parse_graph_claims(study.claims, study.source)
@@ -299,7 +278,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
         sections += _case_section(case)
     files += _figures(study, cases, everything, out)
     if how.check:
-        sections += _claims_section(claims, cases)
+        sections += ["## Claims", "", claims_report(claims, cases)]
     text = "\n".join(sections)
     options.log(text)
     write_text_atomic(out / "summary.md", text)

@@ -19,10 +19,10 @@ with :func:`register_gossip`).
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any, TypeVar
 
 from decentopt._checks import unknown_name
+from decentopt._schema import call_value, split_call
 from decentopt.algorithms.gossips.base import SUM, VALUE, Channel, Exact, Fields, Gossip
 from decentopt.algorithms.gossips.choco import Choco
 from decentopt.algorithms.gossips.delayed import Delayed
@@ -62,38 +62,6 @@ def register_gossip(cls: G) -> G:
 for _cls in (Exact, Choco, PushSum, MultiRound, Delayed):
     register_gossip(_cls)
 
-_CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", re.S)
-
-
-def _split(args: str) -> list[str]:
-    """``args`` split at the commas outside parentheses and quotes."""
-    parts, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(args):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(args[start:i])
-            start = i + 1
-    parts.append(args[start:])
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _value(text: str) -> Any:
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
 
 def parse(spec: str | Gossip) -> Gossip:
     """A gossip from text (``"choco(top_k(0.1), gamma=0.4)"``, ``"push_sum"``,
@@ -106,27 +74,23 @@ def parse(spec: str | Gossip) -> Gossip:
             f"gossip must be text such as 'choco(top_k(0.1), gamma=0.4)' or a gossip of "
             f"decentopt.algorithms.gossips; got {type(spec).__name__} {spec!r}"
         )
-    match = _CALL.fullmatch(spec)
-    if match is None:
+    call = split_call(spec)
+    if call is None:
         raise ValueError(
             f"gossip {spec!r}: write NAME or NAME(ARGS), e.g. 'push_sum', 'choco(sign)'"
         )
-    name, args = match.group(1).lower(), match.group(2) or ""
+    name, args = call
     if name not in GOSSIPS:
         raise ValueError(unknown_name("gossip", name, GOSSIPS))
     cls = GOSSIPS[name]
     fields = [f.name for f in dataclasses.fields(cls) if f.init]
     kwargs: dict[str, Any] = {}
     named = False  # positional arguments only before the first keyword
-    for k, part in enumerate(_split(args)):
-        key, eq, raw = part.partition("=")
-        if eq and re.fullmatch(r"\s*[A-Za-z_]\w*\s*", key):
-            kwargs[key.strip()] = _value(raw.strip())
-            named = True
-        elif k < len(fields) and not named:
-            kwargs[fields[k]] = _value(part)
-        else:
+    for k, (key, raw) in enumerate(args):
+        named = named or key is not None
+        if key is None and (named or k >= len(fields)):
             raise ValueError(f"gossip {spec!r}: {name} takes {', '.join(fields) or 'no arguments'}")
+        kwargs[key or fields[k]] = call_value(raw)
     unknown = [key for key in kwargs if key not in fields]
     if unknown:
         raise ValueError(f"gossip {spec!r}: {unknown_name(f'{name} argument', unknown[0], fields)}")
