@@ -17,19 +17,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from decentopt.algorithms.registry import ALIASES, gossips_for, names, resolve
+from decentopt.algorithms.registry import (
+    ALIASES,
+    OFFERS,
+    gossips_for,
+    hyperparameters,
+    names,
+    resolve,
+)
 from decentopt.plugins import MODULE_PREFIX
 
 __all__ = ["MethodInfo", "describe", "render"]
-
-#: What each capability a method needs of the network means, in words.
-GRAPHS = {
-    "symmetric": "symmetric doubly stochastic W",
-    "column": "column-stochastic W (directed graphs included)",
-    "static": "one fixed W",
-    "tree": "a static tree",
-}
-
 
 @dataclass(frozen=True)
 class MethodInfo:
@@ -80,16 +78,19 @@ def describe(name: str) -> MethodInfo:
     cls = resolve(name)
     key = name.lower().replace("-", "_")
     doc = _doc(cls)
-    hyperparams = {f.name: _default(f) for f in dataclasses.fields(cls) if f.init}
+    parts = (cls, ALIASES[key].gossip) if key in ALIASES else (cls,)
+    fields = {f.name: f for part in parts for f in dataclasses.fields(part)}
+    hyperparams = {k: _default(fields[k]) for k in hyperparameters(key) if k != "gossip"}
     summary, reference = " ".join(re.split(r"\n\s*\n", doc)[0].split()), _reference(cls, doc)
     if key in ALIASES:  # a published pair: its rule's fields and its gossip's
         alias = ALIASES[key]
-        hyperparams = {k: v for k, v in hyperparams.items() if k not in alias.fixed}
-        hyperparams |= {f.name: _default(f) for f in dataclasses.fields(alias.gossip) if f.init}
         fixed = "".join(f", {k}={v!r}" for k, v in alias.fixed.items())
         summary = f"{cls.name}{fixed} with {alias.gossip.name} gossip"
         reference = alias.reference
-    graphs = ", ".join(GRAPHS.get(need, need) for need in sorted(_needs(cls, key)))
+    needs = _needs(cls, key)
+    graphs = ", ".join(OFFERS[k] for k in OFFERS if k in needs) + "".join(
+        f", {need}" for need in sorted(needs - OFFERS.keys())
+    )
     if getattr(cls, "needs_psd", False):
         graphs += ", positive semi-definite"
     module = cls.__module__

@@ -18,6 +18,7 @@ from decentopt.algorithms.gossips import GOSSIPS, Exact, Gossip, parse
 
 __all__ = [
     "ALIASES",
+    "OFFERS",
     "PAPER_ORDER",
     "REGISTRY",
     "Alias",
@@ -225,7 +226,7 @@ def make(name: str, gossip: str | Gossip | None = None, **hyperparams: Any) -> A
 
 
 #: What each capability of a network means, the most telling first.
-_OFFERS = {
+OFFERS = {
     "tree": "a static tree",
     "symmetric": "a symmetric doubly stochastic W (Assumption 1)",
     "column": "a column-stochastic W (a directed graph, or an undirected one)",
@@ -252,10 +253,10 @@ def check_network(method: Any, network: Any) -> None:
     """Refuse a network that lacks what the method needs (its rule's and its gossip's
     declarations against the network's ``offers``), naming what is missing and the fix."""
     lacking = method.needs - network.offers
-    missing = [k for k in _OFFERS if k in lacking] + sorted(lacking - _OFFERS.keys())
+    missing = [k for k in OFFERS if k in lacking] + sorted(lacking - OFFERS.keys())
     if missing:
         raise ValueError(
-            f"{method.name} runs on {_OFFERS.get(missing[0], missing[0])}; {network.name} is "
+            f"{method.name} runs on {OFFERS.get(missing[0], missing[0])}; {network.name} is "
             f"not one: {_network_fix(method, missing[0], network)}"
         )
 
