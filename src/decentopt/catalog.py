@@ -17,17 +17,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from decentopt.algorithms.registry import (
-    ALIASES,
-    OFFERS,
-    gossips_for,
-    hyperparameters,
-    names,
-    resolve,
-)
+from decentopt.algorithms import registry
+from decentopt.algorithms.registry import ALIASES, hyperparameters
 from decentopt.plugins import MODULE_PREFIX
 
 __all__ = ["MethodInfo", "describe", "render"]
+
 
 @dataclass(frozen=True)
 class MethodInfo:
@@ -75,7 +70,7 @@ def _needs(cls: type, name: str) -> frozenset[str]:
 
 def describe(name: str) -> MethodInfo:
     """The facts ``decentopt methods`` shows of the registered method ``name``."""
-    cls = resolve(name)
+    cls = registry.resolve(name)
     key = name.lower().replace("-", "_")
     doc = _doc(cls)
     parts = (cls, ALIASES[key].gossip) if key in ALIASES else (cls,)
@@ -87,10 +82,7 @@ def describe(name: str) -> MethodInfo:
         fixed = "".join(f", {k}={v!r}" for k, v in alias.fixed.items())
         summary = f"{cls.name}{fixed} with {alias.gossip.name} gossip"
         reference = alias.reference
-    needs = _needs(cls, key)
-    graphs = ", ".join(OFFERS[k] for k in OFFERS if k in needs) + "".join(
-        f", {need}" for need in sorted(needs - OFFERS.keys())
-    )
+    graphs = ", ".join(registry.OFFERS.get(k, k) for k in registry.by_importance(_needs(cls, key)))
     if getattr(cls, "needs_psd", False):
         graphs += ", positive semi-definite"
     module = cls.__module__
@@ -100,7 +92,7 @@ def describe(name: str) -> MethodInfo:
         reference=reference,
         hyperparams=hyperparams,
         graphs=graphs,
-        gossips=gossips_for(key),
+        gossips=registry.gossips_for(key),
         origin="built-in" if module.startswith("decentopt.") else _origin(cls),
     )
 
@@ -118,7 +110,7 @@ def _origin(cls: type) -> str:
 def render(selected: list[str] | None = None) -> str:
     """The text of ``decentopt methods [NAME ...]``: one block per method."""
     blocks = []
-    for name in selected or names():
+    for name in selected or registry.names():
         info = describe(name)
         hp = ", ".join(f"{k}={v!r}" for k, v in info.hyperparams.items())
         rows = [

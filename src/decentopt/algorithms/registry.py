@@ -22,6 +22,7 @@ __all__ = [
     "PAPER_ORDER",
     "REGISTRY",
     "Alias",
+    "by_importance",
     "check_network",
     "compose",
     "gossips_for",
@@ -234,6 +235,11 @@ OFFERS = {
 }
 
 
+def by_importance(needs: frozenset[str]) -> list[str]:
+    """``needs`` in the order of :data:`OFFERS`, then any others (a plugin's) by name."""
+    return [k for k in OFFERS if k in needs] + sorted(needs - OFFERS.keys())
+
+
 def _network_fix(method: Any, missing: str, network: Any) -> str:
     if missing == "symmetric" and "column" in network.offers:
         if not isinstance(method, Composed):  # a bare rule: push-sum may serve it
@@ -252,8 +258,7 @@ def _network_fix(method: Any, missing: str, network: Any) -> str:
 def check_network(method: Any, network: Any) -> None:
     """Refuse a network that lacks what the method needs (its rule's and its gossip's
     declarations against the network's ``offers``), naming what is missing and the fix."""
-    lacking = method.needs - network.offers
-    missing = [k for k in OFFERS if k in lacking] + sorted(lacking - OFFERS.keys())
+    missing = by_importance(method.needs - network.offers)
     if missing:
         raise ValueError(
             f"{method.name} runs on {OFFERS.get(missing[0], missing[0])}; {network.name} is "
