@@ -181,7 +181,5 @@ def parse(spec: str | Compressor) -> Compressor:
                 f"(or {name}(seed=1) for its seed)"
             )
         else:
-            raise ValueError(
-                f"compression {spec!r}: name the argument {part!r} (KEY=VALUE)"
-            )
+            raise ValueError(f"compression {spec!r}: name the argument {part!r} (KEY=VALUE)")
     return _call(name, COMPRESSORS[name], kwargs, spec)

@@ -40,6 +40,7 @@ from decentopt.topology.topology import (
     AssumptionError,
     Graph,
     _as_numpy,
+    agents,
     square_weights,
 )
 
@@ -141,12 +142,6 @@ class DirectedTopology(Graph):
         return f"DirectedTopology({self.name}, n={self.n}, |lambda_2|={self.mixing_rate:.6f})"
 
 
-def _agents(n: object, minimum: int = 1) -> int:
-    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < minimum:
-        raise ValueError(f"the number of agents n must be an integer >= {minimum}; got {n!r}")
-    return int(n)
-
-
 def from_digraph(adjacency: object, *, name: str = "digraph") -> DirectedTopology:
     """Column-stochastic weights on a directed graph: ``adjacency[j, i] != 0`` means
     ``j`` sends to ``i``; agent ``j`` keeps and sends ``1 / (1 + out-degree_j)`` each."""
@@ -172,14 +167,14 @@ def _shift_links(n: int, offsets: list[int]) -> np.ndarray:
 
 def directed_ring(n: int) -> DirectedTopology:
     """Agent ``i`` sends to ``i + 1 mod n`` only: ``W = (I + P)/2`` (rows sum to one too)."""
-    n = _agents(n)
+    n = agents(n)
     return from_digraph(_shift_links(n, [1]), name=f"directed_ring({n})")
 
 
 def directed_exponential(n: int) -> DirectedTopology:
     """Agent ``i`` sends to ``i + 2^k mod n`` for ``2^k < n``; uniform weights
     ``1/(1 + ceil(log2 n))`` (a static exponential graph, one direction)."""
-    n = _agents(n)
+    n = agents(n)
     offsets = [2**k for k in range(max(0, math.ceil(math.log2(n))))] if n > 1 else []
     return from_digraph(_shift_links(n, offsets), name=f"directed_exponential({n})")
 
@@ -187,7 +182,7 @@ def directed_exponential(n: int) -> DirectedTopology:
 def random_directed(n: int, p: float = 0.2, seed: int = 0) -> DirectedTopology:
     """A directed ring (for strong connectivity) plus every other link ``j -> i`` with
     probability ``p``; weights ``1/(1 + out-degree)``: column- but not row-stochastic."""
-    n = _agents(n)
+    n = agents(n)
     p = as_real(p, "random_directed: p")
     if not 0 <= p <= 1:
         raise ValueError(f"random_directed: p is a probability in [0, 1]; got {p}")
@@ -201,7 +196,7 @@ def directed_one_peer_exponential(n: int) -> TopologySchedule:
     """Round ``m``: agent ``i`` sends to ``i + 2^m mod n`` (``m`` cycling through
     ``0 .. ceil(log2 n) - 1``) and keeps half: ``W_t = (I + P_m)/2``, one message per agent
     per round. For ``n`` a power of two the product over a period is the exact average."""
-    n = _agents(n)
+    n = agents(n)
     idx = np.arange(n)
     rounds = []
     for m in range(math.ceil(math.log2(n)) if n > 1 else 0):

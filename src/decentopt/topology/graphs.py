@@ -20,7 +20,7 @@ import torch
 from decentopt._checks import as_count, as_real, unknown_name
 from decentopt.topology.circulant import CirculantTopology, circulant_from_offsets
 from decentopt.topology.sparse import SPARSE_FROM, SparseTopology
-from decentopt.topology.topology import AssumptionError, Topology
+from decentopt.topology.topology import AssumptionError, Topology, agents
 
 #: From this many agents, rings and exponential graphs are stored by their stencil
 #: (closed-form spectrum, no dense W); smaller ones stay dense, bit for bit as before.
@@ -44,12 +44,6 @@ __all__ = [
 
 Weights = Literal["metropolis", "max_degree"]
 Lazy = bool | Literal["auto"]
-
-
-def _require_n(n: int, minimum: int = 1) -> int:
-    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < minimum:
-        raise ValueError(f"the number of agents n must be an integer >= {minimum}; got {n!r}")
-    return int(n)
 
 
 def _require_lazy(lazy: object) -> Lazy:
@@ -184,7 +178,7 @@ def ring(n: int, *, weights: Literal["paper"] | Weights = "paper", lazy: Lazy = 
     the EDM paper's experiments; positive semi-definite, with eigenvalues
     ``1/2 + 1/2 cos(2 pi k / n)`` so ``lambda = 1/2 + 1/2 cos(2 pi / n)``.
     """
-    n, lazy = _require_n(n), _require_lazy(lazy)
+    n, lazy = agents(n), _require_lazy(lazy)
     if n >= CIRCULANT_FROM:
         if weights == "paper":
             return CirculantTopology(n, {0: 0.5, 1: 0.25, -1: 0.25}, name=f"ring({n})")
@@ -207,20 +201,20 @@ def ring(n: int, *, weights: Literal["paper"] | Weights = "paper", lazy: Lazy = 
 
 def complete(n: int) -> Topology:
     """Complete graph, W = 11^T / n (exact averaging in one round)."""
-    n = _require_n(n)
+    n = agents(n)
     return Topology(np.full((n, n), 1.0 / n), name=f"complete({n})")
 
 
 def star(n: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Topology:
     """Star: agent 0 connected to all others."""
-    n = _require_n(n, 2)
+    n = agents(n, 2)
     return from_networkx(nx.star_graph(n - 1), weights=weights, lazy=lazy, name=f"star({n})")
 
 
 def _factor(n: int, cols: int | None) -> tuple[int, int]:
     """``(rows, cols)`` of ``n`` agents: ``cols`` as given (it must divide ``n``), or the most
     nearly square factorisation."""
-    n = _require_n(n)
+    n = agents(n)
     if cols is not None:
         cols = as_count(cols, "cols", minimum=1)
         if n % cols:
@@ -259,7 +253,7 @@ def torus(
 
 def hypercube(n: int, *, weights: Weights = "metropolis", lazy: Lazy = "auto") -> Topology:
     """Hypercube of n = 2^k agents (agents differing in one bit are neighbours)."""
-    n = _require_n(n, 2)
+    n = agents(n, 2)
     if n & (n - 1):
         raise ValueError(f"a hypercube needs a power of two agents; got n = {n}")
     g = nx.hypercube_graph(n.bit_length() - 1)
@@ -272,7 +266,7 @@ def exponential(n: int, *, lazy: Lazy = "auto") -> Topology:
     Each agent's neighbours are ``(i + 2^k) mod n`` for ``k = 0 .. floor(log2(n-1))``,
     made undirected; weights are Metropolis--Hastings.
     """
-    n, lazy = _require_n(n, 2), _require_lazy(lazy)
+    n, lazy = agents(n, 2), _require_lazy(lazy)
     if n >= CIRCULANT_FROM:
         offsets = {2**k for k in range(math.floor(math.log2(n - 1)) + 1)}
         return circulant_from_offsets(n, offsets, f"exponential({n})[metropolis]", lazy)
@@ -289,7 +283,7 @@ def erdos_renyi(
     n: int, p: float, *, seed: int = 0, weights: Weights = "metropolis", lazy: Lazy = "auto"
 ) -> Topology:
     """Erdős–Rényi G(n, p) graph; redrawn (with the next seed) until connected."""
-    n = _require_n(n)
+    n = agents(n)
     p = as_real(p, "erdos_renyi: the edge probability p")
     seed = as_count(seed, "erdos_renyi: seed")
     if not 0 < p <= 1:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from decentopt.topology.schedule import _TOL, GossipRound, TopologySchedule
-from decentopt.topology.topology import AssumptionError
+from decentopt.topology.topology import AssumptionError, agents
 
 __all__ = [
     "base_graph",
@@ -48,19 +48,13 @@ def _clique_entries(cliques: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     return rows, cols, np.full(count * m * m, 1.0 / max(m, 1))
 
 
-def _agents(n: object) -> int:
-    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"the number of agents n must be an integer >= 1; got {n!r}")
-    return int(n)
-
-
 def _identity(n: int) -> GossipRound:
     return GossipRound.from_entries(n, np.zeros(0), np.zeros(0), np.zeros(0))
 
 
 def one_peer_exponential(n: int) -> TopologySchedule:
     """Symmetrised one-peer exponential graph (see the module docstring)."""
-    n = _agents(n)
+    n = agents(n)
     idx = np.arange(n)
     rounds = []
     for m in range(math.ceil(math.log2(n))):
@@ -76,7 +70,7 @@ def one_peer_exponential(n: int) -> TopologySchedule:
 
 def one_peer_hypercube(n: int) -> TopologySchedule:
     """``n = 2^p`` agents; round ``m`` pairs ``i`` with ``i XOR 2^m``: exact average after ``p``."""
-    n = _agents(n)
+    n = agents(n)
     if n & (n - 1):
         low = 1 << (n.bit_length() - 1)
         raise ValueError(
@@ -113,7 +107,7 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
     those ``W_t`` have a negative eigenvalue (:attr:`TopologySchedule.psd` is
     ``False``); finite-time exactness needs them as they are.
     """
-    n = _agents(n)
+    n = agents(n)
     if not isinstance(base, int | np.integer) or isinstance(base, bool) or base < 2:
         raise ValueError(f"base must be an integer >= 2 (k + 1 for k peers); got {base!r}")
     base = int(base)
@@ -170,7 +164,7 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
 
 def random_matchings(n: int, *, seed: int = 0) -> TopologySchedule:
     """A fresh uniformly random perfect matching every round (seeded by ``(seed, t)``)."""
-    n = _agents(n)
+    n = agents(n)
     seed = int(seed)
 
     def draw(t: int) -> GossipRound:

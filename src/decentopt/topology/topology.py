@@ -35,6 +35,13 @@ class AssumptionError(ValueError):
     """A mixing matrix violates Assumption 1 of the EDM paper."""
 
 
+def agents(n: object, minimum: int = 1) -> int:
+    """``n`` as the number of agents of a graph builder: an integer ``>= minimum``."""
+    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < minimum:
+        raise ValueError(f"the number of agents n must be an integer >= {minimum}; got {n!r}")
+    return int(n)
+
+
 def _as_numpy(W: object) -> np.ndarray:
     if isinstance(W, torch.Tensor):
         W = W.detach().cpu().double().numpy()

@@ -19,8 +19,8 @@ from collections import deque
 
 import networkx as nx
 
-from decentopt.topology.graphs import _require_n, from_networkx
-from decentopt.topology.topology import Topology
+from decentopt.topology.graphs import from_networkx
+from decentopt.topology.topology import Topology, agents
 
 __all__ = ["binary_tree", "chain", "spanning_tree"]
 
@@ -34,13 +34,13 @@ def _tree(n: int, edges: list[tuple[int, int]], name: str) -> Topology:
 
 def chain(n: int) -> Topology:
     """Agents ``0 .. n-1`` in a line."""
-    n = _require_n(n)
+    n = agents(n)
     return _tree(n, [(i, i + 1) for i in range(n - 1)], f"chain({n})")
 
 
 def binary_tree(n: int) -> Topology:
     """A complete binary tree in heap order: agent ``i > 0`` hangs below ``(i - 1) // 2``."""
-    n = _require_n(n)
+    n = agents(n)
     return _tree(n, [(i, (i - 1) // 2) for i in range(1, n)], f"binary_tree({n})")
 
 
