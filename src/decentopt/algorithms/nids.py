@@ -3,28 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
 from decentopt._checks import as_real
-from decentopt.algorithms.base import HyperParams, check_initial_point
-from decentopt.algorithms.ed import adapt_correct_combine
+from decentopt.algorithms.ed import EDState, ExactDiffusion, adapt_correct_combine
 from decentopt.algorithms.registry import register
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
 
 
-class NIDSState(NamedTuple):
-    x: torch.Tensor
-    psi: torch.Tensor
-    t: int = 0
+#: NIDS keeps Exact Diffusion's state.
+NIDSState = EDState
 
 
 @register
 @dataclass(frozen=True)
-class NIDS(HyperParams):
+class NIDS(ExactDiffusion):
     """NIDS: Exact Diffusion's recursion over ``W~ = I - c (I - W)``.
 
     .. math::
@@ -47,8 +44,6 @@ class NIDS(HyperParams):
     """
 
     name: ClassVar[str] = "nids"
-    needs_symmetric: ClassVar[bool] = True
-    needs_psd: ClassVar[bool] = True
     c: float = 0.5
 
     def __post_init__(self) -> None:
@@ -56,10 +51,6 @@ class NIDS(HyperParams):
         object.__setattr__(self, "c", as_real(self.c, "NIDS: c"))
         if not 0 < self.c <= 1:
             raise ValueError(f"NIDS: c must be in (0, 1]; got {self.c}")
-
-    def init(self, x0: torch.Tensor) -> NIDSState:
-        x0 = check_initial_point(x0, self.name)
-        return NIDSState(x=x0, psi=x0.clone())
 
     def step(self, state: NIDSState, grad: torch.Tensor, comm: Communicator) -> NIDSState:
         alpha = self.lr_at(state.t)
