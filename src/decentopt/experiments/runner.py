@@ -290,13 +290,7 @@ class Sweep:
             result = run_loop(alg, problem, comm, plan, options, labels=labels)
         result.algorithm = variant.label
         n_div = int(result.diverged.sum())
-        which = variant.label + (
-            ""
-            if group is None
-            else f" run {run}"
-            if len(group) == 1
-            else f" runs {run}-{group[-1]}"
-        )
+        which = unit_name(variant.label, group)
         self.say(
             f"  {which:14s} {result.wall_time:7.2f} s" + (f", {n_div} diverged" if n_div else "")
         )

@@ -40,7 +40,7 @@ from decentopt.driver.timeline import TimeModel
 from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.legacy import renamed
-from decentopt.experiments.variants import Variant, variants
+from decentopt.experiments.variants import Variant, check_labels, variants
 from decentopt.perf import MEMORY_MARGIN, available_memory, gib
 from decentopt.plotting import display_name
 from decentopt.topology.footprint import build_bytes
@@ -149,14 +149,7 @@ class RunSpec(_Shared):
 
     def select(self, labels: list[str]) -> RunSpec:
         """Only the variants ``labels`` (e.g. ``--only ed,edm``), in that order."""
-        if not labels:
-            raise ConfigError(
-                f"--only: no algorithm labels given; name some of {', '.join(self.algorithms)}, "
-                "e.g. --only ed,edm"
-            )
-        for label in labels:
-            if label not in self.algorithms:
-                raise ConfigError(f"--only: {unknown_name('algorithm', label, self.algorithms)}")
+        check_labels(labels, list(self.algorithms))
         return dataclasses.replace(self, algorithms={k: self.algorithms[k] for k in labels})
 
     def build_problem(self, runs: tuple[int, ...] | None = None, rank: int | None = None) -> Any:

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from decentopt._checks import unknown_name
 from decentopt.driver import RunOptions
 from decentopt.experiments.claims import bytes_to_settle, claims_report
 from decentopt.experiments.reports import markdown_table, write_report
@@ -27,6 +26,7 @@ from decentopt.experiments.store import ResultStore
 from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import levels_by_zeta, summarise
 from decentopt.experiments.topologies import parse_graph_claims, run_graphs
+from decentopt.experiments.variants import check_labels
 from decentopt.plotting import LABELS, plot_curves, plot_scaling
 from decentopt.results import lock_folder, write_csv_atomic, write_text_atomic
 
@@ -185,12 +185,7 @@ def _parts(study: Study, how: Request) -> list[RunSpec]:
     specs, only = [how.load(study.spec_path(p)) for p in study.specs], how.only
     if only is None:
         return specs
-    known = list(dict.fromkeys(label for spec in specs for label in spec.algorithms))
-    if not only:
-        raise ConfigError(f"--only: no algorithm labels given; name some of {', '.join(known)}")
-    for label in only:
-        if label not in known:
-            raise ConfigError(f"--only: {unknown_name('algorithm', label, known)}")
+    check_labels(only, list(dict.fromkeys(label for spec in specs for label in spec.algorithms)))
     chosen = [[x for x in only if x in spec.algorithms] for spec in specs]
     return [spec.select(labels) for spec, labels in zip(specs, chosen, strict=True) if labels]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from decentopt import algorithms, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError
 
-__all__ = ["Variant", "variants"]
+__all__ = ["Variant", "check_labels", "variants"]
 
 #: Keys of an [algorithms.LABEL] table besides the method's hyper-parameters.
 _OWN_KEYS = ("method", "topology")
@@ -100,3 +101,15 @@ def _own_topology(value: Any, where: str) -> dict[str, Any] | None:
     except ValueError as exc:
         raise ConfigError(f"{where} topology: {exc}") from None
     return dict(table)
+
+
+def check_labels(labels: Sequence[str], known: list[str]) -> None:
+    """Refuse an empty ``--only`` or a label that names none of the variants ``known``."""
+    if not labels:
+        raise ConfigError(
+            f"--only: no algorithm labels given; name some of {', '.join(known)}, "
+            "e.g. --only ed,edm"
+        )
+    for label in labels:
+        if label not in known:
+            raise ConfigError(f"--only: {unknown_name('algorithm', label, known)}")
