@@ -73,7 +73,7 @@ def load(spec: str, *, base: str | Path | None = None) -> list[str]:
     return _once(spec, lambda: _import_module(spec))
 
 
-def _once(key: str, run: Callable[[], None]) -> list[str]:
+def _once(key: str, run: Callable[[], object]) -> list[str]:
     """Run the import ``run`` unless ``key`` was loaded; undo half a failed registration."""
     if key in _LOADED:
         return []
@@ -164,17 +164,12 @@ def load_entry_points() -> dict[str, str]:
     for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = point.dist.name if point.dist is not None else point.name
         key = f"{point.value} ({dist})"
-        if key in _LOADED or dist in _FAILED:
+        if dist in _FAILED:
             continue
-        before = set(REGISTRY)
         try:
-            point.load()
+            _once(key, point.load)
         except Exception as exc:
-            for name in set(REGISTRY) - before:
-                del REGISTRY[name]
             _FAILED[dist] = _failed(f"{point.value} (distribution {dist})", exc, None)
-            continue
-        _LOADED[key] = [name for name in REGISTRY if name not in before]
     return dict(_FAILED)
 
 
