@@ -250,11 +250,7 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
     ]
     if "tree" in topo.offers:
         rows.append(("tree", "yes: relaying (relaysgd) averages exactly over it"))
-    if topo.lam < 1:
-        for theorem, bound in ((1, nonconvex_step_size), (2, pl_step_size)):
-            label = f"max alpha, Theorem {theorem} (L={L:g}, beta={beta:g})"
-            rows.append((label, f"{bound(topo.lam, beta, L=L):.4g}"))
-    return rows
+    return rows + _step_sizes(topo.lam, L, beta, f"(L={L:g}, beta={beta:g})")
 
 
 #: What a directed graph satisfies, and what it does not.
@@ -290,8 +286,13 @@ def _schedule_report(schedule: Any, *, L: float, beta: float) -> list[tuple[str,
     ]
     if assumption is not None:
         return [*rows, assumption]
-    if schedule.lam < 1:
-        for theorem, bound in ((1, nonconvex_step_size), (2, pl_step_size)):
-            label = f"max alpha, Theorem {theorem} at lambda per round (heuristic)"
-            rows.append((label, f"{bound(max(schedule.lam, 1e-12), beta, L=L):.4g}"))
-    return rows
+    return rows + _step_sizes(max(schedule.lam, 1e-12), L, beta, "at lambda per round (heuristic)")
+
+
+def _step_sizes(lam: float, L: float, beta: float, how: str) -> list[tuple[str, str]]:
+    """The largest step sizes of Theorems 1 and 2 at ``lam`` (none for ``lam >= 1``)."""
+    bounds = (nonconvex_step_size, pl_step_size) if lam < 1 else ()
+    return [
+        (f"max alpha, Theorem {k} {how}", f"{b(lam, beta, L=L):.4g}")
+        for k, b in enumerate(bounds, 1)
+    ]
