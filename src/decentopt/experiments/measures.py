@@ -69,9 +69,17 @@ def _steady_order(a: Stat, b: Stat, comparisons: int) -> int | None:
     )
 
 
-def _settle_order(a: Stat, b: Stat, comparisons: int) -> int | None:
-    exact = a.deterministic and b.deterministic
-    return compare_settling(a.settle, b.settle, comparisons=comparisons, exact=exact)
+def _ranked(
+    values: Callable[[Stat], Sequence[float]], factor: float = 1.0
+) -> Callable[[Stat, Stat, int], int | None]:
+    """Order by per-run ``values`` (``inf``: never), a rank test; ``a``'s times ``factor``."""
+
+    def order(a: Stat, b: Stat, comparisons: int) -> int | None:
+        exact = a.deterministic and b.deterministic
+        scaled = [v * factor for v in values(a)]
+        return compare_settling(scaled, values(b), comparisons=comparisons, exact=exact)
+
+    return order
 
 
 STEADY = Measure(
@@ -81,7 +89,7 @@ STEADY = Measure(
     "{alg} per level (low to high ζ²)",
 )
 SETTLING = Measure(
-    _settle_order,
+    _ranked(lambda s: s.settle),
     _settle_text,
     ("sooner", "same within noise", "later"),
     "iterations to settle below the threshold, {alg} per level",
@@ -102,15 +110,6 @@ def bytes_to_settle(stat: Stat, threshold: float | None = None) -> tuple[float, 
 
 
 def bytes_measure(threshold: float | None, factor: float = 1.0) -> Measure:
-    def order(a: Stat, b: Stat, comparisons: int) -> int | None:
-        exact = a.deterministic and b.deterministic
-        return compare_settling(
-            [v * factor for v in bytes_to_settle(a, threshold)],
-            bytes_to_settle(b, threshold),
-            comparisons=comparisons,
-            exact=exact,
-        )
-
     def describe(s: Stat) -> str:
         text = _runs_text(bytes_to_settle(s, threshold), ".3g", ".1g")
         return text if text.startswith(("n/a", "never")) else f"{text} B"
@@ -120,7 +119,7 @@ def bytes_measure(threshold: float | None, factor: float = 1.0) -> Measure:
     if factor != 1:
         words = tuple(f"{w} after x{factor:g}" for w in words)  # type: ignore[assignment]
     return Measure(
-        order,
+        _ranked(lambda s: bytes_to_settle(s, threshold), factor),
         describe,
         words,
         f"bytes sent per agent to settle below {below}, {{alg}} per level",
@@ -139,10 +138,7 @@ def seconds_to_settle(stat: Stat) -> tuple[float, ...]:
 def _time_order(a: Stat, b: Stat, comparisons: int) -> int | None:
     if not a.seconds or not b.seconds:
         return None  # no time model in the specification
-    exact = a.deterministic and b.deterministic
-    return compare_settling(
-        seconds_to_settle(a), seconds_to_settle(b), comparisons=comparisons, exact=exact
-    )
+    return _ranked(seconds_to_settle)(a, b, comparisons)
 
 
 TIME = Measure(

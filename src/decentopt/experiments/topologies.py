@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from decentopt.analysis import ALPHA, compare
+from decentopt.analysis import ALPHA
 from decentopt.driver import RunOptions
 from decentopt.experiments.claims import Claim, Verdict, claims_report, combine, ordered_verdict
+from decentopt.experiments.measures import STEADY
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.runner import Sweep
 from decentopt.experiments.spec import ConfigError, RunSpec
@@ -63,11 +64,7 @@ class Case:
 
 def _order(case: Case, a: tuple[str, str], b: tuple[str, str], comparisons: int) -> int | None:
     """Compare the steady errors of (graph, method) ``a`` and ``b`` in one case."""
-    x, y = case.stats[a[0]][a[1]], case.stats[b[0]][b[1]]
-    return compare(
-        x.steady, x.steady_se, y.steady, y.steady_se, runs=(x.runs, y.runs),
-        comparisons=comparisons,
-    )  # fmt: skip
+    return STEADY.order(case.stats[a[0]][a[1]], case.stats[b[0]][b[1]], comparisons)
 
 
 def _word(order: int | None) -> str:
