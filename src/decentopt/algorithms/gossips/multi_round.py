@@ -42,6 +42,13 @@ __all__ = ["MultiRound", "RoundsChannel"]
 Acceleration = Literal["none", "chebyshev"]
 
 
+def _check(rounds: object, acceleration: object, who: str = "") -> None:
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"{who}rounds must be a whole number >= 1; got {rounds!r}")
+    if acceleration not in ("none", "chebyshev"):
+        raise ValueError(f"{who}acceleration must be 'none' or 'chebyshev'; got {acceleration!r}")
+
+
 class RoundsChannel(Channel):
     """``rounds`` gossip rounds of ``comm`` per mix (see the module docstring): a
     communicator, usable around any other as ``decentopt.comm.MultiRound``."""
@@ -52,23 +59,19 @@ class RoundsChannel(Channel):
         self, comm: Communicator, rounds: int, acceleration: Acceleration = "chebyshev"
     ) -> None:
         super().__init__(comm, {})
-        if not isinstance(rounds, int) or rounds < 1:
-            raise ValueError(f"rounds must be a whole number >= 1; got {rounds!r}")
-        if acceleration not in ("none", "chebyshev"):
-            raise ValueError(f"acceleration must be 'none' or 'chebyshev'; got {acceleration!r}")
+        _check(rounds, acceleration)
         self.rounds, self.acceleration = rounds, acceleration
-        offers = comm.topology.offers
-        if acceleration == "chebyshev" and rounds >= 2 and "symmetric" not in offers:
+        offers, wanted = comm.topology.offers, acceleration == "chebyshev" and rounds >= 2
+        if wanted and "symmetric" not in offers:
             raise ValueError(
                 f"Chebyshev acceleration needs a symmetric W; {comm.topology.name} is directed: "
                 "use acceleration='none' (W applied round after round)"
             )
-        if acceleration == "chebyshev" and rounds >= 2 and "static" not in offers:
+        if wanted and "static" not in offers:
             raise ValueError(
                 f"Chebyshev acceleration needs one fixed W; {comm.topology.name} changes W every "
                 "round: use acceleration='none' (W_t applied round after round)"
             )
-        wanted = acceleration == "chebyshev" and rounds >= 2
         lam = comm.topology.lam if wanted else 0.0
         # below lambda = 0 there is nothing to accelerate (W mixes exactly in one round)
         self._cheb = wanted and lam > 1e-12
@@ -157,15 +160,7 @@ class MultiRound(Gossip):
         return self.rounds
 
     def __post_init__(self) -> None:
-        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
-            raise ValueError(
-                f"multi_round: rounds must be a whole number >= 1; got {self.rounds!r}"
-            )
-        if self.acceleration not in ("none", "chebyshev"):
-            raise ValueError(
-                "multi_round: acceleration must be 'none' or 'chebyshev'; got "
-                f"{self.acceleration!r}"
-            )
+        _check(self.rounds, self.acceleration, "multi_round: ")
 
     def bind(
         self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]
