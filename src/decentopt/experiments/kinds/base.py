@@ -67,19 +67,12 @@ class ProblemSpec(Protocol):
         ...
 
 
-#: What every kind's section has (``run_groups`` only where ``batch_runs`` is False).
-MEMBERS = (
-    "panel",
-    "metrics",
-    "batch_runs",
-    "deterministic",
-    "describe",
-    "check",
-    "build",
-    "plan",
-    "step_size",
-    "columns",
-    "memory_bytes",
+#: What every kind's section has: the protocol's members (``run_groups`` only where
+#: ``batch_runs`` is False).
+MEMBERS = tuple(
+    name
+    for name in dict.fromkeys([*ProblemSpec.__annotations__, *vars(ProblemSpec)])
+    if not name.startswith("_") and name != "run_groups"
 )
 
 
