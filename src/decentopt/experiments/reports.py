@@ -118,8 +118,9 @@ def final_markdown(
     body = []
     for alg in ordered([a for a, _ in last]):
         finals = [r for (a, _), r in last.items() if a == alg]
+        shown = names.get(alg, LABELS.get(alg, alg))
         if any(r["diverged_at"] >= 0 for r in finals):
-            body.append([names.get(alg, LABELS.get(alg, alg)), "diverged"] + [""] * len(metrics))
+            body.append([shown, "diverged"] + [""] * len(metrics))
             continue
         cells = [
             f"{np.mean(v):.4g} ± {np.std(v):.1g}"
@@ -130,13 +131,7 @@ def final_markdown(
             [(r["grad_seconds"] + r["other_seconds"]) / p for r, p in zip(finals, per, strict=True)]
         )
         grad = np.mean([r["grad_seconds"] / p for r, p in zip(finals, per, strict=True)])
-        body.append(
-            [
-                names.get(alg, LABELS.get(alg, alg)),
-                *cells,
-                f"{total:.3g} ({grad:.3g} + {total - grad:.3g})",
-            ]
-        )
+        body.append([shown, *cells, f"{total:.3g} ({grad:.3g} + {total - grad:.3g})"])
     header = ["method", *metrics, f"s / {unit} (gradient + other)"]
     return markdown_table(header, body)
 
