@@ -68,10 +68,8 @@ class Checkpointer:
 
     def due(self, step: int) -> bool:
         """Whether a checkpoint is written after ``step`` (every rank decides alike)."""
-        if self.every:
-            if step % self.every == 0:
-                return True
-        elif self.period and step % self.period == 0:
+        every = self.every or self.period  # every so many steps, else every epoch
+        if every and step % every == 0:
             return True
         if self.minutes and step % CHECK_EVERY == 0:
             late = time.monotonic() - self.last >= 60 * self.minutes
