@@ -38,8 +38,6 @@ class GossipedMomentumDSGD(MomentumHyperParams):
 
     name: ClassVar[str] = "gossiped_momentum"
     reference: ClassVar[str] = "Worked example of docs/extending.md"
-    uses_momentum: ClassVar[bool] = True
-    rounds_per_step: ClassVar[int] = 1
     # what its one round per step sends, in mix_many's order: the iterate's next value,
     # then a buffer whose sum over agents must be kept
     sends: ClassVar[tuple[str, ...]] = ("value", "sum")
