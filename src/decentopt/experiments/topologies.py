@@ -71,82 +71,71 @@ def _word(order: int | None) -> str:
     return {None: "unknown", -1: "lower", 0: "equal within noise", 1: "higher"}[order]
 
 
-def _per_case(
-    cases: list[Case], judge: Callable[[Case, int], tuple[bool | None, str]], comparisons: int
-) -> Verdict:
-    """Holds when it holds in every case, fails when it fails in one (three-way)."""
-    try:
-        results = [(case, *judge(case, comparisons * len(cases))) for case in cases]
-    except KeyError as exc:  # a copy of the study without a graph or method the check compares
-        return Verdict(None, f"needs {exc.args[0]!r} in every case")
-    mark = {True: "yes", False: "no", None: "?"}
-    evidence = "; ".join(f"{c.name}: {mark[h]} ({e})" for c, h, e in results)
-    return Verdict(combine([h for _, h, _ in results]), evidence)
+Judge = Callable[[Case, int], tuple[bool | None, str]]
 
 
-def _one_peer_cheaper(cases: list[Case]) -> Verdict:
-    def judge(case: Case, k: int) -> tuple[bool | None, str]:
-        graphs = ("one_peer_exponential", "exponential")
-        per_step = {}
-        for g in graphs:
-            last = max(case.rows[g], key=lambda r: r["step"])
-            per_step[g] = last["model_time"] / max(last["step"], 1)
-        order = _order(case, (graphs[0], "dsgd"), (graphs[1], "dsgd"), k)
-        cheaper = per_step[graphs[0]] < per_step[graphs[1]]
-        holds = False if not cheaper else ordered_verdict(order, strict=False)
-        one, static = (case.stats[g]["dsgd"].steady for g in graphs)
-        return holds, (
-            f"{per_step[graphs[0]] * 1e3:.3g} vs {per_step[graphs[1]] * 1e3:.3g} ms per "
-            f"iteration; error {one:.2e} vs {static:.2e} ({_word(order)})"
-        )
+def _per_case(judge: Judge, comparisons: int) -> Callable[[list[Case]], Verdict]:
+    """``judge`` (one case, with the comparisons of all) over every case: holds when it
+    holds in every case, fails when it fails in one (three-way)."""
 
-    return _per_case(cases, judge, 1)
+    def check(cases: list[Case]) -> Verdict:
+        try:
+            results = [(case, *judge(case, comparisons * len(cases))) for case in cases]
+        except KeyError as exc:  # a copy of the study without a graph or method it compares
+            return Verdict(None, f"needs {exc.args[0]!r} in every case")
+        mark = {True: "yes", False: "no", None: "?"}
+        evidence = "; ".join(f"{c.name}: {mark[h]} ({e})" for c, h, e in results)
+        return Verdict(combine([h for _, h, _ in results]), evidence)
+
+    return check
 
 
-def _base_no_worse(cases: list[Case]) -> Verdict:
-    def judge(case: Case, k: int) -> tuple[bool | None, str]:
-        order = _order(case, ("base_3", "dsgd"), ("one_peer_exponential", "dsgd"), k)
-        base, one = (case.stats[g]["dsgd"].steady for g in ("base_3", "one_peer_exponential"))
-        return ordered_verdict(order, strict=True), f"{base:.2e} vs {one:.2e} ({_word(order)})"
+def _one_peer_cheaper(case: Case, k: int) -> tuple[bool | None, str]:
+    graphs = ("one_peer_exponential", "exponential")
+    per_step = {}
+    for g in graphs:
+        last = max(case.rows[g], key=lambda r: r["step"])
+        per_step[g] = last["model_time"] / max(last["step"], 1)
+    order = _order(case, (graphs[0], "dsgd"), (graphs[1], "dsgd"), k)
+    cheaper = per_step[graphs[0]] < per_step[graphs[1]]
+    holds = False if not cheaper else ordered_verdict(order, strict=False)
+    one, static = (case.stats[g]["dsgd"].steady for g in graphs)
+    return holds, (
+        f"{per_step[graphs[0]] * 1e3:.3g} vs {per_step[graphs[1]] * 1e3:.3g} ms per "
+        f"iteration; error {one:.2e} vs {static:.2e} ({_word(order)})"
+    )
 
-    return _per_case(cases, judge, 1)
+
+def _base_no_worse(case: Case, k: int) -> tuple[bool | None, str]:
+    order = _order(case, ("base_3", "dsgd"), ("one_peer_exponential", "dsgd"), k)
+    base, one = (case.stats[g]["dsgd"].steady for g in ("base_3", "one_peer_exponential"))
+    return ordered_verdict(order, strict=True), f"{base:.2e} vs {one:.2e} ({_word(order)})"
 
 
 SPARSER = ("complete", "exponential", "torus", "ring")
 
 
-def _sparser_more_bias(cases: list[Case]) -> Verdict:
-    def judge(case: Case, k: int) -> tuple[bool | None, str]:
-        steps = list(itertools.pairwise(SPARSER))
-        orders = [_order(case, (a, "dsgd"), (b, "dsgd"), k) for a, b in steps]
-        values = " < ".join(f"{case.stats[g]['dsgd'].steady:.2e}" for g in SPARSER)
-        words = ", ".join(
-            f"{a} vs {b}: {_word(o)}" for (a, b), o in zip(steps, orders, strict=True)
-        )
-        return combine([ordered_verdict(o, strict=True) for o in orders]), f"{values} ({words})"
-
-    return _per_case(cases, judge, len(SPARSER) - 1)
+def _sparser_more_bias(case: Case, k: int) -> tuple[bool | None, str]:
+    steps = list(itertools.pairwise(SPARSER))
+    orders = [_order(case, (a, "dsgd"), (b, "dsgd"), k) for a, b in steps]
+    values = " < ".join(f"{case.stats[g]['dsgd'].steady:.2e}" for g in SPARSER)
+    words = ", ".join(f"{a} vs {b}: {_word(o)}" for (a, b), o in zip(steps, orders, strict=True))
+    return combine([ordered_verdict(o, strict=True) for o in orders]), f"{values} ({words})"
 
 
-def _exact_diffusion_needs_fixed_w(cases: list[Case]) -> Verdict:
-    def judge(case: Case, k: int) -> tuple[bool | None, str]:
-        static_ok = all(case.stats[g][m].diverged == 0 for g in STATIC for m in ("ed", "edm"))
-        failed = [g for g in TIME_VARYING if any(case.stats[g][m].diverged for m in ("ed", "edm"))]
-        return static_ok and len(failed) == len(TIME_VARYING), (
-            f"static graphs: {'none' if static_ok else 'some'} diverged; time-varying graphs "
-            f"where ED/EDM diverged: {', '.join(failed) or 'none'}"
-        )
-
-    return _per_case(cases, judge, 1)
+def _exact_diffusion_needs_fixed_w(case: Case, k: int) -> tuple[bool | None, str]:
+    static_ok = all(case.stats[g][m].diverged == 0 for g in STATIC for m in ("ed", "edm"))
+    failed = [g for g in TIME_VARYING if any(case.stats[g][m].diverged for m in ("ed", "edm"))]
+    return static_ok and len(failed) == len(TIME_VARYING), (
+        f"static graphs: {'none' if static_ok else 'some'} diverged; time-varying graphs "
+        f"where ED/EDM diverged: {', '.join(failed) or 'none'}"
+    )
 
 
-def _tracking_exact(cases: list[Case]) -> Verdict:
-    def judge(case: Case, k: int) -> tuple[bool | None, str]:
-        orders = [_order(case, (g, "dsgt"), (g, "dsgd"), k) for g in TIME_VARYING]
-        words = ", ".join(f"{g}: {_word(o)}" for g, o in zip(TIME_VARYING, orders, strict=True))
-        return combine([ordered_verdict(o, strict=True) for o in orders]), f"DSGT vs DSGD: {words}"
-
-    return _per_case(cases, judge, len(TIME_VARYING))
+def _tracking_exact(case: Case, k: int) -> tuple[bool | None, str]:
+    orders = [_order(case, (g, "dsgt"), (g, "dsgd"), k) for g in TIME_VARYING]
+    words = ", ".join(f"{g}: {_word(o)}" for g, o in zip(TIME_VARYING, orders, strict=True))
+    return combine([ordered_verdict(o, strict=True) for o in orders]), f"DSGT vs DSGD: {words}"
 
 
 _TEST = f"at a {ALPHA:.0%} family-wise level over every case"
@@ -154,14 +143,20 @@ _TEST = f"at a {ALPHA:.0%} family-wise level over every case"
 CHECKS: dict[str, tuple[str, Callable[[list[Case]], Verdict]]] = {
     "one_peer_cheaper": (
         f"modelled ms per iteration, and DSGD's steady error not higher, {_TEST}",
-        _one_peer_cheaper,
+        _per_case(_one_peer_cheaper, 1),
     ),
-    "base_no_worse": (f"DSGD's steady error lower, {_TEST}", _base_no_worse),
-    "sparser_more_bias": (f"every step of the chain higher, {_TEST}", _sparser_more_bias),
-    "exact_diffusion_needs_fixed_w": ("runs stopped as diverged", _exact_diffusion_needs_fixed_w),
+    "base_no_worse": (f"DSGD's steady error lower, {_TEST}", _per_case(_base_no_worse, 1)),
+    "sparser_more_bias": (
+        f"every step of the chain higher, {_TEST}",
+        _per_case(_sparser_more_bias, len(SPARSER) - 1),
+    ),
+    "exact_diffusion_needs_fixed_w": (
+        "runs stopped as diverged",
+        _per_case(_exact_diffusion_needs_fixed_w, 1),
+    ),
     "tracking_exact": (
         f"DSGT's steady error lower on every time-varying graph, {_TEST}",
-        _tracking_exact,
+        _per_case(_tracking_exact, len(TIME_VARYING)),
     ),
 }
 
