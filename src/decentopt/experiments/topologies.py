@@ -9,7 +9,8 @@ writes ``results.csv`` (all rows, with ``problem``, ``agents`` and ``graph``
 columns), ``summary.md`` (per problem and n: each graph's peers per round, rate,
 modelled time per iteration, and every method's steady error) and figures of error
 against iterations and against modelled time (the parts' ``[network]``).
-``--check`` judges the study's ``[[claims]]``, each naming one of :data:`CHECKS`.
+``--check`` judges the study's ``[[claims]]``, each naming one of :data:`CHECKS`, and each
+part's own ``[[claims]]`` on every number of agents and graph (the stragglers study).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,11 @@ class Case:
     specs: dict[str, RunSpec]
     stats: dict[str, dict[str, Stat]]  # graph -> method -> Stat
     rows: dict[str, list[dict[str, Any]]]  # graph -> rows
+    judged: dict[str, list] = field(default_factory=dict)  # graph -> the part's own verdicts
 
     @property
     def name(self) -> str:
-        return f"{self.preset.removeprefix('topologies_')}, n = {self.n}"
+        return f"{self.preset.split('_', 1)[-1]}, n = {self.n}"
 
 
 # ------------------------------------------------------------------- claims
@@ -193,7 +195,13 @@ def parse_graph_claims(tables: tuple[dict[str, Any], ...], where: str) -> tuple[
 # ------------------------------------------------------------------- report
 def _graph_table(case: Case) -> str:
     methods = list(next(iter(case.stats.values())))
-    header = ["graph", "peers / round", "λ per round", "ms / iteration", *map(LABELS.get, methods)]
+    header = [
+        "graph",
+        "peers / round",
+        "λ per round",
+        "ms / iteration",
+        *(LABELS.get(m, m) for m in methods),
+    ]
     body = []
     for graph, spec in case.specs.items():
         network = spec.build_topology()
@@ -223,6 +231,8 @@ def _run_case(
         stats = summarise(outcome.rows, spec)
         case.specs[graph], case.rows[graph] = spec, outcome.rows
         case.stats[graph] = {label: s for (_, label), s in stats.items()}
+        if how.check and spec.claims:
+            case.judged[graph] = check_claims(spec.claims, stats)
     return case
 
 
@@ -267,13 +277,14 @@ def _figures(study: Study, cases: list[Case], rows: list[dict[str, Any]], out: P
 
 
 def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:
-    verdicts = check_claims(claims, cases)
+    verdicts = check_claims(claims, cases) if claims else []
+    lines = ["## Claims", "", *([claims_markdown(verdicts), ""] if claims else [])]
+    for case, (graph, own) in ((c, item) for c in cases for item in c.judged.items()):
+        lines += [f"### {case.name}, {graph}", "", claims_markdown(own), ""]
+        verdicts = [*verdicts, *own]
     counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
     return [
-        "## Claims",
-        "",
-        claims_markdown(verdicts),
-        "",
+        *lines,
         f"{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
         f"{counts[2]} inconclusive",
         "",
