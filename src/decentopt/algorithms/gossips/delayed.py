@@ -24,6 +24,19 @@ DmSGD is OSGP (``osgp``). CHOCO's public copies must equal what the neighbours r
 multi-round gossip is several rounds per step, so neither is delayed (refused in one line).
 The rule must send the same tensors in one round every step, all of them values: a delayed
 sum-tracker (gradient tracking's ``y``) would lose the mass in flight.
+
+A communicator that sends ahead (``mix_posted``: :mod:`decentopt.comm.posted` over
+torch.distributed) posts ``Z(t)`` without waiting and waits only for the messages of round
+``t - tau``. ``staleness=S`` (``S >= tau >= 1``) bounds the age instead of fixing it: each
+neighbour's newest message of age ``tau`` to ``S``, waiting only for the one of age ``S``,
+
+.. math::
+    \\text{mix}(Z)_i = w_{ii} Z_i^{(t)} + \\sum_{j \\ne i} w_{ij} Z_j^{(t - \\delta_{ij}(t))},
+    \\qquad \\tau \\le \\delta_{ij}(t) \\le S.
+
+Note: under a bound the ages depend on when messages arrive, so such runs over processes do
+not repeat bit for bit; where all agents keep pace (the simulator) ``delta = tau``. Push-sum
+takes no bound (its weights must arrive exactly once).
 """
 
 from __future__ import annotations
@@ -88,7 +101,8 @@ def _inner(inner: str | Gossip) -> Gossip:
 @dataclass(frozen=True)
 class Delayed(Gossip):
     """Neighbours' values from ``tau`` rounds ago, one's own current one (module docstring):
-    ``delayed(2)``, ``delayed(1, push_sum)``."""
+    ``delayed(2)``, ``delayed(1, push_sum)``; ``delayed(1, staleness=4)``: from 1 to 4 rounds
+    ago, whichever is newest where processes run at their own pace."""
 
     tau: int = 1
     inner: str | Gossip = "exact"
