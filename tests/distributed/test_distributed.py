@@ -391,11 +391,16 @@ def test_bounded_staleness_runs_ahead_of_a_slow_neighbour_by_at_most_the_bound(t
     assert all(torch.isfinite(g["x"]).all() for g in got)
 
 
-def test_bounded_staleness_stops_on_a_dead_neighbour_naming_it(tmp_path):
-    procs = launch("stale_failure", tmp_path)
+@pytest.mark.parametrize(("mode", "how"), [("failure", "closed the link"), ("hang", "within 5 s")])
+def test_bounded_staleness_stops_on_a_dead_neighbour_naming_it(tmp_path, mode, how):
+    """Rank 3 exits (or first falls silent) at step 5: its neighbours stop with one line
+    naming it, at once (or after the 5 s timeout)."""
+    start = time.monotonic()
+    procs = launch(f"stale_{mode}", tmp_path)
     codes = wait_all(procs, timeout=60)
     assert codes[3] == 17 and codes[0] == 3 and codes[2] == 3
     for rank in (0, 2):
         text = (tmp_path / f"failure-rank{rank}.txt").read_text()
-        assert "\n" not in text and f"rank {rank}: neighbour 3 " in text
-        assert "rank 3 died" in text
+        assert "\n" not in text and f"rank {rank}: neighbour 3 " in text and how in text
+        assert "rank 3 died, hung or disconnected" in text
+    assert time.monotonic() - start < 45

@@ -8,7 +8,7 @@ MODE "failure": rank 3 exits during step 5; the others must fail cleanly.
 MODE "hang": rank 3 stops answering at step 5; its neighbours must time out.
 MODE "stale": delayed gossip with bounded staleness, rank 0 slowed by a sleep in each step;
 each rank saves how far its messages lagged and when it finished.
-MODE "stale_failure": the same, and rank 3 exits during step 5.
+MODE "stale_failure" / "stale_hang": the same, and rank 3 exits (first hangs) at step 5.
 """
 
 from __future__ import annotations
@@ -274,8 +274,9 @@ def failure(rank: int, comm: DistributedCommunicator, out: Path, hang: bool = Fa
             os._exit(3)
 
 
-def stale(rank: int, comm: DistributedCommunicator, out: Path, dies: bool = False) -> None:
-    """40 steps of DSGD with ``delayed(1, staleness=3)``; rank 0 sleeps 50 ms a step."""
+def stale(rank: int, comm: DistributedCommunicator, out: Path, dies: str = "") -> None:
+    """40 steps of DSGD with ``delayed(1, staleness=3)``; rank 0 sleeps 50 ms a step; with
+    ``dies``, rank 3 exits during step 5 (``"exit"``) or first stays silent (``"hang"``)."""
     alg = dopt.algorithms.make("dsgd", lr=0.05, gossip="delayed(1, staleness=3)")
     prob = quadratic()
     gen = torch.Generator().manual_seed(7)
@@ -286,6 +287,7 @@ def stale(rank: int, comm: DistributedCommunicator, out: Path, dies: bool = Fals
         if rank == 0:
             time.sleep(0.05)
         if dies and rank == 3 and step == 5:
+            time.sleep(8 if dies == "hang" else 0)  # longer than the 5 s timeout
             os._exit(17)
         try:
             state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
@@ -327,7 +329,8 @@ def main() -> None:
             "failure": failure,
             "hang": lambda r, c, o: failure(r, c, o, hang=True),
             "stale": stale,
-            "stale_failure": lambda r, c, o: stale(r, c, o, dies=True),
+            "stale_failure": lambda r, c, o: stale(r, c, o, dies="exit"),
+            "stale_hang": lambda r, c, o: stale(r, c, o, dies="hang"),
             "hang_mean": lambda r, c, o: collective_hang(r, c, o, "mean"),
             "hang_barrier": lambda r, c, o: collective_hang(r, c, o, "barrier"),
         }
