@@ -86,6 +86,7 @@ def test_the_pace_of_a_method():
     assert pace(make("edm")) == (0, False)
     assert pace(make("dmsgd", gossip="delayed(2)")) == (2, False)
     assert pace(make("dmsgd", gossip="delayed(1, push_sum)")) == (1, False)
+    assert pace(make("dsgd", gossip="delayed(1, staleness=4)")) == (4, False)  # waits for 4
 
 
 def test_same_seed_same_timeline_in_every_row():

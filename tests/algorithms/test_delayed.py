@@ -164,6 +164,19 @@ def test_delayed_text_parses_and_prints_back():
     assert parse(Delayed(2, "push_sum").label()) == Delayed(2, "push_sum")
     assert parse("choco(sign, 0.5)").gamma == 0.5  # positional arguments after the first
     assert make("dmsgd", gossip="delayed(1, push_sum)").name == "dmsgd+delayed"
+    bounded = parse("delayed(1, staleness=3)")
+    assert bounded == Delayed(1, "exact", 3) and bounded.label() == "delayed(1, staleness=3)"
+    assert parse(bounded.label()) == bounded
+
+
+def test_a_staleness_bound_simulates_as_the_delay_and_needs_a_static_graph(random_W):
+    """All agents in one process keep pace: the messages used are exactly tau rounds old."""
+    hp = rule_hp("dmsgd")
+    got, _ = trajectory(make("dmsgd", gossip="delayed(2, staleness=5)", **hp), random_W)
+    want, _ = trajectory(make("dmsgd", gossip="delayed(2)", **hp), random_W)
+    np.testing.assert_array_equal(got[-1], want[-1])
+    assert "static" in make("dsgd", gossip="delayed(1, staleness=2)").needs
+    assert "static" not in make("dsgd", gossip="delayed(1)").needs
 
 
 @pytest.mark.parametrize(
@@ -178,6 +191,16 @@ def test_delayed_text_parses_and_prints_back():
         (lambda: make("mt", gossip="delayed(1)"), r"mt cannot take delayed.*sum-tracker"),
         (lambda: make("edm", gossip="delayed(1, push_sum)"), r"edm cannot take delayed.*symmetric"),
         (lambda: make("relaysgd", gossip="delayed(1)"), r"relaysgd cannot take delayed"),
+        (lambda: make("dsgd", gossip="delayed(2, staleness=1)"), r"bound \(1\) is below .*>= 2"),
+        (lambda: make("dsgd", gossip="delayed(1, staleness=-1)"), r"staleness bound must be"),
+        (lambda: make("dsgd", gossip="delayed(0, staleness=2)"), r"needs a delay tau >= 1"),
+        (lambda: make("ed", gossip="delayed(1, staleness=2)"), r"ed cannot take delayed.*stale"),
+        (lambda: make("edm", gossip="delayed(1, staleness=2)"), r"edm cannot take delayed"),
+        (lambda: make("dsgt", atc=False, gossip="delayed(1, staleness=2)"), r"sum-tracker"),
+        (
+            lambda: make("dmsgd", gossip="delayed(1, push_sum, staleness=2)"),
+            r"dmsgd cannot take delayed.*weights must arrive exactly once",
+        ),
     ],
 )
 def test_bad_delays_are_refused_in_one_line(call, message):

@@ -376,3 +376,31 @@ def test_variants_on_graphs_of_their_own_run_one_agent_per_process(tmp_path):
     for a, b in zip(sim, dist, strict=True):  # the simulator counts the same messages
         assert (a["algorithm"], a["busiest_messages"]) == (b["algorithm"], b["busiest_messages"])
         assert a["bytes_per_agent"] == pytest.approx(b["bytes_per_agent"]), a["algorithm"]
+
+
+def test_bounded_staleness_runs_ahead_of_a_slow_neighbour_by_at_most_the_bound(tmp_path):
+    """delayed(1, staleness=3), rank 0 sleeping 50 ms a step: its neighbours use messages up
+    to 3 rounds old and no older, and finish before it (they do not wait for every step)."""
+    procs = launch("stale", tmp_path)
+    codes = wait_all(procs, timeout=90)
+    assert codes == [0, 0, 0, 0], [p.stdout.read().decode()[-2000:] for p in procs]
+    got = [torch.load(tmp_path / f"stale-rank{r}.pt") for r in range(4)]
+    assert all(1 <= g["oldest"] <= 3 for g in got), [g["oldest"] for g in got]
+    assert got[1]["oldest"] == got[3]["oldest"] == 3  # rank 0's neighbours ran ahead to the bound
+    assert got[1]["seconds"] < got[0]["seconds"] and got[3]["seconds"] < got[0]["seconds"]
+    assert all(torch.isfinite(g["x"]).all() for g in got)
+
+
+@pytest.mark.parametrize(("mode", "how"), [("failure", "closed the link"), ("hang", "within 5 s")])
+def test_bounded_staleness_stops_on_a_dead_neighbour_naming_it(tmp_path, mode, how):
+    """Rank 3 exits (or first falls silent) at step 5: its neighbours stop with one line
+    naming it, at once (or after the 5 s timeout)."""
+    start = time.monotonic()
+    procs = launch(f"stale_{mode}", tmp_path)
+    codes = wait_all(procs, timeout=60)
+    assert codes[3] == 17 and codes[0] == 3 and codes[2] == 3
+    for rank in (0, 2):
+        text = (tmp_path / f"failure-rank{rank}.txt").read_text()
+        assert "\n" not in text and f"rank {rank}: neighbour 3 " in text and how in text
+        assert "rank 3 died, hung or disconnected" in text
+    assert time.monotonic() - start < 45

@@ -6,6 +6,9 @@ a tiny network, over the ring and over time-varying topologies (SCHEDULES);
 each rank saves its final row to OUT/MODE-rank{r}.pt.
 MODE "failure": rank 3 exits during step 5; the others must fail cleanly.
 MODE "hang": rank 3 stops answering at step 5; its neighbours must time out.
+MODE "stale": delayed gossip with bounded staleness, rank 0 slowed by a sleep in each step;
+each rank saves how far its messages lagged and when it finished.
+MODE "stale_failure" / "stale_hang": the same, and rank 3 exits (first hangs) at step 5.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ VARIANTS = {name: (name, {}) for name in dopt.algorithms.names()} | {
     "qg_dsgdm/push_sum": ("qg_dsgdm", {"gossip": "push_sum"}),
     "edm/multi_round": ("edm", {"gossip": "multi_round(3)"}),
     "dsgd/delayed": ("dsgd", {"gossip": "delayed(2)"}),
+    "dsgd/delayed1": ("dsgd", {"gossip": "delayed(1)"}),
+    "dmsgd/delayed": ("dmsgd", {"gossip": "delayed(2)"}),
+    "dmsgd/stale": ("dmsgd", {"gossip": "delayed(1, staleness=1)"}),  # the bound is the delay
     "qg_dsgdm/delayed": ("qg_dsgdm", {"gossip": "delayed(1)"}),
     "dmsgd/delayed_push_sum": ("dmsgd", {"gossip": "delayed(2, push_sum)"}),
 }
@@ -268,6 +274,32 @@ def failure(rank: int, comm: DistributedCommunicator, out: Path, hang: bool = Fa
             os._exit(3)
 
 
+def stale(rank: int, comm: DistributedCommunicator, out: Path, dies: str = "") -> None:
+    """40 steps of DSGD with ``delayed(1, staleness=3)``; rank 0 sleeps 50 ms a step; with
+    ``dies``, rank 3 exits during step 5 (``"exit"``) or first stays silent (``"hang"``)."""
+    alg = dopt.algorithms.make("dsgd", lr=0.05, gossip="delayed(1, staleness=3)")
+    prob = quadratic()
+    gen = torch.Generator().manual_seed(7)
+    rows = slice(rank, rank + 1)
+    state = alg.init(prob.initial_point()[rows])
+    start = time.monotonic()
+    for step in range(40):
+        if rank == 0:
+            time.sleep(0.05)
+        if dies and rank == 3 and step == 5:
+            time.sleep(8 if dies == "hang" else 0)  # longer than the 5 s timeout
+            os._exit(17)
+        try:
+            state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
+        except PeerFailure as exc:
+            (out / f"failure-rank{rank}.txt").write_text(f"step {step}: {exc}")
+            os._exit(3)
+    seconds = time.monotonic() - start
+    comm.settle()
+    result = {"oldest": comm.oldest, "seconds": seconds, "x": state.x}
+    torch.save(result, out / f"stale-rank{rank}.pt")
+
+
 def collective_hang(rank: int, comm: DistributedCommunicator, out: Path, stage: str) -> None:
     """Rank 3 stays alive but never joins an average (or a barrier); the others must fail."""
     start = time.monotonic()
@@ -296,6 +328,9 @@ def main() -> None:
             "optimizer": optimizer_patterns,
             "failure": failure,
             "hang": lambda r, c, o: failure(r, c, o, hang=True),
+            "stale": stale,
+            "stale_failure": lambda r, c, o: stale(r, c, o, dies="exit"),
+            "stale_hang": lambda r, c, o: stale(r, c, o, dies="hang"),
             "hang_mean": lambda r, c, o: collective_hang(r, c, o, "mean"),
             "hang_barrier": lambda r, c, o: collective_hang(r, c, o, "barrier"),
         }

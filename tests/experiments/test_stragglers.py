@@ -8,6 +8,7 @@ import pytest
 from decentopt.cli import main
 from decentopt.experiments.claims import check_claims, parse_claims
 from decentopt.experiments.spec import load_spec
+from decentopt.experiments.study import load_study
 from decentopt.experiments.summary import summarise
 from tests.experiments.test_verdicts import LEVELS, STEPS, THRESHOLD, curve, rows_of, spec
 
@@ -47,11 +48,17 @@ def test_settling_is_compared_in_simulated_seconds_not_iterations():
     assert THRESHOLD == s.threshold
 
 
-def test_the_study_is_a_preset_with_a_time_model():
-    study = load_spec("stragglers", quick=True)
-    assert study.timing is not None and study.timing.slow == (0,) and study.timing.factor == 4
-    assert {"dsgd_delayed", "ad_psgd", "osgp", "edm"} <= set(study.algorithms)
-    assert study.algorithms["dsgd_delayed"].make().gossip.tau == 1
+def test_the_study_runs_two_problems_over_two_graphs_with_a_time_model():
+    study = load_study("stragglers", quick=True)
+    assert study.study == "graphs" and set(study.graphs) == {"ring", "exponential"}
+    assert study.specs == ("stragglers_quadratic", "stragglers_logistic")
+    for part, problem in zip(study.specs, ("quadratic", "logistic"), strict=True):
+        spec = load_spec(part, quick=True)
+        assert spec.problem == problem and spec.timing is not None
+        assert spec.timing.slow == (0,) and spec.timing.factor == 4
+        assert {"dsgd_delayed", "ad_psgd", "osgp", "edm"} <= set(spec.algorithms)
+        assert spec.algorithms["dsgd_delayed"].make().gossip.tau == 1
+        assert sum("wall-clock time" in c.text for c in spec.claims) == 2
 
 
 @pytest.mark.slow
@@ -59,5 +66,8 @@ def test_reproduce_stragglers_judges_its_claims(tmp_path, capsys):
     args = ["reproduce", "stragglers", "--quick", "--check", "--x", "time", "--out"]
     assert main([*args, str(tmp_path), "--no-progress", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
-    assert out.count("AD-PSGD paper") == 2 and "claims hold in this run" in out
-    assert (tmp_path / "stragglers.png").exists()
+    # each part's claims, judged on each graph: 2 problems x 2 graphs, two AD-PSGD claims each
+    assert out.count("AD-PSGD paper") == 2 * 2 * 2 and "of 20 claims hold in this run" in out
+    for case in ("quadratic, n = 16, ring", "logistic, n = 16, exponential"):
+        assert f"### {case}" in out
+    assert (tmp_path / "stragglers_logistic_ad_psgd_time.png").exists()

@@ -23,7 +23,9 @@ verifies that every rank uses the same W and world size.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
+import weakref
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -32,11 +34,23 @@ import torch
 import torch.distributed as dist
 
 from decentopt.comm.base import CommStats, Elementwise, map_then_mix, rows_of
+from decentopt.comm.posted import Stream
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
 from decentopt.topology import Network, TopologySchedule
 
-__all__ = ["DistributedCommunicator", "PeerFailure"]
+__all__ = ["DistributedCommunicator", "PeerFailure", "settle_all"]
+
+#: Communicators with delayed messages in flight, kept (their receives stay posted, so that
+#: messages on the same links keep matching in order) until :func:`settle_all`.
+_POSTING: set[DistributedCommunicator] = set()
+
+
+def settle_all() -> None:
+    """Wait for the delayed messages still in flight on every communicator of this process:
+    a rank that leaves first must not take its last messages with it."""
+    for comm in list(_POSTING):
+        comm.settle()
 
 
 class PeerFailure(RuntimeError):
@@ -76,6 +90,9 @@ class DistributedCommunicator:
         self.timeout = timedelta(seconds=timeout)
         self.stats = CommStats()
         self.backend = dist.get_backend(group)
+        self._streams: dict[int, Stream] = {}  # delayed gossip: id(oldest sent row) -> stream
+        #: the largest age, in rounds, of a neighbour's message used by delayed gossip
+        self.oldest = 0
         if isinstance(topology, TopologySchedule):
             self._schedule: TopologySchedule | None = topology
             self.self_weight, self.neighbors, self.targets = 1.0, (), ()
@@ -88,12 +105,15 @@ class DistributedCommunicator:
         degrees = topology.degrees
         self._messages = (float(degrees.mean()), int(degrees.max(initial=0)))
 
-    def _round(self) -> tuple[float, tuple[tuple[int, float], ...], tuple[int, ...], float, int]:
+    def _round(
+        self, at: int | None = None
+    ) -> tuple[float, tuple[tuple[int, float], ...], tuple[int, ...], float, int]:
         """This rank's self weight, the rows it reads (with their weights) and the agents it
-        sends to at the current round, and all agents' mean and largest number of messages."""
+        sends to at round ``at`` (the current one by default), and all agents' mean and
+        largest number of messages."""
         if self._schedule is None:
             return self.self_weight, self.neighbors, self.targets, *self._messages
-        this_round = self._schedule.at(self.stats.rounds)
+        this_round = self._schedule.at(self.stats.rounds if at is None else at)
         sent = this_round.messages
         return (
             float(this_round.self_weight[self.rank]),
@@ -204,6 +224,73 @@ class DistributedCommunicator:
             out.copy_(result.view(z.shape))
             return out
         return result.view(z.shape)
+
+    def mix_posted(
+        self, rounds: Sequence[Sequence[torch.Tensor]], bound: int
+    ) -> list[torch.Tensor]:
+        """Delayed gossip without waiting for neighbours' current round: ``rounds`` are the
+        tensors this rank sent ``tau, ..., 1`` rounds ago and sends now (the same objects
+        from call to call: the oldest identifies the stream, :mod:`~decentopt.comm.posted`).
+        Now's are posted (``isend``/``irecv``) and this returns, per tensor,
+        ``w_ii z_i(t - tau) + sum_j w_ij z_j(s_j)`` with ``t - bound <= s_j <= t - tau``:
+        the newest message from ``j`` of that age, waiting only for the one of age ``bound``.
+        The neighbours of round ``s + tau`` (the round that reads them) receive round ``s``."""
+        tau, r = len(rounds) - 1, self.stats.rounds
+        flats = [
+            self._row(torch.cat([z.reshape(1, -1) for z in zs], 1), "mix_posted") for zs in rounds
+        ]
+        if bound > tau and self._schedule is not None:
+            raise ValueError(
+                "bounded staleness needs a static graph; give delayed(tau) no staleness"
+            )
+        stream = self._streams.pop(id(rounds[0][0]), None)
+        if stream is None or stream.key() is not rounds[0][0]:  # a new run: old ones are over
+            dead = [key for key, old in self._streams.items() if old.key() is None]
+            for old in [stream, *(self._streams.pop(key) for key in dead)]:
+                if old is not None:  # (one whose row's id this run's row took, too)
+                    old.settle(self._late)
+            stream = Stream(rounds[0][0], self.timeout, bound > tau)
+            _POSTING.add(self)
+            for k, flat in enumerate(flats[:-1]):  # the rounds before this stream's first
+                self._post(stream, flat, r + k)
+        self._post(stream, flats[-1], r + tau)
+        self_weight, neighbors, _, mean_messages, max_messages = self._round()
+        received, age = stream.take([j for j, _ in neighbors], tau, bound, self._late)
+        self.oldest = max(self.oldest, age)
+        self._streams[id(rounds[1][0])], stream.key = stream, weakref.ref(rounds[1][0])
+        payload = flats[-1].numel() * flats[-1].element_size()
+        targets = self._round(r + tau)[2]
+        self.stats.add_round(mean_messages, max_messages, payload, len(targets) * payload)
+        mixed = flats[0] * self_weight
+        for (_, w), buf in zip(neighbors, received, strict=True):
+            mixed.add_(buf, alpha=w)
+        parts = mixed.to(rounds[0][0].device).split([z.numel() for z in rounds[0]])
+        return [p.view(z.shape) for p, z in zip(parts, rounds[0], strict=True)]
+
+    def _post(self, stream: Stream, flat: torch.Tensor, reader_round: int) -> None:
+        _, neighbors, targets, _, _ = self._round(reader_round)
+        ops = (
+            lambda t, k: dist.isend(t, k, group=self.group),
+            lambda t, j: dist.irecv(t, j, group=self.group),
+        )
+        stream.post(flat, targets, [j for j, _ in neighbors], ops, self._late)
+
+    def _late(self, peer: int, round_: int, exc: BaseException | None) -> PeerFailure:
+        if exc is None or "Timed out" in str(exc):
+            how = f"sent no message within {self.timeout.total_seconds():g} s"
+        else:  # gloo's first line, without its source position
+            how = "closed the link (" + re.sub(r"^\[[^]]*\]\s*", "", str(exc)).split(" [")[0] + ")"
+        return PeerFailure(
+            f"rank {self.rank}: neighbour {peer} {how} at round {round_} of delayed gossip: "
+            f"rank {peer} died, hung or disconnected"
+        )
+
+    def settle(self) -> None:
+        """Wait for this communicator's delayed messages in flight (:func:`settle_all`)."""
+        for stream in self._streams.values():
+            stream.settle(self._late)
+        self._streams.clear()
+        _POSTING.discard(self)
 
     def mix_compressed(
         self, z: torch.Tensor, compression: str | Compressor

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from decentopt.comm.distributed import PeerFailure
+from decentopt.comm.distributed import PeerFailure, settle_all
 
 __all__ = [
     "Job",
@@ -181,7 +181,9 @@ def average_buffers(model: torch.nn.Module) -> None:
 
 
 def finalize() -> None:
+    """Leave the job: wait for the delayed messages still in flight, then close the group."""
     if dist.is_initialized():
+        settle_all()
         dist.destroy_process_group()
 
 

@@ -112,8 +112,10 @@ def _own_pace(model: TimeModel, n: int, steps: int, one: float) -> np.ndarray:
 
 
 def pace(algorithm: Any) -> tuple[int, bool]:
-    """``(lag, asynchronous)`` of a method: delayed gossip's ``tau``, AD-PSGD's own pace."""
-    return int(getattr(algorithm, "tau", 0) or 0), bool(getattr(algorithm, "asynchronous", False))
+    """``(lag, asynchronous)`` of a method: delayed gossip's ``tau`` (its staleness bound, the
+    age of the messages a rank waits for, when it has one), AD-PSGD's own pace."""
+    lag = getattr(algorithm, "staleness", None) or getattr(algorithm, "tau", 0) or 0
+    return int(lag), bool(getattr(algorithm, "asynchronous", False))
 
 
 def clock(

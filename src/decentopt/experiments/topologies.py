@@ -9,7 +9,8 @@ writes ``results.csv`` (all rows, with ``problem``, ``agents`` and ``graph``
 columns), ``summary.md`` (per problem and n: each graph's peers per round, rate,
 modelled time per iteration, and every method's steady error) and figures of error
 against iterations and against modelled time (the parts' ``[network]``).
-``--check`` judges the study's ``[[claims]]``, each naming one of :data:`CHECKS`.
+``--check`` judges the study's ``[[claims]]``, each naming one of :data:`CHECKS`, and each
+part's own ``[[claims]]`` on every number of agents and graph (the stragglers study).
 """
 
 from __future__ import annotations
@@ -17,13 +18,20 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from decentopt.analysis import ALPHA
 from decentopt.driver import RunOptions
-from decentopt.experiments.claims import Claim, Verdict, claims_report, combine, ordered_verdict
+from decentopt.experiments.claims import (
+    Claim,
+    Verdict,
+    check_claims,
+    claims_markdown,
+    combine,
+    ordered_verdict,
+)
 from decentopt.experiments.measures import STEADY
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.runner import Sweep
@@ -49,10 +57,11 @@ class Case:
     specs: dict[str, RunSpec]
     stats: dict[str, dict[str, Stat]]  # graph -> method -> Stat
     rows: dict[str, list[dict[str, Any]]]  # graph -> rows
+    judged: dict[str, list] = field(default_factory=dict)  # graph -> the part's own verdicts
 
     @property
     def name(self) -> str:
-        return f"{self.preset.removeprefix('topologies_')}, n = {self.n}"
+        return f"{self.preset.split('_', 1)[-1]}, n = {self.n}"
 
 
 # ------------------------------------------------------------------- claims
@@ -178,7 +187,13 @@ def parse_graph_claims(tables: tuple[dict[str, Any], ...], where: str) -> tuple[
 # ------------------------------------------------------------------- report
 def _graph_table(case: Case) -> str:
     methods = list(next(iter(case.stats.values())))
-    header = ["graph", "peers / round", "λ per round", "ms / iteration", *map(LABELS.get, methods)]
+    header = [
+        "graph",
+        "peers / round",
+        "λ per round",
+        "ms / iteration",
+        *(LABELS.get(m, m) for m in methods),
+    ]
     body = []
     for graph, spec in case.specs.items():
         network = spec.build_topology()
@@ -208,6 +223,8 @@ def _run_case(
         stats = summarise(outcome.rows, spec)
         case.specs[graph], case.rows[graph] = spec, outcome.rows
         case.stats[graph] = {label: s for (_, label), s in stats.items()}
+        if how.check and spec.claims:
+            case.judged[graph] = check_claims(spec.claims, stats)
     return case
 
 
@@ -251,6 +268,21 @@ def _figures(study: Study, cases: list[Case], rows: list[dict[str, Any]], out: P
     return files
 
 
+def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:
+    verdicts = check_claims(claims, cases) if claims else []
+    lines = ["## Claims", "", *([claims_markdown(verdicts), ""] if claims else [])]
+    for case, (graph, own) in ((c, item) for c in cases for item in c.judged.items()):
+        lines += [f"### {case.name}, {graph}", "", claims_markdown(own), ""]
+        verdicts = [*verdicts, *own]
+    counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
+    return [
+        *lines,
+        f"{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
+        f"{counts[2]} inconclusive",
+        "",
+    ]
+
+
 def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
     """Run (or resume) a graph study into ``out``, as ``how`` asks."""
     claims = parse_graph_claims(study.claims, study.source)
@@ -270,7 +302,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
         sections += _case_section(case)
     files += _figures(study, cases, everything, out)
     if how.check:
-        sections += ["## Claims", "", claims_report(claims, cases)]
+        sections += _claims_section(claims, cases)
     text = "\n".join(sections)
     options.log(text)
     write_text_atomic(out / "summary.md", text)

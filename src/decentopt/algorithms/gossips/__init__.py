@@ -11,6 +11,10 @@ text                  what travels                                           net
 ``delayed(tau, G)``   the same, around ``G`` (``exact`` or ``push_sum``)       as ``G``
 ===================== ====================================================== ==============
 
+``delayed(tau, staleness=S)`` bounds the age of the neighbours' values between ``tau`` and
+``S`` rounds where processes run at their own pace (a static graph; the delay alone in one
+process).
+
 ``make("edm", lr=0.05, gossip="choco(top_k(0.1), gamma=0.4)")`` composes a rule with one;
 :func:`parse` reads the text, :data:`GOSSIPS` holds them by name (a plugin may add its own
 with :func:`register_gossip`).

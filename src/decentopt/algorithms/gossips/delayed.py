@@ -24,6 +24,19 @@ DmSGD is OSGP (``osgp``). CHOCO's public copies must equal what the neighbours r
 multi-round gossip is several rounds per step, so neither is delayed (refused in one line).
 The rule must send the same tensors in one round every step, all of them values: a delayed
 sum-tracker (gradient tracking's ``y``) would lose the mass in flight.
+
+A communicator that sends ahead (``mix_posted``: :mod:`decentopt.comm.posted` over
+torch.distributed) posts ``Z(t)`` without waiting and waits only for the messages of round
+``t - tau``. ``staleness=S`` (``S >= tau >= 1``) bounds the age instead of fixing it: each
+neighbour's newest message of age ``tau`` to ``S``, waiting only for the one of age ``S``,
+
+.. math::
+    \\text{mix}(Z)_i = w_{ii} Z_i^{(t)} + \\sum_{j \\ne i} w_{ij} Z_j^{(t - \\delta_{ij}(t))},
+    \\qquad \\tau \\le \\delta_{ij}(t) \\le S.
+
+Note: under a bound the ages depend on when messages arrive, so such runs over processes do
+not repeat bit for bit; where all agents keep pace (the simulator) ``delta = tau``. Push-sum
+takes no bound (its weights must arrive exactly once).
 """
 
 from __future__ import annotations
@@ -57,6 +70,14 @@ def self_weights(comm: Any, rows: int) -> torch.Tensor:
     return diag[rank : rank + rows]
 
 
+def _whole(value: Any, what: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"delayed: {what} must be a whole number >= 0; got {value!r}")
+    return value
+
+
 def _history(k: int, lag: int) -> str:
     return f"z{k}_lag{lag}"
 
@@ -80,20 +101,29 @@ def _inner(inner: str | Gossip) -> Gossip:
 @dataclass(frozen=True)
 class Delayed(Gossip):
     """Neighbours' values from ``tau`` rounds ago, one's own current one (module docstring):
-    ``delayed(2)``, ``delayed(1, push_sum)``."""
+    ``delayed(2)``, ``delayed(1, push_sum)``; ``delayed(1, staleness=4)``: from 1 to 4 rounds
+    ago, whichever is newest where processes run at their own pace."""
 
     tau: int = 1
     inner: str | Gossip = "exact"
+    staleness: int | None = None
 
     name: ClassVar[str] = "delayed"
 
     def __post_init__(self) -> None:
-        tau = self.tau
-        if isinstance(tau, float) and tau.is_integer():
-            tau = int(tau)
-        if isinstance(tau, bool) or not isinstance(tau, int) or tau < 0:
-            raise ValueError(f"delayed: the delay tau must be a whole number >= 0; got {tau!r}")
+        tau, bound = _whole(self.tau, "the delay tau"), self.staleness
+        if bound is not None and tau == 0:
+            raise ValueError(
+                "delayed: bounded staleness needs a delay tau >= 1 (messages of the current "
+                "round are never waited for); give delayed(1, staleness=S)"
+            )
+        if bound is not None and _whole(bound, "the staleness bound") < tau:
+            raise ValueError(
+                f"delayed: the staleness bound ({bound}) is below the delay tau ({tau}); give "
+                f"staleness >= {tau}"
+            )
         object.__setattr__(self, "tau", tau)
+        object.__setattr__(self, "staleness", None if bound is None else int(bound))
         object.__setattr__(self, "inner", _inner(self.inner))
 
     @property
@@ -102,7 +132,7 @@ class Delayed(Gossip):
 
     @property  # type: ignore[misc]
     def needs(self) -> frozenset[str]:  # type: ignore[override]
-        return self._wrapped.needs
+        return self._wrapped.needs | ({"static"} if self.staleness else set())
 
     @property  # type: ignore[misc]
     def agent_fields(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -122,6 +152,11 @@ class Delayed(Gossip):
                 "flight (delay only rules that send values)"
             )
         wrapped = self._wrapped.refuses(rule)
+        if self.staleness and isinstance(self._wrapped, PushSum):
+            return (
+                "push-sum's weights must arrive exactly once, and bounded staleness skips "
+                "messages: give delayed(tau, push_sum) no staleness"
+            )
         if wrapped or self.tau == 0 or not rule.needs_symmetric:
             return wrapped or Gossip.refuses(self, rule)
         return (
@@ -150,22 +185,25 @@ class Delayed(Gossip):
         if self.tau == 0:
             return self._wrapped.bind(inner_fields, comm, x, sends)
         history = {name: value for name, value in fields.items() if name not in own}
-        late = _LateComm(comm, history, self.tau, self._slots(sends))
+        late = _LateComm(comm, history, self.tau, self._slots(sends), self.staleness)
         return _DelayedChannel(self._wrapped.bind(inner_fields, late, x, sends), late)
 
     def label(self) -> str:
+        bound = "" if self.staleness is None else f", staleness={self.staleness}"
         if isinstance(self._wrapped, Exact):
-            return f"delayed({self.tau})"
-        return f"delayed({self.tau}, {self._wrapped.label()})"
+            return f"delayed({self.tau}{bound})"
+        return f"delayed({self.tau}, {self._wrapped.label()}{bound})"
 
 
 class _LateComm:
     """A communicator whose one round a step mixes ``D Z(t) + (W - D) Z(t - tau)``, keeping
     the sent tensors of the last ``tau`` rounds."""
 
-    def __init__(self, comm: Communicator, history: Fields, tau: int, slots: int) -> None:
+    def __init__(
+        self, comm: Communicator, history: Fields, tau: int, slots: int, bound: int | None
+    ) -> None:
         self.comm, self.history, self.tau, self.slots_sent = comm, dict(history), tau, slots
-        self.done = False
+        self.bound, self.done = tau if bound is None else bound, False
 
     @property
     def stats(self) -> CommStats:
@@ -187,16 +225,23 @@ class _LateComm:
                 f"history of {self.slots_sent}"
             )
         self.done = True
-        old = [self.history[_history(k, self.tau)] for k in range(len(zs))]
+        slots, lags = range(len(zs)), range(self.tau, 0, -1)
+        old = [self.history[_history(k, self.tau)] for k in slots]
         diag = self_weights(self.comm, zs[0].shape[0])
-        mixed = self.comm.mix_many(old)
+        sent = [z.detach().clone() for z in zs]
+        post = getattr(self.comm, "mix_posted", None)  # a transport that sends ahead
+        if post is None:
+            mixed = self.comm.mix_many(old)
+        else:
+            mixed = post([[self.history[_history(k, lag)] for k in slots] for lag in lags]
+                         + [sent], self.bound)  # fmt: skip
         out = []
         for k, (z, late, wz) in enumerate(zip(zs, old, mixed, strict=True)):
             own = diag.to(device=z.device, dtype=z.dtype).view((-1,) + (1,) * (z.ndim - 1))
             out.append(wz + own * (z - late))
             for lag in range(self.tau, 1, -1):
                 self.history[_history(k, lag)] = self.history[_history(k, lag - 1)]
-            self.history[_history(k, 1)] = z.detach().clone()
+            self.history[_history(k, 1)] = sent[k]
         return out
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
