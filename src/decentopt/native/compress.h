@@ -1,0 +1,233 @@
+/* CHOCO-gossip's compressed round for element type T (names end in SUFFIX), included
+ * by kernels.c after kernels.h. U is the unsigned integer of T's width: the bits of
+ * |x| as U order magnitudes as the numbers do (NaN above infinity).
+ *
+ * decentopt_choco_<t>_<isa> takes an (n, D) state z, its public copies hat and
+ * s = W hat (double, updated in place), and for the rows of k entries of every agent
+ * row computes
+ *
+ *     q = Q(z - hat),   hat += q,   s += sum_o w_o q[(i + o) mod n],
+ *     out = z + gamma (s - hat),
+ *
+ * with Q one of TOP_K, QSGD, SIGN (decentopt.compression's operators, same numbers)
+ * in two passes: phase 1, agent by agent, reads z and hat, quantises each row in
+ * cache and keeps only q's short form (top-k: kept indices and values; qsgd, sign:
+ * one byte code per entry and one unit per row); phase 2, agent by agent, adds its
+ * own and its neighbours' q to hat and s in chunks of columns (top-k by a merge
+ * over the sorted index lists: nothing densified, only the kept entries touched) and
+ * writes out. s adds the neighbours' terms one by one in stencil order, each rounded to T
+ * first (w_o q in T, as a mix in T would).
+ */
+#define FN(name) CAT(name, SUFFIX)
+#define CHUNK 1024
+
+static inline U FN(key)(T x) {
+    U bits;
+    memcpy(&bits, &x, sizeof bits);
+    return bits & (((U)1 << (8 * sizeof(U) - 1)) - 1); /* the sign bit cleared */
+}
+
+/* The kept-th largest key of d[0:k) by radix selection (a histogram of the top 11
+   bits over the row, then 8 bits at a time over the candidates left), and in *ties
+   how many of the entries equal to it are kept: the lowest indices among them. */
+#define TOP_SHIFT (8 * (int)sizeof(U) - 12)
+static U FN(threshold)(const T *d, int64_t k, int64_t kept, U *cand, int64_t *hist,
+                       int64_t *ties) {
+    int64_t need = kept, m = 0;
+    int shift = TOP_SHIFT;
+    U b = 2047;
+    while (hist[b] < need) need -= hist[b--];
+    for (int64_t j = 0; j < k; j++) { /* branch-free: most entries are not candidates */
+        const U key = FN(key)(d[j]);
+        cand[m] = key;
+        m += (key >> shift) == b;
+    }
+    while (shift > 0) {
+        const int next = shift > 8 ? shift - 8 : 0;
+        const U mask = ((U)1 << (shift - next)) - 1;
+        memset(hist, 0, 2048 * sizeof *hist);
+        for (int64_t c = 0; c < m; c++) hist[(cand[c] >> next) & mask]++;
+        b = mask;
+        while (hist[b] < need) need -= hist[b--];
+        int64_t left = 0;
+        for (int64_t c = 0; c < m; c++)
+            if (((cand[c] >> next) & mask) == b) cand[left++] = cand[c];
+        m = left;
+        shift = next;
+    }
+    *ties = need;
+    return cand[0];
+}
+
+/* d = z - hat (rounded to T) over a row, and the sum of |d| (squares: of d^2) in
+   double, in 8 lanes added in a fixed order at the end: vectorised, and the same
+   whatever the threads (for float rows the sum of |d| is exact in any order). */
+static double FN(difference)(const T *restrict z, const double *restrict hat, int64_t k,
+                             int squares, T *restrict d) {
+    double lane[8] = {0}, sum = 0.0;
+    int64_t j = 0, body = k / 8 * 8;
+    for (int64_t i = 0; i < k; i++) d[i] = (T)((double)z[i] - hat[i]);
+    if (squares)
+        for (; j < body; j += 8)
+            for (int l = 0; l < 8; l++) lane[l] += (double)d[j + l] * (double)d[j + l];
+    else
+        for (; j < body; j += 8)
+            for (int l = 0; l < 8; l++) lane[l] += fabs((double)d[j + l]);
+    for (int l = 0; l < 8; l++) sum += lane[l];
+    for (; j < k; j++) sum += squares ? (double)d[j] * (double)d[j] : fabs((double)d[j]);
+    return sum;
+}
+
+/* A 32-bit hash of (key, j), a bijection of j for each key: qsgd's uniform for entry j
+   is hash * 2^-32 (decentopt.compression._bits.uniforms computes the same). */
+static inline uint32_t FN(mix)(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x2c1b3c6dU;
+    return x ^ (x >> 16);
+}
+
+struct FN(choco_job) {
+    int op;
+    int64_t n, D, k, kept, terms;
+    double levels, per_unit; /* qsgd: s, and s tau (a row's unit is its norm / (s tau)) */
+    const T *z;
+    double *hat, *s;
+    T *out;
+    T gamma;
+    const uint64_t *keys; /* qsgd: one per row of k */
+    uint8_t *codes;       /* qsgd, sign: 2 level + [x < 0] per entry */
+    int32_t *idx;         /* top-k: kept indices per row, ascending (kept + 1 slots) */
+    T *vals;              /* and their values */
+    double *units;        /* qsgd, sign: one per row */
+    const int64_t *offsets;
+    const T *weights;
+};
+
+/* Phase 1 for agents [first, last): each row's q in its short form. */
+static void FN(choco_encode)(const void *shared, int64_t first, int64_t last, void *scratch) {
+    const struct FN(choco_job) *job = shared;
+    const int64_t k = job->k, rows = job->D / k;
+    T *restrict d = scratch;
+    for (int64_t row = first * rows; row < last * rows; row++) {
+        const T *restrict z = job->z + row * k;
+        const double *restrict hat = job->hat + row * k;
+        if (job->op == TOP_K) {
+            int64_t hist[2048] = {0}, ties, pos = row * (job->kept + 1);
+            for (int64_t j = 0; j < k; j++) {
+                d[j] = (T)((double)z[j] - hat[j]);
+                hist[FN(key)(d[j]) >> TOP_SHIFT]++;
+            }
+            const U t = FN(threshold)(d, k, job->kept, (U *)(d + k), hist, &ties);
+            int32_t *restrict idx = job->idx;
+            T *restrict vals = job->vals;
+            for (int64_t j = 0; j < k; j++) { /* branch-free: kept entries are scattered */
+                const U key = FN(key)(d[j]);
+                const int keep = key > t || (key == t && ties > 0);
+                ties -= key == t;
+                idx[pos] = (int32_t)j;
+                vals[pos] = d[j];
+                pos += keep;
+            }
+            continue;
+        }
+        const double sum = FN(difference)(z, hat, k, job->op == QSGD, d);
+        uint8_t *restrict code = job->codes + row * k;
+        if (job->op == SIGN) {
+            job->units[row] = (double)(T)(sum / (double)k);
+            for (int64_t j = 0; j < k; j++) code[j] = (uint8_t)(2 + (d[j] < 0));
+            continue;
+        }
+        const double norm = (double)(T)sqrt(sum);
+        const double scale = job->levels / (norm > 0 ? norm : 1.0);
+        const uint32_t lo = (uint32_t)job->keys[row], hi = (uint32_t)(job->keys[row] >> 32);
+        job->units[row] = norm / job->per_unit;
+        const double top = job->levels;
+        for (int64_t a = 0; a < k; a += CHUNK) { /* chunks: each loop vectorises */
+            const int64_t w = k - a < CHUNK ? k - a : CHUNK;
+            int32_t level[CHUNK];
+            for (int64_t j = 0; j < w; j++) { /* |d| scale + u >= 0 */
+                const uint32_t h = FN(mix)(FN(mix)((uint32_t)(a + j) ^ lo) ^ hi);
+                const double u = ((double)(int32_t)(h ^ 0x80000000U) + 0x1p31) * 0x1p-32;
+                const double l = floor(fabs((double)d[a + j]) * scale + u);
+                level[j] = 2 * (int32_t)(l > top ? top : l);
+            }
+            for (int64_t j = 0; j < w; j++) code[a + j] = (uint8_t)(level[j] + (d[a + j] < 0));
+        }
+    }
+}
+
+static inline T FN(decode)(uint8_t code, double unit) {
+    return (T)((double)(code >> 1) * unit) * (T)(1 - 2 * (code & 1));
+}
+
+/* Phase 2, columns [a, b) of one row of k (its first column c0 in the state). */
+static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int64_t r,
+                            int64_t a, int64_t b, int64_t *cursor) {
+    const int64_t n = job->n, k = job->k, rows = job->D / k, c0 = agent * job->D + r * k;
+    const T *restrict z = job->z + c0;
+    double *restrict h2 = job->hat + c0, *restrict s2 = job->s + c0;
+    T *restrict out = job->out + c0;
+    if (job->op == TOP_K) {
+        for (int64_t q = -1; q < job->terms; q++) { /* -1: the agent's own q into hat */
+            const int64_t from = q < 0 ? agent : (agent + job->offsets[q]) % n;
+            const int64_t base = (from * rows + r) * (job->kept + 1), end = base + job->kept;
+            int64_t c = cursor[q + 1];
+            for (; base + c < end && job->idx[base + c] < b; c++) {
+                const int64_t j = job->idx[base + c];
+                if (q < 0)
+                    h2[j] += (double)job->vals[base + c];
+                else
+                    s2[j] += (double)(job->weights[q] * job->vals[base + c]);
+            }
+            cursor[q + 1] = c;
+        }
+        for (int64_t j = a; j < b; j++) out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+        return;
+    }
+    const uint8_t *restrict own = job->codes + c0;
+    const double mine = job->units[agent * rows + r];
+    for (int64_t j = a; j < b; j++) h2[j] += (double)FN(decode)(own[j], mine);
+    /* term by term over the chunk (in cache): each adds in the order of the stencil */
+    for (int64_t q = 0; q < job->terms; q++) {
+        const int64_t i = (agent + job->offsets[q]) % n;
+        const uint8_t *restrict from = job->codes + i * job->D + r * k;
+        const double unit = job->units[i * rows + r];
+        const T w = job->weights[q];
+        for (int64_t j = a; j < b; j++) s2[j] += (double)(w * FN(decode)(from[j], unit));
+    }
+    for (int64_t j = a; j < b; j++) out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+}
+
+static void FN(choco_apply)(const void *shared, int64_t first, int64_t last, void *unused) {
+    (void)unused;
+    const struct FN(choco_job) *job = shared;
+    const int64_t k = job->k, rows = job->D / k;
+    for (int64_t agent = first; agent < last; agent++)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t cursor[MAX_TERMS + 1] = {0};
+            for (int64_t a = 0; a < k; a += CHUNK)
+                FN(choco_chunk)(job, agent, r, a, a + CHUNK < k ? a + CHUNK : k, cursor);
+        }
+}
+
+int EXPORT(decentopt_choco)(int op, int64_t n, int64_t D, int64_t k, int64_t kept,
+                            double levels, double per_unit, const T *z, double *hat, double *s,
+                            T *out, T gamma,
+                            const uint64_t *keys, uint8_t *codes, int32_t *idx, T *vals,
+                            double *units, int64_t terms, const int64_t *offsets,
+                            const T *weights, int threads) {
+    if (op < TOP_K || op > SIGN || terms < 0 || terms > MAX_TERMS || n < 0 || k < 1 ||
+        D % k || (op == TOP_K && (kept < 1 || kept > k)) || k > INT32_MAX)
+        return 1;
+    const struct FN(choco_job) job = {op,  n,     D,    k,     kept, terms, levels, per_unit,
+                                      z,   hat,   s,    out,   gamma, keys, codes, idx, vals,
+                                      units, offsets, weights};
+    const size_t scratch = (size_t)k * (sizeof(T) + (op == TOP_K ? sizeof(U) : 0));
+    if (run_parallel(FN(choco_encode), &job, n, threads, scratch)) return 2;
+    return run_parallel(FN(choco_apply), &job, n, threads, 0);
+}
+
+#undef TOP_SHIFT
+#undef FN
