@@ -32,7 +32,7 @@ static inline U FN(key)(T x) {
    how many of the entries equal to it are kept: the lowest indices among them. */
 #define TOP_SHIFT (8 * (int)sizeof(U) - 12)
 static U FN(threshold)(const T *d, int64_t k, int64_t kept, U *cand, int64_t *hist,
-                       int64_t *ties) {
+                       int64_t *ties, int64_t *equal) {
     int64_t need = kept, m = 0;
     int shift = TOP_SHIFT;
     U b = 2047;
@@ -56,6 +56,7 @@ static U FN(threshold)(const T *d, int64_t k, int64_t kept, U *cand, int64_t *hi
         shift = next;
     }
     *ties = need;
+    *equal = m; /* entries equal to the threshold */
     return cand[0];
 }
 
@@ -114,22 +115,37 @@ static void FN(choco_encode)(const void *shared, int64_t first, int64_t last, vo
         const T *restrict z = job->z + row * k;
         const double *restrict hat = job->hat + row * k;
         if (job->op == TOP_K) {
-            int64_t hist[2048] = {0}, ties, pos = row * (job->kept + 1);
-            for (int64_t j = 0; j < k; j++) {
+            /* two histograms, even and odd entries: increments of one bin wait less */
+            int64_t hist[2][2048] = {{0}}, ties, equal, pos = row * (job->kept + 1), j = 0;
+            for (; j + 2 <= k; j += 2) {
                 d[j] = (T)((double)z[j] - hat[j]);
-                hist[FN(key)(d[j]) >> TOP_SHIFT]++;
+                d[j + 1] = (T)((double)z[j + 1] - hat[j + 1]);
+                hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
+                hist[1][FN(key)(d[j + 1]) >> TOP_SHIFT]++;
             }
-            const U t = FN(threshold)(d, k, job->kept, (U *)(d + k), hist, &ties);
+            for (; j < k; j++) {
+                d[j] = (T)((double)z[j] - hat[j]);
+                hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
+            }
+            for (int b = 0; b < 2048; b++) hist[0][b] += hist[1][b];
+            const U t = FN(threshold)(d, k, job->kept, (U *)(d + k), hist[0], &ties, &equal);
             int32_t *restrict idx = job->idx;
             T *restrict vals = job->vals;
-            for (int64_t j = 0; j < k; j++) { /* branch-free: kept entries are scattered */
-                const U key = FN(key)(d[j]);
-                const int keep = key > t || (key == t && ties > 0);
-                ties -= key == t;
-                idx[pos] = (int32_t)j;
-                vals[pos] = d[j];
-                pos += keep;
-            }
+            if (ties == equal) /* no tie to break: everything from the threshold up */
+                for (j = 0; j < k; j++) {
+                    idx[pos] = (int32_t)j;
+                    vals[pos] = d[j];
+                    pos += FN(key)(d[j]) >= t; /* branch-free: kept entries are scattered */
+                }
+            else
+                for (j = 0; j < k; j++) {
+                    const U key = FN(key)(d[j]);
+                    const int keep = key > t || (key == t && ties > 0);
+                    ties -= key == t;
+                    idx[pos] = (int32_t)j;
+                    vals[pos] = d[j];
+                    pos += keep;
+                }
             continue;
         }
         const double sum = FN(difference)(z, hat, k, job->op == QSGD, d);
@@ -143,15 +159,15 @@ static void FN(choco_encode)(const void *shared, int64_t first, int64_t last, vo
         const double scale = job->levels / (norm > 0 ? norm : 1.0);
         const uint32_t lo = (uint32_t)job->keys[row], hi = (uint32_t)(job->keys[row] >> 32);
         job->units[row] = norm / job->per_unit;
-        const double top = job->levels;
+        const int32_t top = (int32_t)job->levels;
         for (int64_t a = 0; a < k; a += CHUNK) { /* chunks: each loop vectorises */
             const int64_t w = k - a < CHUNK ? k - a : CHUNK;
             int32_t level[CHUNK];
-            for (int64_t j = 0; j < w; j++) { /* |d| scale + u >= 0 */
+            for (int64_t j = 0; j < w; j++) { /* |d| scale + u >= 0: truncation floors */
                 const uint32_t h = FN(mix)(FN(mix)((uint32_t)(a + j) ^ lo) ^ hi);
                 const double u = ((double)(int32_t)(h ^ 0x80000000U) + 0x1p31) * 0x1p-32;
-                const double l = floor(fabs((double)d[a + j]) * scale + u);
-                level[j] = 2 * (int32_t)(l > top ? top : l);
+                const int32_t l = (int32_t)(fabs((double)d[a + j]) * scale + u);
+                level[j] = 2 * (l > top ? top : l);
             }
             for (int64_t j = 0; j < w; j++) code[a + j] = (uint8_t)(level[j] + (d[a + j] < 0));
         }
