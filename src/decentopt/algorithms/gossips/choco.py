@@ -60,7 +60,11 @@ class Choco(Gossip):
     over agents of what is mixed is kept for any operator (``1^T (W - I) = 0``), so
     averages and trackers stay exact; once ``X_hat`` has caught up, the mix is
     ``W_gamma = (1 - gamma) I + gamma W`` (symmetric, doubly stochastic, positive
-    semi-definite where ``W`` is). Several sent tensors travel in one message.
+    semi-definite where ``W`` is). Several sent tensors travel in one message. Where
+    the simulator's C kernels take the state, one tensor's round is one fused kernel
+    that updates ``X_hat`` and ``S`` in place
+    (:meth:`~decentopt.comm.SimulatedCommunicator.choco_round`): the state a step
+    was given is consumed.
 
     ``compression``: an operator of :mod:`decentopt.compression` or its text
     (``"top_k(0.1)"``, ``"qsgd(4)"``, ``"sign"``); ``gamma``: the consensus step in
