@@ -186,10 +186,15 @@ static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int6
     double *restrict h2 = job->hat + c0, *restrict s2 = job->s + c0;
     T *restrict out = job->out + c0;
     if (job->op == TOP_K) {
+        /* the output from the old x_hat and s first: that pass streams the chunk into
+           cache, where the scattered updates then find it; then the output again at
+           the entries they changed */
+        for (int64_t j = a; j < b; j++) out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+        int64_t from[MAX_TERMS + 1];
         for (int64_t q = -1; q < job->terms; q++) { /* -1: the agent's own q into hat */
-            const int64_t from = q < 0 ? agent : (agent + job->offsets[q]) % n;
-            const int64_t base = (from * rows + r) * (job->kept + 1), end = base + job->kept;
-            int64_t c = cursor[q + 1];
+            const int64_t i = q < 0 ? agent : (agent + job->offsets[q]) % n;
+            const int64_t base = (i * rows + r) * (job->kept + 1), end = base + job->kept;
+            int64_t c = from[q + 1] = cursor[q + 1];
             for (; base + c < end && job->idx[base + c] < b; c++) {
                 const int64_t j = job->idx[base + c];
                 if (q < 0)
@@ -199,7 +204,14 @@ static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int6
             }
             cursor[q + 1] = c;
         }
-        for (int64_t j = a; j < b; j++) out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+        for (int64_t q = -1; q < job->terms; q++) {
+            const int64_t i = q < 0 ? agent : (agent + job->offsets[q]) % n;
+            const int32_t *list = job->idx + (i * rows + r) * (job->kept + 1);
+            for (int64_t c = from[q + 1]; c < cursor[q + 1]; c++) {
+                const int64_t j = list[c];
+                out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+            }
+        }
         return;
     }
     const uint8_t *restrict own = job->codes + c0;
