@@ -204,6 +204,12 @@ static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int6
             }
             cursor[q + 1] = c;
         }
+        int64_t touched = 0;
+        for (int64_t q = 0; q <= job->terms; q++) touched += cursor[q] - from[q];
+        if (8 * touched > b - a) { /* dense changes: the whole chunk again, in cache */
+            for (int64_t j = a; j < b; j++) out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+            return;
+        }
         for (int64_t q = -1; q < job->terms; q++) {
             const int64_t i = q < 0 ? agent : (agent + job->offsets[q]) % n;
             const int32_t *list = job->idx + (i * rows + r) * (job->kept + 1);
