@@ -6,17 +6,18 @@
  * s = W hat (double, updated in place), and for the rows of k entries of every agent
  * row computes
  *
- *     q = Q(z - hat),   hat += q,   s += sum_o w_o q[(i + o) mod n],
- *     out = z + gamma (s - hat),
+ *     q = Q(z - hat),   hat += q,   s = W hat (see below),   out = z + gamma (s - hat),
  *
  * with Q one of TOP_K, QSGD, SIGN (decentopt.compression's operators, same numbers)
- * in two passes: phase 1, agent by agent, reads z and hat, quantises each row in
+ * in two passes. Phase 1, agent by agent, reads z and hat, quantises each row in
  * cache and keeps only q's short form (top-k: kept indices and values; qsgd, sign:
- * one byte code per entry and one unit per row); phase 2, agent by agent, adds its
- * own and its neighbours' q to hat and s in chunks of columns (top-k by a merge
- * over the sorted index lists: nothing densified, only the kept entries touched) and
- * writes out. s adds the neighbours' terms one by one in stencil order, each rounded to T
- * first (w_o q in T, as a mix in T would).
+ * one byte code per entry and one unit per row). Phase 2 for top-k, agent by agent
+ * in chunks of columns, adds its own and its neighbours' q to hat and s by a merge
+ * over the sorted index lists (nothing densified, only the kept entries touched:
+ * s += sum_o w_o q[(i + o) mod n], each term w_o q rounded to T, added one by one in
+ * stencil order); for qsgd and sign, whose q is dense, chunk by chunk over all
+ * agents, it recomputes s = sum_o w_o hat[(i + o) mod n] in float64 from the new
+ * hat (S = W X_hat is what CHOCO keeps; not reading S saves 8 of 66 bytes per entry).
  */
 #define FN(name) CAT(name, SUFFIX)
 #define CHUNK 1024
@@ -104,6 +105,8 @@ struct FN(choco_job) {
     double *units;        /* qsgd, sign: one per row */
     const int64_t *offsets;
     const T *weights;
+    const double *weights64; /* qsgd, sign: S = W X_hat in float64 */
+    int64_t wide;            /* qsgd, sign: columns of a phase-2 chunk */
 };
 
 /* Phase 1 for agents [first, last): each row's q in its short form. */
@@ -220,18 +223,49 @@ static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int6
         }
         return;
     }
-    const uint8_t *restrict own = job->codes + c0;
-    const double mine = job->units[agent * rows + r];
-    for (int64_t j = a; j < b; j++) h2[j] += (double)FN(decode)(own[j], mine);
-    /* term by term over the chunk (in cache): each adds in the order of the stencil */
-    for (int64_t q = 0; q < job->terms; q++) {
-        const int64_t i = (agent + job->offsets[q]) % n;
-        const uint8_t *restrict from = job->codes + i * job->D + r * k;
-        const double unit = job->units[i * rows + r];
-        const T w = job->weights[q];
-        for (int64_t j = a; j < b; j++) s2[j] += (double)(w * FN(decode)(from[j], unit));
+}
+
+/* Phase 2 of qsgd and sign, tasks [first, last) = (row segment, chunk of columns):
+   x_hat + q of every agent for the chunk into the scratch (n x wide rows, in cache),
+   then per agent s = W x_hat (the stencil's terms in order, float64 weights: S = W X_hat
+   exactly as CHOCO keeps it, without reading S), the output, and x_hat written back.
+   Threads own whole chunks, so no agent's x_hat is read after another wrote it. */
+static void FN(choco_dense)(const void *shared, int64_t first, int64_t last, void *scratch) {
+    const struct FN(choco_job) *job = shared;
+    const int64_t n = job->n, k = job->k, rows = job->D / k, wide = job->wide;
+    const int64_t chunks = (k + wide - 1) / wide;
+    double *restrict fresh = scratch, *restrict acc = fresh + n * wide;
+    for (int64_t task = first; task < last; task++) {
+        const int64_t r = task / chunks, a = task % chunks * wide;
+        const int64_t m = k - a < wide ? k - a : wide;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t c0 = i * job->D + r * k + a;
+            const uint8_t *restrict code = job->codes + c0;
+            const double *restrict hat = job->hat + c0;
+            const double unit = job->units[i * rows + r];
+            double *restrict mine = fresh + i * wide;
+            for (int64_t j = 0; j < m; j++) mine[j] = hat[j] + (double)FN(decode)(code[j], unit);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t c0 = i * job->D + r * k + a;
+            const double *restrict mine = fresh + i * wide;
+            const double *restrict first_term = fresh + (i + job->offsets[0]) % n * wide;
+            for (int64_t j = 0; j < m; j++) acc[j] = job->weights64[0] * first_term[j];
+            for (int64_t q = 1; q < job->terms; q++) {
+                const double *restrict term = fresh + (i + job->offsets[q]) % n * wide;
+                const double w = job->weights64[q];
+                for (int64_t j = 0; j < m; j++) acc[j] += w * term[j];
+            }
+            const T *restrict z = job->z + c0;
+            double *restrict hat = job->hat + c0, *restrict s = job->s + c0;
+            T *restrict out = job->out + c0;
+            for (int64_t j = 0; j < m; j++) {
+                hat[j] = mine[j];
+                s[j] = acc[j];
+                out[j] = z[j] + job->gamma * (T)(acc[j] - mine[j]);
+            }
+        }
     }
-    for (int64_t j = a; j < b; j++) out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
 }
 
 static void FN(choco_apply)(const void *shared, int64_t first, int64_t last, void *unused) {
@@ -251,16 +285,21 @@ int EXPORT(decentopt_choco)(int op, int64_t n, int64_t D, int64_t k, int64_t kep
                             T *out, T gamma,
                             const uint64_t *keys, uint8_t *codes, int32_t *idx, T *vals,
                             double *units, int64_t terms, const int64_t *offsets,
-                            const T *weights, int threads) {
+                            const T *weights, const double *weights64, int threads) {
     if (op < TOP_K || op > SIGN || terms < 0 || terms > MAX_TERMS || n < 0 || k < 1 ||
         D % k || (op == TOP_K && (kept < 1 || kept > k)) || k > INT32_MAX)
         return 1;
-    const struct FN(choco_job) job = {op,  n,     D,    k,     kept, terms, levels, per_unit,
+    struct FN(choco_job) job = {op,  n,     D,    k,     kept, terms, levels, per_unit,
                                       z,   hat,   s,    out,   gamma, keys, codes, idx, vals,
-                                      units, offsets, weights};
+                                      units, offsets, weights, weights64, 0};
     const size_t scratch = (size_t)k * (sizeof(T) + (op == TOP_K ? sizeof(U) : 0));
     if (run_parallel(FN(choco_encode), &job, n, threads, scratch)) return 2;
-    return run_parallel(FN(choco_apply), &job, n, threads, 0);
+    if (op == TOP_K) return run_parallel(FN(choco_apply), &job, n, threads, 0);
+    /* a chunk of all n agents' x_hat in 256 KB */
+    job.wide = n > 0 && 32768 / n < CHUNK ? (32768 / n > 8 ? 32768 / n : 8) : CHUNK;
+    const int64_t chunks = (k + job.wide - 1) / job.wide;
+    return 2 * run_parallel(FN(choco_dense), &job, D / k * chunks, threads,
+                            (size_t)(n + 1) * (size_t)job.wide * sizeof(double));
 }
 
 #undef TOP_SHIFT

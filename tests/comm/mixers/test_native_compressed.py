@@ -19,14 +19,19 @@ OPERATORS = ["top_k(0.3)", "top_k(0.01)", "top_k(1)", "qsgd(4)", "qsgd(1, seed=3
 
 
 def reference(codec, stencil, z, hat, s, gamma, round_=0):
-    """``q = Q(z - hat)``, ``hat + q``, ``s`` plus each term ``w_o q[i + o]`` (rounded to z's
-    dtype) in stencil order, and ``z + gamma (s - hat)``: the kernel's arithmetic, in torch."""
+    """``q = Q(z - hat)``, ``hat + q``; for top-k ``s`` plus each term ``w_o q[i + o]``
+    (rounded to z's dtype) in stencil order, for the quantisers ``s = W hat`` afresh
+    (float64 terms in stencil order); ``z + gamma (s - hat)``: the kernel's arithmetic."""
     k = z.shape[-1]
     rows = (z - hat).to(z.dtype).reshape(z.shape[0], -1, k)
     q = codec.compress(rows, 0, round_).reshape(z.shape)
-    hat, s = hat + q, s.clone()
-    for offset, weight in stencil:
-        s += (torch.tensor(weight, dtype=z.dtype) * q.roll(-offset, 0)).double()
+    hat = hat + q
+    if codec.name == "top_k":
+        s = s.clone()
+        for offset, weight in stencil:
+            s += (torch.tensor(weight, dtype=z.dtype) * q.roll(-offset, 0)).double()
+    else:
+        s = sum(weight * hat.roll(-offset, 0) for offset, weight in stencil)
     return z + gamma * (s - hat).to(z.dtype), hat, s
 
 

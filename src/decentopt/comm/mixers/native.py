@@ -201,7 +201,7 @@ class NativeMixer(MixerBase):
             op, n, d, k, kept, levels, per_unit, flat.data_ptr(), hat.data_ptr(), s.data_ptr(),
             out.data_ptr(), gamma, keys.data_ptr(), codes.data_ptr(), idx.data_ptr(),
             vals.data_ptr(), units.data_ptr(), *self._stencil_args(flat.dtype),
-            torch.get_num_threads(),
+            self._weights["f64"], torch.get_num_threads(),
         )  # fmt: skip
         if status:
             raise RuntimeError(f"the native compressed round failed (status {status})")
