@@ -286,7 +286,7 @@ int EXPORT(decentopt_choco)(int op, int64_t n, int64_t D, int64_t k, int64_t kep
                             const uint64_t *keys, uint8_t *codes, int32_t *idx, T *vals,
                             double *units, int64_t terms, const int64_t *offsets,
                             const T *weights, const double *weights64, int threads) {
-    if (op < TOP_K || op > SIGN || terms < 0 || terms > MAX_TERMS || n < 0 || k < 1 ||
+    if (op < TOP_K || op > SIGN || terms < 1 || terms > MAX_TERMS || n < 0 || k < 1 ||
         D % k || (op == TOP_K && (kept < 1 || kept > k)) || k > INT32_MAX)
         return 1;
     struct FN(choco_job) job = {op,  n,     D,    k,     kept, terms, levels, per_unit,
