@@ -7,7 +7,8 @@ of each case back to back):
   EDM on ring(32) with a float32 state of 32 x 10^5, as a ratio to the fused step of
   DSGD / EDM, with the bytes each agent sends per step. ``fused`` is what the simulator
   runs (the C kernels' compressed round); ``plain`` the same step compressed, then mixed,
-  in torch operations (``kernel="shift"``, what runs without the C kernels);
+  in torch operations (``kernel="shift"``, what runs without the C kernels; timed at
+  one thread, quiet, only: it is slow);
 * each step against its memory-traffic bound: the bytes the step must read and write,
   divided by the bandwidth of a measured copy of the state (``2 x 12.8 MB / its time``).
   Per entry of the state, in bytes, the step of
