@@ -1,10 +1,28 @@
 """Compressed gossip: what compression costs in computation, against what it saves in bytes.
 
-Prints, side by side in one loop (min and median over repeats):
+Prints, side by side in one loop (min and median over repeats, each repeat a few calls
+of each case back to back):
 
 * a simulated step of CHOCO-SGD (top-k 1/10 and 1/100, qsgd(4), sign) and compressed
-  EDM on ring(32) with a float32 state of 32 x 10^5, as a ratio to the uncompressed
-  step of DSGD / EDM, with the bytes each agent sends per step;
+  EDM on ring(32) with a float32 state of 32 x 10^5, as a ratio to the fused step of
+  DSGD / EDM, with the bytes each agent sends per step. ``fused`` is what the simulator
+  runs (the C kernels' compressed round); ``plain`` the same step compressed, then mixed,
+  in torch operations (``kernel="shift"``, what runs without the C kernels; timed at
+  one thread, quiet, only: it is slow);
+* each step against its memory-traffic bound: the bytes the step must read and write,
+  divided by the bandwidth of a measured copy of the state (``2 x 12.8 MB / its time``).
+  Per entry of the state, in bytes, the step of
+
+  - DSGD (fused): x and g read, x written: 12;
+  - CHOCO-SGD: DSGD's update writes z (12), the round reads z and x_hat (float64: 12);
+    then for qsgd and sign it writes and reads a one-byte code (2), reads z and x_hat,
+    writes x_hat, S (recomputed as W x_hat, not read) and the output (32): 58; for
+    top-k it reads z, x_hat, S and writes the output (24), reads and writes x_hat and S
+    only at the kept entries, its own and its two neighbours' (4 x 16 r), and writes and
+    reads its kept indices and values (8 r): 48 + 72 r;
+  - compressed EDM (qsgd): EDM's fused update reads x, psi, m, g and writes phi, psi, m
+    (28), then the round as above (46): 74; EDM (fused) 28.
+
 * encoding and decoding one agent's row of 10^6 float32 entries (what a rank of
   torch.distributed does each round), as a ratio to copying the row;
 
@@ -26,56 +44,83 @@ from collections.abc import Callable
 import torch
 from bench_peers import busy  # benchmarks/ is on the path when run as a script
 
-from decentopt import algorithms
+from decentopt import algorithms, native
 from decentopt.comm import SimulatedCommunicator
 from decentopt.compression import parse
 from decentopt.topology import ring
 
 N, D, ROW = 32, 100_000, 1_000_000
 OPERATORS = ("top_k(0.1)", "top_k(0.01)", "qsgd(4)", "sign")
+#: Bytes per entry of the state each step reads and writes (the module docstring).
+ROUND_BYTES = {"qsgd(4)": 46, "sign": 46, "top_k(0.1)": 36 + 72 * 0.1, "top_k(0.01)": 36.72}
+RULE_BYTES = {"dsgd": 12, "edm": 28}
+PLAIN_BYTES = {"dsgd": 12, "edm": 28}
 
 
 def _timed(fn: Callable[[], object], calls: int) -> float:
     start = time.perf_counter()
     for _ in range(calls):
         fn()
-    return time.perf_counter() - start
+    return (time.perf_counter() - start) / calls
 
 
-def _ratios(ours: Callable[[], object], peer: Callable[[], object], repeats: int, calls: int):
-    """(min ratio, median ratio, median milliseconds of ``ours`` per call)."""
-    ours(), peer()  # warm
-    pairs = [(_timed(ours, calls), _timed(peer, calls)) for _ in range(repeats)]
-    ratios = [a / b for a, b in pairs]
-    ms = 1e3 * statistics.median(a for a, _ in pairs) / calls
-    return min(ratios), statistics.median(ratios), ms
-
-
-def _stepper(name: str, **hp: object) -> tuple[Callable[[], object], SimulatedCommunicator]:
-    comm = SimulatedCommunicator(ring(N))
+def _stepper(name: str, kernel: str = "auto", **hp: object):
+    comm = SimulatedCommunicator(ring(N), kernel=kernel)
     alg = algorithms.make(name, lr=0.01, **hp)
-    grad = torch.randn(N, D) * 1e-3
-    state = [alg.init(torch.randn(N, D))]
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(N, D, generator=gen) * 1e-2 for _ in range(2)]
+    state = [alg.init(torch.randn(N, D, generator=gen)), 0]
 
-    def step() -> None:
-        state[0] = alg.step(state[0], grad, comm)
+    def step() -> None:  # alternating gradients: the differences stay those of a run
+        state[0] = alg.step(state[0], grads[state[1] % 2], comm)
+        state[1] += 1
 
     return step, comm
 
 
-def steps(repeats: int) -> None:
+def steps(repeats: int, plain: bool) -> None:
+    size = torch.empty(N, D)
+    copy = torch.empty_like(size)
     cases = [("choco_dsgd", "dsgd", {}, op) for op in OPERATORS]
     cases += [("choco_edm", "edm", {"beta": 0.9}, "qsgd(4)")]
     for name, base, extra, op in cases:
         ours, comm = _stepper(name, compression=op, gamma=0.3, **extra)
-        peer, plain = _stepper(base, **extra)
-        low, mid, ms = _ratios(ours, peer, repeats, calls=5)
+        peer, full = _stepper(base, **extra)
+        runs = {"fused": ours, base: peer, "copy": lambda: copy.copy_(size)}
+        if plain:
+            runs["plain"] = _stepper(name, "shift", compression=op, gamma=0.3, **extra)[0]
+        for fn in runs.values():
+            fn()  # warm
+        times: dict[str, list[float]] = {key: [] for key in runs}
+        for _ in range(repeats):
+            for key, fn in runs.items():
+                times[key].append(_timed(fn, 3))
+        bandwidth = [2 * size.numel() * 4 / t for t in times["copy"]]  # bytes per second
+        per_entry = RULE_BYTES[base] + ROUND_BYTES[op]
+        bound = [N * D * per_entry / b for b in bandwidth]
+        peer_bound = [N * D * PLAIN_BYTES[base] / b for b in bandwidth]
+
+        def ratio(a: list[float], b: list[float]) -> str:
+            r = [x / y for x, y in zip(a, b, strict=True)]
+            return f"min {min(r):.2f}x, median {statistics.median(r):.2f}x"
+
         sent = comm.stats.bytes_per_agent / comm.stats.rounds
-        full = plain.stats.bytes_per_agent / plain.stats.rounds
+        whole = full.stats.bytes_per_agent / full.stats.rounds
         print(
-            f"  {name} {op:12s} step / {base} step: min {low:.2f}x, median {mid:.2f}x "
-            f"({ms:.0f} ms); "
-            f"bytes per agent per step {sent:,.0f} vs {full:,.0f} ({full / sent:.0f}x fewer)"
+            f"  {name} {op:11s} ({comm.compressed_kernel}) step / {base} step: "
+            f"{ratio(times['fused'], times[base])} "
+            f"({1e3 * statistics.median(times['fused']):.1f} vs "
+            f"{1e3 * statistics.median(times[base]):.1f} ms); / its bound "
+            f"({per_entry:g} B per entry): {ratio(times['fused'], bound)}; {base} / its bound "
+            f"({PLAIN_BYTES[base]} B): {ratio(times[base], peer_bound)}"
+        )
+        if plain:
+            print(
+                f"    plain (torch) {name} step / {base} step: {ratio(times['plain'], times[base])}"
+            )
+        print(
+            f"    copy {2 * size.numel() * 4 / 1e9 / statistics.median(times['copy']):.1f} GB/s; "
+            f"bytes per agent per step {sent:,.0f} vs {whole:,.0f} ({whole / sent:.0f}x fewer)"
         )
 
 
@@ -89,12 +134,16 @@ def codecs(repeats: int) -> None:
     for op in OPERATORS:
         codec = parse(op)
         data = codec.encode(row, 0, 0)
-        enc = _ratios(lambda c=codec: c.encode(row, 0, 0), plain, repeats, 3)
+        pairs = []
         decode = lambda c=codec, b=data: c.decode(b, 0, 0, 1, ROW, row.dtype)  # noqa: E731
-        dec = _ratios(decode, plain, repeats, 3)
+        for _ in range(repeats):
+            base = _timed(plain, 3)
+            pairs.append((_timed(lambda c=codec: c.encode(row, 0, 0), 2) / base,
+                          _timed(decode, 2) / base))  # fmt: skip
+        enc, dec = zip(*pairs, strict=True)
         print(
-            f"  {op:12s} encode / copy min {enc[0]:.1f}x, median {enc[1]:.1f}x ({enc[2]:.1f} ms); "
-            f"decode / copy min {dec[0]:.1f}x, median {dec[1]:.1f}x ({dec[2]:.1f} ms); "
+            f"  {op:12s} encode / copy min {min(enc):.1f}x, median {statistics.median(enc):.1f}x; "
+            f"decode / copy min {min(dec):.1f}x, median {statistics.median(dec):.1f}x; "
             f"{data.numel():,} bytes of {4 * ROW:,}"
         )
 
@@ -103,6 +152,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    print(native.describe())
     default = torch.get_num_threads()
     for threads in sorted({1, default}):
         for loaded in (False, True):
@@ -113,8 +163,8 @@ def main() -> None:
                 hog.start()
             try:
                 print(f"threads {threads}" + (", a core busy" if loaded else ", quiet"))
-                steps(args.repeats)
-                codecs(args.repeats)
+                steps(args.repeats, plain=threads == 1 and not loaded)
+                codecs(args.repeats if threads == 1 and not loaded else 2)
             finally:
                 if hog is not None:
                     stop.set()

@@ -215,3 +215,58 @@ def test_delta_of_each_operator():
     exact = x.pow(2).sum(-1) - x.abs().sum(-1).pow(2) / k
     torch.testing.assert_close(err, exact)
     assert bool((err <= (1 - 1 / k) * x.pow(2).sum(-1)).all())
+
+
+def test_qsgd_stream_is_uniform_distinct_and_reproducible():
+    """The counter-based stream of qsgd's rounding (a hash of the row's key and the entry's
+    index, computed alike by the C kernels): uniform on [0, 1) in its mean, variance and
+    deciles, distinct within a row, the same for the same key and unrelated across keys."""
+    from decentopt.compression._bits import row_keys, uniforms
+
+    keys = row_keys(0, range(4), range(3), 7)
+    u = uniforms(keys, 50_000)
+    assert u.shape == (4, 3, 50_000) and u.dtype == torch.float64
+    assert float(u.min()) >= 0.0 and float(u.max()) < 1.0
+    flat = u.reshape(-1)
+    n = flat.numel()
+    assert abs(float(flat.mean()) - 0.5) < 5 * math.sqrt(1 / 12 / n)
+    assert abs(float(flat.var()) - 1 / 12) < 5 * math.sqrt(1 / 180 / n)
+    deciles = torch.histc(flat, bins=10, min=0, max=1) / n
+    assert bool(((deciles - 0.1).abs() < 5 * math.sqrt(0.09 / n)).all())
+    assert all(row.unique().numel() == row.numel() for row in u.reshape(-1, 50_000))
+    assert torch.equal(u, uniforms(row_keys(0, range(4), range(3), 7), 50_000))
+    pairs = torch.corrcoef(u.reshape(12, -1))  # rows of different keys: uncorrelated
+    off = pairs[~torch.eye(12, dtype=torch.bool)]
+    assert float(off.abs().max()) < 5 / math.sqrt(50_000)
+    lag = torch.corrcoef(torch.stack([flat[:-1], flat[1:]]))[0, 1]  # neighbours in a row
+    assert abs(float(lag)) < 5 / math.sqrt(n)
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_qsgd_variance_is_within_its_bound(bits):
+    """E||tau Q(x) - x||^2 <= min(k / s^2, sqrt(k) / s) ||x||^2 (QSGD's variance bound),
+    over independent rounds of the stream, with the sampling error's margin."""
+    k, s = 64, 2**bits - 1
+    codec = parse(f"qsgd({bits})")
+    x = torch.randn(1, 1, k, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    draws = torch.cat([codec.compress(x, 0, r) for r in range(600)]) * codec.tau(k)
+    errors = (draws - x).pow(2).sum(-1)
+    bound = min(k / s**2, math.sqrt(k) / s) * float(x.pow(2).sum())
+    assert float(errors.mean()) <= bound * 1.1
+    se = draws.std(0) / math.sqrt(draws.shape[0])
+    assert bool(((draws.mean(0) - x).abs() <= 5 * se + 1e-12).all())  # unbiased
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_top_k_breaks_ties_by_the_lowest_indices(dtype):
+    """Among equal magnitudes at the threshold the lowest indices are kept, on the wire
+    too; a NaN ranks above every number."""
+    row = torch.tensor([[[1.0, -1.0, 1.0, 2.0, -1.0, 1.0, 0.5]]], dtype=dtype)
+    codec = parse("top_k(0.4)")  # 3 of 7: the 2, then the first two of the five 1s
+    want = torch.tensor([[[1.0, -1.0, 0.0, 2.0, 0.0, 0.0, 0.0]]], dtype=dtype)
+    assert torch.equal(codec.compress(row, 0, 0), want)
+    assert torch.equal(codec.decode(codec.encode(row[0], 0, 0), 0, 0, 1, 7, dtype), want[0])
+    nan = torch.tensor([[[1.0, float("nan"), 3.0, 0.0]]], dtype=dtype)
+    assert torch.equal(
+        parse("top_k(0.25)").mask(nan), torch.tensor([[[False, True, False, False]]])
+    )

@@ -10,7 +10,9 @@ kernel for time-varying graphs -- and ``kernel=NAME`` uses that mixer alone.
 :meth:`SimulatedCommunicator.mix_map` lets the mixer fuse an algorithm's
 elementwise update with the mix where it has a kernel for it (the C kernels for
 DSGD, DmSGD, ED and EDM; ``kernel="compiled"`` for any update), so that the mixed
-quantity is never written to memory.
+quantity is never written to memory. :meth:`SimulatedCommunicator.choco_round` runs
+CHOCO-gossip's whole round (compress, update the public copies, mix) in the C
+kernels where the mixer of the state is the native one, and says why not otherwise.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ class SimulatedCommunicator:
         self.n = topology.n
         self.stats = CommStats()
         self.mixers: tuple[Mixer, ...] = chain(topology, kernel)
+        #: What ran the last compressed round: a mixer's name (its fused kernel) or why
+        #: none did (the round was compressed, then mixed); "" before any.
+        self.compressed_kernel = ""
         if isinstance(topology, Graph):
             degrees = topology.degrees
             self._messages = (float(degrees.mean()), int(degrees.max(initial=0)))
@@ -151,6 +156,34 @@ class SimulatedCommunicator:
         mixed = self.mixer_for(flat).mix(flat, None, self.stats.rounds)
         self._count(codec.nbytes(rows.shape[1], rows.shape[2], z.dtype))
         return q.view(z.shape), mixed.view(z.shape)
+
+    def choco_round(
+        self,
+        z: torch.Tensor,
+        hat: torch.Tensor,
+        s: torch.Tensor,
+        compression: str | Compressor,
+        gamma: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | str:
+        """CHOCO-gossip's round in one kernel where the mixer of ``z`` has one:
+        ``(z + gamma (s' - hat'), hat', s')`` with ``hat' = hat + Q(z - hat)`` and
+        ``s' = s + W Q(z - hat)``, one round counted at the compressed size; otherwise
+        why not, and nothing is done (the caller uses :meth:`mix_compressed`). The native
+        kernels take rings and other circulant graphs (see :mod:`decentopt.comm.mixers`)."""
+        codec = parse_compression(compression)
+        flat = self._fold(z)
+        rows = rows_of(flat, z)
+        if hat.shape != z.shape or s.shape != z.shape:
+            return "the public copies have another shape than the state"
+        done = self.mixer_for(flat).choco(
+            codec, flat, hat.reshape(flat.shape), s.reshape(flat.shape), rows.shape[2], gamma,
+            self.stats.rounds,
+        )  # fmt: skip
+        self.compressed_kernel = done if isinstance(done, str) else self.mixer_for(flat).name
+        if isinstance(done, str):
+            return done
+        self._count(codec.nbytes(rows.shape[1], rows.shape[2], z.dtype))
+        return tuple(t.view(z.shape) for t in done)  # type: ignore[return-value]
 
     @cached_property
     def _slots(self) -> tuple[torch.Tensor, torch.Tensor]:

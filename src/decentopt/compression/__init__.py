@@ -27,9 +27,13 @@ sends none, the receiver draws the same indices.) ``qsgd`` is the rescaled quant
 of the CHOCO paper (Alistarh et al.'s QSGD divided by ``tau``); a zero entry counts
 as positive under ``sign``.
 
-Randomness (random-k's indices, qsgd's rounding) comes from a generator seeded by
-``(seed, agent, row, round)``, so the simulator and a rank of torch.distributed draw
-the same numbers, and a receiver can redraw a sender's indices.
+Top-k keeps, among equal magnitudes at its threshold, the lowest indices (a NaN
+ranks above every number). Randomness is keyed by ``(seed, agent, row, round)``:
+random-k's indices come from a generator seeded by the key, qsgd's uniforms from a
+counter-based hash of the key and the entry's index (:func:`~._bits.uniforms`,
+which the C kernels compute alike), so the simulator and a rank of
+torch.distributed draw the same numbers, and a receiver can redraw a sender's
+indices.
 
 Each operator offers :meth:`Compressor.compress` (all rows of several agents, the
 decoded values: what the simulator uses) and :meth:`~Compressor.encode` /

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -17,13 +18,47 @@ def splitmix(value: int) -> int:
     return value ^ (value >> 31)
 
 
-def generator_for(seed: int, agent: int, row: int, round_: int) -> torch.Generator:
-    """A CPU generator seeded by ``(seed, agent, row, round)`` (hashed, so nearby keys
-    give unrelated streams)."""
+def row_key(seed: int, agent: int, row: int, round_: int) -> int:
+    """The 64-bit key of ``(seed, agent, row, round)`` (hashed, so nearby keys give
+    unrelated streams)."""
     key = 0
     for part in (seed, agent, row, round_):
         key = splitmix(key ^ (int(part) & MASK))
-    return torch.Generator().manual_seed(key >> 1)
+    return key
+
+
+def generator_for(seed: int, agent: int, row: int, round_: int) -> torch.Generator:
+    """A CPU generator seeded by :func:`row_key`."""
+    return torch.Generator().manual_seed(row_key(seed, agent, row, round_) >> 1)
+
+
+def row_keys(seed: int, agents: Sequence[int], rows: Sequence[int], round_: int) -> torch.Tensor:
+    """:func:`row_key` of each of ``rows`` of each of ``agents``: an ``(agents, rows)``
+    int64 tensor (the keys' bits)."""
+    keys = [[row_key(seed, a, i, round_) for i in rows] for a in agents]
+    flat = np.array(keys, dtype=np.uint64).reshape(len(agents), len(rows))
+    return torch.from_numpy(flat.view(np.int64))
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A bijection of 32-bit values held in int64 (products stay below 2^63)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x = x ^ (x >> 15)
+    x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def uniforms(keys: torch.Tensor, k: int) -> torch.Tensor:
+    """Uniforms on ``[0, 1)`` in float64, ``k`` per key (``keys``: int64 of any shape,
+    the result that shape and ``k``): entry ``j`` of a row is a 32-bit hash of ``(key, j)``
+    times ``2^-32``, a counter-based stream that the C kernels compute alike, element by
+    element and in any order (``compress.h``). For one key the hashes of ``j < 2^32``
+    are distinct."""
+    keys = keys.unsqueeze(-1)
+    j = torch.arange(k, dtype=torch.int64, device=keys.device)
+    low, high = keys & 0xFFFFFFFF, (keys >> 32) & 0xFFFFFFFF
+    return _mix(_mix(j ^ low) ^ high).double() * 2.0**-32
 
 
 def pack(codes: torch.Tensor, width: int) -> torch.Tensor:

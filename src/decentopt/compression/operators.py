@@ -15,6 +15,8 @@ from decentopt.compression._bits import (
     generator_for,
     kept_count,
     pack,
+    row_keys,
+    uniforms,
     unpack,
 )
 
@@ -149,13 +151,19 @@ class TopK(_Sparsifier):
     def row_bytes(self, k: int, dtype: torch.dtype) -> int:
         return kept_count(self.ratio, k) * (4 + dtype.itemsize)
 
-    def _choose(self, rows: torch.Tensor) -> torch.Tensor:
+    def mask(self, rows: torch.Tensor) -> torch.Tensor:
+        """The entries each row keeps: the ``ceil(ratio k)`` of largest magnitude, and among
+        equal magnitudes at the threshold the lowest indices (NaN ranks above infinity).
+        Magnitudes compare as the integers of their bits, which order them alike."""
         kept = kept_count(self.ratio, rows.shape[-1])
-        # sorted so that the choice among equal magnitudes is the same everywhere
-        return rows.abs().topk(kept, dim=-1, sorted=True).indices
+        keys = rows.abs().view(_KEYS[rows.dtype])
+        threshold = keys.topk(kept, dim=-1).values[..., -1:]
+        above, tied = keys > threshold, keys == threshold
+        left = kept - above.sum(dim=-1, keepdim=True)
+        return above | (tied & (tied.cumsum(dim=-1) <= left))
 
     def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
-        idx = self._choose(row.unsqueeze(0))[0]
+        idx = self.mask(row.unsqueeze(0))[0].nonzero().squeeze(-1)  # ascending
         return torch.cat([as_bytes(idx.to(torch.int32)), as_bytes(row[idx])])
 
     def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
@@ -166,8 +174,16 @@ class TopK(_Sparsifier):
         return out
 
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
-        idx = self._choose(z)
-        return torch.zeros_like(z).scatter_(-1, idx, z.gather(-1, idx))
+        return torch.where(self.mask(z), z, torch.zeros((), dtype=z.dtype, device=z.device))
+
+
+#: Integers whose order is that of a float dtype's non-negative values (its bits).
+_KEYS = {
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+}
 
 
 @dataclass(frozen=True)
@@ -236,24 +252,27 @@ class QSGD(Compressor):
     def row_bytes(self, k: int, dtype: torch.dtype) -> int:
         return dtype.itemsize + math.ceil(k * (self.bits + 1) / 8)
 
+    # In float64 with one rounding per operation, so that the C kernels (compress.h)
+    # compute the same codes; the norm is rounded to the rows' dtype, as it travels.
+    def _norm(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.vector_norm(rows.double(), dim=-1, keepdim=True).to(rows.dtype)
+
     def _codes(self, row: torch.Tensor, norm: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
         """``2 l + [x < 0]`` with ``l`` the stochastic rounding of ``s |x| / ||x||`` (int32)."""
-        scale = self.levels / torch.where(norm > 0, norm, torch.ones_like(norm))
-        level = torch.addcmul(uniform.to(row.dtype), row.abs(), scale).floor_()
-        level = level.clamp_(0, self.levels)
+        wide = norm.double()
+        scale = self.levels / torch.where(wide > 0, wide, torch.ones_like(wide))
+        level = (row.abs().double() * scale + uniform).floor_().clamp_(0, self.levels)
         return (level * 2).to(torch.int32) + (row < 0).to(torch.int32)
 
     def _values(self, codes: torch.Tensor, norm: torch.Tensor, k: int) -> torch.Tensor:
-        magnitude = (codes >> 1).to(norm.dtype) * (norm / (self.levels * self.tau(k)))
+        unit = norm.double() / (self.levels * self.tau(k))
+        magnitude = ((codes >> 1).double() * unit).to(norm.dtype)
         return torch.where((codes & 1).bool(), -magnitude, magnitude)
 
-    def _uniform(self, agent: int, index: int, round_: int, k: int) -> torch.Tensor:
-        gen = generator_for(self.seed, agent, index, round_)
-        return torch.rand(k, generator=gen, dtype=torch.float64)
-
     def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
-        norm = torch.linalg.vector_norm(row)
-        uniform = self._uniform(agent, index, round_, row.shape[0]).to(row.device)
+        norm = self._norm(row)
+        key = row_keys(self.seed, [agent], [index], round_)[0, 0]
+        uniform = uniforms(key, row.shape[0]).to(row.device)
         codes = self._codes(row, norm, uniform)
         return torch.cat([as_bytes(norm.reshape(1)), pack(codes, self.bits + 1)])
 
@@ -264,13 +283,9 @@ class QSGD(Compressor):
 
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
         m, r, k = z.shape
-        uniform = torch.stack(
-            [
-                torch.stack([self._uniform(first_agent + a, i, round_, k) for i in range(r)])
-                for a in range(m)
-            ]
-        ).to(z.device)
-        norm = torch.linalg.vector_norm(z, dim=-1, keepdim=True)
+        keys = row_keys(self.seed, range(first_agent, first_agent + m), range(r), round_)
+        uniform = uniforms(keys, k).to(z.device)
+        norm = self._norm(z)
         return self._values(self._codes(z, norm, uniform), norm, k)
 
     def _args(self) -> list[str]:
@@ -290,8 +305,13 @@ class ScaledSign(Compressor):
     def row_bytes(self, k: int, dtype: torch.dtype) -> int:
         return dtype.itemsize + math.ceil(k / 8)
 
+    @staticmethod
+    def scale(rows: torch.Tensor) -> torch.Tensor:
+        """``||x||_1 / k`` per row, summed in float64 (as the C kernels do) and rounded."""
+        return (rows.abs().double().sum(dim=-1, keepdim=True) / rows.shape[-1]).to(rows.dtype)
+
     def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
-        scale = row.abs().mean().reshape(1)
+        scale = self.scale(row)
         return torch.cat([as_bytes(scale), pack((row < 0).to(torch.int64), 1)])
 
     def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
@@ -301,7 +321,7 @@ class ScaledSign(Compressor):
         return torch.where(negative, -scale, scale)
 
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
-        scale = z.abs().mean(dim=-1, keepdim=True)
+        scale = self.scale(z)
         return torch.where(z < 0, -scale, scale)
 
 

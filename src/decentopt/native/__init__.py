@@ -1,7 +1,8 @@
 """The native kernels: a C library built when the package is installed, loaded with ctypes.
 
 ``kernels.c`` fuses the library's own elementwise updates (DSGD's, DmSGD's, ED's
-and EDM's) with a circulant mix, and has the plain circulant mix; ``build.py``
+and EDM's) with a circulant mix, and has the plain circulant mix and CHOCO-gossip's
+compressed round (``compress.h``); ``build.py``
 compiles it once per instruction set (AVX-512, AVX2 + FMA, baseline) into one
 library. Which functions exist and which update each ``kind`` computes is known
 here and in :mod:`decentopt.comm.mixers.native`, the mixer that calls them;
@@ -75,6 +76,12 @@ def _signatures(scalar: type) -> dict[str, list]:
         ],
         # n, d, z, out, k, offsets, weights, width, threads
         "decentopt_mix": [_I64, _I64, _P, _P, _I64, offsets, weights, _I64, _INT],
+        # op, n, D, k, kept, levels, per_unit, z, hat, s, out, gamma, keys, codes, idx,
+        # vals, units, terms, offsets, weights, float64 weights, threads
+        "decentopt_choco": [
+            _INT, _I64, _I64, _I64, _I64, _F64, _F64, _P, _P, _P, _P, scalar, _P, _P, _P,
+            _P, _P, _I64, offsets, weights, ctypes.POINTER(_F64), _INT,
+        ],
     }  # fmt: skip
 
 

@@ -33,7 +33,7 @@ __all__ = [
 
 HERE = Path(__file__).resolve().parent
 #: Every file the library is built from (a change to any of them rebuilds a cached copy).
-SOURCES = ("kernels.c", "kernels.h", "api.c")
+SOURCES = ("kernels.c", "kernels.h", "compress.h", "api.c")
 #: Instruction-set variants of kernels.c: name and the compiler flags that enable it,
 #: best first (``decentopt_cpu_level`` returns 2, 1, 0 in this order).
 VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -105,7 +105,7 @@ def build_unix(
     result = call([*COMMON_FLAGS, f"-D{name}={value}", "-c", str(HERE / "api.c"), "-o", str(api)])
     if result.returncode != 0:
         raise RuntimeError(f"compiling api.c failed: {first_error(result)}")
-    result = call(["-shared", "-pthread", *objects, str(api), "-o", str(target)])
+    result = call(["-shared", "-pthread", *objects, str(api), "-o", str(target), "-lm"])
     if result.returncode != 0:
         raise RuntimeError(f"linking the native kernels failed: {first_error(result)}")
     return built

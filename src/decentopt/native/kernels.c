@@ -24,9 +24,10 @@
  * non-temporal stores straight from registers (no output line is read first);
  * the ring's three-term sum unrolled (a loop over the terms cost more than the loads).
  *
- * The kernels for one element type are in kernels.h, included once for float
- * and once for double.
+ * The kernels for one element type are in kernels.h, and CHOCO's compressed round
+ * in compress.h, each included once for float and once for double.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,6 +42,8 @@
 
 /* The order of UPDATE_KINDS in api.c. */
 enum { DESCEND = 0, MOMENTUM_DESCEND = 1, CORRECT = 2, EDM = 3 };
+/* The operators of decentopt_choco (decentopt/comm/mixers/native.py: CHOCO_OPS). */
+enum { TOP_K = 0, QSGD = 1, SIGN = 2 };
 #define MAX_TERMS 64
 #define MAX_WIDTH 8192
 #define CAT_(a, b) a##_##b
@@ -111,6 +114,7 @@ static int run_parallel(task_fn fn, const void *shared, int64_t tasks, int threa
 }
 
 #define T float
+#define U uint32_t
 #define SUFFIX f32
 #if defined(__AVX512F__)
 #define VECTOR 1
@@ -138,7 +142,9 @@ static int run_parallel(task_fn fn, const void *shared, int64_t tasks, int threa
 #define VECTOR 0
 #endif
 #include "kernels.h"
+#include "compress.h"
 #undef T
+#undef U
 #undef SUFFIX
 #undef LANES
 #undef V
@@ -151,6 +157,7 @@ static int run_parallel(task_fn fn, const void *shared, int64_t tasks, int threa
 #undef MUL
 
 #define T double
+#define U uint64_t
 #define SUFFIX f64
 #if defined(__AVX512F__)
 #define LANES 8
@@ -174,3 +181,4 @@ static int run_parallel(task_fn fn, const void *shared, int64_t tasks, int threa
 #define MUL _mm256_mul_pd
 #endif
 #include "kernels.h"
+#include "compress.h"

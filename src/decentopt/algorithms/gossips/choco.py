@@ -60,7 +60,11 @@ class Choco(Gossip):
     over agents of what is mixed is kept for any operator (``1^T (W - I) = 0``), so
     averages and trackers stay exact; once ``X_hat`` has caught up, the mix is
     ``W_gamma = (1 - gamma) I + gamma W`` (symmetric, doubly stochastic, positive
-    semi-definite where ``W`` is). Several sent tensors travel in one message.
+    semi-definite where ``W`` is). Several sent tensors travel in one message. Where
+    the simulator's C kernels take the state, one tensor's round is one fused kernel
+    that updates ``X_hat`` and ``S`` in place
+    (:meth:`~decentopt.comm.SimulatedCommunicator.choco_round`): the state a step
+    was given is consumed.
 
     ``compression``: an operator of :mod:`decentopt.compression` or its text
     (``"top_k(0.1)"``, ``"qsgd(4)"``, ``"sign"``); ``gamma``: the consensus step in
@@ -138,6 +142,12 @@ class _ChocoChannel(Channel):
                 "in its `sends`"
             )
         hats = [self.state[f"x_hat{_suffix(k)}"] for k in range(len(zs))]
+        fused = getattr(self.comm, "choco_round", None)  # a simulator's fused kernels
+        if len(zs) == 1 and fused is not None:
+            done = fused(zs[0], hats[0], self.state["s"], codec, self.gossip.gamma)
+            if not isinstance(done, str):
+                out, self.state["x_hat"], self.state["s"] = done
+                return [out]
         diffs = [(z - h).to(z.dtype) for z, h in zip(zs, hats, strict=True)]
         if len(diffs) == 1:
             q, wq = self.comm.mix_compressed(diffs[0], codec)

@@ -8,6 +8,8 @@ and called on the folded ``(n, k)`` state of every gossip round:
 * :meth:`Mixer.mix_map` evaluates an elementwise update and mixes its first output
   in one pass, where the mixer has a kernel for that update; ``None`` otherwise,
   and the communicator updates, then mixes;
+* :meth:`Mixer.choco` runs CHOCO-gossip's compressed round in one kernel where it
+  has one, and otherwise says why not;
 * :meth:`Mixer.supports` says whether it can mix a state at all (device, dtype),
   :meth:`Mixer.preferred` whether ``"auto"`` should give it that state.
 
@@ -24,6 +26,7 @@ import torch
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Elementwise
+    from decentopt.compression import Compressor
     from decentopt.topology import Network
 
 __all__ = ["MIXERS", "Mixer", "MixerBase", "MixerUnavailable", "register"]
@@ -55,6 +58,21 @@ class Mixer(Protocol):
         ``None`` when this mixer has no fused kernel for ``fn`` and these states."""
         ...
 
+    def choco(
+        self,
+        codec: Compressor,
+        flat: torch.Tensor,
+        hat: torch.Tensor,
+        s: torch.Tensor,
+        k: int,
+        gamma: float,
+        t: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | str:
+        """CHOCO-gossip's round fused: ``(flat + gamma (s' - hat'), hat', s')`` with
+        ``hat' = hat + Q(flat - hat)`` and ``s' = s + W_t Q(flat - hat)`` (``Q`` on rows of
+        ``k``), or why this mixer has no kernel for it (the caller compresses, then mixes)."""
+        ...
+
 
 class MixerBase:
     """Defaults: mixes any state, preferred whenever it can, no fused updates."""
@@ -71,6 +89,9 @@ class MixerBase:
         self, fn: Elementwise, flats: Sequence[torch.Tensor], scalars: Sequence[float], t: int
     ) -> list[torch.Tensor] | None:
         return None
+
+    def choco(self, codec, flat, hat, s, k, gamma, t):  # type: ignore[no-untyped-def]
+        return f"the {self.name} mixer has no fused compressed round"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

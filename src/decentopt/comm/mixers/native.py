@@ -27,6 +27,8 @@ from decentopt import native
 from decentopt.comm.mixers.base import MixerBase, register
 from decentopt.comm.mixers.shift import circulant_stencil
 from decentopt.comm.mixers.updates import prepare
+from decentopt.compression import Compressor
+from decentopt.compression._bits import kept_count, row_keys
 from decentopt.topology import Network
 from decentopt.topology.circulant import reach
 
@@ -50,6 +52,8 @@ MIX_ROW_BYTES = 512 << 10
 
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+#: The operators of ``decentopt_choco``, by its ``op`` index (kernels.c's enum).
+CHOCO_OPS = ("top_k", "qsgd", "sign")
 
 
 @register
@@ -62,6 +66,7 @@ class NativeMixer(MixerBase):
         self.stencil = circulant_stencil(network, self.name)
         self.reach = reach(self.stencil, self.n)
         self.isa = isa
+        self._buffers: dict[int, torch.Tensor] = {}  # the compressed round's scratch
         self._offsets = (ctypes.c_int64 * len(self.stencil))(*(o % self.n for o, _ in self.stencil))
         self._weights = {
             suffix: (scalar * len(self.stencil))(*(w for _, w in self.stencil))
@@ -158,3 +163,55 @@ class NativeMixer(MixerBase):
                 f"(at most {native.MAX_TERMS})"
             )
         return outs
+
+    def choco(
+        self,
+        codec: Compressor,
+        flat: torch.Tensor,
+        hat: torch.Tensor,
+        s: torch.Tensor,
+        k: int,
+        gamma: float,
+        t: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | str:
+        """CHOCO's round in two passes of ``decentopt_choco`` (compress.h): the rows
+        quantised in cache and only their short form kept, then ``hat`` and ``s`` updated
+        in place and the output written in one pass (top-k's sparse differences merged
+        in, only the kept entries touched)."""
+        why = self.supports(flat)
+        if codec.name not in CHOCO_OPS:
+            why = why or f"the C kernels compress with {', '.join(CHOCO_OPS)}, not {codec.name}"
+        if hat.dtype != torch.float64 or s.dtype != torch.float64:
+            why = why or f"the C kernels keep public copies in float64, not {hat.dtype}"
+        if why or k < 1:
+            return why or "rows of no entries"
+        n, d = flat.shape
+        op, rows = CHOCO_OPS.index(codec.name), d // k
+        kept = kept_count(codec.ratio, k) if op == 0 else 0  # type: ignore[attr-defined]
+        keys = row_keys(codec.seed, range(n), range(rows), t) if op == 1 else torch.empty(0)
+        levels = float(codec.levels) if op == 1 else 0.0  # type: ignore[attr-defined]
+        per_unit = levels * codec.tau(k) if op == 1 else 1.0  # type: ignore[attr-defined]
+        flat, hat, s = flat.contiguous(), hat.contiguous(), s.contiguous()
+        out = torch.empty_like(flat)
+        codes, idx, vals, units = self._scratch(
+            (n * d if op else 0, torch.uint8), (n * rows * (kept + 1), torch.int32),
+            (n * rows * (kept + 1), flat.dtype), (n * rows, torch.float64),
+        )  # fmt: skip
+        status = self._function("decentopt_choco", flat.dtype)(
+            op, n, d, k, kept, levels, per_unit, flat.data_ptr(), hat.data_ptr(), s.data_ptr(),
+            out.data_ptr(), gamma, keys.data_ptr(), codes.data_ptr(), idx.data_ptr(),
+            vals.data_ptr(), units.data_ptr(), *self._stencil_args(flat.dtype),
+            self._weights["f64"], torch.get_num_threads(),
+        )  # fmt: skip
+        if status:
+            raise RuntimeError(f"the native compressed round failed (status {status})")
+        return out, hat, s
+
+    def _scratch(self, *sizes: tuple[int, torch.dtype]) -> list[torch.Tensor]:
+        """Buffers of these sizes kept between calls: allocated afresh each round, their
+        pages were faulted in again every time (a third of the round, measured)."""
+        for i, (size, dtype) in enumerate(sizes):
+            held = self._buffers.get(i)
+            if held is None or held.numel() < size or held.dtype != dtype:
+                self._buffers[i] = torch.empty(size, dtype=dtype)
+        return [self._buffers[i] for i in range(len(sizes))]

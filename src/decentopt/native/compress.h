@@ -1,0 +1,306 @@
+/* CHOCO-gossip's compressed round for element type T (names end in SUFFIX), included
+ * by kernels.c after kernels.h. U is the unsigned integer of T's width: the bits of
+ * |x| as U order magnitudes as the numbers do (NaN above infinity).
+ *
+ * decentopt_choco_<t>_<isa> takes an (n, D) state z, its public copies hat and
+ * s = W hat (double, updated in place), and for the rows of k entries of every agent
+ * row computes
+ *
+ *     q = Q(z - hat),   hat += q,   s = W hat (see below),   out = z + gamma (s - hat),
+ *
+ * with Q one of TOP_K, QSGD, SIGN (decentopt.compression's operators, same numbers)
+ * in two passes. Phase 1, agent by agent, reads z and hat, quantises each row in
+ * cache and keeps only q's short form (top-k: kept indices and values; qsgd, sign:
+ * one byte code per entry and one unit per row). Phase 2 for top-k, agent by agent
+ * in chunks of columns, adds its own and its neighbours' q to hat and s by a merge
+ * over the sorted index lists (nothing densified, only the kept entries touched:
+ * s += sum_o w_o q[(i + o) mod n], each term w_o q rounded to T, added one by one in
+ * stencil order); for qsgd and sign, whose q is dense, chunk by chunk over all
+ * agents, it recomputes s = sum_o w_o hat[(i + o) mod n] in float64 from the new
+ * hat (S = W X_hat is what CHOCO keeps; not reading S saves 8 of 66 bytes per entry).
+ */
+#define FN(name) CAT(name, SUFFIX)
+#define CHUNK 1024
+
+static inline U FN(key)(T x) {
+    U bits;
+    memcpy(&bits, &x, sizeof bits);
+    return bits & (((U)1 << (8 * sizeof(U) - 1)) - 1); /* the sign bit cleared */
+}
+
+/* The kept-th largest key of d[0:k) by radix selection (a histogram of the top 11
+   bits over the row, then 8 bits at a time over the candidates left), and in *ties
+   how many of the entries equal to it are kept: the lowest indices among them. */
+#define TOP_SHIFT (8 * (int)sizeof(U) - 12)
+static U FN(threshold)(const T *d, int64_t k, int64_t kept, U *cand, int64_t *hist,
+                       int64_t *ties, int64_t *equal) {
+    int64_t need = kept, m = 0;
+    int shift = TOP_SHIFT;
+    U b = 2047;
+    while (hist[b] < need) need -= hist[b--];
+    for (int64_t j = 0; j < k; j++) { /* branch-free: most entries are not candidates */
+        const U key = FN(key)(d[j]);
+        cand[m] = key;
+        m += (key >> shift) == b;
+    }
+    while (shift > 0) {
+        const int next = shift > 8 ? shift - 8 : 0;
+        const U mask = ((U)1 << (shift - next)) - 1;
+        memset(hist, 0, 2048 * sizeof *hist);
+        for (int64_t c = 0; c < m; c++) hist[(cand[c] >> next) & mask]++;
+        b = mask;
+        while (hist[b] < need) need -= hist[b--];
+        int64_t left = 0;
+        for (int64_t c = 0; c < m; c++)
+            if (((cand[c] >> next) & mask) == b) cand[left++] = cand[c];
+        m = left;
+        shift = next;
+    }
+    *ties = need;
+    *equal = m; /* entries equal to the threshold */
+    return cand[0];
+}
+
+/* d = z - hat (rounded to T) over a row, and the sum of |d| (squares: of d^2) in
+   double, in 8 lanes added in a fixed order at the end: vectorised, and the same
+   whatever the threads (for float rows the sum of |d| is exact in any order). */
+static double FN(difference)(const T *restrict z, const double *restrict hat, int64_t k,
+                             int squares, T *restrict d) {
+    double lane[8] = {0}, sum = 0.0;
+    int64_t j = 0, body = k / 8 * 8;
+    for (int64_t i = 0; i < k; i++) d[i] = (T)((double)z[i] - hat[i]);
+    if (squares)
+        for (; j < body; j += 8)
+            for (int l = 0; l < 8; l++) lane[l] += (double)d[j + l] * (double)d[j + l];
+    else
+        for (; j < body; j += 8)
+            for (int l = 0; l < 8; l++) lane[l] += fabs((double)d[j + l]);
+    for (int l = 0; l < 8; l++) sum += lane[l];
+    for (; j < k; j++) sum += squares ? (double)d[j] * (double)d[j] : fabs((double)d[j]);
+    return sum;
+}
+
+/* A 32-bit hash of (key, j), a bijection of j for each key: qsgd's uniform for entry j
+   is hash * 2^-32 (decentopt.compression._bits.uniforms computes the same). */
+static inline uint32_t FN(mix)(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x2c1b3c6dU;
+    return x ^ (x >> 16);
+}
+
+struct FN(choco_job) {
+    int op;
+    int64_t n, D, k, kept, terms;
+    double levels, per_unit; /* qsgd: s, and s tau (a row's unit is its norm / (s tau)) */
+    const T *z;
+    double *hat, *s;
+    T *out;
+    T gamma;
+    const uint64_t *keys; /* qsgd: one per row of k */
+    uint8_t *codes;       /* qsgd, sign: 2 level + [x < 0] per entry */
+    int32_t *idx;         /* top-k: kept indices per row, ascending (kept + 1 slots) */
+    T *vals;              /* and their values */
+    double *units;        /* qsgd, sign: one per row */
+    const int64_t *offsets;
+    const T *weights;
+    const double *weights64; /* qsgd, sign: S = W X_hat in float64 */
+    int64_t wide;            /* qsgd, sign: columns of a phase-2 chunk */
+};
+
+/* Phase 1 for agents [first, last): each row's q in its short form. */
+static void FN(choco_encode)(const void *shared, int64_t first, int64_t last, void *scratch) {
+    const struct FN(choco_job) *job = shared;
+    const int64_t k = job->k, rows = job->D / k;
+    T *restrict d = scratch;
+    for (int64_t row = first * rows; row < last * rows; row++) {
+        const T *restrict z = job->z + row * k;
+        const double *restrict hat = job->hat + row * k;
+        if (job->op == TOP_K) {
+            /* two histograms, even and odd entries: increments of one bin wait less */
+            int64_t hist[2][2048] = {{0}}, ties, equal, pos = row * (job->kept + 1), j = 0;
+            for (; j + 2 <= k; j += 2) {
+                d[j] = (T)((double)z[j] - hat[j]);
+                d[j + 1] = (T)((double)z[j + 1] - hat[j + 1]);
+                hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
+                hist[1][FN(key)(d[j + 1]) >> TOP_SHIFT]++;
+            }
+            for (; j < k; j++) {
+                d[j] = (T)((double)z[j] - hat[j]);
+                hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
+            }
+            for (int b = 0; b < 2048; b++) hist[0][b] += hist[1][b];
+            const U t = FN(threshold)(d, k, job->kept, (U *)(d + k), hist[0], &ties, &equal);
+            int32_t *restrict idx = job->idx;
+            T *restrict vals = job->vals;
+            if (ties == equal) /* no tie to break: everything from the threshold up */
+                for (j = 0; j < k; j++) {
+                    idx[pos] = (int32_t)j;
+                    vals[pos] = d[j];
+                    pos += FN(key)(d[j]) >= t; /* branch-free: kept entries are scattered */
+                }
+            else
+                for (j = 0; j < k; j++) {
+                    const U key = FN(key)(d[j]);
+                    const int keep = key > t || (key == t && ties > 0);
+                    ties -= key == t;
+                    idx[pos] = (int32_t)j;
+                    vals[pos] = d[j];
+                    pos += keep;
+                }
+            continue;
+        }
+        const double sum = FN(difference)(z, hat, k, job->op == QSGD, d);
+        uint8_t *restrict code = job->codes + row * k;
+        if (job->op == SIGN) {
+            job->units[row] = (double)(T)(sum / (double)k);
+            for (int64_t j = 0; j < k; j++) code[j] = (uint8_t)(2 + (d[j] < 0));
+            continue;
+        }
+        const double norm = (double)(T)sqrt(sum);
+        const double scale = job->levels / (norm > 0 ? norm : 1.0);
+        const uint32_t lo = (uint32_t)job->keys[row], hi = (uint32_t)(job->keys[row] >> 32);
+        job->units[row] = norm / job->per_unit;
+        const int32_t top = (int32_t)job->levels;
+        for (int64_t a = 0; a < k; a += CHUNK) { /* chunks: each loop vectorises */
+            const int64_t w = k - a < CHUNK ? k - a : CHUNK;
+            int32_t level[CHUNK];
+            for (int64_t j = 0; j < w; j++) { /* |d| scale + u >= 0: truncation floors */
+                const uint32_t h = FN(mix)(FN(mix)((uint32_t)(a + j) ^ lo) ^ hi);
+                const double u = ((double)(int32_t)(h ^ 0x80000000U) + 0x1p31) * 0x1p-32;
+                const int32_t l = (int32_t)(fabs((double)d[a + j]) * scale + u);
+                level[j] = 2 * (l > top ? top : l);
+            }
+            for (int64_t j = 0; j < w; j++) code[a + j] = (uint8_t)(level[j] + (d[a + j] < 0));
+        }
+    }
+}
+
+static inline T FN(decode)(uint8_t code, double unit) {
+    return (T)((double)(code >> 1) * unit) * (T)(1 - 2 * (code & 1));
+}
+
+/* Phase 2, columns [a, b) of one row of k (its first column c0 in the state). */
+static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int64_t r,
+                            int64_t a, int64_t b, int64_t *cursor) {
+    const int64_t n = job->n, k = job->k, rows = job->D / k, c0 = agent * job->D + r * k;
+    const T *restrict z = job->z + c0;
+    double *restrict h2 = job->hat + c0, *restrict s2 = job->s + c0;
+    T *restrict out = job->out + c0;
+    if (job->op == TOP_K) {
+        /* the output from the old x_hat and s first: that pass streams the chunk into
+           cache, where the scattered updates then find it; then the output again at
+           the entries they changed */
+        for (int64_t j = a; j < b; j++) out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+        int64_t from[MAX_TERMS + 1];
+        for (int64_t q = -1; q < job->terms; q++) { /* -1: the agent's own q into hat */
+            const int64_t i = q < 0 ? agent : (agent + job->offsets[q]) % n;
+            const int64_t base = (i * rows + r) * (job->kept + 1), end = base + job->kept;
+            int64_t c = from[q + 1] = cursor[q + 1];
+            for (; base + c < end && job->idx[base + c] < b; c++) {
+                const int64_t j = job->idx[base + c];
+                if (q < 0)
+                    h2[j] += (double)job->vals[base + c];
+                else
+                    s2[j] += (double)(job->weights[q] * job->vals[base + c]);
+            }
+            cursor[q + 1] = c;
+        }
+        int64_t touched = 0;
+        for (int64_t q = 0; q <= job->terms; q++) touched += cursor[q] - from[q];
+        if (8 * touched > b - a) { /* dense changes: the whole chunk again, in cache */
+            for (int64_t j = a; j < b; j++) out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+            return;
+        }
+        for (int64_t q = -1; q < job->terms; q++) {
+            const int64_t i = q < 0 ? agent : (agent + job->offsets[q]) % n;
+            const int32_t *list = job->idx + (i * rows + r) * (job->kept + 1);
+            for (int64_t c = from[q + 1]; c < cursor[q + 1]; c++) {
+                const int64_t j = list[c];
+                out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+            }
+        }
+        return;
+    }
+}
+
+/* Phase 2 of qsgd and sign, tasks [first, last) = (row segment, chunk of columns):
+   x_hat + q of every agent for the chunk into the scratch (n x wide rows, in cache),
+   then per agent s = W x_hat (the stencil's terms in order, float64 weights: S = W X_hat
+   exactly as CHOCO keeps it, without reading S), the output, and x_hat written back.
+   Threads own whole chunks, so no agent's x_hat is read after another wrote it. */
+static void FN(choco_dense)(const void *shared, int64_t first, int64_t last, void *scratch) {
+    const struct FN(choco_job) *job = shared;
+    const int64_t n = job->n, k = job->k, rows = job->D / k, wide = job->wide;
+    const int64_t chunks = (k + wide - 1) / wide;
+    double *restrict fresh = scratch, *restrict acc = fresh + n * wide;
+    for (int64_t task = first; task < last; task++) {
+        const int64_t r = task / chunks, a = task % chunks * wide;
+        const int64_t m = k - a < wide ? k - a : wide;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t c0 = i * job->D + r * k + a;
+            const uint8_t *restrict code = job->codes + c0;
+            const double *restrict hat = job->hat + c0;
+            const double unit = job->units[i * rows + r];
+            double *restrict mine = fresh + i * wide;
+            for (int64_t j = 0; j < m; j++) mine[j] = hat[j] + (double)FN(decode)(code[j], unit);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t c0 = i * job->D + r * k + a;
+            const double *restrict mine = fresh + i * wide;
+            const double *restrict first_term = fresh + (i + job->offsets[0]) % n * wide;
+            for (int64_t j = 0; j < m; j++) acc[j] = job->weights64[0] * first_term[j];
+            for (int64_t q = 1; q < job->terms; q++) {
+                const double *restrict term = fresh + (i + job->offsets[q]) % n * wide;
+                const double w = job->weights64[q];
+                for (int64_t j = 0; j < m; j++) acc[j] += w * term[j];
+            }
+            const T *restrict z = job->z + c0;
+            double *restrict hat = job->hat + c0, *restrict s = job->s + c0;
+            T *restrict out = job->out + c0;
+            for (int64_t j = 0; j < m; j++) {
+                hat[j] = mine[j];
+                s[j] = acc[j];
+                out[j] = z[j] + job->gamma * (T)(acc[j] - mine[j]);
+            }
+        }
+    }
+}
+
+static void FN(choco_apply)(const void *shared, int64_t first, int64_t last, void *unused) {
+    (void)unused;
+    const struct FN(choco_job) *job = shared;
+    const int64_t k = job->k, rows = job->D / k;
+    for (int64_t agent = first; agent < last; agent++)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t cursor[MAX_TERMS + 1] = {0};
+            for (int64_t a = 0; a < k; a += CHUNK)
+                FN(choco_chunk)(job, agent, r, a, a + CHUNK < k ? a + CHUNK : k, cursor);
+        }
+}
+
+int EXPORT(decentopt_choco)(int op, int64_t n, int64_t D, int64_t k, int64_t kept,
+                            double levels, double per_unit, const T *z, double *hat, double *s,
+                            T *out, T gamma,
+                            const uint64_t *keys, uint8_t *codes, int32_t *idx, T *vals,
+                            double *units, int64_t terms, const int64_t *offsets,
+                            const T *weights, const double *weights64, int threads) {
+    if (op < TOP_K || op > SIGN || terms < 1 || terms > MAX_TERMS || n < 0 || k < 1 ||
+        D % k || (op == TOP_K && (kept < 1 || kept > k)) || k > INT32_MAX)
+        return 1;
+    struct FN(choco_job) job = {op,  n,     D,    k,     kept, terms, levels, per_unit,
+                                      z,   hat,   s,    out,   gamma, keys, codes, idx, vals,
+                                      units, offsets, weights, weights64, 0};
+    const size_t scratch = (size_t)k * (sizeof(T) + (op == TOP_K ? sizeof(U) : 0));
+    if (run_parallel(FN(choco_encode), &job, n, threads, scratch)) return 2;
+    if (op == TOP_K) return run_parallel(FN(choco_apply), &job, n, threads, 0);
+    /* a chunk of all n agents' x_hat in 256 KB */
+    job.wide = n > 0 && 32768 / n < CHUNK ? (32768 / n > 8 ? 32768 / n : 8) : CHUNK;
+    const int64_t chunks = (k + job.wide - 1) / job.wide;
+    return 2 * run_parallel(FN(choco_dense), &job, D / k * chunks, threads,
+                            (size_t)(n + 1) * (size_t)job.wide * sizeof(double));
+}
+
+#undef TOP_SHIFT
+#undef FN

@@ -1,0 +1,176 @@
+"""CHOCO's compressed round in the C kernels (every variant this CPU runs) equals a plain
+reference: the operator's own ``compress``, then the public copies updated term by term."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import decentopt as dopt
+from decentopt import native
+from decentopt.comm import SimulatedCommunicator
+from decentopt.comm.mixers import NativeMixer
+from decentopt.compression import parse
+
+LIB = native.library()[0]
+needs_library = pytest.mark.skipif(LIB is None, reason=f"no native kernels: {native.library()[1]}")
+VARIANTS = LIB.variants if LIB is not None else ()
+OPERATORS = ["top_k(0.3)", "top_k(0.01)", "top_k(1)", "qsgd(4)", "qsgd(1, seed=3)", "sign"]
+
+
+def reference(codec, stencil, z, hat, s, gamma, round_=0):
+    """``q = Q(z - hat)``, ``hat + q``; for top-k ``s`` plus each term ``w_o q[i + o]``
+    (rounded to z's dtype) in stencil order, for the quantisers ``s = W hat`` afresh
+    (float64 terms in stencil order); ``z + gamma (s - hat)``: the kernel's arithmetic."""
+    k = z.shape[-1]
+    rows = (z - hat).to(z.dtype).reshape(z.shape[0], -1, k)
+    q = codec.compress(rows, 0, round_).reshape(z.shape)
+    hat = hat + q
+    if codec.name == "top_k":
+        s = s.clone()
+        for offset, weight in stencil:
+            s += (torch.tensor(weight, dtype=z.dtype) * q.roll(-offset, 0)).double()
+    else:
+        s = sum(weight * hat.roll(-offset, 0) for offset, weight in stencil)
+    return z + gamma * (s - hat).to(z.dtype), hat, s
+
+
+def dyadic(shape, dtype, gen, scale):
+    """Values with few significant bits: every sum of squares is exact, in any order."""
+    return (torch.randint(-300, 300, shape, generator=gen) / scale).to(dtype)
+
+
+@needs_library
+@pytest.mark.parametrize("isa", VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("spec", OPERATORS)
+@pytest.mark.parametrize(
+    ("graph", "shape"),
+    [
+        ("ring", (5, 3)),  # rows shorter than a vector
+        ("ring", (7, 1)),
+        ("ring", (6, 2, 37)),  # several rows per agent, odd lengths
+        ("ring", (4, 1500)),  # more than one chunk of 1024 columns
+        ("exponential", (8, 3, 29)),
+    ],
+)
+def test_the_fused_round_equals_the_reference(isa, dtype, spec, graph, shape):
+    gen = torch.Generator().manual_seed(sum(shape))
+    topo = getattr(dopt.topology, graph)(shape[0])
+    mixer = NativeMixer(topo, isa=isa)
+    codec = parse(spec)
+    z = dyadic(shape, dtype, gen, 64.0)
+    hat = dyadic(shape, torch.float64, gen, 256.0)
+    s = dyadic(shape, torch.float64, gen, 32.0)
+    want = reference(codec, mixer.stencil, z, hat, s, 0.3, round_=4)
+    n = shape[0]
+    got = mixer.choco(
+        codec, z.reshape(n, -1), hat.reshape(n, -1).clone(), s.reshape(n, -1).clone(), shape[-1],
+        0.3, 4,
+    )  # fmt: skip
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.reshape(b.shape), b), (spec, dtype)
+
+
+@needs_library
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("spec", ["top_k(0.1)", "qsgd(4)", "sign"])
+def test_random_states_agree_to_rounding(dtype, spec):
+    """Any values: the norm's sum in another order moves float64's last bits only."""
+    gen = torch.Generator().manual_seed(1)
+    topo = dopt.topology.ring(9)
+    mixer = NativeMixer(topo)
+    z = torch.randn(9, 333, dtype=dtype, generator=gen)
+    hat = torch.randn(9, 333, dtype=torch.float64, generator=gen)
+    s = torch.randn(9, 333, dtype=torch.float64, generator=gen)
+    want = reference(parse(spec), mixer.stencil, z, hat, s, 0.5)
+    got = mixer.choco(parse(spec), z, hat.clone(), s.clone(), 333, 0.5, 0)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-13 if dtype == torch.float64 else 0, atol=1e-13)
+
+
+@needs_library
+def test_ties_keep_the_lowest_indices_in_the_kernel_and_in_torch():
+    row = torch.tensor([1.0, -1.0, 1.0, 2.0, -1.0, 1.0, 0.5])
+    codec = parse("top_k(0.4)")  # 3 of 7: the 2, then the first two of the five 1s
+    want = torch.tensor([1.0, -1.0, 0.0, 2.0, 0.0, 0.0, 0.0])
+    assert torch.equal(codec.compress(row.view(1, 1, -1), 0, 0).view(-1), want)
+    z = torch.stack([row, row.flip(0), -row, torch.zeros(7)])
+    zeros = torch.zeros(4, 7, dtype=torch.float64)
+    _, hat, _ = NativeMixer(dopt.topology.ring(4)).choco(codec, z, zeros.clone(), zeros, 7, 1.0, 0)
+    assert torch.equal(hat[0].float(), want)
+    assert torch.equal(hat[1].float(), torch.tensor([0.0, 1.0, -1.0, 2.0, 0.0, 0.0, 0.0]))
+    assert torch.equal(hat[2].float(), -want)
+    assert torch.equal(hat[3], zeros[3])  # all tied at zero: the first three, all zero
+
+
+def test_top_k_selects_what_sorting_selects():
+    """Without ties the set is ``topk``'s (the earlier definition); with ties, a stable sort's
+    by descending magnitude (the lowest indices first)."""
+    gen = torch.Generator().manual_seed(5)
+    codec = parse("top_k(0.25)")
+    for x in (
+        torch.randn(6, 2, 41, generator=gen),
+        torch.randint(-3, 4, (6, 2, 41), generator=gen),
+    ):
+        x = x.float()
+        kept = (codec.compress(x, 0, 0) != 0) | ((x == 0) & codec.mask(x))
+        order = x.abs().sort(dim=-1, descending=True, stable=True).indices[..., :11]
+        assert torch.equal(kept, torch.zeros_like(kept).scatter_(-1, order, True))
+    x = torch.randn(6, 2, 41, generator=gen)
+    old = x.abs().topk(11, dim=-1).indices
+    assert torch.equal(codec.mask(x), torch.zeros_like(x, dtype=torch.bool).scatter_(-1, old, True))
+
+
+@needs_library
+def test_the_path_taken_is_visible():
+    x = torch.zeros(6, 10, dtype=torch.float32)
+    hat, s = torch.zeros(6, 10, dtype=torch.float64), torch.zeros(6, 10, dtype=torch.float64)
+    comm = SimulatedCommunicator(dopt.topology.ring(6), kernel="native")
+    assert comm.choco_round(x, hat, s, "sign", 0.5) is not None
+    assert comm.compressed_kernel == "native"
+    why = comm.choco_round(x, hat, s, "random_k(0.5)", 0.5)
+    assert why == comm.compressed_kernel and "not random_k" in why
+    mixer, sign = NativeMixer(dopt.topology.ring(6)), parse("sign")
+    assert "not torch.float16" in mixer.choco(sign, x.half(), hat, s, 10, 0.5, 0)
+    assert "in float64, not torch.float32" in mixer.choco(sign, x, x, x, 10, 0.5, 0)
+    shift = SimulatedCommunicator(dopt.topology.ring(6), kernel="shift")
+    assert "shift mixer has no fused" in shift.choco_round(x, hat, s, "sign", 0.5)
+    small = SimulatedCommunicator(dopt.topology.ring(6))  # auto: small states go to torch
+    alg = dopt.algorithms.make("choco_dsgd", lr=0.1, compression="sign", gamma=0.5)
+    alg.step(alg.init(x), torch.ones(6, 10), small)
+    assert small.compressed_kernel.endswith("mixer has no fused compressed round")
+
+
+def test_without_the_library_the_torch_path_runs(monkeypatch):
+    """``DECENTOPT_NATIVE=0``: a state the C kernels would take is compressed, then mixed."""
+    x, grad = torch.zeros(32, 1 << 16), torch.ones(32, 1 << 16)  # 8 MB: native under "auto"
+    alg = dopt.algorithms.make("choco_dsgd", lr=0.1, compression="qsgd(4)", gamma=0.5)
+    monkeypatch.setenv("DECENTOPT_NATIVE", "0")
+    native.library.cache_clear()
+    try:
+        comm = SimulatedCommunicator(dopt.topology.ring(32))
+        got = alg.step(alg.init(x), grad, comm).x
+        assert comm.compressed_kernel.endswith("mixer has no fused compressed round")
+    finally:
+        monkeypatch.undo()
+        native.library.cache_clear()
+    plain = SimulatedCommunicator(dopt.topology.ring(32), kernel="shift")
+    assert torch.equal(got, alg.step(alg.init(x), grad, plain).x)
+
+
+@needs_library
+@pytest.mark.parametrize("spec", ["top_k(0.1)", "qsgd(4)", "sign"])
+def test_fused_runs_follow_the_plain_path_and_rerun_bit_identically(spec):
+    target = torch.randn(8, 30, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    runs = []
+    for kernel in ("native", "native", "shift"):
+        alg = dopt.algorithms.make("choco_edm", lr=0.05, compression=spec, gamma=0.2)
+        comm = SimulatedCommunicator(dopt.topology.ring(8), kernel=kernel)
+        state = alg.init(torch.zeros(8, 30, dtype=torch.float64))
+        for _ in range(60):
+            state = alg.step(state, state.x - target, comm)
+        runs.append(state.x)
+        assert (comm.compressed_kernel == "native") == (kernel == "native")
+    assert torch.equal(runs[0], runs[1])  # the same seed, the same bits
+    torch.testing.assert_close(runs[0], runs[2], rtol=1e-9, atol=1e-9)
