@@ -1,7 +1,8 @@
 """The native kernels: a C library built when the package is installed, loaded with ctypes.
 
 ``kernels.c`` fuses the library's own elementwise updates (DSGD's, DmSGD's, ED's
-and EDM's) with a circulant mix, and has the plain circulant mix; ``build.py``
+and EDM's) with a circulant mix, and has the plain circulant mix; ``blocks.c`` runs
+many steps of a quadratic problem with those updates in one call; ``build.py``
 compiles it once per instruction set (AVX-512, AVX2 + FMA, baseline) into one
 library. Which functions exist and which update each ``kind`` computes is known
 here and in :mod:`decentopt.comm.mixers.native`, the mixer that calls them;
@@ -75,6 +76,12 @@ def _signatures(scalar: type) -> dict[str, list]:
         ],
         # n, d, z, out, k, offsets, weights, width, threads
         "decentopt_mix": [_I64, _I64, _P, _P, _I64, offsets, weights, _I64, _INT],
+        # kind, nesterov, dampening, n, runs, d, k, x, psi, m, H, F, b, z, steps, alphas,
+        # beta, terms, offsets, weights (blocks.c)
+        "decentopt_quadratic_steps": [
+            _INT, _INT, _INT, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _P, _P, _P, _I64,
+            weights, scalar, _I64, offsets, weights,
+        ],
     }  # fmt: skip
 
 

@@ -158,3 +158,29 @@ class NativeMixer(MixerBase):
                 f"(at most {native.MAX_TERMS})"
             )
         return outs
+
+    def quadratic_steps(
+        self, kind: str, switches: tuple[bool, bool], fields: dict[str, torch.Tensor],
+        terms: Sequence[torch.Tensor], noise: torch.Tensor | None, alphas: Sequence[float],
+        beta: float,
+    ) -> dict[str, torch.Tensor]:  # fmt: skip
+        """``len(alphas)`` steps of an update of :data:`~decentopt.updates.FUSED` on a stacked
+        quadratic (``blocks.c``); ``fields`` (``x``, and ``psi`` / ``m`` where the update has
+        them) are ``(n, R, d)``, ``terms`` the quadratic's ``(H, F, b)`` laid out as
+        ``blocks.c`` reads them, ``noise`` ``(steps, k, n * R)`` float32. Returns new tensors."""
+        x = fields["x"]
+        n, runs, d = x.shape
+        # coordinate-major inside the call, so that its loops run across agents and runs
+        work = {k: v.permute(2, 0, 1).contiguous() for k, v in fields.items()}
+        pointer = {k: work[k].data_ptr() if k in work else None for k in ("x", "psi", "m")}
+        H, F, b = terms
+        scalar = ctypes.c_double if x.dtype == torch.float64 else ctypes.c_float
+        status = self._function("decentopt_quadratic_steps", x.dtype)(
+            native.UPDATE_KINDS.index(kind), int(switches[0]), int(switches[1]), n, runs, d,
+            F.shape[1], pointer["x"], pointer["psi"], pointer["m"], H.data_ptr(), F.data_ptr(),
+            b.data_ptr(), None if noise is None else noise.data_ptr(), len(alphas),
+            (scalar * len(alphas))(*alphas), float(beta), *self._stencil_args(x.dtype),
+        )  # fmt: skip
+        if status:
+            raise RuntimeError("the native quadratic steps could not allocate their scratch")
+        return {k: v.permute(1, 2, 0).contiguous() for k, v in work.items()}
