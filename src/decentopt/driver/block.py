@@ -68,6 +68,11 @@ def check_gradient(grad: object, x: torch.Tensor, owner: str) -> None:
         )
 
 
+#: What the native path runs with: the mixer, the method's fused update, the problem's
+#: terms laid out in panels, the runs per panel, whether the noise factor is triangular.
+Native = tuple[NativeMixer, "FusedPlan", tuple[torch.Tensor, ...], int, bool]
+
+
 class _Refused(Exception):
     """The probed step does something the native block cannot do."""
 
@@ -140,7 +145,7 @@ class BlockRunner:
 
     def __init__(
         self, path: str, algorithm: Algorithm[Any], problem: Any, comm: Communicator,
-        native: tuple[NativeMixer, FusedPlan, tuple[torch.Tensor, ...]] | None = None,
+        native: Native | None = None,
     ) -> None:  # fmt: skip
         self.path, self.algorithm, self.problem, self.comm = path, algorithm, problem, comm
         self.native = native
@@ -171,15 +176,21 @@ class BlockRunner:
     def _native(self, state: Any, start: int, stop: int, z: torch.Tensor | None,
                 timing: list[float]) -> Any:  # fmt: skip
         assert self.native is not None
-        mixer, plan, terms = self.native
+        mixer, plan, terms, runs, lower = self.native
         t0 = time.perf_counter()
         roles = dict(zip(ROLES[plan.kind], plan.fields, strict=True))
         fields = {"x": state.x, **{role: getattr(state, f) for role, f in roles.items()}}
-        if z is not None:  # (steps, n, R, k) -> (steps, k, n * R), as blocks.c reads it
-            z = z.permute(0, 3, 1, 2).reshape(z.shape[0], z.shape[3], -1).contiguous()
         alphas = [float(self.algorithm.lr_at(t)) for t in range(start, stop)]
         out = mixer.quadratic_steps(
-            plan.kind, (plan.nesterov, plan.dampening), fields, terms, z, alphas, plan.beta
+            plan.kind,
+            (plan.nesterov, plan.dampening),
+            fields,
+            terms,
+            z,
+            alphas,
+            plan.beta,
+            runs,
+            lower,
         )
         x = state.x
         self.comm.add_rounds(stop - start, x[0].numel() * x.element_size())
@@ -190,7 +201,7 @@ class BlockRunner:
 
 def _native_parts(
     algorithm: Algorithm[Any], problem: Any, comm: Communicator, state: Any, crossover: int
-) -> tuple[tuple[NativeMixer, FusedPlan, tuple[torch.Tensor, ...]] | None, str]:
+) -> tuple[Native | None, str]:
     """What the native path needs, or None and why it does not apply."""
     terms = getattr(problem, "native_terms", lambda: None)()
     if terms is None:
@@ -209,7 +220,10 @@ def _native_parts(
     plan = fused_plan(algorithm, state)
     if plan is None:
         return None, f"{algorithm.name}'s step is not one fused update of DSGD, DmSGD, ED or EDM"
-    return (mixer, plan, terms), ""
+    F = terms[1]
+    runs = mixer.panel_runs(tuple(state.x.shape), F.shape[-1], state.x.element_size())
+    lower = F.shape[-1] == F.shape[-2] and bool((F.triu(1) == 0).all())
+    return (mixer, plan, tuple(mixer.panels(t, runs) for t in terms), runs, lower), ""
 
 
 def choose(

@@ -1,22 +1,31 @@
-/* The block kernels of blocks.c for one element type T (names end in SUFFIX). */
+/* The block kernels of blocks.c for one element type T (names end in SUFFIX). A panel of
+ * `runs` runs: x, g, y (d, cols), H (d, d, cols), F (d, k, cols), b (d, cols), with
+ * cols = n * runs and column agent * runs + run. */
 #define BFN(name) CAT(CAT(block, name), SUFFIX)
 
-/* g = H x - b + F z over the (d, cols) layout. */
-static void BFN(gradient)(int64_t d, int64_t k, int64_t cols, const T *restrict x,
-                          const T *restrict H, const T *restrict F, const T *restrict b,
-                          const float *restrict z, T *restrict g) {
+/* g = H x - b + F z for a panel; z holds the panel's noise of agent a, run r, coordinate
+   j at z[a * zstride + r * k + j]; zt: (k, cols) scratch for it turned column-minor;
+   lower: F is lower triangular (its zeros are skipped). */
+static void BFN(gradient)(int64_t d, int64_t k, int lower, int64_t agents, int64_t runs,
+                          const T *restrict x, const T *restrict H, const T *restrict F,
+                          const T *restrict b, const float *restrict z, int64_t zstride,
+                          T *restrict g, T *restrict zt) {
+    const int64_t n = agents * runs;
+    for (int64_t a = 0; z && a < agents; a++)
+        for (int64_t r = 0; r < runs; r++)
+            for (int64_t j = 0; j < k; j++)
+                zt[j * n + a * runs + r] = (T)z[a * zstride + r * k + j];
     for (int64_t i = 0; i < d; i++) {
-        T *restrict gi = g + i * cols;
-        const T *restrict bi = b + i * cols;
-        for (int64_t a = 0; a < cols; a++) gi[a] = -bi[a];
+        T *restrict gi = g + i * n;
+        for (int64_t a = 0; a < n; a++) gi[a] = -b[i * n + a];
         for (int64_t j = 0; j < d; j++) {
-            const T *restrict h = H + (i * d + j) * cols, *restrict xj = x + j * cols;
-            for (int64_t a = 0; a < cols; a++) gi[a] += h[a] * xj[a];
+            const T *restrict h = H + (i * d + j) * n, *restrict xj = x + j * n;
+            for (int64_t a = 0; a < n; a++) gi[a] += h[a] * xj[a];
         }
-        for (int64_t j = 0; z && j < k; j++) {
-            const T *restrict f = F + (i * k + j) * cols;
-            const float *restrict zj = z + j * cols;
-            for (int64_t a = 0; a < cols; a++) gi[a] += f[a] * (T)zj[a];
+        const int64_t used = lower && i + 1 < k ? i + 1 : k; /* a Cholesky factor's row */
+        for (int64_t j = 0; z && j < used; j++) {
+            const T *restrict f = F + (i * k + j) * n, *restrict zj = zt + j * n;
+            for (int64_t a = 0; a < n; a++) gi[a] += f[a] * zj[a];
         }
     }
 }
@@ -43,44 +52,58 @@ static void BFN(update)(int kind, int nesterov, int64_t size, const T *restrict 
     }
 }
 
-/* x = W y: agent row i of each coordinate reads rows (i + o_q) mod n of y. */
-static void BFN(mix)(int64_t d, int64_t n, int64_t runs, const T *restrict y, T *restrict x,
-                     int64_t terms, const int64_t *offsets, const T *weights) {
-    const int64_t cols = n * runs;
+/* x = W y for a panel: agent a of each coordinate and run reads agent (a + o_q) mod n, a
+   row's two contiguous pieces at a time. */
+static void BFN(mix)(int64_t d, int64_t agents, int64_t runs, const T *restrict y,
+                     T *restrict x, int64_t terms, const int64_t *offsets, const T *weights) {
+    const int64_t n = agents * runs;
     for (int64_t i = 0; i < d; i++) {
-        for (int64_t agent = 0; agent < n; agent++) {
-            T *restrict out = x + i * cols + agent * runs;
-            for (int64_t q = 0; q < terms; q++) {
-                const T *restrict src = y + i * cols + ((agent + offsets[q]) % n) * runs;
-                const T w = weights[q];
-                if (q == 0)
-                    for (int64_t r = 0; r < runs; r++) out[r] = w * src[r];
-                else
-                    for (int64_t r = 0; r < runs; r++) out[r] += w * src[r];
+        T *restrict out = x + i * n;
+        const T *restrict row = y + i * n;
+        for (int64_t q = 0; q < terms; q++) {
+            const int64_t o = offsets[q] * runs, split = n - o;
+            const T w = weights[q];
+            if (q == 0) {
+                for (int64_t a = 0; a < split; a++) out[a] = w * row[a + o];
+                for (int64_t a = split; a < n; a++) out[a] = w * row[a - split];
+            } else {
+                for (int64_t a = 0; a < split; a++) out[a] += w * row[a + o];
+                for (int64_t a = split; a < n; a++) out[a] += w * row[a - split];
             }
         }
     }
 }
 
-/* kind, nesterov, dampening, n, runs, d, k, x, psi, m, H, F, b, z (NULL: no noise),
-   steps, alphas (one per step), beta, terms, offsets (in [0, n)), weights. psi and m
-   may be NULL where the update has none. 0, or 1 when the scratch could not be had or
-   the stencil is too long. */
+/* kind, nesterov, dampening, n, panels, runs (per panel), d, k, lower (F is lower
+   triangular), x, psi, m ((panels, d,
+   n * runs) each; psi and m NULL where the update has none), H (panels, d, d, n * runs),
+   F (panels, d, k, n * runs), b (panels, d, n * runs), z ((steps, n, panels * runs, k)
+   float32, as drawn; NULL: no noise), steps, alphas (one per step), beta, terms, offsets
+   (in [0, n)), weights. Runs never mix with each other, so each panel takes every step
+   of the block before the next starts: it stays in cache. 0, or 1 when the scratch
+   could not be had or the stencil is too long. */
 int EXPORT(decentopt_quadratic_steps)(int kind, int nesterov, int dampening, int64_t n,
-                                      int64_t runs, int64_t d, int64_t k, T *x, T *psi, T *m,
-                                      const T *H, const T *F, const T *b, const float *z,
-                                      int64_t steps, const T *alphas, T beta, int64_t terms,
-                                      const int64_t *offsets, const T *weights) {
+                                      int64_t panels, int64_t runs, int64_t d, int64_t k,
+                                      int lower, T *x,
+                                      T *psi, T *m, const T *H, const T *F, const T *b,
+                                      const float *z, int64_t steps, const T *alphas, T beta,
+                                      int64_t terms, const int64_t *offsets,
+                                      const T *weights) {
     if (terms < 1 || terms > MAX_TERMS) return 1;
-    const int64_t cols = n * runs, size = d * cols;
-    T *g = malloc(2 * (size_t)size * sizeof(T));
+    const int64_t cols = n * runs, size = d * cols, all = panels * runs;
+    T *g = malloc((2 * (size_t)size + (size_t)(k * cols)) * sizeof(T));
     if (g == NULL) return 1;
-    T *y = g + size;
+    T *y = g + size, *zt = y + size;
     const T damp = dampening ? beta : 0, keep = dampening ? 0 : beta;
-    for (int64_t s = 0; s < steps; s++) {
-        BFN(gradient)(d, k, cols, x, H, F, b, z ? z + s * k * cols : NULL, g);
-        BFN(update)(kind, nesterov, size, x, psi, m, g, y, alphas[s], damp, keep);
-        BFN(mix)(d, n, runs, y, x, terms, offsets, weights);
+    for (int64_t p = 0; p < panels; p++) {
+        T *xp = x + p * size, *psip = psi ? psi + p * size : NULL, *mp = m ? m + p * size : NULL;
+        const T *Hp = H + p * d * size, *Fp = F + p * k * size, *bp = b + p * size;
+        for (int64_t s = 0; s < steps; s++) {
+            const float *zs = z ? z + (s * n * all + p * runs) * k : NULL;
+            BFN(gradient)(d, k, lower, n, runs, xp, Hp, Fp, bp, zs, all * k, g, zt);
+            BFN(update)(kind, nesterov, size, xp, psip, mp, g, y, alphas[s], damp, keep);
+            BFN(mix)(d, n, runs, y, xp, terms, offsets, weights);
+        }
     }
     free(g);
     return 0;

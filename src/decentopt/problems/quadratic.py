@@ -230,7 +230,9 @@ class Quadratic(StatelessProblem):
         """The normals of ``steps`` calls of :meth:`gradient`, ``(steps, n, R, k)`` float32."""
         if self.sigma2 == 0:
             return None
-        return normal_block(steps, (self.n, self.repetitions, self.noise_factor.shape[-1]), generator)
+        return normal_block(
+            steps, (self.n, self.repetitions, self.noise_factor.shape[-1]), generator
+        )
 
     def noise_terms(self, z: torch.Tensor | None) -> torch.Tensor | None:
         """Each step's noise ``noise_factor_i z_i``, all steps in one batched product."""
@@ -248,17 +250,9 @@ class Quadratic(StatelessProblem):
         return grad if term is None else grad.add_(term)
 
     def native_terms(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """``(H, F, b)`` coordinate-major, ``(d, d, nR)``, ``(d, k, nR)``, ``(d, nR)``, for
-        the native block kernel; None without per-agent Hessians (``low_memory``)."""
-        if self.H is None:
-            return None
-        cols = self.n * self.repetitions
-
-        def major(t: torch.Tensor) -> torch.Tensor:
-            return t.permute(2, 3, 0, 1).reshape(t.shape[2], t.shape[3], cols).contiguous()
-
-        b = self.b.permute(2, 0, 1).reshape(self.dim, cols).contiguous()
-        return major(self.H), major(self.noise_factor), b
+        """``(H, F, b)``: ``(n, R, d, d)``, the noise factor ``(n, R, d, k)``, ``(n, R, d)``,
+        for the native block kernel; None without per-agent Hessians (``low_memory``)."""
+        return None if self.H is None else (self.H, self.noise_factor, self.b)
 
     def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, torch.Tensor]:
         xbar = x.mean(dim=0)  # (R, d)
