@@ -77,9 +77,10 @@ def _signatures(scalar: type) -> dict[str, list]:
         # n, d, z, out, k, offsets, weights, width, threads
         "decentopt_mix": [_I64, _I64, _P, _P, _I64, offsets, weights, _I64, _INT],
         # kind, nesterov, dampening, n, panels, runs, d, k, lower, x, psi, m, H, F, b, z,
-        # steps, alphas, beta, terms, offsets, weights (blocks.c)
+        # wide, steps, alphas, beta, terms, offsets, weights (blocks.c)
         "decentopt_quadratic_steps": [
-            _INT, _INT, _INT, _I64, _I64, _I64, _I64, _I64, _INT, _P, _P, _P, _P, _P, _P, _P, _I64,
+            _INT, _INT, _INT, _I64, _I64, _I64, _I64, _I64, _INT, _P, _P, _P, _P, _P, _P, _P,
+            _INT, _I64,
             weights, scalar, _I64, offsets, weights,
         ],
     }  # fmt: skip

@@ -5,16 +5,18 @@
 
 /* g = H x - b + F z for a panel; z holds the panel's noise of agent a, run r, coordinate
    j at z[a * zstride + r * k + j]; zt: (k, cols) scratch for it turned column-minor;
-   lower: F is lower triangular (its zeros are skipped). */
+   lower: F is lower triangular (its zeros are skipped); wide: z is double, else float. */
 static void BFN(gradient)(int64_t d, int64_t k, int lower, int64_t agents, int64_t runs,
                           const T *restrict x, const T *restrict H, const T *restrict F,
-                          const T *restrict b, const float *restrict z, int64_t zstride,
+                          const T *restrict b, const void *z, int wide, int64_t zstride,
                           T *restrict g, T *restrict zt) {
     const int64_t n = agents * runs;
     for (int64_t a = 0; z && a < agents; a++)
         for (int64_t r = 0; r < runs; r++)
-            for (int64_t j = 0; j < k; j++)
-                zt[j * n + a * runs + r] = (T)z[a * zstride + r * k + j];
+            for (int64_t j = 0; j < k; j++) {
+                const int64_t at = a * zstride + r * k + j;
+                zt[j * n + a * runs + r] = wide ? (T)((const double *)z)[at] : (T)((const float *)z)[at];
+            }
     for (int64_t i = 0; i < d; i++) {
         T *restrict gi = g + i * n;
         for (int64_t a = 0; a < n; a++) gi[a] = -b[i * n + a];
@@ -78,7 +80,7 @@ static void BFN(mix)(int64_t d, int64_t agents, int64_t runs, const T *restrict 
    triangular), x, psi, m ((panels, d,
    n * runs) each; psi and m NULL where the update has none), H (panels, d, d, n * runs),
    F (panels, d, k, n * runs), b (panels, d, n * runs), z ((steps, n, panels * runs, k)
-   float32, as drawn; NULL: no noise), steps, alphas (one per step), beta, terms, offsets
+   as drawn; NULL: no noise), wide (z is double, else float), steps, alphas (one per step), beta, terms, offsets
    (in [0, n)), weights. Runs never mix with each other, so each panel takes every step
    of the block before the next starts: it stays in cache. 0, or 1 when the scratch
    could not be had or the stencil is too long. */
@@ -86,7 +88,7 @@ int EXPORT(decentopt_quadratic_steps)(int kind, int nesterov, int dampening, int
                                       int64_t panels, int64_t runs, int64_t d, int64_t k,
                                       int lower, T *x,
                                       T *psi, T *m, const T *H, const T *F, const T *b,
-                                      const float *z, int64_t steps, const T *alphas, T beta,
+                                      const void *z, int wide, int64_t steps, const T *alphas, T beta,
                                       int64_t terms, const int64_t *offsets,
                                       const T *weights) {
     if (terms < 1 || terms > MAX_TERMS) return 1;
@@ -99,8 +101,10 @@ int EXPORT(decentopt_quadratic_steps)(int kind, int nesterov, int dampening, int
         T *xp = x + p * size, *psip = psi ? psi + p * size : NULL, *mp = m ? m + p * size : NULL;
         const T *Hp = H + p * d * size, *Fp = F + p * k * size, *bp = b + p * size;
         for (int64_t s = 0; s < steps; s++) {
-            const float *zs = z ? z + (s * n * all + p * runs) * k : NULL;
-            BFN(gradient)(d, k, lower, n, runs, xp, Hp, Fp, bp, zs, all * k, g, zt);
+            const int64_t skip = (s * n * all + p * runs) * k;
+            const void *zs = !z ? NULL : wide ? (const void *)((const double *)z + skip)
+                                              : (const void *)((const float *)z + skip);
+            BFN(gradient)(d, k, lower, n, runs, xp, Hp, Fp, bp, zs, wide, all * k, g, zt);
             BFN(update)(kind, nesterov, size, xp, psip, mp, g, y, alphas[s], damp, keep);
             BFN(mix)(d, n, runs, y, xp, terms, offsets, weights);
         }

@@ -95,7 +95,7 @@ class BlockProblem(Protocol):
 
 
 def normal_block(steps: int, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """``steps`` float32 draws of ``torch.randn(shape)`` as ``(steps, *shape)``, the same
+    """``steps`` draws of ``torch.randn(shape)`` as ``(steps, *shape)``, the same
     numbers and generator state as drawing them one by one.
 
     One draw for all steps where each step's draw is a multiple of 16 numbers: torch's CPU

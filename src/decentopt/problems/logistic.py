@@ -204,7 +204,7 @@ class Logistic(StatelessProblem):
 
     # ------------------------------------------------- many steps (driver.block)
     def draw(self, steps: int, generator: torch.Generator) -> torch.Tensor | None:
-        """The normals of ``steps`` calls of :meth:`gradient`, ``(steps, n, R, d)`` float32."""
+        """The normals of ``steps`` calls of :meth:`gradient`, ``(steps, n, R, d)``."""
         if self.sigma_s2 == 0:
             return None
         return normal_block(steps, (self.n, self.repetitions, self.dim), generator)

@@ -227,7 +227,7 @@ class Quadratic(StatelessProblem):
 
     # ------------------------------------------------- many steps (driver.block)
     def draw(self, steps: int, generator: torch.Generator) -> torch.Tensor | None:
-        """The normals of ``steps`` calls of :meth:`gradient`, ``(steps, n, R, k)`` float32."""
+        """The normals of ``steps`` calls of :meth:`gradient`, ``(steps, n, R, k)``."""
         if self.sigma2 == 0:
             return None
         return normal_block(

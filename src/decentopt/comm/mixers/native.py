@@ -194,7 +194,8 @@ class NativeMixer(MixerBase):
         """``len(alphas)`` steps of an update of :data:`~decentopt.updates.FUSED` on a stacked
         quadratic (``blocks.c``): ``fields`` (``x``, and ``psi`` / ``m`` where the update has
         them) are ``(n, R, d)``, ``terms`` the quadratic's ``(H, F, b)`` as :meth:`panels` of
-        ``runs`` runs, ``noise`` ``(steps, n, R, k)`` float32 as drawn; ``lower``: the noise
+        ``runs`` runs, ``noise`` ``(steps, n, R, k)`` as drawn (float32, or
+        float64 under that default dtype); ``lower``: the noise
         factor is lower triangular (a Cholesky factor: its zeros are skipped). Returns new
         tensors."""
         x = fields["x"]
@@ -202,13 +203,16 @@ class NativeMixer(MixerBase):
         work = {k: self.panels(v, runs) for k, v in fields.items()}
         pointer = {k: work[k].data_ptr() if k in work else None for k in ("x", "psi", "m")}
         H, F, b = terms
+        if noise is not None and noise.dtype not in (torch.float32, torch.float64):
+            noise = noise.double()
         noise = None if noise is None else noise.contiguous()
         scalar = ctypes.c_double if x.dtype == torch.float64 else ctypes.c_float
         status = self._function("decentopt_quadratic_steps", x.dtype)(
             native.UPDATE_KINDS.index(kind), int(switches[0]), int(switches[1]), n, R // runs,
             runs, d, F.shape[2], int(lower), pointer["x"], pointer["psi"], pointer["m"],
             H.data_ptr(), F.data_ptr(), b.data_ptr(),
-            None if noise is None else noise.data_ptr(), len(alphas),
+            None if noise is None else noise.data_ptr(),
+            int(noise is not None and noise.dtype == torch.float64), len(alphas),
             (scalar * len(alphas))(*alphas), float(beta), *self._stencil_args(x.dtype),
         )  # fmt: skip
         if status:
