@@ -76,12 +76,12 @@ def _signatures(scalar: type) -> dict[str, list]:
         ],
         # n, d, z, out, k, offsets, weights, width, threads
         "decentopt_mix": [_I64, _I64, _P, _P, _I64, offsets, weights, _I64, _INT],
-        # kind, nesterov, dampening, n, panels, runs, d, k, lower, x, psi, m, H, F, b, z,
+        # kind, nesterov, dampening, n, panels, runs, d, k, lower, in, out, H, F, b, z,
         # wide, steps, alphas, beta, terms, offsets, weights (blocks.c)
         "decentopt_quadratic_steps": [
-            _INT, _INT, _INT, _I64, _I64, _I64, _I64, _I64, _INT, _P, _P, _P, _P, _P, _P, _P,
-            _INT, _I64,
-            weights, scalar, _I64, offsets, weights,
+            _INT, _INT, _INT, _I64, _I64, _I64, _I64, _I64, _INT, ctypes.POINTER(_P),
+            ctypes.POINTER(_P), _P, _P, _P, _P, _INT, _I64, weights, scalar, _I64, offsets,
+            weights,
         ],
     }  # fmt: skip
 

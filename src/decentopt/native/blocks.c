@@ -30,6 +30,9 @@
 
 enum { DESCEND = 0, MOMENTUM_DESCEND = 1, CORRECT = 2, EDM = 3 };
 #define MAX_TERMS 64
+#ifndef CHUNK
+#define CHUNK 16 /* columns of the gradient's sums held in registers */
+#endif
 #define CAT_(a, b) a##_##b
 #define CAT(a, b) CAT_(a, b)
 #define EXPORT(name) CAT(CAT(name, SUFFIX), DECENTOPT_ISA)

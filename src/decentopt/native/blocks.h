@@ -17,17 +17,29 @@ static void BFN(gradient)(int64_t d, int64_t k, int lower, int64_t agents, int64
                 const int64_t at = a * zstride + r * k + j;
                 zt[j * n + a * runs + r] = wide ? (T)((const double *)z)[at] : (T)((const float *)z)[at];
             }
+    /* CHUNK columns at a time with fixed-length inner loops: the sums stay in registers
+       (measured: loops over all n columns per (i, j) pair spent more on loop control) */
+    const int64_t whole = n - n % CHUNK;
     for (int64_t i = 0; i < d; i++) {
-        T *restrict gi = g + i * n;
-        for (int64_t a = 0; a < n; a++) gi[a] = -b[i * n + a];
-        for (int64_t j = 0; j < d; j++) {
-            const T *restrict h = H + (i * d + j) * n, *restrict xj = x + j * n;
-            for (int64_t a = 0; a < n; a++) gi[a] += h[a] * xj[a];
-        }
         const int64_t used = lower && i + 1 < k ? i + 1 : k; /* a Cholesky factor's row */
-        for (int64_t j = 0; z && j < used; j++) {
-            const T *restrict f = F + (i * k + j) * n, *restrict zj = zt + j * n;
-            for (int64_t a = 0; a < n; a++) gi[a] += f[a] * zj[a];
+        for (int64_t a0 = 0; a0 < whole; a0 += CHUNK) {
+            T acc[CHUNK];
+            for (int l = 0; l < CHUNK; l++) acc[l] = -b[i * n + a0 + l];
+            for (int64_t j = 0; j < d; j++) {
+                const T *restrict h = H + (i * d + j) * n + a0, *restrict xj = x + j * n + a0;
+                for (int l = 0; l < CHUNK; l++) acc[l] += h[l] * xj[l];
+            }
+            for (int64_t j = 0; z && j < used; j++) {
+                const T *restrict f = F + (i * k + j) * n + a0, *restrict zj = zt + j * n + a0;
+                for (int l = 0; l < CHUNK; l++) acc[l] += f[l] * zj[l];
+            }
+            for (int l = 0; l < CHUNK; l++) g[i * n + a0 + l] = acc[l];
+        }
+        for (int64_t a = whole; a < n; a++) { /* the last columns one by one */
+            T acc = -b[i * n + a];
+            for (int64_t j = 0; j < d; j++) acc += H[(i * d + j) * n + a] * x[j * n + a];
+            for (int64_t j = 0; z && j < used; j++) acc += F[(i * k + j) * n + a] * zt[j * n + a];
+            g[i * n + a] = acc;
         }
     }
 }
@@ -76,29 +88,50 @@ static void BFN(mix)(int64_t d, int64_t agents, int64_t runs, const T *restrict 
     }
 }
 
+/* Between the caller's (n, R, d) layout and panels of `runs` runs, (R / runs, d, n * runs):
+   back (from panels) when `back`. */
+static void BFN(panels)(T *restrict stacked, T *restrict panel, int64_t n, int64_t R,
+                        int64_t d, int64_t runs, int back) {
+    const int64_t cols = n * runs, size = d * cols;
+    for (int64_t a = 0; a < n; a++)
+        for (int64_t r = 0; r < R; r++) {
+            T *restrict row = stacked + (a * R + r) * d;
+            T *restrict at = panel + (r / runs) * size + a * runs + r % runs;
+            if (back)
+                for (int64_t i = 0; i < d; i++) row[i] = at[i * cols];
+            else
+                for (int64_t i = 0; i < d; i++) at[i * cols] = row[i];
+        }
+}
+
 /* kind, nesterov, dampening, n, panels, runs (per panel), d, k, lower (F is lower
-   triangular), x, psi, m ((panels, d,
-   n * runs) each; psi and m NULL where the update has none), H (panels, d, d, n * runs),
-   F (panels, d, k, n * runs), b (panels, d, n * runs), z ((steps, n, panels * runs, k)
-   as drawn; NULL: no noise), wide (z is double, else float), steps, alphas (one per step), beta, terms, offsets
-   (in [0, n)), weights. Runs never mix with each other, so each panel takes every step
-   of the block before the next starts: it stays in cache. 0, or 1 when the scratch
-   could not be had or the stencil is too long. */
+   triangular), in and out (x, psi, m: (n, R, d) each, R = panels * runs; psi and m NULL
+   where the update has none; out may be in), H (panels, d, d, n * runs), F (panels, d, k,
+   n * runs), b (panels, d, n * runs), z ((steps, n, R, k) as drawn; NULL: no noise), wide
+   (z is double, else float), steps, alphas (one per step), beta, terms, offsets (in
+   [0, n)), weights. Runs never mix with each other, so each panel takes every step of
+   the block before the next starts: it stays in cache. 0, or 1 when the scratch could
+   not be had or the stencil is too long. */
 int EXPORT(decentopt_quadratic_steps)(int kind, int nesterov, int dampening, int64_t n,
                                       int64_t panels, int64_t runs, int64_t d, int64_t k,
-                                      int lower, T *x,
-                                      T *psi, T *m, const T *H, const T *F, const T *b,
-                                      const void *z, int wide, int64_t steps, const T *alphas, T beta,
-                                      int64_t terms, const int64_t *offsets,
-                                      const T *weights) {
+                                      int lower, T *const *in, T *const *out, const T *H,
+                                      const T *F, const T *b, const void *z, int wide,
+                                      int64_t steps, const T *alphas, T beta, int64_t terms,
+                                      const int64_t *offsets, const T *weights) {
     if (terms < 1 || terms > MAX_TERMS) return 1;
     const int64_t cols = n * runs, size = d * cols, all = panels * runs;
-    T *g = malloc((2 * (size_t)size + (size_t)(k * cols)) * sizeof(T));
+    T *g = malloc((2 * (size_t)size + (size_t)(k * cols) + 3 * (size_t)(panels * size)) *
+                  sizeof(T));
     if (g == NULL) return 1;
-    T *y = g + size, *zt = y + size;
+    T *y = g + size, *zt = y + size, *state[3];
+    for (int f = 0; f < 3; f++) {
+        state[f] = in[f] ? zt + k * cols + f * panels * size : NULL;
+        if (in[f]) BFN(panels)(in[f], state[f], n, all, d, runs, 0);
+    }
     const T damp = dampening ? beta : 0, keep = dampening ? 0 : beta;
     for (int64_t p = 0; p < panels; p++) {
-        T *xp = x + p * size, *psip = psi ? psi + p * size : NULL, *mp = m ? m + p * size : NULL;
+        T *xp = state[0] + p * size, *psip = state[1] ? state[1] + p * size : NULL;
+        T *mp = state[2] ? state[2] + p * size : NULL;
         const T *Hp = H + p * d * size, *Fp = F + p * k * size, *bp = b + p * size;
         for (int64_t s = 0; s < steps; s++) {
             const int64_t skip = (s * n * all + p * runs) * k;
@@ -109,6 +142,8 @@ int EXPORT(decentopt_quadratic_steps)(int kind, int nesterov, int dampening, int
             BFN(mix)(d, n, runs, y, xp, terms, offsets, weights);
         }
     }
+    for (int f = 0; f < 3; f++)
+        if (in[f]) BFN(panels)(out[f], state[f], n, all, d, runs, 1);
     free(g);
     return 0;
 }

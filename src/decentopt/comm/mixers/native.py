@@ -200,8 +200,10 @@ class NativeMixer(MixerBase):
         tensors."""
         x = fields["x"]
         n, R, d = x.shape
-        work = {k: self.panels(v, runs) for k, v in fields.items()}
-        pointer = {k: work[k].data_ptr() if k in work else None for k in ("x", "psi", "m")}
+        given = {k: v.contiguous() for k, v in fields.items()}  # turned into panels in C
+        out = {k: torch.empty_like(v) for k, v in given.items()}
+        pointers = ctypes.c_void_p * 3
+        names = ("x", "psi", "m")
         H, F, b = terms
         if noise is not None and noise.dtype not in (torch.float32, torch.float64):
             noise = noise.double()
@@ -209,7 +211,9 @@ class NativeMixer(MixerBase):
         scalar = ctypes.c_double if x.dtype == torch.float64 else ctypes.c_float
         status = self._function("decentopt_quadratic_steps", x.dtype)(
             native.UPDATE_KINDS.index(kind), int(switches[0]), int(switches[1]), n, R // runs,
-            runs, d, F.shape[2], int(lower), pointer["x"], pointer["psi"], pointer["m"],
+            runs, d, F.shape[2], int(lower),
+            pointers(*(given[k].data_ptr() if k in given else None for k in names)),
+            pointers(*(out[k].data_ptr() if k in out else None for k in names)),
             H.data_ptr(), F.data_ptr(), b.data_ptr(),
             None if noise is None else noise.data_ptr(),
             int(noise is not None and noise.dtype == torch.float64), len(alphas),
@@ -217,8 +221,4 @@ class NativeMixer(MixerBase):
         )  # fmt: skip
         if status:
             raise RuntimeError("the native quadratic steps could not allocate their scratch")
-        # (P, d, n * runs) -> (n, R, d)
-        return {
-            k: v.view(R // runs, d, n, runs).permute(2, 0, 3, 1).reshape(n, R, d).contiguous()
-            for k, v in work.items()
-        }
+        return out
