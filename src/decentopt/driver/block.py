@@ -48,6 +48,9 @@ __all__ = ["PATHS", "BlockRunner", "FusedPlan", "check_gradient", "choose", "fus
 
 #: ``RunOptions.path`` values.
 PATHS = ("auto", "native", "block", "step")
+#: A block holds at most this many bytes of noise terms (one state's worth per step):
+#: large states take short blocks, where a step's own cost hides the loop's anyway.
+BLOCK_BYTES = 16 << 20
 #: The state fields each fused update reads besides ``x`` and the gradient, in order.
 ROLES = {"descend": (), "momentum_descend": ("m",), "correct": ("psi",), "edm": ("psi", "m")}
 
@@ -145,11 +148,13 @@ class BlockRunner:
 
     def __init__(
         self, path: str, algorithm: Algorithm[Any], problem: Any, comm: Communicator,
-        native: Native | None = None,
+        state_bytes: int, native: Native | None = None,
     ) -> None:  # fmt: skip
         self.path, self.algorithm, self.problem, self.comm = path, algorithm, problem, comm
         self.native = native
         self.checked = False
+        #: the most steps in one block
+        self.limit = max(1, BLOCK_BYTES // state_bytes)
 
     def run(self, state: Any, start: int, stop: int, generator: torch.Generator,
             timing: list[float]) -> Any:  # fmt: skip
@@ -236,6 +241,7 @@ def choose(
         raise ValueError(f"path must be one of {', '.join(PATHS)}; got {path!r}")
     if path == "step":
         return None
+    size = state.x.numel() * state.x.element_size()
     if not isinstance(problem, BlockProblem):
         if path == "auto":
             return None
@@ -243,7 +249,7 @@ def choose(
     if path in ("auto", "native"):
         native, why = _native_parts(algorithm, problem, comm, state, crossover)
         if native is not None:
-            return BlockRunner("native", algorithm, problem, comm, native)
+            return BlockRunner("native", algorithm, problem, comm, size, native)
         if path == "native":
             raise ValueError(f"path='native' cannot run: {why}")
-    return BlockRunner("block", algorithm, problem, comm)
+    return BlockRunner("block", algorithm, problem, comm, size)

@@ -206,7 +206,7 @@ class _Loop:
     def block_end(self, t: int) -> int:
         """The first step after ``t`` at which :meth:`after` does more than report progress:
         a recorded step, a divergence check, an epoch's or a checkpoint's end, the stop."""
-        end = self.plan.iterations
+        end = min(self.plan.iterations, t + (self.block.limit if self.block else 1))
         later = bisect.bisect_right(self.record_order, t)
         if later < len(self.record_order):
             end = min(end, self.record_order[later])
