@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from decentopt.comm.mixers import MixerUnavailable, NativeMixer
+from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.problems.base import BlockProblem
 from decentopt.updates import fused_update
 
@@ -120,7 +121,7 @@ def fused_plan(algorithm: Algorithm[Any], state: Any) -> FusedPlan | None:
     probe, grad = _Probe(), torch.empty_like(state.x)
     try:
         new = algorithm.step(state, grad, probe)
-    except _Refused:
+    except Exception:  # _Refused, or a step that cannot run on the probe's outputs
         return None
     if probe.call is None:
         return None
@@ -211,8 +212,8 @@ def _native_parts(
     terms = getattr(problem, "native_terms", lambda: None)()
     if terms is None:
         return None, "the problem has no closed-form terms for the C loop"
-    if getattr(comm, "kernel", None) not in ("auto", "native"):
-        return None, "another mixing kernel was asked for"
+    if not isinstance(comm, SimulatedCommunicator) or comm.kernel not in ("auto", "native"):
+        return None, "it takes a simulated communicator with kernel 'auto' or 'native'"
     if state.x.numel() >= crossover:
         return None, "the state is large enough for threads (the C loop runs one)"
     try:
@@ -242,10 +243,13 @@ def choose(
     if path == "step":
         return None
     size = state.x.numel() * state.x.element_size()
-    if not isinstance(problem, BlockProblem):
+    if not isinstance(problem, BlockProblem) or state.x.shape[0] != problem.n:
         if path == "auto":
             return None
-        raise ValueError(f"path={path!r}: {type(problem).__name__} cannot draw noise in blocks")
+        raise ValueError(
+            f"path={path!r}: {type(problem).__name__} cannot draw noise in blocks for this "
+            "stack (it needs every agent's rows in one process)"
+        )
     if path in ("auto", "native"):
         native, why = _native_parts(algorithm, problem, comm, state, crossover)
         if native is not None:
