@@ -1,7 +1,7 @@
 """Builds the native kernels when the package is installed (metadata: pyproject.toml).
 
 The C library ``decentopt/native/_kernels*.so`` is compiled by the recipe of
-``src/decentopt/native/build.py``: ``kernels.c`` once per instruction set
+``src/decentopt/native/build.py``: ``kernels.c`` and ``blocks.c`` once per instruction set
 (AVX-512, AVX2 + FMA, baseline; baseline only off x86), ``api.c`` once, linked
 into one library that picks its variant at run time. It is optional: where
 there is no C compiler (or it fails) the install goes on without it, the
@@ -56,7 +56,7 @@ class BuildNative(build_ext):
         for name, flags in recipe.variants():
             try:
                 objects += compiler.compile(
-                    [str(recipe.HERE / "kernels.c")],
+                    [str(recipe.HERE / source) for source in recipe.PER_ISA],
                     output_dir=str(temp / name),
                     macros=[("DECENTOPT_ISA", name)],
                     extra_postargs=[*common, *flags],

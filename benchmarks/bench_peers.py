@@ -1,18 +1,26 @@
 """decentopt against what a user would write by hand, and how cost grows with n·d.
 
 1. The paper's Figure-1 workload (n = 32 ring, d = 10, p = 20, R = 20 runs,
-   EDM, 3000 iterations): ``decentopt.simulate`` against a plain vectorised
-   NumPy implementation of the same recursion and the same gradient noise
-   distribution, both in float64, interleaved and repeated; min and median
-   microseconds per iteration and their ratio, at one thread and at torch's
-   default threads.
+   EDM, 3000 iterations): ``decentopt.simulate`` (its default path, and the step
+   path for reference) against a plain vectorised NumPy implementation of the
+   same recursion and the same gradient noise distribution and against the same
+   loop as a jit-compiled JAX ``lax.scan`` (``pip install -r
+   benchmarks/requirements.txt``; skipped with a note without jax), interleaved
+   and repeated; min and median microseconds per iteration and the ratios, at
+   one thread, at the default threads and at the default threads with a core
+   kept busy, each row in a fresh process (JAX reads its thread settings when it
+   starts). Then the arithmetic estimate of an iteration -- the measured time
+   of drawing its normals with torch's generator (which the results must
+   reproduce) plus its floating-point operations at the one-thread rate of a
+   large matrix product -- and decentopt's time over it. First in float64 (the
+   paper's), then float32 without JAX.
 2. Per-iteration time of EDM on the ring for n = 256 ... 8192 agents at d = 100
    (deterministic gradients of a low-memory quadratic), and the fitted exponent
    of the time against n·d.
 3. The full ``fig1`` preset with ``--jobs 1`` and ``--jobs 2``, quiet and with
    another process keeping one core busy.
 
-Run: ``.venv/bin/python benchmarks/bench_peers.py [--quick] [--skip-preset]``
+Run: ``.venv/bin/python benchmarks/bench_peers.py [--quick] [--skip-preset] [--fig1-only]``
 """
 
 from __future__ import annotations
@@ -51,27 +59,151 @@ def numpy_edm(A, x_local, sigma2, W, alpha, beta, iterations, seed):
     return x
 
 
-def time_fig1(
-    threads: int | None, repeats: int, iterations: int, dtype: torch.dtype = torch.float64
-) -> tuple[list, list]:
-    """(decentopt, NumPy) microseconds per iteration, interleaved, both in ``dtype``."""
-    if threads is not None:
-        torch.set_num_threads(threads)
+def jax_edm(A, x_local, sigma2, W, alpha, beta, iterations):
+    """``numpy_edm``'s loop as one jit-compiled ``lax.scan``: ``seed -> x``, compiled at its
+    first call; None when jax is not installed."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+    n, R, p, d = A.shape
+    H = jnp.swapaxes(A, -1, -2) @ A / p
+    b = jnp.einsum("nrij,nrj->nri", H, x_local)
+    C = jnp.linalg.cholesky(H) * jnp.sqrt(sigma2 / p)
+    mix = jnp.asarray(W)
+
+    def body(carry, key):
+        x, psi, m = carry
+        z = jax.random.normal(key, (n, R, d), dtype=A.dtype)
+        g = jnp.einsum("nrij,nrj->nri", H, x) - b + jnp.einsum("nrij,nrj->nri", C, z)
+        m = beta * m + (1 - beta) * g
+        psi_next = x - alpha * m
+        x = (mix @ (psi_next + x - psi).reshape(n, -1)).reshape(n, R, d)
+        return (x, psi_next, m), None
+
+    @jax.jit
+    def run(key):
+        zeros = jnp.zeros((n, R, d), dtype=A.dtype)
+        (x, _, _), _ = jax.lax.scan(body, (zeros, zeros, zeros), jax.random.split(key, iterations))
+        return x
+
+    return lambda seed: run(jax.random.PRNGKey(seed)).block_until_ready()
+
+
+def fig1_problem(dtype: torch.dtype = torch.float64):
     prob = dopt.problems.Quadratic.paper(
         n=32, d=10, p=20, sigma2=0.05, repetitions=20, seed=0, dtype=dtype
     )
-    topo = dopt.topology.ring(32)
-    alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
+    return prob, dopt.topology.ring(32), dopt.algorithms.make("edm", lr=0.05, beta=0.9)
+
+
+def time_fig1(
+    threads: int | None, repeats: int, iterations: int, dtype: torch.dtype = torch.float64
+) -> dict[str, list[float]]:
+    """Microseconds per iteration of decentopt (its default path and the step path), NumPy
+    and JAX (where installed, float64 only), interleaved, all in ``dtype``."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    prob, topo, alg = fig1_problem(dtype)
     A, xl, W = prob.A.numpy(), prob.x_local.numpy(), topo.W.numpy().astype(prob.A.numpy().dtype)
-    ours, peer = [], []
+    work = {
+        "decentopt": lambda k: dopt.simulate(alg, prob, topo, iterations, seed=k),
+        "decentopt, step path": lambda k: dopt.simulate(
+            alg, prob, topo, iterations, seed=k, path="step"
+        ),
+        "NumPy": lambda k: numpy_edm(A, xl, 0.05, W, 0.05, 0.9, iterations, seed=k),
+    }
+    jitted = jax_edm(A, xl, 0.05, W, 0.05, 0.9, iterations) if dtype == torch.float64 else None
+    if jitted is not None:
+        jitted(0)  # compiled here, outside the timing
+        work["JAX lax.scan"] = jitted
+    work["decentopt"](0)  # the C library is built or loaded here
+    times: dict[str, list[float]] = {name: [] for name in work}
     for k in range(repeats):
-        start = time.perf_counter()
-        dopt.simulate(alg, prob, topo, iterations, seed=k)
-        ours.append((time.perf_counter() - start) / iterations * 1e6)
-        start = time.perf_counter()
-        numpy_edm(A, xl, 0.05, W, 0.05, 0.9, iterations, seed=k)
-        peer.append((time.perf_counter() - start) / iterations * 1e6)
-    return ours, peer
+        for name, fn in work.items():
+            start = time.perf_counter()
+            fn(k + 1)
+            times[name].append((time.perf_counter() - start) / iterations * 1e6)
+    return times
+
+
+def arithmetic_estimate(dtype: torch.dtype, repeats: int) -> tuple[float, float, float, str]:
+    """(estimate, noise, compute) microseconds of one Figure-1 EDM iteration, and the path.
+
+    noise: the fastest of ``repeats`` draws of a 50-step block of its normals with torch's
+    generator, per step (the results must reproduce those numbers); compute: its
+    floating-point operations -- ``H_i x_i`` (2 d^2), the lower-triangular noise factor
+    times z (d (d + 1)), ``- b`` (d), EDM's update (9 d) and the three-term mix (5 d) for
+    each of the n R agents and runs -- at the one-thread rate of a 1024 x 1024 matrix
+    product (the fastest of ``repeats``)."""
+    prob, topo, alg = fig1_problem(dtype)
+    n, R, d = prob.n, prob.repetitions, prob.dim
+    generator = torch.Generator().manual_seed(0)
+    noise = min(
+        _seconds(lambda: prob.draw(50, generator)) / 50 for _ in range(repeats)
+    )  # fmt: skip
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    a = torch.randn(1024, 1024, dtype=dtype)
+    rate = 2 * 1024**3 / min(_seconds(lambda: a @ a) for _ in range(repeats))
+    torch.set_num_threads(previous)
+    flops = n * R * (2 * d * d + d * (d + 1) + d + 9 * d + 5 * d)
+    path = dopt.simulate(alg, prob, topo, 2).path
+    return (noise + flops / rate) * 1e6, noise * 1e6, flops / rate * 1e6, path
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def fig1_row(threads: int, repeats: int, iterations: int, dtype: torch.dtype, label: str) -> None:
+    """One row of part 1 (run in its own process by :func:`fig1_rows`)."""
+    times = time_fig1(threads, repeats, iterations, dtype)
+    ours = times["decentopt"]
+    parts = []
+    for name, values in times.items():
+        ratio = [v / o for o, v in zip(ours, values, strict=True)]
+        versus = "" if name == "decentopt" else (
+            f" ({statistics.median(ratio):.2f}x decentopt's time, min {min(ratio):.2f}x)"
+        )  # fmt: skip
+        parts.append(f"{name} {min(values):.0f} / {statistics.median(values):.0f}{versus}")
+    if dtype == torch.float64 and "JAX lax.scan" not in times:
+        parts.append("JAX: not installed (pip install -r benchmarks/requirements.txt)")
+    estimate, noise, compute, path = arithmetic_estimate(dtype, repeats)
+    print(
+        f"fig1 workload, {str(dtype)[6:]}, {label}: us/it min / median: " + "; ".join(parts)
+        + f". Arithmetic estimate {estimate:.0f} us/it (normals {noise:.0f} + flops "
+        f"{compute:.0f}); decentopt ({path} path) / estimate: min {min(ours) / estimate:.2f}x,"
+        f" median {statistics.median(ours) / estimate:.2f}x"
+    )  # fmt: skip
+
+
+def fig1_rows(quick: bool, default: int) -> None:
+    """Part 1: each row in a fresh process, its threads set before anything starts."""
+    for dtype in ("float64", "float32"):
+        for threads, loaded in ((1, False), (default, False), (default, True)):
+            env = dict(os.environ)
+            if threads == 1:  # NumPy's BLAS and XLA at one thread too
+                env |= {f"{v}_NUM_THREADS": "1" for v in ("OMP", "MKL", "OPENBLAS")}
+                env["XLA_FLAGS"] = (
+                    "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+                )
+            label = f"threads {threads}{', one core busy' if loaded else ''}"
+            command = [sys.executable, __file__, "--fig1-row", str(threads), dtype, label]
+            stop = mp.Event()
+            hog = mp.Process(target=busy, args=(stop,)) if loaded else None
+            if hog is not None:
+                hog.start()
+            try:
+                subprocess.run([*command, *(["--quick"] if quick else [])], check=True, env=env)
+            finally:
+                stop.set()
+                if hog is not None:
+                    hog.join()
 
 
 def scaling(sizes: list[int], d: int, iterations: int) -> list[tuple[int, float]]:
@@ -225,23 +357,25 @@ def main() -> None:
     parser.add_argument(
         "--large-only", action="store_true", help="only the large-state rows (ring(256), 10^5)"
     )
+    parser.add_argument("--fig1-only", action="store_true", help="only part 1")
+    parser.add_argument("--fig1-row", nargs=3, help=argparse.SUPPRESS)  # threads dtype label
     args = parser.parse_args()
     iterations, repeats = (500, 3) if args.quick else (3000, 5)
+    if args.fig1_row:
+        threads, dtype, label = args.fig1_row
+        fig1_row(int(threads), repeats, iterations, getattr(torch, dtype), label)
+        return
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, numpy {np.__version__}")
+    from decentopt import native
+
+    print(native.describe())
     default = torch.get_num_threads()
     if args.large_only:
         large_states(3 if args.quick else 5, default)
         return
-    for dtype in (torch.float32, torch.float64):
-        for threads in (1, default):
-            ours, peer = time_fig1(threads, repeats, iterations, dtype)
-            ratio = [p / o for o, p in zip(ours, peer, strict=True)]
-            print(
-                f"fig1 workload, {str(dtype)[6:]}, torch threads {threads}: decentopt "
-                f"{min(ours):.0f} / {statistics.median(ours):.0f} us/it (min/median), NumPy "
-                f"{min(peer):.0f} / {statistics.median(peer):.0f}; NumPy time / ours: min "
-                f"{min(ratio):.2f}x, median {statistics.median(ratio):.2f}x"
-            )
+    fig1_rows(args.quick, default)
+    if args.fig1_only:
+        return
     torch.set_num_threads(default)
     sizes = [256, 1024, 2048, 8192] if not args.quick else [256, 1024, 2048]
     rows = scaling(sizes, 100, 50 if args.quick else 200)

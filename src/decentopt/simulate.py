@@ -20,7 +20,7 @@ from decentopt.algorithms.base import Algorithm
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.driver import Result, RunOptions, TimeModel, check_gradient, run_loop, timed
 from decentopt.plan import TAIL_POINTS, Plan, record_steps
-from decentopt.problems.base import StackedProblem
+from decentopt.problems.base import BlockProblem, StackedProblem
 from decentopt.topology import Network
 
 __all__ = [
@@ -56,6 +56,10 @@ def _broadcast_x0(x0: torch.Tensor | None, problem: StackedProblem) -> torch.Ten
     return x0.clone()
 
 
+def _gradient(problem: StackedProblem) -> Callable:
+    return lambda x, generator: (problem.gradient(x, generator), None)
+
+
 def simulate(
     algorithm: Algorithm[Any],
     problem: StackedProblem,
@@ -67,6 +71,7 @@ def simulate(
     record: Literal["log", "all"] | int = "log",
     points: int = 100,
     kernel: str = "auto",
+    path: str = "auto",
     blowup: float = 1e10,
     threads: int | None = None,
     progress: bool | Callable[[int], None] = False,
@@ -85,6 +90,8 @@ def simulate(
         x0: starting point, ``(d,)``, ``(n, d)`` or ``(n, R, d)``; zeros if omitted.
         record: ``"log"`` (about ``points`` log-spaced steps), ``"all"``, or every k.
         kernel: mixing kernel, see :class:`~decentopt.comm.SimulatedCommunicator`.
+        path: ``"auto"``, ``"native"``, ``"block"`` or ``"step"``: how many steps run per
+            call (:mod:`decentopt.driver.block`); ``Result.path`` says which ran.
         blowup: a repetition diverges when ``mean_i ||x_i||^2`` exceeds
             ``blowup * (1 + mean_i ||x_i(0)||^2 + ||x*||^2)`` (``x*`` where known;
             ``blowup`` capped at ``driver.guard.GROWTH`` = 1e6) or is not finite.
@@ -110,8 +117,9 @@ def simulate(
         problem,
         comm,
         Plan(iterations, tuple(steps.tolist())),
-        RunOptions(seed=seed, threads=threads, progress=progress, blowup=blowup),
-        gradient=lambda x, generator: (problem.gradient(x, generator), None),
+        RunOptions(seed=seed, threads=threads, progress=progress, blowup=blowup, path=path),
+        # the problem's own gradients (in blocks where it draws them so), else step by step
+        gradient=None if isinstance(problem, BlockProblem) else _gradient(problem),
         metrics=problem.metrics,
         x0=_broadcast_x0(x0, problem),
         labels=[{"run": r} for r in range(problem.repetitions)],

@@ -81,6 +81,12 @@ class SimulatedCommunicator:
         else:
             self.stats.add_round(*self._messages, payload, self._edges * payload)
 
+    def add_rounds(self, rounds: int, payload: int) -> None:
+        """Count ``rounds`` rounds of ``payload`` bytes per message, mixed elsewhere (the
+        driver's native block path runs many steps in one call)."""
+        for _ in range(rounds):
+            self._count(payload)
+
     def _fold(self, z: torch.Tensor) -> torch.Tensor:
         if not isinstance(z, torch.Tensor) or z.ndim < 1 or z.shape[0] != self.n:
             shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__

@@ -17,6 +17,7 @@ stacked convex problem; a run of a neural problem).
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ import torch
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
+from decentopt.driver.block import BlockRunner, check_gradient, choose
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard
 from decentopt.driver.options import RunOptions
@@ -58,22 +60,6 @@ THREADS_CROSSOVER = 2**20
 LARGE_STATE_BYTES = 8 << 20
 
 
-def check_gradient(grad: object, x: torch.Tensor, owner: str) -> None:
-    """Refuse a gradient whose shape or dtype differs from the iterate's.
-
-    Every algorithm would otherwise broadcast an ``(n, R, 1)`` gradient over an
-    ``(n, R, d)`` state and return silently wrong results.
-    """
-    if not isinstance(grad, torch.Tensor):
-        raise TypeError(f"{owner}.gradient returned {type(grad).__name__}; it must return a tensor")
-    if grad.shape != x.shape or grad.dtype != x.dtype:
-        raise ValueError(
-            f"{owner}.gradient returned shape {tuple(grad.shape)} and dtype {grad.dtype} for "
-            f"iterates of shape {tuple(x.shape)} and dtype {x.dtype}; it must return one "
-            "gradient per agent and repetition, of the iterates' shape and dtype"
-        )
-
-
 @contextmanager
 def intra_op_threads(threads: int | None, numel: int) -> Iterator[int]:
     """Run a block with ``threads`` intra-op threads (or the policy's choice), then restore."""
@@ -95,6 +81,7 @@ class _Loop:
     ) -> None:  # fmt: skip
         self.algorithm, self.problem, self.comm, self.plan = algorithm, problem, comm, plan
         self.options, self.recorded = options, set(plan.record)
+        self.record_order = sorted(self.recorded)
         # timings on a GPU need the queued kernels finished
         self.sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
         self.generator = torch.Generator().manual_seed(int(options.seed))
@@ -105,6 +92,7 @@ class _Loop:
         self.recorder = Recorder(metrics, comm, plan.period, algorithm.lr_at)
         self.timing = [0.0, 0.0]  # gradient, everything else
         self.start_step, self.bar = 0, None
+        self.block: BlockRunner | None = None  # the block path (decentopt.driver.block)
         self.saver = None if options.checkpoint_dir is None else Checkpointer(
             options.checkpoint_dir, comm, period=plan.period, every=options.checkpoint_every,
             minutes=options.checkpoint_minutes, device=x.device,
@@ -181,10 +169,7 @@ class _Loop:
         self.recorder.end_of_step(step)
         if self.saver is not None and self.saver.due(step):
             self.save(step, state)
-        if self.bar is not None:
-            self.bar.update(1)
-        elif callable(self.options.progress):
-            self.options.progress(step)
+        self.report(step, step + 1)
         if self.guard.alive == 0:
             self.options.log(f"{self.algorithm.name} diverged at step {step}; stopping this run")
             return state, True
@@ -196,13 +181,41 @@ class _Loop:
         if self.start_step == 0 and 0 in self.recorded:
             state = self.guard.check(state, 0)
             self.recorder.note(0, state.x, self.timing, self.guard.blank)
-        last = self.start_step
-        for t in range(self.start_step, self.plan.iterations):
-            last = t + 1
-            state, stop = self.after(t + 1, self.step(t, state, gradient))
+        t = last = self.start_step
+        while t < self.plan.iterations:
+            if self.block is None:
+                last, state = t + 1, self.step(t, state, gradient)
+            else:  # the steps up to the next event in one call; their progress after it
+                last = self.block_end(t)
+                state = self.block.run(state, t, last, self.generator, self.timing)
+                self.report(t + 1, last)
+            state, stop = self.after(last, state)
             if stop:
                 break
+            t = last
         return state, last
+
+    def report(self, first: int, stop: int) -> None:
+        """Progress of steps ``first`` to ``stop - 1``."""
+        if self.bar is not None:
+            self.bar.update(stop - first)
+        elif callable(self.options.progress):
+            for s in range(first, stop):
+                self.options.progress(s)
+
+    def block_end(self, t: int) -> int:
+        """The first step after ``t`` at which :meth:`after` does more than report progress:
+        a recorded step, a divergence check, an epoch's or a checkpoint's end, the stop."""
+        end = min(self.plan.iterations, t + (self.block.limit if self.block else 1))
+        later = bisect.bisect_right(self.record_order, t)
+        if later < len(self.record_order):
+            end = min(end, self.record_order[later])
+        every = self.saver.every if self.saver is not None else None
+        for k in (CHECK_EVERY, self.plan.period, every):
+            if k:
+                end = min(end, (t // k + 1) * k)
+        stop = self.options.stop_after
+        return end if stop is None else min(end, max(stop, t + 1))
 
     def finish(self, state: Any, wall: float, labels: list[dict[str, Any]] | None) -> Result:
         if self.bar is not None:
@@ -219,6 +232,7 @@ class _Loop:
             resumed_from=self.start_step,
             labels=list(labels or []),
             period=self.plan.period,
+            path="step" if self.block is None else self.block.path,
         )
 
 
@@ -245,15 +259,15 @@ def run_loop(
     Args:
         options: how the run is carried out (seed, threads, progress, log, checkpoints,
             ...: :class:`~decentopt.driver.options.RunOptions`).
-        gradient: ``(x, generator) -> (gradients, losses or None)``; by default
-            ``problem.gradient_and_loss``.
+        gradient: ``(x, generator) -> (gradients, losses or None)``, called step by step;
+            by default ``problem.gradient_and_loss``, or blocks of steps where
+            ``options.path`` allows (:mod:`decentopt.driver.block`).
         metrics: ``x -> {name: one value per column}``; by default
             ``problem.metrics(x, comm)``.
         x0: the starting stack; ``problem.initial_point()`` if omitted.
         labels: what each column is, for :attr:`Result.rows`.
     """
     options = options or RunOptions()
-    gradient = gradient or problem.gradient_and_loss
     x = problem.initial_point() if x0 is None else x0
     if x.device.type == "cpu" and x.numel() * x.element_size() >= LARGE_STATE_BYTES:
         keep_freed_memory()
@@ -262,9 +276,11 @@ def run_loop(
     metrics = metrics or (lambda z: problem.metrics(z, comm))
     loop = _Loop(algorithm, problem, comm, plan, options, x, metrics)
     state = loop.resume(state)
+    if gradient is None:  # a gradient given by the caller is called step by step
+        loop.block = choose(options.path, algorithm, problem, comm, state, THREADS_CROSSOVER)
     loop.open_bar()
     with intra_op_threads(options.threads, x.numel()):
         wall = time.perf_counter()
-        state, last = loop.steps(state, gradient)
+        state, last = loop.steps(state, gradient or problem.gradient_and_loss)
         wall = time.perf_counter() - wall
     return loop.finish(loop.guard.check(state, last), wall, labels)

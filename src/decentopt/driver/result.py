@@ -72,6 +72,8 @@ class Result:
     resumed_from: int = 0
     labels: list[dict[str, Any]] = field(default_factory=list)
     period: int | None = None
+    #: how the steps ran: "step", "block" or "native" (:mod:`decentopt.driver.block`)
+    path: str = "step"
     #: ``(steps + 1,)`` simulated seconds at each step, under a time model (``sim_time``)
     clock: np.ndarray | None = None
 

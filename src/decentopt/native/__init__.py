@@ -2,7 +2,8 @@
 
 ``kernels.c`` fuses the library's own elementwise updates (DSGD's, DmSGD's, ED's
 and EDM's) with a circulant mix, and has the plain circulant mix and CHOCO-gossip's
-compressed round (``compress.h``); ``build.py``
+compressed round (``compress.h``); ``blocks.c`` runs many steps of a quadratic
+problem with those updates in one call; ``build.py``
 compiles it once per instruction set (AVX-512, AVX2 + FMA, baseline) into one
 library. Which functions exist and which update each ``kind`` computes is known
 here and in :mod:`decentopt.comm.mixers.native`, the mixer that calls them;
@@ -81,6 +82,13 @@ def _signatures(scalar: type) -> dict[str, list]:
         "decentopt_choco": [
             _INT, _I64, _I64, _I64, _I64, _F64, _F64, _P, _P, _P, _P, scalar, _P, _P, _P,
             _P, _P, _I64, offsets, weights, ctypes.POINTER(_F64), _INT,
+        ],
+        # kind, nesterov, dampening, n, panels, runs, d, k, lower, in, out, H, F, b, z,
+        # wide, steps, alphas, beta, terms, offsets, weights (blocks.c)
+        "decentopt_quadratic_steps": [
+            _INT, _INT, _INT, _I64, _I64, _I64, _I64, _I64, _INT, ctypes.POINTER(_P),
+            ctypes.POINTER(_P), _P, _P, _P, _P, _INT, _I64, weights, scalar, _I64, offsets,
+            weights,
         ],
     }  # fmt: skip
 

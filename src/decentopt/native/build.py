@@ -1,7 +1,7 @@
 """How the native kernels are built: one recipe for ``pip install`` and for a first-use build.
 
 Only the standard library is used here, so that ``setup.py`` can load this file
-before anything is installed. ``kernels.c`` is compiled once per instruction set
+before anything is installed. ``kernels.c`` and ``blocks.c`` are compiled once per instruction set
 of :data:`VARIANTS` (each object exports its functions with the variant's name
 as suffix) and once ``api.c``; the objects are linked into one shared library.
 At run time :mod:`decentopt.native` asks the library which variant the CPU
@@ -33,7 +33,9 @@ __all__ = [
 
 HERE = Path(__file__).resolve().parent
 #: Every file the library is built from (a change to any of them rebuilds a cached copy).
-SOURCES = ("kernels.c", "kernels.h", "compress.h", "api.c")
+SOURCES = ("kernels.c", "kernels.h", "compress.h", "blocks.c", "blocks.h", "api.c")
+#: The files compiled once per instruction set (each exports its functions with the suffix).
+PER_ISA = ("kernels.c", "blocks.c")
 #: Instruction-set variants of kernels.c: name and the compiler flags that enable it,
 #: best first (``decentopt_cpu_level`` returns 2, 1, 0 in this order).
 VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -89,16 +91,19 @@ def build_unix(
 
     objects, built = [], []
     for name, flags in variants():
-        obj = workdir / f"kernels_{name}.o"
-        result = call(
-            [*COMMON_FLAGS, *flags, f"-DDECENTOPT_ISA={name}", "-c", str(HERE / "kernels.c"),
-             "-o", str(obj)]
-        )  # fmt: skip
+        objs = [workdir / f"{Path(source).stem}_{name}.o" for source in PER_ISA]
+        for source, obj in zip(PER_ISA, objs, strict=True):
+            result = call(
+                [*COMMON_FLAGS, *flags, f"-DDECENTOPT_ISA={name}", "-c", str(HERE / source),
+                 "-o", str(obj)]
+            )  # fmt: skip
+            if result.returncode != 0:
+                break
         if result.returncode != 0:
             if name == "generic":
-                raise RuntimeError(f"compiling kernels.c failed: {first_error(result)}")
+                raise RuntimeError(f"compiling {source} failed: {first_error(result)}")
             continue  # this compiler cannot target that instruction set
-        objects.append(str(obj))
+        objects.extend(str(obj) for obj in objs)
         built.append(name)
     api = workdir / "api.o"
     name, value = digest_macro()

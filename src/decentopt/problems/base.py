@@ -18,7 +18,7 @@ import torch
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
 
-__all__ = ["Problem", "StackedProblem", "StatelessProblem"]
+__all__ = ["BlockProblem", "Problem", "StackedProblem", "StatelessProblem", "normal_block"]
 
 
 @runtime_checkable
@@ -73,6 +73,39 @@ class StackedProblem(Protocol):
         ...
 
     def initial_point(self) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class BlockProblem(Protocol):
+    """A problem whose gradient noise can be drawn for many steps at once (the driver's
+    block path, :mod:`decentopt.driver.block`): ``gradient_from(x, terms[s])`` with
+    ``terms = noise_terms(draw(steps, generator))`` is what ``steps`` calls of ``gradient``
+    return, to rounding, and leaves the generator in the same state."""
+
+    def draw(self, steps: int, generator: torch.Generator) -> torch.Tensor | None:
+        """The standard normals of ``steps`` consecutive steps, ``(steps, ...)``; None if
+        the gradients are exact."""
+        ...
+
+    def noise_terms(self, z: torch.Tensor | None) -> torch.Tensor | None:
+        """What each step adds to the exact gradient, ``(steps, *x.shape)``."""
+        ...
+
+    def gradient_from(self, x: torch.Tensor, term: torch.Tensor | None) -> torch.Tensor: ...
+
+
+def normal_block(steps: int, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """``steps`` draws of ``torch.randn(shape)`` as ``(steps, *shape)``, the same
+    numbers and generator state as drawing them one by one.
+
+    One draw for all steps where each step's draw is a multiple of 16 numbers: torch's CPU
+    sampler fills blocks of 16, so the numbers and the generator's state then match the
+    separate draws bit for bit (tests/test_block.py checks it); otherwise step by step.
+    """
+    numel = int(torch.Size(shape).numel())
+    if numel >= 16 and numel % 16 == 0:
+        return torch.randn((steps, *shape), generator=generator)
+    return torch.stack([torch.randn(shape, generator=generator) for _ in range(steps)])
 
 
 class StatelessProblem:

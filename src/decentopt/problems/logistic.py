@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from decentopt._checks import as_count, as_real, check_problem_dtype
-from decentopt.problems.base import StatelessProblem
+from decentopt.problems.base import StatelessProblem, normal_block
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -201,6 +201,21 @@ class Logistic(StatelessProblem):
             noise = torch.randn(grad.shape, generator=generator).to(self.dtype)
             grad = grad + self.sigma_s2**0.5 * noise
         return grad
+
+    # ------------------------------------------------- many steps (driver.block)
+    def draw(self, steps: int, generator: torch.Generator) -> torch.Tensor | None:
+        """The normals of ``steps`` calls of :meth:`gradient`, ``(steps, n, R, d)``."""
+        if self.sigma_s2 == 0:
+            return None
+        return normal_block(steps, (self.n, self.repetitions, self.dim), generator)
+
+    def noise_terms(self, z: torch.Tensor | None) -> torch.Tensor | None:
+        return None if z is None else self.sigma_s2**0.5 * z.to(self.dtype)
+
+    def gradient_from(self, x: torch.Tensor, term: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`gradient` with its noise given: the same numbers, bit for bit."""
+        grad = self.full_gradient(x, exact=False)
+        return grad if term is None else grad + term
 
     def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, torch.Tensor]:
         xbar = x.mean(0)

@@ -49,6 +49,9 @@ BLOCK_BYTES = 8 << 20
 #: Rows of the plain mix of a short-reach stencil: rows r - 1, r, r + 1 stay in cache
 #: (on (256, 10^5) float32 whole rows of 400 KB: 1.2x a copy, 1.3x in 32 KB blocks).
 MIX_ROW_BYTES = 512 << 10
+#: Bytes of a panel of runs of the native block steps (``blocks.c``): what one panel's
+#: steps read stays in a second-level cache of 512 KB.
+PANEL_BYTES = 256 << 10
 
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
@@ -215,3 +218,64 @@ class NativeMixer(MixerBase):
             if held is None or held.numel() < size or held.dtype != dtype:
                 self._buffers[i] = torch.empty(size, dtype=dtype)
         return [self._buffers[i] for i in range(len(sizes))]
+
+    @staticmethod
+    def panel_runs(shape: tuple[int, ...], k: int, size: int) -> int:
+        """Runs per panel of ``blocks.c`` for a state of ``shape`` ``(n, R, d)``: the most that
+        divide ``R`` and keep a panel's Hessians, noise factors and state in ``PANEL_BYTES``."""
+        n, runs, d = shape
+        per_run = n * (d * d + d * k + 6 * d) * size
+        return max(
+            r
+            for r in range(1, runs + 1)
+            if runs % r == 0 and (r == 1 or r * per_run <= PANEL_BYTES)
+        )
+
+    @staticmethod
+    def panels(t: torch.Tensor, runs: int) -> torch.Tensor:
+        """``(n, R, *rest)`` as ``blocks.c``'s panels ``(R / runs, *rest, n * runs)``."""
+        n, R, rest = t.shape[0], t.shape[1], t.shape[2:]
+        order = (1, *range(3, 3 + len(rest)), 0, 2)
+        return (
+            t.reshape(n, R // runs, runs, *rest)
+            .permute(order)
+            .reshape(R // runs, *rest, -1)
+            .contiguous()
+        )
+
+    def quadratic_steps(
+        self, kind: str, switches: tuple[bool, bool], fields: dict[str, torch.Tensor],
+        terms: Sequence[torch.Tensor], noise: torch.Tensor | None, alphas: Sequence[float],
+        beta: float, runs: int, lower: bool,
+    ) -> dict[str, torch.Tensor]:  # fmt: skip
+        """``len(alphas)`` steps of an update of :data:`~decentopt.updates.FUSED` on a stacked
+        quadratic (``blocks.c``): ``fields`` (``x``, and ``psi`` / ``m`` where the update has
+        them) are ``(n, R, d)``, ``terms`` the quadratic's ``(H, F, b)`` as :meth:`panels` of
+        ``runs`` runs, ``noise`` ``(steps, n, R, k)`` as drawn (float32, or
+        float64 under that default dtype); ``lower``: the noise
+        factor is lower triangular (a Cholesky factor: its zeros are skipped). Returns new
+        tensors."""
+        x = fields["x"]
+        n, R, d = x.shape
+        given = {k: v.contiguous() for k, v in fields.items()}  # turned into panels in C
+        out = {k: torch.empty_like(v) for k, v in given.items()}
+        pointers = ctypes.c_void_p * 3
+        names = ("x", "psi", "m")
+        H, F, b = terms
+        if noise is not None and noise.dtype not in (torch.float32, torch.float64):
+            noise = noise.double()
+        noise = None if noise is None else noise.contiguous()
+        scalar = ctypes.c_double if x.dtype == torch.float64 else ctypes.c_float
+        status = self._function("decentopt_quadratic_steps", x.dtype)(
+            native.UPDATE_KINDS.index(kind), int(switches[0]), int(switches[1]), n, R // runs,
+            runs, d, F.shape[2], int(lower),
+            pointers(*(given[k].data_ptr() if k in given else None for k in names)),
+            pointers(*(out[k].data_ptr() if k in out else None for k in names)),
+            H.data_ptr(), F.data_ptr(), b.data_ptr(),
+            None if noise is None else noise.data_ptr(),
+            int(noise is not None and noise.dtype == torch.float64), len(alphas),
+            (scalar * len(alphas))(*alphas), float(beta), *self._stencil_args(x.dtype),
+        )  # fmt: skip
+        if status:
+            raise RuntimeError("the native quadratic steps could not allocate their scratch")
+        return out

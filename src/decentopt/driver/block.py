@@ -1,0 +1,259 @@
+"""Many steps per call: the iterations between two events of the loop run as one block.
+
+An event is a step after which the loop does something besides stepping: records metrics,
+checks for divergence (every ``CHECK_EVERY`` steps), writes a checkpoint or stops. The
+steps between two events only step, so the loop hands them to a block runner at once
+(:meth:`decentopt.driver.loop._Loop.steps`); events happen at the same steps as step by
+step, so records, divergence stops and checkpoints do too, and progress is reported for
+every step when the block is done. Paths (``RunOptions.path``, ``simulate(path=...)``):
+
+* ``"native"``: the problem's closed-form gradient, the method's update and the circulant
+  mix, every step of the block in one C call (``blocks.c`` through
+  :meth:`~decentopt.comm.mixers.NativeMixer.quadratic_steps`): for a quadratic with
+  per-agent Hessians, a method whose step is one fused update of
+  :data:`decentopt.updates.FUSED` (DSGD, DmSGD, ED, EDM with exact gossip; found by
+  probing one step, :func:`fused_plan`) on a circulant graph, a CPU state below
+  ``THREADS_CROSSOVER`` entries (one thread) and ``kernel`` "auto" or "native";
+* ``"block"``: the noise of the whole block drawn at once and the gradients from it
+  (:class:`~decentopt.problems.base.BlockProblem`: quadratic, logistic), each step the
+  method's own ``step``: every method and gossip;
+* ``"step"``: one step at a time (neural problems, and any problem without ``draw``);
+* ``"auto"`` (default): the first of native, block, step that applies.
+
+Both block paths draw the noise as the step path does, bit for bit (one draw for the
+block where each step's draw is a multiple of 16 numbers, else step by step:
+:func:`~decentopt.problems.base.normal_block`); the gradients are computed in another
+order (one elementwise product and sum, or the C loop), so results equal the step path's
+to rounding, and a rerun equals itself bit for bit. The path taken is
+:attr:`Result.path <decentopt.driver.result.Result.path>`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from decentopt.comm.mixers import MixerUnavailable, NativeMixer
+from decentopt.comm.simulated import SimulatedCommunicator
+from decentopt.problems.base import BlockProblem
+from decentopt.updates import fused_update
+
+if TYPE_CHECKING:
+    from decentopt.algorithms.base import Algorithm
+    from decentopt.comm.base import Communicator
+
+__all__ = ["PATHS", "BlockRunner", "FusedPlan", "check_gradient", "choose", "fused_plan"]
+
+#: ``RunOptions.path`` values.
+PATHS = ("auto", "native", "block", "step")
+#: A block holds at most this many bytes of noise terms (one state's worth per step):
+#: large states take short blocks, where a step's own cost hides the loop's anyway.
+BLOCK_BYTES = 16 << 20
+#: The state fields each fused update reads besides ``x`` and the gradient, in order.
+ROLES = {"descend": (), "momentum_descend": ("m",), "correct": ("psi",), "edm": ("psi", "m")}
+
+
+def check_gradient(grad: object, x: torch.Tensor, owner: str) -> None:
+    """Refuse a gradient whose shape or dtype differs from the iterate's.
+
+    Every algorithm would otherwise broadcast an ``(n, R, 1)`` gradient over an
+    ``(n, R, d)`` state and return silently wrong results.
+    """
+    if not isinstance(grad, torch.Tensor):
+        raise TypeError(f"{owner}.gradient returned {type(grad).__name__}; it must return a tensor")
+    if grad.shape != x.shape or grad.dtype != x.dtype:
+        raise ValueError(
+            f"{owner}.gradient returned shape {tuple(grad.shape)} and dtype {grad.dtype} for "
+            f"iterates of shape {tuple(x.shape)} and dtype {x.dtype}; it must return one "
+            "gradient per agent and repetition, of the iterates' shape and dtype"
+        )
+
+
+#: What the native path runs with: the mixer, the method's fused update, the problem's
+#: terms laid out in panels, the runs per panel, whether the noise factor is triangular.
+Native = tuple[NativeMixer, "FusedPlan", tuple[torch.Tensor, ...], int, bool]
+
+
+class _Refused(Exception):
+    """The probed step does something the native block cannot do."""
+
+
+class _Probe:
+    """A stand-in communicator that records the one fused call of a step and computes
+    nothing (fresh outputs); any other use of it refuses the native path."""
+
+    def __init__(self) -> None:
+        self.call: tuple[Any, tuple[torch.Tensor, ...], tuple[Any, ...]] | None = None
+        self.outputs: tuple[torch.Tensor, ...] = ()
+
+    def mix_map(self, fn: Any, tensors: Any, scalars: Any = ()) -> tuple[torch.Tensor, ...]:
+        found = fused_update(fn)
+        if found is None or self.call is not None:
+            raise _Refused
+        self.call = (found, tuple(tensors), tuple(scalars))
+        self.outputs = tuple(torch.empty_like(tensors[0]) for _ in range(found[0].outputs))
+        return self.outputs
+
+    def __getattr__(self, name: str) -> Any:
+        raise _Refused(name)
+
+
+@dataclass(frozen=True)
+class FusedPlan:
+    """A method's step as one fused update: its kind, switches, the state field of each
+    role of :data:`ROLES` and its momentum factor."""
+
+    kind: str
+    nesterov: bool
+    dampening: bool
+    fields: tuple[str, ...]
+    beta: float
+
+
+def fused_plan(algorithm: Algorithm[Any], state: Any) -> FusedPlan | None:
+    """The method's step at ``state`` as a :class:`FusedPlan`, or None when it is not one
+    fused update of the state's own tensors with the step size ``lr_at(t)`` (probed
+    without computing anything; the other scalars are taken as constant, as every
+    built-in method's ``beta`` is)."""
+    probe, grad = _Probe(), torch.empty_like(state.x)
+    try:
+        new = algorithm.step(state, grad, probe)
+    except Exception:  # _Refused, or a step that cannot run on the probe's outputs
+        return None
+    if probe.call is None:
+        return None
+    (update, nesterov, dampening), tensors, scalars = probe.call
+    names = {id(v): k for k, v in state._asdict().items() if isinstance(v, torch.Tensor)}
+    roles = ROLES[update.kind]
+    if len(tensors) != len(roles) + 2 or tensors[0] is not state.x or tensors[-1] is not grad:
+        return None
+    fields = tuple(names.get(id(t), "") for t in tensors[1:-1])
+    placed = {"x": probe.outputs[0], **dict(zip(fields, probe.outputs[1:], strict=True))}
+    kept = {k: v for k, v in new._asdict().items() if k != "t"}
+    if "" in fields or kept.keys() != placed.keys() or new.t != state.t + 1:
+        return None
+    if any(kept[k] is not v for k, v in placed.items()):
+        return None
+    if float(scalars[0]) != float(algorithm.lr_at(state.t)):
+        return None
+    beta = float(scalars[1]) if len(scalars) > 1 else 0.0
+    return FusedPlan(update.kind, nesterov, dampening, fields, beta)
+
+
+class BlockRunner:
+    """Runs steps ``[start, stop)`` of a method on a block problem: ``"block"`` (the method's
+    own step on gradients from noise drawn at once) or ``"native"`` (one C call)."""
+
+    def __init__(
+        self, path: str, algorithm: Algorithm[Any], problem: Any, comm: Communicator,
+        state_bytes: int, native: Native | None = None,
+    ) -> None:  # fmt: skip
+        self.path, self.algorithm, self.problem, self.comm = path, algorithm, problem, comm
+        self.native = native
+        self.checked = False
+        #: the most steps in one block
+        self.limit = max(1, BLOCK_BYTES // state_bytes)
+
+    def run(self, state: Any, start: int, stop: int, generator: torch.Generator,
+            timing: list[float]) -> Any:  # fmt: skip
+        """The state after step ``stop``; ``timing`` (gradient, the rest) grows."""
+        t0 = time.perf_counter()
+        z = self.problem.draw(stop - start, generator)
+        if self.native is not None:
+            timing[0] += time.perf_counter() - t0
+            return self._native(state, start, stop, z, timing)
+        terms = self.problem.noise_terms(z)
+        timing[0] += time.perf_counter() - t0
+        for s in range(stop - start):
+            t0 = time.perf_counter()
+            grad = self.problem.gradient_from(state.x, None if terms is None else terms[s])
+            if not self.checked:
+                check_gradient(grad, state.x, type(self.problem).__name__)
+                self.checked = True
+            t1 = time.perf_counter()
+            state = self.algorithm.step(state, grad, self.comm)
+            timing[0] += t1 - t0
+            timing[1] += time.perf_counter() - t1
+        return state
+
+    def _native(self, state: Any, start: int, stop: int, z: torch.Tensor | None,
+                timing: list[float]) -> Any:  # fmt: skip
+        assert self.native is not None
+        mixer, plan, terms, runs, lower = self.native
+        t0 = time.perf_counter()
+        roles = dict(zip(ROLES[plan.kind], plan.fields, strict=True))
+        fields = {"x": state.x, **{role: getattr(state, f) for role, f in roles.items()}}
+        alphas = [float(self.algorithm.lr_at(t)) for t in range(start, stop)]
+        out = mixer.quadratic_steps(
+            plan.kind,
+            (plan.nesterov, plan.dampening),
+            fields,
+            terms,
+            z,
+            alphas,
+            plan.beta,
+            runs,
+            lower,
+        )
+        x = state.x
+        self.comm.add_rounds(stop - start, x[0].numel() * x.element_size())
+        timing[1] += time.perf_counter() - t0
+        renamed = {roles.get(k, k): v for k, v in out.items()}
+        return state._replace(**renamed, t=stop)
+
+
+def _native_parts(
+    algorithm: Algorithm[Any], problem: Any, comm: Communicator, state: Any, crossover: int
+) -> tuple[Native | None, str]:
+    """What the native path needs, or None and why it does not apply."""
+    terms = getattr(problem, "native_terms", lambda: None)()
+    if terms is None:
+        return None, "the problem has no closed-form terms for the C loop"
+    if not isinstance(comm, SimulatedCommunicator) or comm.kernel not in ("auto", "native"):
+        return None, "it takes a simulated communicator with kernel 'auto' or 'native'"
+    if state.x.numel() >= crossover:
+        return None, "the state is large enough for threads (the C loop runs one)"
+    try:
+        mixer = NativeMixer(comm.topology)
+    except MixerUnavailable as exc:
+        return None, str(exc)
+    why = mixer.supports(state.x.reshape(state.x.shape[0], -1))
+    if why:
+        return None, why
+    plan = fused_plan(algorithm, state)
+    if plan is None:
+        return None, f"{algorithm.name}'s step is not one fused update of DSGD, DmSGD, ED or EDM"
+    F = terms[1]
+    runs = mixer.panel_runs(tuple(state.x.shape), F.shape[-1], state.x.element_size())
+    lower = F.shape[-1] == F.shape[-2] and bool((F.triu(1) == 0).all())
+    return (mixer, plan, tuple(mixer.panels(t, runs) for t in terms), runs, lower), ""
+
+
+def choose(
+    path: str, algorithm: Algorithm[Any], problem: Any, comm: Communicator, state: Any,
+    crossover: int,
+) -> BlockRunner | None:  # fmt: skip
+    """The runner of ``path`` ("auto": the first that applies), None for the step path;
+    a ValueError saying why when a named path cannot run."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {', '.join(PATHS)}; got {path!r}")
+    if path == "step":
+        return None
+    size = state.x.numel() * state.x.element_size()
+    if not isinstance(problem, BlockProblem) or state.x.shape[0] != problem.n:
+        if path == "auto":
+            return None
+        raise ValueError(
+            f"path={path!r}: {type(problem).__name__} cannot draw noise in blocks for this "
+            "stack (it needs every agent's rows in one process)"
+        )
+    if path in ("auto", "native"):
+        native, why = _native_parts(algorithm, problem, comm, state, crossover)
+        if native is not None:
+            return BlockRunner("native", algorithm, problem, comm, size, native)
+        if path == "native":
+            raise ValueError(f"path='native' cannot run: {why}")
+    return BlockRunner("block", algorithm, problem, comm, size)
