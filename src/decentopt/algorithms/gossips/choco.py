@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
@@ -17,7 +17,18 @@ from decentopt.compression import Compressor, Identity, parse, suggested_gamma
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
 
-__all__ = ["Choco", "public_copies"]
+__all__ = ["Choco", "FusesChoco", "public_copies"]
+
+
+@runtime_checkable
+class FusesChoco(Protocol):
+    """A communicator that can run CHOCO's whole round in one kernel (the simulator's C
+    kernels): ``(z + gamma (s' - hat'), hat', s')`` with ``hat' = hat + Q(z - hat)`` and
+    ``s' = s + W Q(z - hat)``, or the reason it cannot, and then nothing is done."""
+
+    def choco_round(
+        self, z: torch.Tensor, hat: torch.Tensor, s: torch.Tensor, compression: Any, gamma: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | str: ...
 
 
 def public_copies(x0: torch.Tensor) -> torch.Tensor:
@@ -142,9 +153,8 @@ class _ChocoChannel(Channel):
                 "in its `sends`"
             )
         hats = [self.state[f"x_hat{_suffix(k)}"] for k in range(len(zs))]
-        fused = getattr(self.comm, "choco_round", None)  # a simulator's fused kernels
-        if len(zs) == 1 and fused is not None:
-            done = fused(zs[0], hats[0], self.state["s"], codec, self.gossip.gamma)
+        if len(zs) == 1 and isinstance(self.comm, FusesChoco):
+            done = self.comm.choco_round(zs[0], hats[0], self.state["s"], codec, self.gossip.gamma)
             if not isinstance(done, str):
                 out, self.state["x_hat"], self.state["s"] = done
                 return [out]

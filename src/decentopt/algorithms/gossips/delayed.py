@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
@@ -53,7 +53,19 @@ from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
 if TYPE_CHECKING:
     from decentopt.comm.base import CommStats, Communicator, Elementwise
 
-__all__ = ["Delayed", "self_weights"]
+__all__ = ["Delayed", "SendsAhead", "self_weights"]
+
+
+@runtime_checkable
+class SendsAhead(Protocol):
+    """A communicator that posts each round's messages ahead (torch.distributed's
+    ``isend``/``irecv``) and waits only for those ``bound`` rounds old; ``rounds`` are the
+    tensors sent ``tau, ..., 1`` rounds ago and now (see
+    :meth:`decentopt.comm.DistributedCommunicator.mix_posted`)."""
+
+    def mix_posted(
+        self, rounds: Sequence[Sequence[torch.Tensor]], bound: int
+    ) -> list[torch.Tensor]: ...
 
 
 def self_weights(comm: Any, rows: int) -> torch.Tensor:
@@ -229,12 +241,11 @@ class _LateComm:
         old = [self.history[_history(k, self.tau)] for k in slots]
         diag = self_weights(self.comm, zs[0].shape[0])
         sent = [z.detach().clone() for z in zs]
-        post = getattr(self.comm, "mix_posted", None)  # a transport that sends ahead
-        if post is None:
+        if not isinstance(self.comm, SendsAhead):
             mixed = self.comm.mix_many(old)
         else:
-            mixed = post([[self.history[_history(k, lag)] for k in slots] for lag in lags]
-                         + [sent], self.bound)  # fmt: skip
+            rounds = [[self.history[_history(k, lag)] for k in slots] for lag in lags]
+            mixed = self.comm.mix_posted([*rounds, sent], self.bound)
         out = []
         for k, (z, late, wz) in enumerate(zip(zs, old, mixed, strict=True)):
             own = diag.to(device=z.device, dtype=z.dtype).view((-1,) + (1,) * (z.ndim - 1))
