@@ -20,6 +20,7 @@
  * hat (S = W X_hat is what CHOCO keeps; not reading S saves 8 of 66 bytes per entry).
  */
 #define FN(name) CAT(name, SUFFIX)
+#define STREAM_T CAT(stream, SUFFIX)
 #define CHUNK 1024
 
 static inline U FN(key)(T x) {
@@ -259,11 +260,11 @@ static void FN(choco_dense)(const void *shared, int64_t first, int64_t last, voi
             const T *restrict z = job->z + c0;
             double *restrict hat = job->hat + c0, *restrict s = job->s + c0;
             T *restrict out = job->out + c0;
-            for (int64_t j = 0; j < m; j++) {
-                hat[j] = mine[j];
-                s[j] = acc[j];
-                out[j] = z[j] + job->gamma * (T)(acc[j] - mine[j]);
-            }
+            T result[CHUNK];
+            for (int64_t j = 0; j < m; j++) result[j] = z[j] + job->gamma * (T)(acc[j] - mine[j]);
+            stream_f64(hat, mine, m);
+            stream_f64(s, acc, m);
+            STREAM_T(out, result, m);
         }
     }
 }
@@ -303,4 +304,5 @@ int EXPORT(decentopt_choco)(int op, int64_t n, int64_t D, int64_t k, int64_t kep
 }
 
 #undef TOP_SHIFT
+#undef STREAM_T
 #undef FN
