@@ -15,13 +15,14 @@ of each case back to back):
 
   - DSGD (fused): x and g read, x written: 12;
   - CHOCO-SGD: DSGD's update writes z (12), the round reads z and x_hat (float64: 12);
-    then for qsgd and sign it writes and reads a one-byte code (2), reads z and x_hat,
-    writes x_hat, S (recomputed as W x_hat, not read) and the output (32): 58; for
+    then for qsgd and sign it reads z and x_hat again (the quantised difference is
+    computed twice, not stored), writes x_hat, S (recomputed as W x_hat, not read) and
+    the output (32): 56; for
     top-k it reads z, x_hat, S and writes the output (24), reads and writes x_hat and S
     only at the kept entries, its own and its two neighbours' (4 x 16 r), and writes and
     reads its kept indices and values (8 r): 48 + 72 r;
   - compressed EDM (qsgd): EDM's fused update reads x, psi, m, g and writes phi, psi, m
-    (28), then the round as above (46): 74; EDM (fused) 28.
+    (28), then the round as above (44): 72; EDM (fused) 28.
 
 * encoding and decoding one agent's row of 10^6 float32 entries (what a rank of
   torch.distributed does each round), as a ratio to copying the row;
@@ -52,7 +53,7 @@ from decentopt.topology import ring
 N, D, ROW = 32, 100_000, 1_000_000
 OPERATORS = ("top_k(0.1)", "top_k(0.01)", "qsgd(4)", "sign")
 #: Bytes per entry of the state each step reads and writes (the module docstring).
-ROUND_BYTES = {"qsgd(4)": 46, "sign": 46, "top_k(0.1)": 36 + 72 * 0.1, "top_k(0.01)": 36.72}
+ROUND_BYTES = {"qsgd(4)": 44, "sign": 44, "top_k(0.1)": 36 + 72 * 0.1, "top_k(0.01)": 36.72}
 RULE_BYTES = {"dsgd": 12, "edm": 28}
 PLAIN_BYTES = {"dsgd": 12, "edm": 28}
 

@@ -9,17 +9,20 @@
  *     q = Q(z - hat),   hat += q,   s = W hat (see below),   out = z + gamma (s - hat),
  *
  * with Q one of TOP_K, QSGD, SIGN (decentopt.compression's operators, same numbers)
- * in two passes. Phase 1, agent by agent, reads z and hat, quantises each row in
- * cache and keeps only q's short form (top-k: kept indices and values; qsgd, sign:
- * one byte code per entry and one unit per row). Phase 2 for top-k, agent by agent
+ * in two passes. Phase 1, agent by agent, reads z and hat and keeps only what q needs
+ * of a whole row (top-k: its kept indices and values, quantised in cache; qsgd, sign:
+ * the row's unit, and qsgd's scale). Phase 2 for top-k, agent by agent
  * in chunks of columns, adds its own and its neighbours' q to hat and s by a merge
  * over the sorted index lists (nothing densified, only the kept entries touched:
  * s += sum_o w_o q[(i + o) mod n], each term w_o q rounded to T, added one by one in
  * stencil order); for qsgd and sign, whose q is dense, chunk by chunk over all
- * agents, it recomputes s = sum_o w_o hat[(i + o) mod n] in float64 from the new
- * hat (S = W X_hat is what CHOCO keeps; not reading S saves 8 of 66 bytes per entry).
+ * agents, it computes q again from z - hat (read there anyway: no per-entry code is
+ * written and read back), then recomputes s = sum_o w_o hat[(i + o) mod n] in float64
+ * from the new hat (S = W X_hat is what CHOCO keeps; not reading S saves 8 bytes per
+ * entry), and writes hat, s and the output by non-temporal stores.
  */
 #define FN(name) CAT(name, SUFFIX)
+#define STREAM_T CAT(stream, SUFFIX)
 #define CHUNK 1024
 
 static inline U FN(key)(T x) {
@@ -99,10 +102,10 @@ struct FN(choco_job) {
     T *out;
     T gamma;
     const uint64_t *keys; /* qsgd: one per row of k */
-    uint8_t *codes;       /* qsgd, sign: 2 level + [x < 0] per entry */
     int32_t *idx;         /* top-k: kept indices per row, ascending (kept + 1 slots) */
     T *vals;              /* and their values */
     double *units;        /* qsgd, sign: one per row */
+    double *scales;       /* qsgd: levels / norm per row (units' second half) */
     const int64_t *offsets;
     const T *weights;
     const double *weights64; /* qsgd, sign: S = W X_hat in float64 */
@@ -152,33 +155,44 @@ static void FN(choco_encode)(const void *shared, int64_t first, int64_t last, vo
             continue;
         }
         const double sum = FN(difference)(z, hat, k, job->op == QSGD, d);
-        uint8_t *restrict code = job->codes + row * k;
         if (job->op == SIGN) {
             job->units[row] = (double)(T)(sum / (double)k);
-            for (int64_t j = 0; j < k; j++) code[j] = (uint8_t)(2 + (d[j] < 0));
             continue;
         }
         const double norm = (double)(T)sqrt(sum);
-        const double scale = job->levels / (norm > 0 ? norm : 1.0);
-        const uint32_t lo = (uint32_t)job->keys[row], hi = (uint32_t)(job->keys[row] >> 32);
         job->units[row] = norm / job->per_unit;
-        const int32_t top = (int32_t)job->levels;
-        for (int64_t a = 0; a < k; a += CHUNK) { /* chunks: each loop vectorises */
-            const int64_t w = k - a < CHUNK ? k - a : CHUNK;
-            int32_t level[CHUNK];
-            for (int64_t j = 0; j < w; j++) { /* |d| scale + u >= 0: truncation floors */
-                const uint32_t h = FN(mix)(FN(mix)((uint32_t)(a + j) ^ lo) ^ hi);
-                const double u = ((double)(int32_t)(h ^ 0x80000000U) + 0x1p31) * 0x1p-32;
-                const int32_t l = (int32_t)(fabs((double)d[a + j]) * scale + u);
-                level[j] = 2 * (l > top ? top : l);
-            }
-            for (int64_t j = 0; j < w; j++) code[a + j] = (uint8_t)(level[j] + (d[a + j] < 0));
-        }
+        job->scales[row] = job->levels / (norm > 0 ? norm : 1.0);
     }
 }
 
-static inline T FN(decode)(uint8_t code, double unit) {
-    return (T)((double)(code >> 1) * unit) * (T)(1 - 2 * (code & 1));
+/* Phase 2's x_hat + q over columns [a, a + m) of one row (index row) of k, with z
+   and x_hat there: q recomputed from z - x_hat (the numbers phase 1 summed) and the
+   row's unit, the same q as decentopt.compression's, into fresh. */
+static void FN(fresh)(const struct FN(choco_job) *job, int64_t row, int64_t a, int64_t m,
+                      const T *restrict z, const double *restrict hat, double *restrict fresh) {
+    const double unit = job->units[row];
+    if (job->op == SIGN) {
+        for (int64_t j = 0; j < m; j++) {
+            const T d = (T)((double)z[j] - hat[j]);
+            fresh[j] = hat[j] + (double)((T)unit * (T)(1 - 2 * (d < 0)));
+        }
+        return;
+    }
+    const double scale = job->scales[row];
+    const uint32_t lo = (uint32_t)job->keys[row], hi = (uint32_t)(job->keys[row] >> 32);
+    const int32_t top = (int32_t)job->levels;
+    int32_t level[CHUNK]; /* m <= CHUNK: each loop vectorises */
+    for (int64_t j = 0; j < m; j++) { /* |d| scale + u >= 0: truncation floors */
+        const T d = (T)((double)z[j] - hat[j]);
+        const uint32_t h = FN(mix)(FN(mix)((uint32_t)(a + j) ^ lo) ^ hi);
+        const double u = ((double)(int32_t)(h ^ 0x80000000U) + 0x1p31) * 0x1p-32;
+        const int32_t l = (int32_t)(fabs((double)d) * scale + u);
+        level[j] = l > top ? top : l;
+    }
+    for (int64_t j = 0; j < m; j++) {
+        const T d = (T)((double)z[j] - hat[j]);
+        fresh[j] = hat[j] + (double)((T)((double)level[j] * unit) * (T)(1 - 2 * (d < 0)));
+    }
 }
 
 /* Phase 2, columns [a, b) of one row of k (its first column c0 in the state). */
@@ -240,11 +254,7 @@ static void FN(choco_dense)(const void *shared, int64_t first, int64_t last, voi
         const int64_t m = k - a < wide ? k - a : wide;
         for (int64_t i = 0; i < n; i++) {
             const int64_t c0 = i * job->D + r * k + a;
-            const uint8_t *restrict code = job->codes + c0;
-            const double *restrict hat = job->hat + c0;
-            const double unit = job->units[i * rows + r];
-            double *restrict mine = fresh + i * wide;
-            for (int64_t j = 0; j < m; j++) mine[j] = hat[j] + (double)FN(decode)(code[j], unit);
+            FN(fresh)(job, i * rows + r, a, m, job->z + c0, job->hat + c0, fresh + i * wide);
         }
         for (int64_t i = 0; i < n; i++) {
             const int64_t c0 = i * job->D + r * k + a;
@@ -259,11 +269,11 @@ static void FN(choco_dense)(const void *shared, int64_t first, int64_t last, voi
             const T *restrict z = job->z + c0;
             double *restrict hat = job->hat + c0, *restrict s = job->s + c0;
             T *restrict out = job->out + c0;
-            for (int64_t j = 0; j < m; j++) {
-                hat[j] = mine[j];
-                s[j] = acc[j];
-                out[j] = z[j] + job->gamma * (T)(acc[j] - mine[j]);
-            }
+            T result[CHUNK];
+            for (int64_t j = 0; j < m; j++) result[j] = z[j] + job->gamma * (T)(acc[j] - mine[j]);
+            stream_f64(hat, mine, m);
+            stream_f64(s, acc, m);
+            STREAM_T(out, result, m);
         }
     }
 }
@@ -283,15 +293,15 @@ static void FN(choco_apply)(const void *shared, int64_t first, int64_t last, voi
 int EXPORT(decentopt_choco)(int op, int64_t n, int64_t D, int64_t k, int64_t kept,
                             double levels, double per_unit, const T *z, double *hat, double *s,
                             T *out, T gamma,
-                            const uint64_t *keys, uint8_t *codes, int32_t *idx, T *vals,
+                            const uint64_t *keys, int32_t *idx, T *vals,
                             double *units, int64_t terms, const int64_t *offsets,
                             const T *weights, const double *weights64, int threads) {
     if (op < TOP_K || op > SIGN || terms < 1 || terms > MAX_TERMS || n < 0 || k < 1 ||
         D % k || (op == TOP_K && (kept < 1 || kept > k)) || k > INT32_MAX)
         return 1;
     struct FN(choco_job) job = {op,  n,     D,    k,     kept, terms, levels, per_unit,
-                                      z,   hat,   s,    out,   gamma, keys, codes, idx, vals,
-                                      units, offsets, weights, weights64, 0};
+                                      z,   hat,   s,    out,   gamma, keys, idx, vals,
+                                      units, units + n * (D / k), offsets, weights, weights64, 0};
     const size_t scratch = (size_t)k * (sizeof(T) + (op == TOP_K ? sizeof(U) : 0));
     if (run_parallel(FN(choco_encode), &job, n, threads, scratch)) return 2;
     if (op == TOP_K) return run_parallel(FN(choco_apply), &job, n, threads, 0);
@@ -303,4 +313,5 @@ int EXPORT(decentopt_choco)(int op, int64_t n, int64_t D, int64_t k, int64_t kep
 }
 
 #undef TOP_SHIFT
+#undef STREAM_T
 #undef FN

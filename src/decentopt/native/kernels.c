@@ -57,6 +57,27 @@ static void fence(void) {
 #endif
 }
 
+/* dst[0:m) = src[0:m) by non-temporal stores where the CPU has them: a destination
+   that is only written is not read into cache first (a scalar head up to its
+   alignment, and a tail). Visible to other threads after fence(). */
+static void stream_f64(double *restrict dst, const double *restrict src, int64_t m) {
+    int64_t j = 0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+    for (; j < m && ((uintptr_t)(dst + j) & 31); j++) dst[j] = src[j];
+    for (; j + 4 <= m; j += 4) _mm256_stream_pd(dst + j, _mm256_loadu_pd(src + j));
+#endif
+    for (; j < m; j++) dst[j] = src[j];
+}
+
+static void stream_f32(float *restrict dst, const float *restrict src, int64_t m) {
+    int64_t j = 0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+    for (; j < m && ((uintptr_t)(dst + j) & 31); j++) dst[j] = src[j];
+    for (; j + 8 <= m; j += 8) _mm256_stream_ps(dst + j, _mm256_loadu_ps(src + j));
+#endif
+    for (; j < m; j++) dst[j] = src[j];
+}
+
 /* Threads: started for each call and joined before it returns (no pool survives
    it, so a process forked later -- a sweep's workers -- inherits no threads; an
    OpenMP pool would hang such a child on its next parallel call). */

@@ -196,14 +196,14 @@ class NativeMixer(MixerBase):
         per_unit = levels * codec.tau(k) if op == 1 else 1.0  # type: ignore[attr-defined]
         flat, hat, s = flat.contiguous(), hat.contiguous(), s.contiguous()
         out = torch.empty_like(flat)
-        codes, idx, vals, units = self._scratch(
-            (n * d if op else 0, torch.uint8), (n * rows * (kept + 1), torch.int32),
-            (n * rows * (kept + 1), flat.dtype), (n * rows, torch.float64),
+        idx, vals, units = self._scratch(
+            (n * rows * (kept + 1), torch.int32), (n * rows * (kept + 1), flat.dtype),
+            (n * rows * (2 if op == 1 else 1), torch.float64),  # qsgd: units, then scales
         )  # fmt: skip
         status = self._function("decentopt_choco", flat.dtype)(
             op, n, d, k, kept, levels, per_unit, flat.data_ptr(), hat.data_ptr(), s.data_ptr(),
-            out.data_ptr(), gamma, keys.data_ptr(), codes.data_ptr(), idx.data_ptr(),
-            vals.data_ptr(), units.data_ptr(), *self._stencil_args(flat.dtype),
+            out.data_ptr(), gamma, keys.data_ptr(), idx.data_ptr(), vals.data_ptr(),
+            units.data_ptr(), *self._stencil_args(flat.dtype),
             self._weights["f64"], torch.get_num_threads(),
         )  # fmt: skip
         if status:
