@@ -51,7 +51,7 @@ from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossi
 from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import CommStats, Communicator, Elementwise
+    from decentopt.comm.base import Communicator
 
 __all__ = ["Delayed", "SendsAhead", "self_weights"]
 
@@ -207,36 +207,23 @@ class Delayed(Gossip):
         return f"delayed({self.tau}, {self._wrapped.label()}{bound})"
 
 
-class _LateComm:
+class _LateComm(Channel):
     """A communicator whose one round a step mixes ``D Z(t) + (W - D) Z(t - tau)``, keeping
-    the sent tensors of the last ``tau`` rounds."""
+    the sent tensors of the last ``tau`` rounds (its ``state``)."""
 
     def __init__(
         self, comm: Communicator, history: Fields, tau: int, slots: int, bound: int | None
     ) -> None:
-        self.comm, self.history, self.tau, self.slots_sent = comm, dict(history), tau, slots
-        self.bound, self.done = tau if bound is None else bound, False
+        super().__init__(comm, history)
+        self.history, self.tau, self.slots_sent = self.state, tau, slots
+        self.bound = tau if bound is None else bound
 
-    @property
-    def stats(self) -> CommStats:
-        return self.comm.stats
-
-    @property
-    def topology(self) -> Any:
-        return self.comm.topology
-
-    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        if self.done:
-            raise ValueError(
-                "delayed gossip combines one round per step, and the rule mixed twice in one "
-                "step: use the exact gossip"
-            )
+    def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if len(zs) != self.slots_sent:
             raise ValueError(
                 f"the rule mixed {len(zs)} tensors in one round; delayed gossip keeps the "
                 f"history of {self.slots_sent}"
             )
-        self.done = True
         slots, lags = range(len(zs)), range(self.tau, 0, -1)
         old = [self.history[_history(k, self.tau)] for k in slots]
         diag = self_weights(self.comm, zs[0].shape[0])
@@ -255,24 +242,8 @@ class _LateComm:
             self.history[_history(k, 1)] = sent[k]
         return out
 
-    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        mixed = self.mix_many([z])[0]
-        return mixed if out is None else out.copy_(mixed)
-
-    def mix_map(
-        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
-    ) -> tuple[torch.Tensor, ...]:
-        first, *rest = fn(*tensors, *scalars)
-        return (self.mix(first), *rest)
-
     def mix_compressed(self, z: torch.Tensor, compression: Any) -> Any:
         raise ValueError("delayed gossip mixes values; it does not delay compressed messages")
-
-    def mean(self, z: torch.Tensor) -> torch.Tensor:
-        return self.comm.mean(z)
-
-    def barrier(self, stage: str) -> None:
-        self.comm.barrier(stage)
 
 
 class _DelayedChannel(Through):
