@@ -1,13 +1,15 @@
 """The native kernels: a C library built when the package is installed, loaded with ctypes.
 
 ``kernels.c`` fuses the library's own elementwise updates (DSGD's, DmSGD's, ED's
-and EDM's) with a circulant mix, and has the plain circulant mix and CHOCO-gossip's
-compressed round (``compress.h``); ``blocks.c`` runs many steps of a quadratic
+and EDM's) with a circulant mix, and has the plain circulant mix, CHOCO-gossip's
+compressed round (``compress.h``) and the logistic problem's gradient in one pass
+over its data (``logistic.h``); ``blocks.c`` runs many steps of a quadratic
 problem with those updates in one call; ``build.py``
 compiles it once per instruction set (AVX-512, AVX2 + FMA, baseline) into one
 library. Which functions exist and which update each ``kind`` computes is known
 here and in :mod:`decentopt.comm.mixers.native`, the mixer that calls them;
-nothing else imports this module.
+:mod:`decentopt.native.problems` calls the problems' own kernels; nothing else
+imports this module.
 
 Where the library comes from, in order:
 
@@ -90,6 +92,8 @@ def _signatures(scalar: type) -> dict[str, list]:
             ctypes.POINTER(_P), _P, _P, _P, _P, _INT, _I64, weights, scalar, _I64, offsets,
             weights,
         ],
+        # rows, m, d, data, x, out, scale, threads (logistic.h)
+        "decentopt_logistic_gradient": [_I64, _I64, _I64, _P, _P, _P, _F64, _INT],
     }  # fmt: skip
 
 

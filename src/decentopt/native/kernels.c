@@ -24,8 +24,9 @@
  * non-temporal stores straight from registers (no output line is read first);
  * the ring's three-term sum unrolled (a loop over the terms cost more than the loads).
  *
- * The kernels for one element type are in kernels.h, and CHOCO's compressed round
- * in compress.h, each included once for float and once for double.
+ * The kernels for one element type are in kernels.h, CHOCO's compressed round in
+ * compress.h and the logistic problem's gradient in logistic.h, each included once for
+ * float and once for double.
  */
 #include <math.h>
 #include <pthread.h>
@@ -164,6 +165,7 @@ static int run_parallel(task_fn fn, const void *shared, int64_t tasks, int threa
 #endif
 #include "kernels.h"
 #include "compress.h"
+#include "logistic.h"
 #undef T
 #undef U
 #undef SUFFIX
@@ -203,3 +205,4 @@ static int run_parallel(task_fn fn, const void *shared, int64_t tasks, int threa
 #endif
 #include "kernels.h"
 #include "compress.h"
+#include "logistic.h"

@@ -10,11 +10,23 @@ heterogeneity. Its loss is
              + \\frac{\\mu}{2} \\|x\\|^2 .
 
 Stochastic gradients are the full local gradients plus ``N(0, sigma_s2 I_d)``
-noise, as in the paper. With ``compute_dtype=torch.float32`` the per-step
-gradients read a float32 copy of the data (half the memory traffic of this
-memory-bound kernel, about 2x faster); the optimum and every metric are
-always computed in float64. The minimiser ``x*`` of ``f = mean_i f_i`` is computed
-by Newton's method to machine precision, so ``f(xbar) - f*`` and
+noise, as in the paper. Per agent ``i`` and repetition, the data term is
+
+.. math::
+    z_j = v_{ij} u_{ij}^\\top x_i, \\qquad
+    \\nabla f_i(x_i) - \\mu x_i = -\\frac1m \\sum_{j=1}^m \\sigma(-z_j)\\, v_{ij} u_{ij} ;
+
+on the CPU the per-step gradient computes it with the native C kernel
+(:mod:`decentopt.native.problems`) in one pass over the data: each agent's and
+repetition's samples are read once, a block at a time, for ``z_j``, the weight
+``sigma(-z_j)`` and the sum, in float64 in a fixed order whatever the thread count.
+Without the library (or with ``DECENTOPT_NATIVE=0``, or on a GPU) torch computes
+the same sum in two batched products over the data, in the data's dtype. With
+``compute_dtype=torch.float32`` the per-step gradients read a float32 copy of the
+data (half the memory traffic); the C kernel still sums in float64, torch in
+float32, so the two differ by float32 rounding. The optimum and every metric are
+always computed by torch in float64. The minimiser ``x*`` of ``f = mean_i f_i`` is
+computed by Newton's method to machine precision, so ``f(xbar) - f*`` and
 ``||grad f(xbar)||^2`` are exact.
 """
 
@@ -27,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from decentopt._checks import as_count, as_real, check_problem_dtype
+from decentopt.native.problems import logistic_data_term
 from decentopt.problems.base import StatelessProblem, normal_block
 
 if TYPE_CHECKING:
@@ -147,12 +160,23 @@ class Logistic(StatelessProblem):
         return (self._vU @ x.unsqueeze(-1)).squeeze(-1)
 
     def full_gradient(self, x: torch.Tensor, *, exact: bool = True) -> torch.Tensor:
-        """Local gradients at a stack ``(n, R, d)`` (float64 data unless ``exact=False``)."""
+        """Local gradients at a stack ``(n, R, d)`` (float64 data unless ``exact=False``).
+
+        ``exact=False`` (the per-step gradient) reads the ``compute_dtype`` copy, on the
+        CPU with the native kernel in one pass when the library is there (see the module).
+        """
         vU = self._vU if exact else self._vU_fast
-        z = (vU @ x.to(vU.dtype).unsqueeze(-1)).squeeze(-1)
-        weights = torch.sigmoid(z.neg_()).mul_(-1.0 / self.m)  # d/dz log(1+e^-z) = -sigmoid(-z)
-        data_term = (weights.unsqueeze(-2) @ vU).squeeze(-2)
+        xc = x.to(vU.dtype)
+        data_term = None if exact else logistic_data_term(vU, xc, -1.0 / self.m)
+        if data_term is None:
+            data_term = self._torch_data_term(vU, xc)
         return data_term.to(self.dtype) + self.mu * x
+
+    def _torch_data_term(self, vU: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``sum_j w_j vU_j`` with ``w_j = -sigmoid(-z_j) / m``, ``z = vU x``, by torch."""
+        z = (vU @ x.unsqueeze(-1)).squeeze(-1)
+        weights = torch.sigmoid(z.neg_()).mul_(-1.0 / self.m)  # d/dz log(1+e^-z) = -sigmoid(-z)
+        return (weights.unsqueeze(-2) @ vU).squeeze(-2)
 
     def objective(self, xbar: torch.Tensor) -> torch.Tensor:
         """``f(xbar) = mean_i f_i(xbar)`` for ``xbar`` of shape ``(R, d)`` -> ``(R,)``."""

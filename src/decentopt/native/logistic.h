@@ -1,0 +1,172 @@
+/* The logistic problem's full local gradient for element type T (names end in SUFFIX),
+ * included by kernels.c after compress.h.
+ *
+ * decentopt_logistic_gradient_<t>_<isa> takes data a (rows, m, d) -- row r holds an
+ * agent's samples for one repetition, a_rj = v_rj u_rj -- points x (rows, d) and a
+ * scale, and computes for every row
+ *
+ *     z_j = a_rj . x_r,   w_j = scale * sigmoid(-z_j) = scale / (1 + e^{z_j}),
+ *     out_r = sum_j w_j a_rj                                   (j = 1 .. m),
+ *
+ * which with scale = -1/m is the data term of decentopt.problems.Logistic's gradient.
+ * It reads the data once: a block of BLOCK samples (BLOCK d elements, in the first-level
+ * cache) gives its margins, then its weights, then its terms of the sum before the next
+ * block is read (torch's two batched products read all the data twice).
+ *
+ * Everything is computed in double for either T, in a fixed order: z_j's products in
+ * four partial sums (coordinates k mod 4), added as (s0 + s1) + (s2 + s3); the sum over
+ * samples in four partial sums too (samples j mod 4, each in sample order), added the
+ * same way; the result rounded to T once. e^t is this file's own (a degree-13 Taylor
+ * polynomial after t = n ln 2 + r, |r| <= ln 2 / 2; within 1e-15 of exp), so that the
+ * weights of a block are computed in vector registers. Operations are the same on
+ * every instruction set (four-wide vectors of the compiler's vector extension, lowered
+ * to what the CPU has; kernels.c is compiled without contraction) and each row is one
+ * thread's: a row's result depends on neither the thread count nor the instruction set.
+ */
+#ifndef DECENTOPT_LOGISTIC_ONCE
+#define DECENTOPT_LOGISTIC_ONCE
+#define BLOCK 64
+typedef double v4d __attribute__((vector_size(32)));
+
+/* Vectors go through pointers: no vector is passed by value (whose ABI depends on the
+   instruction set). */
+static inline void load_v4d(v4d *v, const double *p) { memcpy(v, p, sizeof *v); }
+
+static inline void store_v4d(double *p, const v4d *v) { memcpy(p, v, sizeof *v); }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+/* Lets GCC turn the selects below into vector blends (values are the same; no code
+   here reads the floating-point exception flags). */
+#pragma GCC optimize("no-trapping-math")
+#endif
+/* w[b] = scale * sigmoid(-w[b]) = scale / (1 + e^{w[b]}) for b < count, from
+   e = e^{-|z|} <= 1 (no overflow): 1 / (1 + e) for z <= 0, e / (1 + e) above. Where
+   -|z| < -708 (e below the smallest normal double), e is taken as 0. */
+static void logistic_weights(double *restrict w, int64_t count, double scale) {
+    const double log2e = 0x1.71547652b82fep0, shifter = 0x1.8p52;
+    const double ln2_hi = 0x1.62e42fefa3800p-1, ln2_lo = 0x1.ef35793c7673p-45;
+    for (int64_t b = 0; b < count; b++) {
+        const double z = w[b];
+        const double t_in = -fabs(z);
+        const int tiny = t_in < -708.0;
+        const double t = tiny ? -708.0 : t_in;
+        const double shifted = t * log2e + shifter; /* n = round(t / ln 2) in the low bits */
+        const double n = shifted - shifter;
+        const double r = (t - n * ln2_hi) - n * ln2_lo; /* n ln2_hi is exact */
+        double p = 1.0 / 6227020800.0;                   /* 1 / 13! */
+        p = p * r + 1.0 / 479001600.0;
+        p = p * r + 1.0 / 39916800.0;
+        p = p * r + 1.0 / 3628800.0;
+        p = p * r + 1.0 / 362880.0;
+        p = p * r + 1.0 / 40320.0;
+        p = p * r + 1.0 / 5040.0;
+        p = p * r + 1.0 / 720.0;
+        p = p * r + 1.0 / 120.0;
+        p = p * r + 1.0 / 24.0;
+        p = p * r + 1.0 / 6.0;
+        p = p * r + 0.5;
+        p = p * r + 1.0;
+        p = p * r + 1.0;
+        uint64_t n_bits, p_bits;
+        memcpy(&n_bits, &shifted, sizeof n_bits);
+        memcpy(&p_bits, &p, sizeof p_bits);
+        p_bits += n_bits << 52; /* p 2^n: n in [-1022, 0] adds to p's exponent */
+        double e;
+        memcpy(&e, &p_bits, sizeof e);
+        e = tiny ? 0.0 : e;
+        w[b] = scale * ((z > 0.0 ? e : 1.0) / (1.0 + e));
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+#endif /* DECENTOPT_LOGISTIC_ONCE */
+
+#define LFN(name) CAT(name, SUFFIX)
+typedef T LFN(v4) __attribute__((vector_size(4 * sizeof(T))));
+
+/* p[0:4] widened to double. */
+static inline void LFN(load_wide)(v4d *v, const T *p) {
+    LFN(v4) narrow;
+    memcpy(&narrow, p, sizeof narrow);
+    *v = __builtin_convertvector(narrow, v4d);
+}
+
+struct LFN(logistic_job) {
+    int64_t m, d;
+    const T *a, *x;
+    T *out;
+    double scale;
+};
+
+/* Rows [first, last); scratch: 5 d4 doubles (the point, then the four partial sums). */
+static void LFN(logistic_rows)(const void *shared, int64_t first, int64_t last, void *scratch) {
+    const struct LFN(logistic_job) *job = shared;
+    const int64_t m = job->m, d = job->d, whole = d - d % 4, d4 = (d + 3) / 4 * 4;
+    double *restrict xd = scratch, *restrict part = xd + d4; /* part[q * d4 + k] */
+    double w[BLOCK];
+    for (int64_t r = first; r < last; r++) {
+        const T *restrict a = job->a + r * m * d;
+        for (int64_t k = 0; k < d4; k++) xd[k] = k < d ? (double)job->x[r * d + k] : 0.0;
+        for (int64_t k = 0; k < 4 * d4; k++) part[k] = 0.0;
+        for (int64_t j0 = 0; j0 < m; j0 += BLOCK) { /* BLOCK is a multiple of 4: j mod 4 = b mod 4 */
+            const int64_t count = m - j0 < BLOCK ? m - j0 : BLOCK, quads = count - count % 4;
+            const T *restrict block = a + j0 * d;
+            for (int64_t b = 0; b < count; b++) { /* margins */
+                const T *restrict u = block + b * d;
+                v4d s = {0.0, 0.0, 0.0, 0.0}, uk, xk;
+                for (int64_t k = 0; k < whole; k += 4) {
+                    LFN(load_wide)(&uk, u + k);
+                    load_v4d(&xk, xd + k);
+                    s += uk * xk;
+                }
+                for (int64_t k = whole; k < d; k++) s[k - whole] += (double)u[k] * xd[k];
+                w[b] = (s[0] + s[1]) + (s[2] + s[3]);
+            }
+            logistic_weights(w, count, job->scale);
+            for (int64_t k = 0; k < whole; k += 4) { /* four columns, four samples at a time */
+                v4d p0, p1, p2, p3, u0, u1, u2, u3;
+                load_v4d(&p0, part + k);
+                load_v4d(&p1, part + d4 + k);
+                load_v4d(&p2, part + 2 * d4 + k);
+                load_v4d(&p3, part + 3 * d4 + k);
+                for (int64_t b = 0; b < quads; b += 4) {
+                    const T *u = block + b * d + k;
+                    LFN(load_wide)(&u0, u);
+                    LFN(load_wide)(&u1, u + d);
+                    LFN(load_wide)(&u2, u + 2 * d);
+                    LFN(load_wide)(&u3, u + 3 * d);
+                    p0 += w[b] * u0;
+                    p1 += w[b + 1] * u1;
+                    p2 += w[b + 2] * u2;
+                    p3 += w[b + 3] * u3;
+                }
+                store_v4d(part + k, &p0);
+                store_v4d(part + d4 + k, &p1);
+                store_v4d(part + 2 * d4 + k, &p2);
+                store_v4d(part + 3 * d4 + k, &p3);
+            }
+            for (int64_t b = 0; b < count; b++) { /* the last columns, and the last samples */
+                double *restrict q = part + (b % 4) * d4;
+                const T *restrict u = block + b * d;
+                for (int64_t k = b < quads ? whole : 0; k < d; k++) q[k] += w[b] * (double)u[k];
+            }
+        }
+        for (int64_t k = 0; k < d; k++)
+            job->out[r * d + k] =
+                (T)((part[k] + part[d4 + k]) + (part[2 * d4 + k] + part[3 * d4 + k]));
+    }
+}
+
+int EXPORT(decentopt_logistic_gradient)(int64_t rows, int64_t m, int64_t d, const T *a,
+                                        const T *x, T *out, double scale, int threads) {
+    if (rows < 0 || m < 0 || d < 0) return 1;
+    if (rows == 0 || d == 0) return 0;
+    const struct LFN(logistic_job) job = {m, d, a, x, out, scale};
+    const int64_t d4 = (d + 3) / 4 * 4;
+    return run_parallel(LFN(logistic_rows), &job, rows, threads,
+                        (size_t)(5 * d4) * sizeof(double));
+}
+
+#undef LFN

@@ -1,0 +1,134 @@
+"""The problems' native kernels: the logistic gradient's data term in one pass over the data."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from decentopt import native
+from decentopt.native.problems import logistic_data_term
+from decentopt.problems import Logistic
+
+#: Forward error bounds, relative to sum_j |w_j a_jk| (the size of the sum's terms).
+TOLERANCE = {torch.float32: 1e-6, torch.float64: 1e-13}
+#: rows, m, d: odd sizes around the kernel's widths (4 columns, 4 samples, blocks of 64).
+SHAPES = [(1, 1, 1), (3, 1, 5), (2, 7, 3), (5, 65, 13), (4, 130, 20), (2, 64, 8), (3, 9, 21)]
+
+
+def library() -> native.Library:
+    lib, why = native.library()
+    if lib is None:
+        pytest.skip(f"no native library: {why}")
+    return lib
+
+
+def sample(rows: int, m: int, d: int, dtype: torch.dtype, seed: int = 0, spread: float = 2.0):
+    gen = torch.Generator().manual_seed(seed)
+    data = torch.randn(rows, m, d, generator=gen, dtype=torch.float64).to(dtype)
+    x = (spread * torch.randn(rows, d, generator=gen, dtype=torch.float64)).to(dtype)
+    return data, x
+
+
+def exact(data: torch.Tensor, x: torch.Tensor, scale: float):
+    """The data term of the given (rounded) data and point in float64, and its size."""
+    a, xd = data.double(), x.double()
+    w = torch.sigmoid(-(a @ xd.unsqueeze(-1)).squeeze(-1)) * scale
+    return (w.unsqueeze(-2) @ a).squeeze(-2), (w.abs().unsqueeze(-2) @ a.abs()).squeeze(-2)
+
+
+def run(data, x, scale, threads, isa=None) -> torch.Tensor:
+    out = torch.empty_like(x)
+    suffix = "f32" if data.dtype == torch.float32 else "f64"
+    fn = library().function("decentopt_logistic_gradient", suffix, isa)
+    rows, m, d = data.shape
+    assert fn(rows, m, d, data.data_ptr(), x.data_ptr(), out.data_ptr(), scale, threads) == 0
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_data_term_is_the_sum_to_rounding(shape, dtype):
+    library()
+    data, x = sample(*shape, dtype)
+    scale = -1.0 / shape[1]
+    got = logistic_data_term(data, x, scale)
+    assert got is not None and got.dtype == dtype and got.shape == x.shape
+    want, size = exact(data, x, scale)
+    assert ((got.double() - want).abs() <= TOLERANCE[dtype] * size).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_margins_far_out_give_weights_of_zero_and_one(dtype):
+    library()
+    data = torch.tensor([[[1.0], [-1.0], [1.0]]], dtype=dtype)
+    for value in (800.0, 700.0, 30.0, 0.0, float("inf")):
+        x = torch.tensor([[value]], dtype=dtype)
+        got = logistic_data_term(data, x, 1.0)
+        z = torch.tensor([value, -value, value], dtype=torch.float64)
+        want = (torch.sigmoid(-z) * torch.tensor([1.0, -1.0, 1.0])).sum()
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double()[0, 0], want, rtol=TOLERANCE[dtype], atol=1e-300)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_result_depends_on_neither_threads_nor_instruction_set(dtype):
+    lib = library()
+    data, x = sample(7, 131, 11, dtype, seed=3)
+    one = run(data, x, -1 / 131, 1)
+    for threads in (2, 3, 7, 64):
+        assert torch.equal(run(data, x, -1 / 131, threads), one)
+    for isa in lib.variants:
+        assert torch.equal(run(data, x, -1 / 131, 2, isa), one)
+    previous = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert torch.equal(logistic_data_term(data, x, -1 / 131), one)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_what_the_kernel_does_not_take_is_left_to_torch():
+    library()
+    data, x = sample(2, 5, 3, torch.float64)
+    assert logistic_data_term(data, x.float(), 1.0) is None  # mixed dtypes
+    assert logistic_data_term(data.to(torch.bfloat16), x.to(torch.bfloat16), 1.0) is None
+    assert logistic_data_term(data.transpose(-1, -2), x[:, :1].expand(2, 5), 1.0) is None
+    assert logistic_data_term(data, x.requires_grad_(), 1.0) is None
+    with torch.no_grad():
+        assert logistic_data_term(data, x, 1.0) is not None
+    assert library().function("decentopt_logistic_gradient", "f64")(-1, 1, 1, 0, 0, 0, 1.0, 1)
+
+
+@pytest.fixture
+def without_library(monkeypatch):
+    monkeypatch.setenv("DECENTOPT_NATIVE", "0")
+    native.library.cache_clear()
+    yield
+    monkeypatch.undo()
+    native.library.cache_clear()
+
+
+@pytest.mark.parametrize("compute", [torch.float32, torch.float64])
+def test_the_logistic_gradient_with_and_without_the_library(compute, request):
+    library()
+    prob = Logistic.paper(
+        n=4, d=7, m=33, repetitions=3, sigma_s2=0.25, seed=1, compute_dtype=compute
+    )
+    x = torch.randn(4, 3, 7, generator=torch.Generator().manual_seed(2))
+    fast = prob.full_gradient(x, exact=False)
+    noisy = prob.gradient(x, torch.Generator().manual_seed(9))
+    request.getfixturevalue("without_library")
+    assert logistic_data_term(prob._vU_fast, x.to(compute), 1.0) is None
+    torch_fast = prob.full_gradient(x, exact=False)
+    vU = prob._vU_fast
+    assert torch.equal(torch_fast, prob._torch_data_term(vU, x.to(compute)).double() + prob.mu * x)
+    want, size = exact(vU, x.to(compute), -1.0 / prob.m)
+    # torch sums float32 in float32: within 1e-5 of the terms' size; C within 1e-6
+    assert ((torch_fast - prob.mu * x - want).abs() <= 10 * TOLERANCE[compute] * size).all()
+    assert ((fast - prob.mu * x - want).abs() <= TOLERANCE[compute] * size).all()
+    # the same noise: the generator is drawn from as before
+    noise = noisy - fast
+    torch_noise = prob.gradient(x, torch.Generator().manual_seed(9)) - torch_fast
+    torch.testing.assert_close(noise, torch_noise, rtol=0, atol=1e-12)
+    assert noise.abs().max() > 0.1
