@@ -16,7 +16,7 @@ noise, as in the paper. Per agent ``i`` and repetition, the data term is
     z_j = v_{ij} u_{ij}^\\top x_i, \\qquad
     \\nabla f_i(x_i) - \\mu x_i = -\\frac1m \\sum_{j=1}^m \\sigma(-z_j)\\, v_{ij} u_{ij} ;
 
-on the CPU the per-step gradient computes it with the native C kernel
+on the CPU the gradient computes it with the native C kernel
 (:mod:`decentopt.native.problems`) in one pass over the data: each agent's and
 repetition's samples are read once, a block at a time, for ``z_j``, the weight
 ``sigma(-z_j)`` and the sum, in float64 in a fixed order whatever the thread count.
@@ -25,9 +25,9 @@ the same sum in two batched products over the data, in the data's dtype. With
 ``compute_dtype=torch.float32`` the per-step gradients read a float32 copy of the
 data (half the memory traffic); the C kernel still sums in float64, torch in
 float32, so the two differ by float32 rounding. The optimum and every metric are
-always computed by torch in float64. The minimiser ``x*`` of ``f = mean_i f_i`` is
-computed by Newton's method to machine precision, so ``f(xbar) - f*`` and
-``||grad f(xbar)||^2`` are exact.
+always computed from the float64 data (the exact gradient by the same kernel). The
+minimiser ``x*`` of ``f = mean_i f_i`` is computed by Newton's method to machine
+precision, so ``f(xbar) - f*`` and ``||grad f(xbar)||^2`` are exact.
 """
 
 from __future__ import annotations
@@ -162,12 +162,13 @@ class Logistic(StatelessProblem):
     def full_gradient(self, x: torch.Tensor, *, exact: bool = True) -> torch.Tensor:
         """Local gradients at a stack ``(n, R, d)`` (float64 data unless ``exact=False``).
 
-        ``exact=False`` (the per-step gradient) reads the ``compute_dtype`` copy, on the
-        CPU with the native kernel in one pass when the library is there (see the module).
+        ``exact=False`` (the per-step gradient) reads the ``compute_dtype`` copy. Either
+        runs on the CPU with the native kernel in one pass when the library is there
+        (see the module), else with torch.
         """
         vU = self._vU if exact else self._vU_fast
         xc = x.to(vU.dtype)
-        data_term = None if exact else logistic_data_term(vU, xc, -1.0 / self.m)
+        data_term = logistic_data_term(vU, xc, -1.0 / self.m)
         if data_term is None:
             data_term = self._torch_data_term(vU, xc)
         return data_term.to(self.dtype) + self.mu * x
