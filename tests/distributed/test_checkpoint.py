@@ -113,3 +113,15 @@ def test_a_manifest_nested_too_deeply_is_a_damaged_checkpoint(tmp_path):
     with pytest.warns(RuntimeWarning, match=r"rank0.json is damaged .*nested too deeply"):
         step, payload = load_latest(tmp_path)
     assert step == 1 and torch.equal(payload["x"], torch.ones(2))
+
+
+def test_the_manifest_digest_is_that_of_the_bytes_on_disk(tmp_path):
+    """The SHA-256 is taken while writing (no second read): it must equal the file's."""
+    payload = {"x": torch.randn(3, 1000), "step": 7, "nested": {"m": torch.arange(50)}}
+    save_checkpoint(tmp_path, 7, payload)
+    folder = tmp_path / "step-00000007"
+    manifest = json.loads((folder / "rank0.json").read_text())
+    on_disk = (folder / "rank0.pt").read_bytes()
+    assert manifest["sha256"] == hashlib.sha256(on_disk).hexdigest()
+    assert manifest["bytes"] == len(on_disk)
+    assert torch.equal(checkpoint.load_checkpoint(tmp_path, 7)["x"], payload["x"])

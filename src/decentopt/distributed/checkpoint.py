@@ -46,7 +46,34 @@ def _step_dir(root: Path, step: int) -> Path:
 
 
 def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    sha256 = hashlib.sha256()
+    with path.open("rb") as file:  # by chunks: a checkpoint can be larger than free memory
+        for chunk in iter(lambda: file.read(1 << 24), b""):
+            sha256.update(chunk)
+    return sha256.hexdigest()
+
+
+class _HashingFile:
+    """A binary file that hashes what is written through it: a checkpoint's SHA-256 costs
+    no second read of a file that can be gigabytes (16 VGG-11s with their EDM state)."""
+
+    def __init__(self, file: Any) -> None:
+        self.file, self.sha256 = file, hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        self.sha256.update(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def _save_hashed(payload: dict[str, Any], tmp: str) -> str:
+    """``torch.save`` into ``tmp``; the SHA-256 of the bytes written."""
+    with open(tmp, "wb") as file:
+        hashing = _HashingFile(file)
+        torch.save(payload, hashing)
+    return hashing.sha256.hexdigest()
 
 
 def _write_atomic(path: Path, write: Callable[[str], None]) -> None:
@@ -89,8 +116,9 @@ def save_checkpoint(
     folder = _step_dir(root, step)
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / f"rank{rank}.pt"
-    _write_atomic(data, lambda tmp: torch.save(payload, tmp))
-    manifest = {"file": data.name, "bytes": data.stat().st_size, "sha256": _digest(data)}
+    digest: list[str] = []
+    _write_atomic(data, lambda tmp: digest.append(_save_hashed(payload, tmp)))
+    manifest = {"file": data.name, "bytes": data.stat().st_size, "sha256": digest[0]}
     _write_atomic(
         folder / f"rank{rank}.json", lambda tmp: Path(tmp).write_text(json.dumps(manifest))
     )
