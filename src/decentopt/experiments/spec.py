@@ -286,6 +286,11 @@ def _load(path_or_preset: str | Path, quick: bool, overrides: list[str] | None) 
         raw = merge(raw, raw["quick"])
     for text in overrides or []:
         raw = merge(raw, parse_override(text))
+    if isinstance(raw.get("problem"), dict):
+        raise ConfigError(
+            f'{source}: problem is a name, e.g. problem = "quadratic", with its settings in '
+            "[problem_params]; found a [problem] table"
+        )
     return validate(raw, source)
 
 
@@ -334,11 +339,6 @@ def _load_plugins(specs: tuple[str, ...], source: str) -> None:
 
 def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     """Check every key and value; raise :class:`ConfigError` naming the first problem."""
-    if isinstance(raw.get("problem"), dict):
-        raise ConfigError(
-            f'{source}: problem is a name, e.g. problem = "quadratic", with its settings in '
-            "[problem_params]; found a [problem] table"
-        )
     top = parse(_File, raw, source)
     if not re.fullmatch(r"[\w.+-]*", top.name) or top.name.startswith("."):
         # the name becomes file names: everything a run writes stays in its folder

@@ -20,32 +20,15 @@ from decentopt.driver import RunOptions
 from decentopt.experiments.claims import bytes_to_settle, claims_report
 from decentopt.experiments.reports import markdown_table, write_report
 from decentopt.experiments.runner import Sweep
-from decentopt.experiments.scaling import run_scaling, scaling_markdown, scaling_table
-from decentopt.experiments.spec import ConfigError, RunSpec
-from decentopt.experiments.store import ResultStore
+from decentopt.experiments.scaling import run_table1
+from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import levels_by_zeta, summarise
-from decentopt.experiments.topologies import parse_graph_claims, run_graphs
-from decentopt.experiments.variants import check_labels
-from decentopt.plotting import LABELS, plot_curves, plot_scaling
-from decentopt.results import lock_folder, write_csv_atomic, write_text_atomic
+from decentopt.experiments.topologies import run_graphs
+from decentopt.plotting import LABELS, plot_curves
+from decentopt.results import write_text_atomic
 
 __all__ = ["bytes_markdown", "claims_text", "run_study", "tuned_markdown"]
-
-
-def _run_table1(study: Study, out: Path, options: RunOptions) -> list[Path]:
-    """Table 1's scaling study into ``out``; each simulation a unit of ``out/runs``."""
-    say = options.log
-    with lock_folder(out):
-        store = ResultStore(out / "runs", force=options.force)
-        rows = run_scaling(seeds=study.seeds, quick=study.small, log=say, store=store)
-    if store.kept:
-        say(f"resumed: {len(store.kept)} finished measurement(s) kept")
-    md = scaling_markdown(rows)
-    say(md)
-    write_text_atomic(out / "table1.md", md)
-    table = write_csv_atomic(out / "table1.csv", scaling_table(rows))
-    return [table, out / "table1.md", *plot_scaling(rows, out / "table1")]
 
 
 def tuned_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
@@ -155,14 +138,12 @@ def claims_text(spec: RunSpec) -> Callable[[dict], str]:
 Extra = Callable[[RunSpec, list[dict[str, Any]], Path, bool], tuple[str, str, list[Path]]]
 
 
-def _run_parts(
-    study: Study, specs: list[RunSpec], out: Path, options: RunOptions, how: Request
-) -> list[Path]:
+def _run_parts(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
     """Each part into its own folder of ``out``, reported with its claims and the study's
     table; ``out/summary.md`` gathers them."""
     extra: Extra = {"tuned": _tuned, "bytes": _bytes}[study.study]
     sections, files = [f"# {study.title}", ""], []
-    for spec in specs:
+    for spec in study.parts(how):
         folder, modified = out / spec.name, how.quick or bool(how.sets)
         outcome = Sweep(spec, folder, options).run()
         claims = claims_text(spec) if how.check and spec.claims else None
@@ -179,15 +160,14 @@ def _run_parts(
     return [out / "summary.md", *files]
 
 
-def _parts(study: Study, how: Request) -> list[RunSpec]:
-    """Every part, loaded and checked before anything runs. ``--only``: each label must
-    name a variant of some part, and a part runs the ones it has."""
-    specs, only = [how.load(study.spec_path(p)) for p in study.specs], how.only
-    if only is None:
-        return specs
-    check_labels(only, list(dict.fromkeys(label for spec in specs for label in spec.algorithms)))
-    chosen = [[x for x in only if x in spec.algorithms] for spec in specs]
-    return [spec.select(labels) for spec, labels in zip(specs, chosen, strict=True) if labels]
+#: How each kind of study runs (``study`` in the file): its parts reported as ``decentopt
+#: run`` does plus one table each, over graphs and numbers of agents, or Table 1's scaling.
+RUNNERS: dict[str, Callable[[Study, Path, RunOptions, Request], list[Path]]] = {
+    "tuned": _run_parts,
+    "bytes": _run_parts,
+    "graphs": run_graphs,
+    "scaling": run_table1,
+}
 
 
 def run_study(
@@ -203,15 +183,4 @@ def run_study(
     """Run (or resume) ``study`` into ``out``; ``sets``: ``--set`` overrides of every part;
     ``only``: the variant labels to run (an unknown one is refused before anything runs)."""
     how = Request(quick, tuple(sets or ()), None if only is None else tuple(only), check)
-    if study.study == "scaling":
-        if only is not None:
-            raise ConfigError(
-                f"--only: {study.name} measures fixed methods in fixed roles and has no "
-                "algorithm labels to choose from; leave --only out"
-            )
-        return _run_table1(study, out, options)
-    specs = _parts(study, how)
-    if study.study == "graphs":
-        parse_graph_claims(study.claims, study.source)  # a bad claim is refused before runs
-        return run_graphs(study, out, options, how)
-    return _run_parts(study, specs, out, options, how)
+    return RUNNERS[study.study](study, out, options, how)

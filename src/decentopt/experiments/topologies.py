@@ -284,7 +284,9 @@ def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:
 
 
 def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
-    """Run (or resume) a graph study into ``out``, as ``how`` asks."""
+    """Run (or resume) a graph study into ``out``, as ``how`` asks; every part, ``--only``
+    label and claim is checked before anything runs."""
+    study.parts(how)
     claims = parse_graph_claims(study.claims, study.source)
     parts = [(part, n) for part in study.specs for n in study.agents]
     cases = [_run_case(study, part, n, out, options, how) for part, n in parts]
