@@ -59,6 +59,7 @@ __all__ = [
     "combine",
     "ordered_verdict",
     "parse_claims",
+    "tally",
 ]
 
 Stats = dict[tuple[float, str], Stat]
@@ -309,11 +310,16 @@ def claims_markdown(results: list[tuple[Claim, Verdict]]) -> str:
     )
 
 
+def tally(verdicts: Sequence[tuple[Claim, Verdict]]) -> str:
+    """How many of ``verdicts`` hold, do not, and are inconclusive, in one line."""
+    counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
+    return (
+        f"{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
+        f"{counts[2]} inconclusive"
+    )
+
+
 def claims_report(claims: Sequence[Claim], stats: Any) -> str:
     """The verdict on every claim as a table, then how many hold."""
     verdicts = check_claims(claims, stats)
-    counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
-    return claims_markdown(verdicts) + (
-        f"\n\n{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
-        f"{counts[2]} inconclusive\n"
-    )
+    return f"{claims_markdown(verdicts)}\n\n{tally(verdicts)}\n"
