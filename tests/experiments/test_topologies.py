@@ -9,9 +9,10 @@ import pytest
 from decentopt.cli import main
 from decentopt.driver import RunOptions
 from decentopt.experiments import load_spec, run_spec
+from decentopt.experiments.claims import parse_claims
 from decentopt.experiments.studies import run_study
 from decentopt.experiments.study import load_study
-from decentopt.experiments.topologies import parse_graph_claims
+from decentopt.experiments.topologies import CHECKS
 from decentopt.results import read_csv
 from tests.experiments.test_spec import BASE, write
 
@@ -22,7 +23,7 @@ def quiet(_: str) -> None:
 
 STUDY = load_study("topologies")
 GRAPHS = STUDY.graphs
-CLAIMS = parse_graph_claims(STUDY.claims, STUDY.source)
+CLAIMS = parse_claims(STUDY.claims, STUDY.source, CHECKS)
 
 
 def test_rows_carry_the_communication_and_the_network_models_time(tmp_path):

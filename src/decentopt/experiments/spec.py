@@ -377,10 +377,7 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     for m in (metric, *top.also_report):
         if m not in kind.metrics:
             raise ConfigError(f"{source}: {unknown_name('metric', m, kind.metrics)}")
-    try:
-        claims = parse_claims(top.claims, source)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    claims = parse_claims(top.claims, source)
     _load_plugins(top.plugins, source)  # before the algorithms are resolved
     shared = {f.name: getattr(top, f.name) for f in dataclasses.fields(_Shared)}
     spec = RunSpec(

@@ -13,22 +13,23 @@ numbers of agents (:mod:`.topologies`); the ``scaling`` study is Table 1's
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from decentopt.driver import RunOptions
 from decentopt.experiments.claims import bytes_to_settle, claims_report
-from decentopt.experiments.reports import markdown_table, write_report
+from decentopt.experiments.reports import markdown_table, panel_curves, write_report
 from decentopt.experiments.runner import Sweep
 from decentopt.experiments.scaling import run_table1
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import levels_by_zeta, summarise
 from decentopt.experiments.topologies import run_graphs
-from decentopt.plotting import LABELS, plot_curves
+from decentopt.plotting import LABELS
 from decentopt.results import write_text_atomic
 
-__all__ = ["bytes_markdown", "claims_text", "run_study", "tuned_markdown"]
+__all__ = ["RUNNERS", "bytes_markdown", "run_study", "tuned_markdown"]
 
 
 def tuned_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
@@ -51,19 +52,11 @@ def tuned_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> tuple[str, list
             if s.iters is not None:
                 end = max((r for r in rows if r["algorithm"] == label), key=lambda r: r["step"])
                 reach = f"{s.iters} / {round(s.iters * end['rounds'] / end['step'])}"
+            rank = (s.iters is None, s.iters or 0, s.steady)
             cells = [f"{s.steady:.2e} ± {s.steady_se:.1e}", reach]
-            offer(
-                spec.algorithms[label].method,
-                (s.iters is None, s.iters or 0, s.steady),
-                label,
-                cells,
-            )
-        header = [
-            "method",
-            "best step",
-            f"steady {spec.metric} (hardest level)",
-            "iterations / gossip rounds to settle",
-        ]
+            offer(spec.algorithms[label].method, rank, label, cells)
+        header = ["method", "best step", f"steady {spec.metric} (hardest level)"]
+        header.append("iterations / gossip rounds to settle")
     else:
         last = max(r["step"] for r in rows)
         sign = -1 if "acc" in spec.metric else 1  # accuracies: higher is better
@@ -87,16 +80,9 @@ def _tuned(
     if spec.panel is not None:  # the tuned methods against gossip rounds
         tuned = [r for r in rows if r["algorithm"] in labels]
         zeta = {r[spec.panel]: r["zeta2"] for r in tuned}  # panels from low to high zeta^2
-        files = plot_curves(
-            tuned,
-            spec.metric,
-            out / f"{spec.name}_rounds",
-            panel=spec.panel,
-            panel_order=sorted(zeta, key=zeta.__getitem__),
-            panel_title="{key} = {value:g}  (ζ² = {zeta2:.3g})",
-            x="rounds",
-            title=spec.title(modified) + ", best step sizes",
-        )
+        order = sorted(zeta, key=zeta.__getitem__)
+        title = spec.title(modified) + ", best step sizes"
+        files = panel_curves(spec, tuned, out / f"{spec.name}_rounds", title, order, x="rounds")
     return "Best step size of the grid", table, files
 
 
@@ -111,16 +97,12 @@ def bytes_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> str:
         cells = [label, f"{per_step:,.0f}"]
         for level in levels:
             reach = bytes_to_settle(stats[(level, label)])
-            cells.append(
-                "never"
-                if not reach or any(v == float("inf") for v in reach)
-                else f"{sum(reach) / len(reach):,.0f}"
-            )
+            never = not reach or float("inf") in reach
+            cells.append("never" if never else f"{sum(reach) / len(reach):,.0f}")
         body.append(cells)
-    zeta = [f"ζ² = {stats[(lv, next(iter(spec.algorithms)))].zeta2:.3g}" for lv in levels]
-    reach = [f"bytes to {spec.threshold:g}, {z}" for z in zeta]
-    header = ["variant", "bytes per iteration", *reach]
-    return markdown_table(header, body)
+    first = next(iter(spec.algorithms))
+    reach = [f"bytes to {spec.threshold:g}, ζ² = {stats[(lv, first)].zeta2:.3g}" for lv in levels]
+    return markdown_table(["variant", "bytes per iteration", *reach], body)
 
 
 def _bytes(
@@ -129,24 +111,15 @@ def _bytes(
     return "Bytes sent per agent", bytes_markdown(spec, rows), []
 
 
-def claims_text(spec: RunSpec) -> Callable[[dict], str]:
-    """What ``--check`` adds to a report: the verdict on each of ``spec``'s claims."""
-    return lambda stats: claims_report(spec.claims, stats)
-
-
-#: One part's extra section: (its heading, a markdown table, further files).
-Extra = Callable[[RunSpec, list[dict[str, Any]], Path, bool], tuple[str, str, list[Path]]]
-
-
 def _run_parts(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
     """Each part into its own folder of ``out``, reported with its claims and the study's
     table; ``out/summary.md`` gathers them."""
-    extra: Extra = {"tuned": _tuned, "bytes": _bytes}[study.study]
+    extra = {"tuned": _tuned, "bytes": _bytes}[study.study]  # (heading, table, more files)
     sections, files = [f"# {study.title}", ""], []
     for spec in study.parts(how):
         folder, modified = out / spec.name, how.quick or bool(how.sets)
         outcome = Sweep(spec, folder, options).run()
-        claims = claims_text(spec) if how.check and spec.claims else None
+        claims = partial(claims_report, spec.claims) if how.check and spec.claims else None
         files += write_report(
             spec, outcome.rows, folder, modified=modified, claims=claims, say=options.log,
             x=study.x,

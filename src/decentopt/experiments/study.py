@@ -68,9 +68,7 @@ class Study:
         specs, only = [how.load(self.spec_path(p)) for p in self.specs], how.only
         if only is None:
             return specs
-        check_labels(
-            only, list(dict.fromkeys(label for spec in specs for label in spec.algorithms))
-        )
+        check_labels(only, list(dict.fromkeys(x for spec in specs for x in spec.algorithms)))
         chosen = [[x for x in only if x in spec.algorithms] for spec in specs]
         return [spec.select(labels) for spec, labels in zip(specs, chosen, strict=True) if labels]
 

@@ -26,23 +26,25 @@ from decentopt.analysis import ALPHA
 from decentopt.driver import RunOptions
 from decentopt.experiments.claims import (
     Claim,
+    Factory,
     Verdict,
     check_claims,
     claims_markdown,
     combine,
     ordered_verdict,
+    parse_claims,
     tally,
 )
 from decentopt.experiments.measures import STEADY
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.runner import Sweep
-from decentopt.experiments.spec import ConfigError, RunSpec
+from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import Stat, summarise
 from decentopt.plotting import LABELS, plot_curves
 from decentopt.results import write_csv_atomic, write_text_atomic
 
-__all__ = ["CHECKS", "Case", "parse_graph_claims", "run_graphs"]
+__all__ = ["CHECKS", "Case", "run_graphs"]
 
 #: The graph labels the checks compare (the built-in study's [graphs]).
 STATIC = ("ring", "torus", "exponential", "complete")
@@ -88,9 +90,9 @@ def _per_iteration(case: Case, graph: str) -> float:
 Judge = Callable[[Case, int], tuple[bool | None, str]]
 
 
-def _per_case(judge: Judge, comparisons: int) -> Callable[[list[Case]], Verdict]:
-    """``judge`` (one case, with the comparisons of all) over every case: holds when it
-    holds in every case, fails when it fails in one (three-way)."""
+def _per_case(judge: Judge, comparisons: int, test: str) -> Factory:
+    """A claim's check: ``judge`` (one case, with the comparisons of all) over every case,
+    holding when it holds in every case and failing when it fails in one (three-way)."""
 
     def check(cases: list[Case]) -> Verdict:
         try:
@@ -101,7 +103,7 @@ def _per_case(judge: Judge, comparisons: int) -> Callable[[list[Case]], Verdict]
         evidence = "; ".join(f"{c.name}: {mark[h]} ({e})" for c, h, e in results)
         return Verdict(combine([h for _, h, _ in results]), evidence)
 
-    return check
+    return lambda: (check, test)
 
 
 def _one_peer_cheaper(case: Case, k: int) -> tuple[bool | None, str]:
@@ -148,40 +150,26 @@ def _tracking_exact(case: Case, k: int) -> tuple[bool | None, str]:
 
 
 _TEST = f"at a {ALPHA:.0%} family-wise level over every case"
-#: Checks a graph study's ``[[claims]]`` can name: the test in words, and the check.
-CHECKS: dict[str, tuple[str, Callable[[list[Case]], Verdict]]] = {
-    "one_peer_cheaper": (
+#: Checks a graph study's ``[[claims]]`` can name (``text`` and ``check``, no arguments).
+CHECKS: dict[str, Factory] = {
+    "one_peer_cheaper": _per_case(
+        _one_peer_cheaper,
+        1,
         f"modelled ms per iteration, and DSGD's steady error not higher, {_TEST}",
-        _per_case(_one_peer_cheaper, 1),
     ),
-    "base_no_worse": (f"DSGD's steady error lower, {_TEST}", _per_case(_base_no_worse, 1)),
-    "sparser_more_bias": (
-        f"every step of the chain higher, {_TEST}",
-        _per_case(_sparser_more_bias, len(SPARSER) - 1),
+    "base_no_worse": _per_case(_base_no_worse, 1, f"DSGD's steady error lower, {_TEST}"),
+    "sparser_more_bias": _per_case(
+        _sparser_more_bias, len(SPARSER) - 1, f"every step of the chain higher, {_TEST}"
     ),
-    "exact_diffusion_needs_fixed_w": (
-        "runs stopped as diverged",
-        _per_case(_exact_diffusion_needs_fixed_w, 1),
+    "exact_diffusion_needs_fixed_w": _per_case(
+        _exact_diffusion_needs_fixed_w, 1, "runs stopped as diverged"
     ),
-    "tracking_exact": (
+    "tracking_exact": _per_case(
+        _tracking_exact,
+        len(TIME_VARYING),
         f"DSGT's steady error lower on every time-varying graph, {_TEST}",
-        _per_case(_tracking_exact, len(TIME_VARYING)),
     ),
 }
-
-
-def parse_graph_claims(tables: tuple[dict[str, Any], ...], where: str) -> tuple[Claim, ...]:
-    """A graph study's ``[[claims]]``: ``text`` and ``check`` (one of :data:`CHECKS`)."""
-    claims = []
-    for k, table in enumerate(tables):
-        if set(table) != {"text", "check"} or table["check"] not in CHECKS:
-            raise ConfigError(
-                f'{where} [[claims]] #{k + 1}: needs text = "..." and check = one of '
-                f"{', '.join(CHECKS)} (and nothing else)"
-            )
-        test, check = CHECKS[table["check"]]
-        claims.append(Claim(str(table["text"]), test, check))
-    return tuple(claims)
 
 
 # ------------------------------------------------------------------- report
@@ -273,7 +261,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
     """Run (or resume) a graph study into ``out``, as ``how`` asks; every part, ``--only``
     label and claim is checked before anything runs."""
     study.parts(how)
-    claims = parse_graph_claims(study.claims, study.source)
+    claims = parse_claims(study.claims, study.source, CHECKS)
     parts = [(part, n) for part in study.specs for n in study.agents]
     cases = [_run_case(study, part, n, out, options, how) for part, n in parts]
     everything = [
@@ -282,8 +270,6 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
         for g, rows in c.rows.items()
         for r in rows
     ]
-    columns = list(dict.fromkeys(k for r in everything for k in r))  # problems differ in a few
-    everything = [{k: r.get(k, "") for k in columns} for r in everything]
     files = [write_csv_atomic(out / "results.csv", everything)]
     sections = [f"# {study.title}", ""]
     for case in cases:
