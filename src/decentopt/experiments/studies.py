@@ -133,8 +133,7 @@ def _run_parts(study: Study, out: Path, options: RunOptions, how: Request) -> li
     return [out / "summary.md", *files]
 
 
-#: How each kind of study runs (``study`` in the file): its parts reported as ``decentopt
-#: run`` does plus one table each, over graphs and numbers of agents, or Table 1's scaling.
+#: How each kind of study (``study`` in the file) runs: see the module docstring.
 RUNNERS: dict[str, Callable[[Study, Path, RunOptions, Request], list[Path]]] = {
     "tuned": _run_parts,
     "bytes": _run_parts,
