@@ -135,8 +135,8 @@ def dmsgd_bias_rows(
         key["problem"] = {"n": m, "d": d, "p": p, "c": c, "seeds": seeds, "seed": 11}
         return measured(store, f"bias-{unit}", key, compute), prob, topo
 
-    def row(variable: str, paper: float, xs: Any, ys: Any, quantity: str = "DmSGD bias"):
-        fitted = ScalingRow.fitted(quantity, "dmsgd", variable, paper, xs=xs, ys=ys)
+    def row(variable: str, paper: float, xs: Any, ys: Any, what: str = "DmSGD bias") -> ScalingRow:
+        fitted = ScalingRow.fitted(what, "dmsgd", variable, paper, xs=xs, ys=ys)
         log(f"  DmSGD bias vs {variable}: {fitted.mean:.2f}")
         return fitted
 
