@@ -147,6 +147,12 @@ def test_a_graph_study_claim_must_name_one_of_its_checks(tmp_path):
     with pytest.raises(ValueError, match=r"\[\[claims\]\] #5: .*one of one_peer_cheaper"):
         run_study(study, tmp_path / "o", RunOptions(log=quiet))
     assert not (tmp_path / "o").exists()
+    extra = (PRESET_DIR / "topologies.toml").read_text() + "level = 0.1\n"
+    study = load_study(write(tmp_path, extra, "t.toml"))
+    with pytest.raises(
+        ValueError, match=r"#5 \(tracking_exact\): got an unexpected keyword .*'level'"
+    ):
+        run_study(study, tmp_path / "o", RunOptions(log=quiet))
 
 
 def test_a_claim_on_a_graph_the_study_lacks_is_inconclusive():

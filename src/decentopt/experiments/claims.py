@@ -297,8 +297,9 @@ def parse_claims(
             )
         try:
             check, test = checks[name](**args)
-        except TypeError as exc:
-            raise ConfigError(f"{where} [[claims]] #{k + 1} ({name}): {exc}") from None
+        except TypeError as exc:  # "f() got an unexpected keyword argument 'x'": no "f()"
+            said = str(exc).split("() ", 1)[-1]
+            raise ConfigError(f"{where} [[claims]] #{k + 1} ({name}): {said}") from None
         claims.append(Claim(text, test, check))
     return tuple(claims)
 
