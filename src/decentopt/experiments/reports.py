@@ -33,8 +33,12 @@ class Reported(Swept, Protocol):
 
 
 __all__ = [
-    "final_markdown", "markdown_table", "panel_curves", "summary_markdown", "write_report",
-]  # fmt: skip
+    "final_markdown",
+    "markdown_table",
+    "panel_curves",
+    "summary_markdown",
+    "write_report",
+]
 
 #: Most rows of a steady-state table: a grid of a thousand variants shows its best.
 MOST_ROWS = 30
