@@ -155,3 +155,12 @@ def test_an_atomic_write_onto_a_folder_names_the_folder_not_a_temporary_file(tmp
         write_csv_atomic(tmp_path / "rows.csv", [{"a": 1}])
     assert info.value.filename == str(tmp_path / "rows.csv")
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_rows_of_different_columns_share_one_header_with_empty_cells(tmp_path):
+    from decentopt.results import read_csv, write_csv_atomic
+
+    rows = [{"a": 1, "b": 2.5}, {"a": 3, "c": "x"}]
+    path = write_csv_atomic(tmp_path / "rows.csv", rows)
+    assert path.read_text().splitlines() == ["a,b,c", "1,2.5,", "3,,x"]
+    assert [r["a"] for r in read_csv(path)] == [1, 3]

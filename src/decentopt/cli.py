@@ -11,6 +11,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +23,10 @@ from decentopt.distributed.launch import launch
 from decentopt.distributed.runtime import StartupError
 from decentopt.driver import RunOptions
 from decentopt.experiments import ConfigError, load_spec, write_report
+from decentopt.experiments.claims import claims_report
 from decentopt.experiments.runner import Sweep, say_line
 from decentopt.experiments.spec import PAPER_PRESETS, STUDIES, is_study, read_toml
-from decentopt.experiments.studies import claims_text, run_study
+from decentopt.experiments.studies import run_study
 from decentopt.experiments.study import load_study
 from decentopt.results import FolderBusy
 
@@ -211,7 +213,7 @@ def _run_command(args: argparse.Namespace) -> int:
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
     modified = args.quick or bool(args.overrides)
-    claims = claims_text(spec) if args.check else None
+    claims = partial(claims_report, spec.claims) if args.check else None
     files = write_report(
         spec, outcome.rows, out, modified=modified, claims=claims, x=X_AXES[args.x]
     )

@@ -181,12 +181,13 @@ def _umask() -> int:
 
 
 def write_csv_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
-    """Write rows (dicts with the same keys) to ``path`` atomically."""
+    """Write rows to ``path`` atomically: a column for every key, in order of appearance,
+    and an empty cell where a row lacks one."""
     rows = list(rows)
     if not rows:
         raise ValueError(f"no rows to write to {path}")
     with _atomic(path, newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         writer.writeheader()
         writer.writerows(rows)
     return Path(path)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
@@ -201,28 +200,12 @@ def test_bad_training_configs(tmp_path, change, pattern):
         load_spec(write(tmp_path, NEURAL.replace(*change)))
 
 
-@pytest.mark.filterwarnings("ignore::FutureWarning")
-def test_old_names_are_read_with_a_warning(tmp_path):
-    old = BASE.replace("agents = 6\n", "").replace("runs = 2", "repetitions = 2")
-    old = old.replace('name = "ring"', 'name = "ring"\nn = 6').replace("c = [1.0, 0.5]\n", "")
-    old += "[heterogeneity]\nvalues = [1.0, 0.5]\n"
-    with pytest.warns(FutureWarning) as caught:
-        spec = load_spec(write(tmp_path, old))
-    new = load_spec(write(tmp_path, BASE, "new.toml"))
-    assert (spec.agents, spec.runs, spec.params) == (new.agents, new.runs, new.params)
-    assert spec.fingerprint("edm") == new.fingerprint("edm")
-    said = " ".join(str(w.message) for w in caught)
-    assert (
-        "'repetitions' is now 'runs'" in said and "agents" in said and "[problem_params] c" in said
-    )
-    both = old.replace("repetitions = 2", "repetitions = 2\nruns = 3")
-    with warnings.catch_warnings(), pytest.raises(ConfigError, match="keep 'runs'"):
-        warnings.simplefilter("ignore")
-        load_spec(write(tmp_path, both))
-    # a neural file of the former layout: problem keys at the top level
-    flat = NEURAL.replace("[problem_params]\n", "")
-    with pytest.warns(FutureWarning, match="top-level 'dataset'"):
-        assert load_spec(write(tmp_path, flat)).params.dataset == "digits"
+def test_names_of_0_2_are_refused_with_the_new_one(tmp_path):
+    old = BASE.replace("runs = 2", "repetitions = 2")
+    with pytest.raises(ConfigError, match=r"unknown key 'repetitions'.*runs"):
+        load_spec(write(tmp_path, old))
+    with pytest.raises(ConfigError, match="unknown key 'repetitions'"):
+        load_spec(write(tmp_path, BASE), overrides=["repetitions=5"])
 
 
 def test_unreadable_files(tmp_path):
@@ -272,15 +255,6 @@ def test_titles_say_what_ran():
     title = load_spec("fig3", quick=True).title(modified=True)
     assert "small CNN / digits" in title and "VGG" not in title and "CIFAR" not in title
     assert "VGG-11 / CIFAR-10" in load_spec("fig3").title()
-
-
-def test_an_override_in_an_old_name_still_applies(tmp_path):
-    with pytest.warns(FutureWarning, match="'repetitions' is now 'runs'"):
-        assert load_spec(write(tmp_path, BASE), overrides=["repetitions=5"]).runs == 5
-    with pytest.warns(FutureWarning) as caught:
-        spec = load_spec(write(tmp_path, NEURAL, "n.toml"), overrides=["epochs=1", "milestones=[]"])
-    assert spec.params.epochs == 1 and spec.params.milestones == ()
-    assert "top-level 'epochs'" in str(caught[0].message)
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,10 @@ import pytest
 from decentopt.cli import main
 from decentopt.driver import RunOptions
 from decentopt.experiments import load_spec, run_spec
+from decentopt.experiments.claims import parse_claims
 from decentopt.experiments.studies import run_study
 from decentopt.experiments.study import load_study
-from decentopt.experiments.topologies import parse_graph_claims
+from decentopt.experiments.topologies import CHECKS
 from decentopt.results import read_csv
 from tests.experiments.test_spec import BASE, write
 
@@ -22,7 +23,7 @@ def quiet(_: str) -> None:
 
 STUDY = load_study("topologies")
 GRAPHS = STUDY.graphs
-CLAIMS = parse_graph_claims(STUDY.claims, STUDY.source)
+CLAIMS = parse_claims(STUDY.claims, STUDY.source, CHECKS)
 
 
 def test_rows_carry_the_communication_and_the_network_models_time(tmp_path):
@@ -146,6 +147,12 @@ def test_a_graph_study_claim_must_name_one_of_its_checks(tmp_path):
     with pytest.raises(ValueError, match=r"\[\[claims\]\] #5: .*one of one_peer_cheaper"):
         run_study(study, tmp_path / "o", RunOptions(log=quiet))
     assert not (tmp_path / "o").exists()
+    extra = (PRESET_DIR / "topologies.toml").read_text() + "level = 0.1\n"
+    study = load_study(write(tmp_path, extra, "t.toml"))
+    with pytest.raises(
+        ValueError, match=r"#5 \(tracking_exact\): got an unexpected keyword .*'level'"
+    ):
+        run_study(study, tmp_path / "o", RunOptions(log=quiet))
 
 
 def test_a_claim_on_a_graph_the_study_lacks_is_inconclusive():

@@ -28,12 +28,13 @@ a time model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from decentopt._schema import ConfigError
 from decentopt.analysis import ALPHA
 from decentopt.experiments.measures import (
     SETTLING,
@@ -59,6 +60,7 @@ __all__ = [
     "combine",
     "ordered_verdict",
     "parse_claims",
+    "tally",
 ]
 
 Stats = dict[tuple[float, str], Stat]
@@ -253,9 +255,10 @@ def _effect(expect: str, test: str) -> Callable[..., Any]:
     return make
 
 
-#: Checks a ``[[claims]]`` table can name (``check = "NAME"`` plus its arguments), each
-#: giving the check and the test it applies, in words.
-CHECKS: dict[str, Callable[..., tuple[Callable[[Stats], Verdict], str]]] = {
+#: Makes a check from a ``[[claims]]`` table's arguments: the check and its test in words.
+Factory = Callable[..., tuple[Callable[[Any], Verdict], str]]
+#: Checks a ``[[claims]]`` table can name (``check = "NAME"`` plus its arguments).
+CHECKS: dict[str, Factory] = {
     "converges_linearly": _converges,
     "trapped": _effect("trapped", f"log-log slope of {{}}'s steady error vs ζ² >= {TRAPPED_SLOPE}"),
     "unaffected": _effect(
@@ -277,21 +280,26 @@ CHECKS: dict[str, Callable[..., tuple[Callable[[Stats], Verdict], str]]] = {
 }
 
 
-def parse_claims(tables: Sequence[dict[str, Any]], where: str) -> tuple[Claim, ...]:
-    """``[[claims]]`` tables: ``text`` (the claim as stated), ``check`` and its arguments."""
+def parse_claims(
+    tables: Sequence[dict[str, Any]], where: str, checks: Mapping[str, Factory] | None = None
+) -> tuple[Claim, ...]:
+    """``[[claims]]`` tables: ``text`` (the claim as stated), ``check`` (a name of ``checks``,
+    by default :data:`CHECKS`) and its arguments."""
+    checks = CHECKS if checks is None else checks
     claims = []
     for k, table in enumerate(tables):
         args = dict(table)
         text, name = args.pop("text", None), args.pop("check", None)
-        if not isinstance(text, str) or name not in CHECKS:
-            raise ValueError(
+        if not isinstance(text, str) or name not in checks:
+            raise ConfigError(
                 f'{where} [[claims]] #{k + 1}: needs text = "..." and check = one of '
-                f"{', '.join(CHECKS)}"
+                f"{', '.join(checks)}"
             )
         try:
-            check, test = CHECKS[name](**args)
-        except TypeError as exc:
-            raise ValueError(f"{where} [[claims]] #{k + 1} ({name}): {exc}") from None
+            check, test = checks[name](**args)
+        except TypeError as exc:  # "f() got an unexpected keyword argument 'x'": no "f()"
+            said = str(exc).split("() ", 1)[-1]
+            raise ConfigError(f"{where} [[claims]] #{k + 1} ({name}): {said}") from None
         claims.append(Claim(text, test, check))
     return tuple(claims)
 
@@ -309,11 +317,16 @@ def claims_markdown(results: list[tuple[Claim, Verdict]]) -> str:
     )
 
 
+def tally(verdicts: Sequence[tuple[Claim, Verdict]]) -> str:
+    """How many of ``verdicts`` hold, do not, and are inconclusive, in one line."""
+    counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
+    return (
+        f"{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
+        f"{counts[2]} inconclusive"
+    )
+
+
 def claims_report(claims: Sequence[Claim], stats: Any) -> str:
     """The verdict on every claim as a table, then how many hold."""
     verdicts = check_claims(claims, stats)
-    counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
-    return claims_markdown(verdicts) + (
-        f"\n\n{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
-        f"{counts[2]} inconclusive\n"
-    )
+    return f"{claims_markdown(verdicts)}\n\n{tally(verdicts)}\n"

@@ -42,10 +42,6 @@ def _runs_text(values: Sequence[float], digits: str = ".0f", se_digits: str = ".
     return f"{mean:{digits}}" if np.isnan(se) else f"{mean:{digits}} ± {se:{se_digits}}"
 
 
-def _settle_text(s: Stat) -> str:
-    return _runs_text(s.settle)
-
-
 @dataclass(frozen=True)
 class Measure:
     """A quantity two methods are ordered by: steady error or settling iterations."""
@@ -90,7 +86,7 @@ STEADY = Measure(
 )
 SETTLING = Measure(
     _ranked(lambda s: s.settle),
-    _settle_text,
+    lambda s: _runs_text(s.settle),
     ("sooner", "same within noise", "later"),
     "iterations to settle below the threshold, {alg} per level",
     ranked=True,

@@ -32,7 +32,13 @@ class Reported(Swept, Protocol):
     def display_names(self) -> dict[str, str]: ...
 
 
-__all__ = ["final_markdown", "markdown_table", "summary_markdown", "write_report"]
+__all__ = [
+    "final_markdown",
+    "markdown_table",
+    "panel_curves",
+    "summary_markdown",
+    "write_report",
+]
 
 #: Most rows of a steady-state table: a grid of a thousand variants shows its best.
 MOST_ROWS = 30
@@ -136,6 +142,24 @@ def final_markdown(
     return markdown_table(header, body)
 
 
+def panel_curves(
+    spec: Reported,
+    rows: Sequence[dict[str, Any]],
+    path: Path,
+    title: str,
+    order: Sequence[float],
+    **options: Any,
+) -> list[Path]:
+    """A panel sweep's curves, one panel per level in ``order`` titled with its ζ²;
+    ``options``: :func:`~decentopt.plotting.plot_curves`'s (``x``, ``names``)."""
+    scale = "auto" if options.get("x", "step") in ("step", "rounds") else "log"
+    title_of_panel = "{key} = {value:g}  (ζ² = {zeta2:.3g})"
+    return plot_curves(
+        rows, spec.metric, path, panel=spec.panel, panel_order=order,
+        panel_title=title_of_panel, title=title, xscale=scale, **options,
+    )  # fmt: skip
+
+
 def write_report(
     spec: Reported,
     rows: Sequence[dict[str, Any]],
@@ -163,19 +187,8 @@ def write_report(
             [summary_markdown(stats, spec)]
             + [summary_markdown(summarise(rows, spec, m), spec, m) for m in spec.also_report]
         )
-        panels = {"panel": spec.panel, "panel_order": levels_by_zeta(stats), "title": title}
-        panel_title = "{key} = {value:g}  (ζ² = {zeta2:.3g})"
-        scale = "auto" if x in ("step", "rounds") else "log"
-        files = plot_curves(
-            rows,
-            spec.metric,
-            out / spec.name,
-            panel_title=panel_title,
-            x=x,
-            xscale=scale,
-            names=spec.display_names(),
-            **panels,
-        )
+        order, names = levels_by_zeta(stats), spec.display_names()
+        files = panel_curves(spec, rows, out / spec.name, title, order, x=x, names=names)
     say(tables)
     report = [f"# {spec.name}: {title}", "", tables]
     if claims is not None:

@@ -35,18 +35,24 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from decentopt import algorithms, theory, topology
+from decentopt.driver import RunOptions
 from decentopt.experiments.reports import markdown_table
+from decentopt.experiments.spec import ConfigError
 from decentopt.experiments.store import ResultStore, Unit
+from decentopt.experiments.study import Request, Study
+from decentopt.plotting import plot_scaling
 from decentopt.problems import Quadratic
+from decentopt.results import lock_folder, write_csv_atomic, write_text_atomic
 from decentopt.simulate import simulate
 
-__all__ = ["ScalingRow", "run_scaling", "scaling_markdown", "scaling_table"]
+__all__ = ["ScalingRow", "run_scaling", "run_table1", "scaling_markdown", "scaling_table"]
 
 
 @dataclass(frozen=True)
@@ -60,11 +66,15 @@ class ScalingRow:
     ys: tuple[tuple[float, ...], ...]  # per x, per seed
 
     @classmethod
-    def fitted(cls, *labels: Any, xs: Sequence[float], ys: Any) -> ScalingRow:
-        """A row (quantity, method, variable, paper exponent) whose exponents are fitted
-        per seed to ``ys`` (shape (len(xs), seeds))."""
+    def fitted(cls, *labels: Any, xs: Any, ys: Any) -> ScalingRow:
+        """A row (quantity, method, variable, paper exponent) whose exponents are the slopes
+        of log y on log x, fitted per seed to ``ys`` (shape (len(xs), seeds)); ``xs``: one
+        value per row of ``ys``, or one per entry (then the row shows their means)."""
         ys = np.asarray(ys)
-        return cls(*labels, _fit(xs, ys), tuple(xs), tuple(map(tuple, ys)))
+        xs = np.broadcast_to(np.asarray(xs, dtype=float).reshape(len(ys), -1), ys.shape)
+        lx, ly = np.log(xs), np.log(ys)
+        exponents = tuple(float(np.polyfit(lx[:, s], ly[:, s], 1)[0]) for s in range(ys.shape[1]))
+        return cls(*labels, exponents, tuple(map(float, xs.mean(axis=1))), tuple(map(tuple, ys)))
 
     @property
     def mean(self) -> float:
@@ -73,12 +83,6 @@ class ScalingRow:
     @property
     def spread(self) -> float:
         return float(np.std(self.exponents))
-
-
-def _fit(xs: Sequence[float], ys: np.ndarray) -> tuple[float, ...]:
-    """Slope of log y on log x for each column of ``ys`` (shape (len(xs), seeds))."""
-    lx = np.log(np.asarray(xs, dtype=float))
-    return tuple(float(np.polyfit(lx, np.log(col), 1)[0]) for col in ys.T)
 
 
 #: The layout of a measurement unit's rows; units of another layout are recomputed.
@@ -103,24 +107,6 @@ def measured(
     return np.array([r["value"] for r in sorted(stored, key=lambda r: r["seed"])])
 
 
-def _steady_bias(
-    name: str,
-    hp: dict,
-    prob: Quadratic,
-    topo: topology.Topology,
-    iterations: int,
-    store: ResultStore | None = None,
-    unit: str = "",
-    key: dict[str, Any] | None = None,
-) -> np.ndarray:
-    def compute() -> np.ndarray:
-        res = simulate(algorithms.make(name, **hp), prob, topo, iterations, record=iterations)
-        return res.final("dist_to_opt")
-
-    about = {"method": name, "hp": hp, "graph": topo.name, "iterations": iterations}
-    return measured(store, unit, about | (key or {}), compute)
-
-
 def _iterations(alpha: float, mu: float, gap: float) -> int:
     # enough steps for both the optimisation (rate alpha mu) and the consensus (rate 1 - lambda)
     return int(min(150_000, 25 / (alpha * mu) + 25 / gap))
@@ -129,69 +115,48 @@ def _iterations(alpha: float, mu: float, gap: float) -> int:
 def dmsgd_bias_rows(
     seeds: int, quick: bool, log: Callable[[str], None], store: ResultStore | None = None
 ) -> list[ScalingRow]:
+    """DmSGD's steady-state bias against alpha, zeta^2, 1 - beta and (divided by each
+    instance's zeta^2) 1 - lambda over ring sizes."""
     n, d, p = (8, 4, 8) if quick else (16, 5, 10)
     base = {"lr": 0.02 if quick else 0.001, "beta": 0.5, "dampening": False}
-    rows = []
 
-    def problem(n_agents: int, c: float | list[float] = 1.0) -> Quadratic:
-        return Quadratic.paper(n=n_agents, d=d, p=p, c=c, sigma2=0.0, repetitions=seeds, seed=11)
+    def bias(unit: str, hp: dict, m: int = n, c: Any = 1.0) -> tuple[np.ndarray, Quadratic, Any]:
+        """The bias of ``m`` agents on a ring (one value per seed and ``c``), the problem
+        and the ring."""
+        prob = Quadratic.paper(n=m, d=d, p=p, c=c, sigma2=0.0, repetitions=seeds, seed=11)
+        topo = topology.ring(m)
+        T = _iterations(hp["lr"] / (1 - hp["beta"]), float(prob.mu.min()), topo.spectral_gap)
 
-    def bias(unit: str, hp: dict, prob: Quadratic, topo: topology.Topology, T: int, c: Any = 1.0):
-        key = {"problem": {"n": prob.n, "d": d, "p": p, "c": c, "seeds": seeds, "seed": 11}}
-        return _steady_bias("dmsgd", hp, prob, topo, T, store, f"bias-{unit}", key)
+        def compute() -> np.ndarray:
+            res = simulate(algorithms.make("dmsgd", **hp), prob, topo, T, record=T)
+            return res.final("dist_to_opt")
 
-    prob = problem(n)
-    topo = topology.ring(n)
-    mu = float(prob.mu.min())
+        key = {"method": "dmsgd", "hp": hp, "graph": topo.name, "iterations": T}
+        key["problem"] = {"n": m, "d": d, "p": p, "c": c, "seeds": seeds, "seed": 11}
+        return measured(store, f"bias-{unit}", key, compute), prob, topo
+
+    def row(variable: str, paper: float, xs: Any, ys: Any, what: str = "DmSGD bias") -> ScalingRow:
+        fitted = ScalingRow.fitted(what, "dmsgd", variable, paper, xs=xs, ys=ys)
+        log(f"  DmSGD bias vs {variable}: {fitted.mean:.2f}")
+        return fitted
 
     alphas = [0.0005, 0.001, 0.002, 0.004] if not quick else [0.01, 0.02, 0.04]
-    ys = []
-    for a in alphas:
-        T = _iterations(a / (1 - base["beta"]), mu, topo.spectral_gap)
-        ys.append(bias(f"alpha{a:g}", base | {"lr": a}, prob, topo, T))
-    rows.append(ScalingRow.fitted("DmSGD bias", "dmsgd", "alpha", 2.0, xs=alphas, ys=ys))
-    log(f"  DmSGD bias vs alpha: {rows[-1].mean:.2f}")
-
+    ys = [bias(f"alpha{a:g}", base | {"lr": a})[0] for a in alphas]
+    rows = [row("alpha", 2.0, alphas, ys)]
     cs = [2.0, 1.0, 0.5, 0.25]
-    multi = problem(n, cs)
-    T = _iterations(base["lr"] / (1 - base["beta"]), mu, topo.spectral_gap)
-    levels = bias("zeta", base, multi, topo, T, c=cs).reshape(len(cs), seeds)
+    levels, multi, _ = bias("zeta", base, c=cs)
     zeta = multi.zeta2.numpy().reshape(len(cs), seeds)
-    xs = tuple(float(z) for z in zeta.mean(axis=1))
-    exps = tuple(
-        float(np.polyfit(np.log(zeta[:, s]), np.log(levels[:, s]), 1)[0]) for s in range(seeds)
-    )
-    rows.append(
-        ScalingRow("DmSGD bias", "dmsgd", "zeta^2", 1.0, exps, xs, tuple(map(tuple, levels)))
-    )
-    log(f"  DmSGD bias vs zeta^2: {rows[-1].mean:.2f}")
-
+    rows.append(row("zeta^2", 1.0, zeta, levels.reshape(len(cs), seeds)))
     betas = [0.0, 0.3, 0.6, 0.8]
-    ys = []
-    for b in betas:
-        T = _iterations(base["lr"] / (1 - b), mu, topo.spectral_gap)
-        ys.append(bias(f"beta{b:g}", base | {"beta": b}, prob, topo, T))
-    gaps_beta = [1 - b for b in betas]
-    rows.append(ScalingRow.fitted("DmSGD bias", "dmsgd", "1 - beta", -2.0, xs=gaps_beta, ys=ys))
-    log(f"  DmSGD bias vs 1 - beta: {rows[-1].mean:.2f}")
-
-    rows.append(_bias_against_gap(quick, base, problem, bias))
-    log(f"  DmSGD bias vs 1 - lambda: {rows[-1].mean:.2f}")
+    ys = [bias(f"beta{b:g}", base | {"beta": b})[0] for b in betas]
+    rows.append(row("1 - beta", -2.0, [1 - b for b in betas], ys))
+    gaps, ys = [], []
+    for m in [6, 8, 12, 16, 24] if not quick else [6, 8, 12]:
+        values, prob, topo = bias(f"ring{m}", base, m)
+        gaps.append(topo.spectral_gap)
+        ys.append(values / prob.zeta2.numpy())
+    rows.append(row("1 - lambda", -2.0, gaps, ys, "DmSGD bias / zeta^2"))
     return rows
-
-
-def _bias_against_gap(
-    quick: bool, base: dict, problem: Callable[[int], Quadratic], bias: Callable
-) -> ScalingRow:
-    """DmSGD's bias divided by each instance's zeta^2, across ring sizes."""
-    sizes = [6, 8, 12, 16, 24] if not quick else [6, 8, 12]
-    ys, gaps = [], []
-    for m in sizes:
-        pm, tm = problem(m), topology.ring(m)
-        T = _iterations(base["lr"] / (1 - base["beta"]), float(pm.mu.min()), tm.spectral_gap)
-        ys.append(bias(f"ring{m}", base, pm, tm, T) / pm.zeta2.numpy())
-        gaps.append(tm.spectral_gap)
-    return ScalingRow.fitted("DmSGD bias / zeta^2", "dmsgd", "1 - lambda", -2.0, xs=gaps, ys=ys)
 
 
 def _consensus_sum(
@@ -222,15 +187,14 @@ def transient_rows(
         zeta0 = np.array([theory.zeta0_squared(topo.W, grad0[:, r]) for r in range(seeds)])
         T = int(min(80_000, 40 / (0.02 * float(prob.mu.min())) + 60 / topo.spectral_gap))
         for name, hp in hps.items():
-            accumulated = functools.partial(_consensus_sum, name, hp, prob, topo, T)
+            summed = functools.partial(_consensus_sum, name, hp, prob, topo, T)
             key = {"method": name, "hp": hp, "n": m, "d": d, "p": p, "seeds": seeds, "T": T}
-            cumulative = measured(store, f"transient-ring{m}-{name}", key, accumulated)
-            sums[name].append(cumulative / zeta0)
+            sums[name].append(measured(store, f"transient-ring{m}-{name}", key, summed) / zeta0)
         log(f"  transient, ring({m}), 1 - lambda = {topo.spectral_gap:.4g}, {T} iterations")
-    labels = {name: ("heterogeneity transient", name, "1 - lambda") for name in hps}
+    labels = ("heterogeneity transient", "1 - lambda")
     return [
-        ScalingRow.fitted(*labels[name], TRANSIENT_EXPONENT[name], xs=gaps, ys=sums[name])
-        for name in hps
+        ScalingRow.fitted(labels[0], name, labels[1], paper, xs=gaps, ys=sums[name])
+        for name, paper in TRANSIENT_EXPONENT.items()
     ]
 
 
@@ -282,3 +246,23 @@ def scaling_markdown(rows: Sequence[ScalingRow]) -> str:
         for r, fit in zip(rows, fitted, strict=True)
     ]
     return markdown_table([*header, "paper", ""], cells)
+
+
+def run_table1(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
+    """Table 1's scaling study into ``out``; each simulation a unit of ``out/runs``."""
+    if how.only is not None:
+        raise ConfigError(
+            f"--only: {study.name} measures fixed methods in fixed roles and has no "
+            "algorithm labels to choose from; leave --only out"
+        )
+    say = options.log
+    with lock_folder(out):
+        store = ResultStore(out / "runs", force=options.force)
+        rows = run_scaling(seeds=study.seeds, quick=study.small, log=say, store=store)
+    if store.kept:
+        say(f"resumed: {len(store.kept)} finished measurement(s) kept")
+    md = scaling_markdown(rows)
+    say(md)
+    write_text_atomic(out / "table1.md", md)
+    table = write_csv_atomic(out / "table1.csv", scaling_table(rows))
+    return [table, out / "table1.md", *plot_scaling(rows, out / "table1")]

@@ -10,7 +10,6 @@ judges, ``plugins`` users' methods to load first. ``docs/experiments.md`` has ev
 
 Typed with dataclasses (:mod:`decentopt._schema`) rather than key-by-key checks:
 every error names the file, the table, the key, what was found and the fix.
-The names of earlier releases are read with a warning (:mod:`.legacy`).
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from decentopt.comm.cost import NetworkModel
 from decentopt.driver.timeline import TimeModel
 from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
-from decentopt.experiments.legacy import renamed
 from decentopt.experiments.variants import Variant, check_labels, variants
 from decentopt.perf import MEMORY_MARGIN, available_memory, gib
 from decentopt.plotting import display_name
@@ -286,9 +284,13 @@ def _load(path_or_preset: str | Path, quick: bool, overrides: list[str] | None) 
         if not isinstance(raw.get("quick"), dict) or not raw["quick"]:
             raise ConfigError(f"{source}: --quick needs a [quick] table of overrides")
         raw = merge(raw, raw["quick"])
-    for text in overrides or []:  # an override in an old name replaces the new one
-        fields = _File.__dataclass_fields__
-        raw = merge(raw, renamed(parse_override(text), source, fields, raw.get("problem")))
+    for text in overrides or []:
+        raw = merge(raw, parse_override(text))
+    if isinstance(raw.get("problem"), dict):
+        raise ConfigError(
+            f'{source}: problem is a name, e.g. problem = "quadratic", with its settings in '
+            "[problem_params]; found a [problem] table"
+        )
     return validate(raw, source)
 
 
@@ -337,7 +339,7 @@ def _load_plugins(specs: tuple[str, ...], source: str) -> None:
 
 def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     """Check every key and value; raise :class:`ConfigError` naming the first problem."""
-    top = parse(_File, renamed(raw, source, _File.__dataclass_fields__), source)
+    top = parse(_File, raw, source)
     if not re.fullmatch(r"[\w.+-]*", top.name) or top.name.startswith("."):
         # the name becomes file names: everything a run writes stays in its folder
         raise ConfigError(
@@ -375,10 +377,7 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     for m in (metric, *top.also_report):
         if m not in kind.metrics:
             raise ConfigError(f"{source}: {unknown_name('metric', m, kind.metrics)}")
-    try:
-        claims = parse_claims(top.claims, source)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    claims = parse_claims(top.claims, source)
     _load_plugins(top.plugins, source)  # before the algorithms are resolved
     shared = {f.name: getattr(top, f.name) for f in dataclasses.fields(_Shared)}
     spec = RunSpec(

@@ -13,39 +13,23 @@ numbers of agents (:mod:`.topologies`); the ``scaling`` study is Table 1's
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from decentopt.driver import RunOptions
 from decentopt.experiments.claims import bytes_to_settle, claims_report
-from decentopt.experiments.reports import markdown_table, write_report
+from decentopt.experiments.reports import markdown_table, panel_curves, write_report
 from decentopt.experiments.runner import Sweep
-from decentopt.experiments.scaling import run_scaling, scaling_markdown, scaling_table
-from decentopt.experiments.spec import ConfigError, RunSpec
-from decentopt.experiments.store import ResultStore
+from decentopt.experiments.scaling import run_table1
+from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import levels_by_zeta, summarise
-from decentopt.experiments.topologies import parse_graph_claims, run_graphs
-from decentopt.experiments.variants import check_labels
-from decentopt.plotting import LABELS, plot_curves, plot_scaling
-from decentopt.results import lock_folder, write_csv_atomic, write_text_atomic
+from decentopt.experiments.topologies import run_graphs
+from decentopt.plotting import LABELS
+from decentopt.results import write_text_atomic
 
-__all__ = ["bytes_markdown", "claims_text", "run_study", "tuned_markdown"]
-
-
-def _run_table1(study: Study, out: Path, options: RunOptions) -> list[Path]:
-    """Table 1's scaling study into ``out``; each simulation a unit of ``out/runs``."""
-    say = options.log
-    with lock_folder(out):
-        store = ResultStore(out / "runs", force=options.force)
-        rows = run_scaling(seeds=study.seeds, quick=study.small, log=say, store=store)
-    if store.kept:
-        say(f"resumed: {len(store.kept)} finished measurement(s) kept")
-    md = scaling_markdown(rows)
-    say(md)
-    write_text_atomic(out / "table1.md", md)
-    table = write_csv_atomic(out / "table1.csv", scaling_table(rows))
-    return [table, out / "table1.md", *plot_scaling(rows, out / "table1")]
+__all__ = ["RUNNERS", "bytes_markdown", "run_study", "tuned_markdown"]
 
 
 def tuned_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
@@ -68,19 +52,11 @@ def tuned_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> tuple[str, list
             if s.iters is not None:
                 end = max((r for r in rows if r["algorithm"] == label), key=lambda r: r["step"])
                 reach = f"{s.iters} / {round(s.iters * end['rounds'] / end['step'])}"
+            rank = (s.iters is None, s.iters or 0, s.steady)
             cells = [f"{s.steady:.2e} ± {s.steady_se:.1e}", reach]
-            offer(
-                spec.algorithms[label].method,
-                (s.iters is None, s.iters or 0, s.steady),
-                label,
-                cells,
-            )
-        header = [
-            "method",
-            "best step",
-            f"steady {spec.metric} (hardest level)",
-            "iterations / gossip rounds to settle",
-        ]
+            offer(spec.algorithms[label].method, rank, label, cells)
+        header = ["method", "best step", f"steady {spec.metric} (hardest level)"]
+        header.append("iterations / gossip rounds to settle")
     else:
         last = max(r["step"] for r in rows)
         sign = -1 if "acc" in spec.metric else 1  # accuracies: higher is better
@@ -104,16 +80,9 @@ def _tuned(
     if spec.panel is not None:  # the tuned methods against gossip rounds
         tuned = [r for r in rows if r["algorithm"] in labels]
         zeta = {r[spec.panel]: r["zeta2"] for r in tuned}  # panels from low to high zeta^2
-        files = plot_curves(
-            tuned,
-            spec.metric,
-            out / f"{spec.name}_rounds",
-            panel=spec.panel,
-            panel_order=sorted(zeta, key=zeta.__getitem__),
-            panel_title="{key} = {value:g}  (ζ² = {zeta2:.3g})",
-            x="rounds",
-            title=spec.title(modified) + ", best step sizes",
-        )
+        order = sorted(zeta, key=zeta.__getitem__)
+        title = spec.title(modified) + ", best step sizes"
+        files = panel_curves(spec, tuned, out / f"{spec.name}_rounds", title, order, x="rounds")
     return "Best step size of the grid", table, files
 
 
@@ -128,16 +97,12 @@ def bytes_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> str:
         cells = [label, f"{per_step:,.0f}"]
         for level in levels:
             reach = bytes_to_settle(stats[(level, label)])
-            cells.append(
-                "never"
-                if not reach or any(v == float("inf") for v in reach)
-                else f"{sum(reach) / len(reach):,.0f}"
-            )
+            never = not reach or float("inf") in reach
+            cells.append("never" if never else f"{sum(reach) / len(reach):,.0f}")
         body.append(cells)
-    zeta = [f"ζ² = {stats[(lv, next(iter(spec.algorithms)))].zeta2:.3g}" for lv in levels]
-    reach = [f"bytes to {spec.threshold:g}, {z}" for z in zeta]
-    header = ["variant", "bytes per iteration", *reach]
-    return markdown_table(header, body)
+    first = next(iter(spec.algorithms))
+    reach = [f"bytes to {spec.threshold:g}, ζ² = {stats[(lv, first)].zeta2:.3g}" for lv in levels]
+    return markdown_table(["variant", "bytes per iteration", *reach], body)
 
 
 def _bytes(
@@ -146,26 +111,15 @@ def _bytes(
     return "Bytes sent per agent", bytes_markdown(spec, rows), []
 
 
-def claims_text(spec: RunSpec) -> Callable[[dict], str]:
-    """What ``--check`` adds to a report: the verdict on each of ``spec``'s claims."""
-    return lambda stats: claims_report(spec.claims, stats)
-
-
-#: One part's extra section: (its heading, a markdown table, further files).
-Extra = Callable[[RunSpec, list[dict[str, Any]], Path, bool], tuple[str, str, list[Path]]]
-
-
-def _run_parts(
-    study: Study, specs: list[RunSpec], out: Path, options: RunOptions, how: Request
-) -> list[Path]:
+def _run_parts(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
     """Each part into its own folder of ``out``, reported with its claims and the study's
     table; ``out/summary.md`` gathers them."""
-    extra: Extra = {"tuned": _tuned, "bytes": _bytes}[study.study]
+    extra = {"tuned": _tuned, "bytes": _bytes}[study.study]  # (heading, table, more files)
     sections, files = [f"# {study.title}", ""], []
-    for spec in specs:
+    for spec in study.parts(how):
         folder, modified = out / spec.name, how.quick or bool(how.sets)
         outcome = Sweep(spec, folder, options).run()
-        claims = claims_text(spec) if how.check and spec.claims else None
+        claims = partial(claims_report, spec.claims) if how.check and spec.claims else None
         files += write_report(
             spec, outcome.rows, folder, modified=modified, claims=claims, say=options.log,
             x=study.x,
@@ -179,15 +133,13 @@ def _run_parts(
     return [out / "summary.md", *files]
 
 
-def _parts(study: Study, how: Request) -> list[RunSpec]:
-    """Every part, loaded and checked before anything runs. ``--only``: each label must
-    name a variant of some part, and a part runs the ones it has."""
-    specs, only = [how.load(study.spec_path(p)) for p in study.specs], how.only
-    if only is None:
-        return specs
-    check_labels(only, list(dict.fromkeys(label for spec in specs for label in spec.algorithms)))
-    chosen = [[x for x in only if x in spec.algorithms] for spec in specs]
-    return [spec.select(labels) for spec, labels in zip(specs, chosen, strict=True) if labels]
+#: How each kind of study (``study`` in the file) runs: see the module docstring.
+RUNNERS: dict[str, Callable[[Study, Path, RunOptions, Request], list[Path]]] = {
+    "tuned": _run_parts,
+    "bytes": _run_parts,
+    "graphs": run_graphs,
+    "scaling": run_table1,
+}
 
 
 def run_study(
@@ -203,15 +155,4 @@ def run_study(
     """Run (or resume) ``study`` into ``out``; ``sets``: ``--set`` overrides of every part;
     ``only``: the variant labels to run (an unknown one is refused before anything runs)."""
     how = Request(quick, tuple(sets or ()), None if only is None else tuple(only), check)
-    if study.study == "scaling":
-        if only is not None:
-            raise ConfigError(
-                f"--only: {study.name} measures fixed methods in fixed roles and has no "
-                "algorithm labels to choose from; leave --only out"
-            )
-        return _run_table1(study, out, options)
-    specs = _parts(study, how)
-    if study.study == "graphs":
-        parse_graph_claims(study.claims, study.source)  # a bad claim is refused before runs
-        return run_graphs(study, out, options, how)
-    return _run_parts(study, specs, out, options, how)
+    return RUNNERS[study.study](study, out, options, how)

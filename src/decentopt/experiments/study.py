@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from decentopt._schema import ConfigError, bounded, parse
 from decentopt.experiments.spec import PRESETS, RunSpec, is_study, load_spec, merge, read_toml
+from decentopt.experiments.variants import check_labels
 
 __all__ = ["Request", "Study", "load_study"]
 
@@ -60,6 +61,16 @@ class Study:
         """A part as ``load_spec`` reads it: a file beside the study, else a preset."""
         beside = Path(self.source).parent / part
         return str(beside) if beside.suffix and beside.is_file() else part
+
+    def parts(self, how: Request) -> list[RunSpec]:
+        """Every part, loaded and checked before anything runs. ``--only``: each label must
+        name a variant of some part, and a part runs the ones it has."""
+        specs, only = [how.load(self.spec_path(p)) for p in self.specs], how.only
+        if only is None:
+            return specs
+        check_labels(only, list(dict.fromkeys(x for spec in specs for x in spec.algorithms)))
+        chosen = [[x for x in only if x in spec.algorithms] for spec in specs]
+        return [spec.select(labels) for spec, labels in zip(specs, chosen, strict=True) if labels]
 
 
 def load_study(path_or_name: str | Path, *, quick: bool = False) -> Study:

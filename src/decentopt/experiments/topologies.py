@@ -26,22 +26,25 @@ from decentopt.analysis import ALPHA
 from decentopt.driver import RunOptions
 from decentopt.experiments.claims import (
     Claim,
+    Factory,
     Verdict,
     check_claims,
     claims_markdown,
     combine,
     ordered_verdict,
+    parse_claims,
+    tally,
 )
 from decentopt.experiments.measures import STEADY
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.runner import Sweep
-from decentopt.experiments.spec import ConfigError, RunSpec
+from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import Stat, summarise
 from decentopt.plotting import LABELS, plot_curves
 from decentopt.results import write_csv_atomic, write_text_atomic
 
-__all__ = ["CHECKS", "Case", "parse_graph_claims", "run_graphs"]
+__all__ = ["CHECKS", "Case", "run_graphs"]
 
 #: The graph labels the checks compare (the built-in study's [graphs]).
 STATIC = ("ring", "torus", "exponential", "complete")
@@ -71,21 +74,25 @@ class Case:
 # within noise a strict claim is inconclusive.
 
 
-def _order(case: Case, a: tuple[str, str], b: tuple[str, str], comparisons: int) -> int | None:
-    """Compare the steady errors of (graph, method) ``a`` and ``b`` in one case."""
-    return STEADY.order(case.stats[a[0]][a[1]], case.stats[b[0]][b[1]], comparisons)
+def _order(case: Case, a: tuple[str, str], b: tuple[str, str], k: int) -> tuple[int | None, str]:
+    """Compare the steady errors of (graph, method) ``a`` and ``b`` in one case: the order
+    (:func:`ordered_verdict` reads it) and its word."""
+    order = STEADY.order(case.stats[a[0]][a[1]], case.stats[b[0]][b[1]], k)
+    return order, "unknown" if order is None else STEADY.words[order + 1]
 
 
-def _word(order: int | None) -> str:
-    return {None: "unknown", -1: "lower", 0: "equal within noise", 1: "higher"}[order]
+def _per_iteration(case: Case, graph: str) -> float:
+    """Modelled seconds per iteration over ``graph``, at the last recorded step."""
+    last = max(case.rows[graph], key=lambda r: r["step"])
+    return last["model_time"] / max(last["step"], 1)
 
 
 Judge = Callable[[Case, int], tuple[bool | None, str]]
 
 
-def _per_case(judge: Judge, comparisons: int) -> Callable[[list[Case]], Verdict]:
-    """``judge`` (one case, with the comparisons of all) over every case: holds when it
-    holds in every case, fails when it fails in one (three-way)."""
+def _per_case(judge: Judge, comparisons: int, test: str) -> Factory:
+    """A claim's check: ``judge`` (one case, with the comparisons of all) over every case,
+    holding when it holds in every case and failing when it fails in one (three-way)."""
 
     def check(cases: list[Case]) -> Verdict:
         try:
@@ -96,29 +103,24 @@ def _per_case(judge: Judge, comparisons: int) -> Callable[[list[Case]], Verdict]
         evidence = "; ".join(f"{c.name}: {mark[h]} ({e})" for c, h, e in results)
         return Verdict(combine([h for _, h, _ in results]), evidence)
 
-    return check
+    return lambda: (check, test)
 
 
 def _one_peer_cheaper(case: Case, k: int) -> tuple[bool | None, str]:
     graphs = ("one_peer_exponential", "exponential")
-    per_step = {}
-    for g in graphs:
-        last = max(case.rows[g], key=lambda r: r["step"])
-        per_step[g] = last["model_time"] / max(last["step"], 1)
-    order = _order(case, (graphs[0], "dsgd"), (graphs[1], "dsgd"), k)
-    cheaper = per_step[graphs[0]] < per_step[graphs[1]]
-    holds = False if not cheaper else ordered_verdict(order, strict=False)
-    one, static = (case.stats[g]["dsgd"].steady for g in graphs)
-    return holds, (
-        f"{per_step[graphs[0]] * 1e3:.3g} vs {per_step[graphs[1]] * 1e3:.3g} ms per "
-        f"iteration; error {one:.2e} vs {static:.2e} ({_word(order)})"
+    one, static = (_per_iteration(case, g) for g in graphs)
+    order, word = _order(case, (graphs[0], "dsgd"), (graphs[1], "dsgd"), k)
+    errors = [case.stats[g]["dsgd"].steady for g in graphs]
+    return (ordered_verdict(order, strict=False) if one < static else False), (
+        f"{one * 1e3:.3g} vs {static * 1e3:.3g} ms per iteration; error {errors[0]:.2e} vs "
+        f"{errors[1]:.2e} ({word})"
     )
 
 
 def _base_no_worse(case: Case, k: int) -> tuple[bool | None, str]:
-    order = _order(case, ("base_3", "dsgd"), ("one_peer_exponential", "dsgd"), k)
+    order, word = _order(case, ("base_3", "dsgd"), ("one_peer_exponential", "dsgd"), k)
     base, one = (case.stats[g]["dsgd"].steady for g in ("base_3", "one_peer_exponential"))
-    return ordered_verdict(order, strict=True), f"{base:.2e} vs {one:.2e} ({_word(order)})"
+    return ordered_verdict(order, strict=True), f"{base:.2e} vs {one:.2e} ({word})"
 
 
 SPARSER = ("complete", "exponential", "torus", "ring")
@@ -126,10 +128,10 @@ SPARSER = ("complete", "exponential", "torus", "ring")
 
 def _sparser_more_bias(case: Case, k: int) -> tuple[bool | None, str]:
     steps = list(itertools.pairwise(SPARSER))
-    orders = [_order(case, (a, "dsgd"), (b, "dsgd"), k) for a, b in steps]
+    judged = [_order(case, (a, "dsgd"), (b, "dsgd"), k) for a, b in steps]
     values = " < ".join(f"{case.stats[g]['dsgd'].steady:.2e}" for g in SPARSER)
-    words = ", ".join(f"{a} vs {b}: {_word(o)}" for (a, b), o in zip(steps, orders, strict=True))
-    return combine([ordered_verdict(o, strict=True) for o in orders]), f"{values} ({words})"
+    words = ", ".join(f"{a} vs {b}: {w}" for (a, b), (_, w) in zip(steps, judged, strict=True))
+    return combine([ordered_verdict(o, strict=True) for o, _ in judged]), f"{values} ({words})"
 
 
 def _exact_diffusion_needs_fixed_w(case: Case, k: int) -> tuple[bool | None, str]:
@@ -142,70 +144,47 @@ def _exact_diffusion_needs_fixed_w(case: Case, k: int) -> tuple[bool | None, str
 
 
 def _tracking_exact(case: Case, k: int) -> tuple[bool | None, str]:
-    orders = [_order(case, (g, "dsgt"), (g, "dsgd"), k) for g in TIME_VARYING]
-    words = ", ".join(f"{g}: {_word(o)}" for g, o in zip(TIME_VARYING, orders, strict=True))
-    return combine([ordered_verdict(o, strict=True) for o in orders]), f"DSGT vs DSGD: {words}"
+    judged = [_order(case, (g, "dsgt"), (g, "dsgd"), k) for g in TIME_VARYING]
+    words = ", ".join(f"{g}: {w}" for g, (_, w) in zip(TIME_VARYING, judged, strict=True))
+    return combine([ordered_verdict(o, strict=True) for o, _ in judged]), f"DSGT vs DSGD: {words}"
 
 
 _TEST = f"at a {ALPHA:.0%} family-wise level over every case"
-#: Checks a graph study's ``[[claims]]`` can name: the test in words, and the check.
-CHECKS: dict[str, tuple[str, Callable[[list[Case]], Verdict]]] = {
-    "one_peer_cheaper": (
+#: Checks a graph study's ``[[claims]]`` can name (``text`` and ``check``, no arguments).
+CHECKS: dict[str, Factory] = {
+    "one_peer_cheaper": _per_case(
+        _one_peer_cheaper,
+        1,
         f"modelled ms per iteration, and DSGD's steady error not higher, {_TEST}",
-        _per_case(_one_peer_cheaper, 1),
     ),
-    "base_no_worse": (f"DSGD's steady error lower, {_TEST}", _per_case(_base_no_worse, 1)),
-    "sparser_more_bias": (
-        f"every step of the chain higher, {_TEST}",
-        _per_case(_sparser_more_bias, len(SPARSER) - 1),
+    "base_no_worse": _per_case(_base_no_worse, 1, f"DSGD's steady error lower, {_TEST}"),
+    "sparser_more_bias": _per_case(
+        _sparser_more_bias, len(SPARSER) - 1, f"every step of the chain higher, {_TEST}"
     ),
-    "exact_diffusion_needs_fixed_w": (
-        "runs stopped as diverged",
-        _per_case(_exact_diffusion_needs_fixed_w, 1),
+    "exact_diffusion_needs_fixed_w": _per_case(
+        _exact_diffusion_needs_fixed_w, 1, "runs stopped as diverged"
     ),
-    "tracking_exact": (
+    "tracking_exact": _per_case(
+        _tracking_exact,
+        len(TIME_VARYING),
         f"DSGT's steady error lower on every time-varying graph, {_TEST}",
-        _per_case(_tracking_exact, len(TIME_VARYING)),
     ),
 }
-
-
-def parse_graph_claims(tables: tuple[dict[str, Any], ...], where: str) -> tuple[Claim, ...]:
-    """A graph study's ``[[claims]]``: ``text`` and ``check`` (one of :data:`CHECKS`)."""
-    claims = []
-    for k, table in enumerate(tables):
-        if set(table) != {"text", "check"} or table["check"] not in CHECKS:
-            raise ConfigError(
-                f'{where} [[claims]] #{k + 1}: needs text = "..." and check = one of '
-                f"{', '.join(CHECKS)} (and nothing else)"
-            )
-        test, check = CHECKS[table["check"]]
-        claims.append(Claim(str(table["text"]), test, check))
-    return tuple(claims)
 
 
 # ------------------------------------------------------------------- report
 def _graph_table(case: Case) -> str:
     methods = list(next(iter(case.stats.values())))
-    header = [
-        "graph",
-        "peers / round",
-        "λ per round",
-        "ms / iteration",
-        *(LABELS.get(m, m) for m in methods),
-    ]
+    header = ["graph", "peers / round", "λ per round", "ms / iteration"]
     body = []
     for graph, spec in case.specs.items():
-        network = spec.build_topology()
-        last = max(case.rows[graph], key=lambda r: r["step"])
-        cells = []
-        for m in methods:
-            s = case.stats[graph][m]
-            cells.append(f"diverged ({s.diverged})" if s.steady != s.steady else f"{s.steady:.2e}")
-        peers = network.max_degree
-        per_iteration = last["model_time"] / max(last["step"], 1) * 1e3
-        body.append([graph, str(peers), f"{network.lam:.4f}", f"{per_iteration:.3f}", *cells])
-    return markdown_table(header, [[str(c) for c in row] for row in body])
+        network, stats = spec.build_topology(), [case.stats[graph][m] for m in methods]
+        errors = [
+            f"diverged ({s.diverged})" if s.steady != s.steady else f"{s.steady:.2e}" for s in stats
+        ]
+        ms = f"{_per_iteration(case, graph) * 1e3:.3f}"
+        body.append([graph, network.max_degree, f"{network.lam:.4f}", ms, *errors])
+    return markdown_table([*header, *(LABELS.get(m, m) for m in methods)], body)
 
 
 def _run_case(
@@ -271,21 +250,18 @@ def _figures(study: Study, cases: list[Case], rows: list[dict[str, Any]], out: P
 def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:
     verdicts = check_claims(claims, cases) if claims else []
     lines = ["## Claims", "", *([claims_markdown(verdicts), ""] if claims else [])]
-    for case, (graph, own) in ((c, item) for c in cases for item in c.judged.items()):
-        lines += [f"### {case.name}, {graph}", "", claims_markdown(own), ""]
-        verdicts = [*verdicts, *own]
-    counts = [sum(v.holds is x for _, v in verdicts) for x in (True, False, None)]
-    return [
-        *lines,
-        f"{counts[0]} of {len(verdicts)} claims hold in this run, {counts[1]} do not, "
-        f"{counts[2]} inconclusive",
-        "",
-    ]
+    for case in cases:
+        for graph, own in case.judged.items():
+            lines += [f"### {case.name}, {graph}", "", claims_markdown(own), ""]
+            verdicts = [*verdicts, *own]
+    return [*lines, tally(verdicts), ""]
 
 
 def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
-    """Run (or resume) a graph study into ``out``, as ``how`` asks."""
-    claims = parse_graph_claims(study.claims, study.source)
+    """Run (or resume) a graph study into ``out``, as ``how`` asks; every part, ``--only``
+    label and claim is checked before anything runs."""
+    study.parts(how)
+    claims = parse_claims(study.claims, study.source, CHECKS)
     parts = [(part, n) for part in study.specs for n in study.agents]
     cases = [_run_case(study, part, n, out, options, how) for part, n in parts]
     everything = [
@@ -294,8 +270,6 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
         for g, rows in c.rows.items()
         for r in rows
     ]
-    columns = list(dict.fromkeys(k for r in everything for k in r))  # problems differ in a few
-    everything = [{k: r.get(k, "") for k in columns} for r in everything]
     files = [write_csv_atomic(out / "results.csv", everything)]
     sections = [f"# {study.title}", ""]
     for case in cases:
