@@ -76,26 +76,14 @@ def spanning_tree_of(
 
 #: Graph families by name (used by configuration files and the CLI).
 REGISTRY: dict[str, Callable[..., Topology | TopologySchedule]] = {
-    "ring": ring,
-    "complete": complete,
-    "star": star,
-    "grid": grid,
-    "torus": torus,
-    "hypercube": hypercube,
-    "exponential": exponential,
-    "erdos_renyi": erdos_renyi,
-    "one_peer_exponential": one_peer_exponential,
-    "one_peer_hypercube": one_peer_hypercube,
-    "base_graph": base_graph,
-    "random_matchings": random_matchings,
-    "chain": chain,
-    "binary_tree": binary_tree,
-    "spanning_tree": spanning_tree_of,
-    "directed_ring": directed_ring,
-    "directed_exponential": directed_exponential,
-    "random_directed": random_directed,
-    "directed_one_peer_exponential": directed_one_peer_exponential,
-}
+    f.__name__.removesuffix("_of"): f
+    for f in (
+        ring, complete, star, grid, torus, hypercube, exponential, erdos_renyi,
+        one_peer_exponential, one_peer_hypercube, base_graph, random_matchings,
+        chain, binary_tree, spanning_tree_of,
+        directed_ring, directed_exponential, random_directed, directed_one_peer_exponential,
+    )
+}  # fmt: skip
 
 
 def check_arguments(name: str, kwargs: dict[str, Any]) -> None:

@@ -125,9 +125,6 @@ class DirectedTopology(Graph):
         """Whether the rows sum to one too (then ``pi`` is uniform and no weights are needed)."""
         return bool(np.abs(self._W_np.sum(axis=1) - 1).max() <= _TOL)
 
-    def lazy(self) -> DirectedTopology:
-        return DirectedTopology((self._W_np + np.eye(self.n)) / 2, name=f"lazy({self.name})")
-
     def summary(self) -> dict[str, float | int | str]:
         return {
             "name": self.name,

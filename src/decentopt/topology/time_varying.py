@@ -25,10 +25,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from decentopt.topology.schedule import _TOL, GossipRound, TopologySchedule
-from decentopt.topology.topology import AssumptionError, agents
+from decentopt.topology.topology import AssumptionError, _as_numpy, agents
 
 __all__ = [
     "base_graph",
@@ -182,9 +181,7 @@ def sequence(matrices: Sequence[object], *, name: str = "sequence") -> TopologyS
     """Any list of mixing matrices, repeated in order (each checked; see the module docstring)."""
     arrays = []
     for t, W in enumerate(matrices):
-        if isinstance(W, torch.Tensor):
-            W = W.detach().cpu().double().numpy()
-        arr = np.asarray(W, dtype=np.float64)
+        arr = _as_numpy(W)
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
             raise AssumptionError(f"{name}, round {t}: the matrix must be square; got {arr.shape}")
         row_err = float(np.max(np.abs(arr.sum(axis=1) - 1.0)))
