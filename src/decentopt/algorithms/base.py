@@ -56,6 +56,7 @@ class Algorithm(Protocol[S]):
     """What the simulator, the distributed backend and the optimizer wrapper use."""
 
     name: ClassVar[str]
+    #: Whether the rule keeps a momentum buffer (``MomentumHyperParams`` says yes).
     uses_momentum: ClassVar[bool]
     #: Whether the method's analysis needs every W positive semi-definite (Assumption 1(3)).
     needs_psd: ClassVar[bool]
@@ -84,11 +85,9 @@ class HyperParams:
     """Step size ``lr``: a positive float or a schedule ``t -> float``."""
 
     lr: LearningRate = 0.05
-    #: Whether the rule keeps a momentum buffer (``MomentumHyperParams`` says yes).
+    # uses_momentum, rounds_per_step, needs_psd and agent_fields: see :class:`Algorithm`
     uses_momentum: ClassVar[bool] = False
-    #: Gossip rounds per iteration.
     rounds_per_step: ClassVar[int] = 1
-    #: Whether the method's analysis needs W positive semi-definite (Assumption 1(3)).
     needs_psd: ClassVar[bool] = False
     #: What the rule itself needs of the network beyond its gossip's needs ("tree").
     requires: ClassVar[frozenset[str]] = frozenset()
@@ -102,7 +101,6 @@ class HyperParams:
     #: Whether the rule combines through ``mix`` calls; a rule that sends a message of its
     #: own per neighbour (RelaySGD's ``exchange``) takes no gossip but the exact one.
     mixes: ClassVar[bool] = True
-    #: State fields with one value per agent rather than per coordinate.
     agent_fields: ClassVar[tuple[str, ...]] = ()
     #: Whether the gradient enters the update only as a step along it (``lr`` times it, through
     #: momentum or a tracker at most): then ``wrap()`` can hand it a base optimizer's step.

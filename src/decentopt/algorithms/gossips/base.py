@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import CommStats, Communicator, Elementwise
+    from decentopt.comm.base import Communicator, Elementwise
 
 __all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Through"]
 
@@ -44,7 +44,8 @@ class Channel:
     """A communicator that routes a rule's mixes through a gossip.
 
     Subclasses implement :meth:`round` (one gossip round of the tensors of one call);
-    everything else is the wrapped communicator's (``mean``, ``barrier``, the counts).
+    everything else is the wrapped communicator's (``mean``, ``barrier``, ``stats``,
+    ``topology``, ``exchange``, ...).
     """
 
     #: Whether the rule may mix only once per step through this channel.
@@ -56,13 +57,10 @@ class Channel:
         self.sends = sends
         self.rounds_done = 0
 
-    @property
-    def stats(self) -> CommStats:
-        return self.comm.stats
-
-    @property
-    def topology(self) -> Any:
-        return self.comm.topology
+    def __getattr__(self, key: str) -> Any:
+        if key == "comm":  # not set yet (a copy being built)
+            raise AttributeError(key)
+        return getattr(self.comm, key)
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """One gossip round of ``zs`` (the rule's tensors in the order of its ``sends``)."""
@@ -94,12 +92,6 @@ class Channel:
         self, z: torch.Tensor, compression: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError("a rule composed with a gossip sends through mix, mix_many or mix_map")
-
-    def mean(self, z: torch.Tensor) -> torch.Tensor:
-        return self.comm.mean(z)
-
-    def barrier(self, stage: str) -> None:
-        self.comm.barrier(stage)
 
     def fields(self) -> Fields:
         """The gossip's state after the step."""
@@ -176,7 +168,8 @@ class Exact(Gossip):
 
 
 class Through(Channel):
-    """Every call goes to the communicator as it is (fused updates included)."""
+    """Every call goes to the communicator as it is (fused updates included, ``exchange``
+    too)."""
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return self.comm.mix(z, out)
@@ -193,10 +186,3 @@ class Through(Channel):
         self, z: torch.Tensor, compression: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.comm.mix_compressed(z, compression)
-
-    @property
-    def slots(self) -> int:
-        return self.comm.slots
-
-    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return self.comm.exchange(tensors)
