@@ -178,12 +178,22 @@ class Shared:
     ) -> tuple[torch.Tensor, ...]:
         return map_then_mix(self, fn, tensors, scalars)  # type: ignore[arg-type]
 
-    def _check_exchange(self) -> None:
+    def _check_exchange(self, tensors: Sequence[torch.Tensor] = (), rows: int = 0) -> int:
+        """The slots of ``exchange`` (the largest degree) over a static undirected graph, every
+        tensor of ``tensors`` checked to be ``(rows, slots, ...)``."""
         if not {"symmetric", "static"} <= self.topology.offers:
             raise ValueError(
                 f"exchange sends a message to each neighbour and hears back: it needs a static "
                 f"undirected graph; {self.topology.name} is not one"
             )
+        S = int(self.topology.max_degree)
+        for t in tensors:
+            if t.ndim < 2 or tuple(t.shape[:2]) != (rows, S):
+                raise ValueError(
+                    f"exchange expects tensors of shape (rows, slots, ...) = ({rows}, {S}, ...); "
+                    f"got {tuple(t.shape)}"
+                )
+        return S
 
 
 def map_then_mix(

@@ -38,7 +38,7 @@ from decentopt.comm.base import CommStats, Shared, rows_of
 from decentopt.comm.posted import Stream
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
-from decentopt.topology import Network, TopologySchedule
+from decentopt.topology import Network, TopologySchedule, weight_arrays
 
 __all__ = ["DistributedCommunicator", "PeerFailure", "settle_all"]
 
@@ -124,21 +124,11 @@ class DistributedCommunicator(Shared):
             int(sent.max(initial=0)),
         )
 
-    def _digest_of_graph(self) -> bytes:
-        if self._schedule is None:
-            return np.ascontiguousarray(self.topology.W.numpy()).tobytes()
-        schedule = self._schedule
-        count = schedule.period or 8
-        parts = [schedule.name.encode()]
-        for t in range(count):
-            r = schedule.at(t)
-            parts += [r.self_weight.tobytes(), r.peers.tobytes(), r.weights.tobytes()]
-        return b"".join(parts)
-
     # ----------------------------------------------------------------- checks
     def check_consistency(self, extra: str = "") -> None:
         """Fail on every rank if the ranks disagree on W (or on ``extra``, e.g. model size)."""
-        digest = hashlib.sha256(self._digest_of_graph())
+        arrays = weight_arrays(self.topology)
+        digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays))
         digest.update(extra.encode())
         mine = digest.hexdigest()[:16]
         everyone: list[str | None] = [None] * self.world_size
@@ -315,20 +305,13 @@ class DistributedCommunicator(Shared):
 
     @property
     def slots(self) -> int:
-        self._check_exchange()
-        return int(self.topology.max_degree)
+        return self._check_exchange()
 
     def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Slot ``s`` of every tensor (packed into one message) to the ``s``-th neighbour;
         returns what each neighbour sent, in its slot (zeros past this agent's degree)."""
-        S = self.slots
+        S = self._check_exchange(tensors, 1)
         peers = [j for j, _ in self.neighbors]
-        for t in tensors:
-            if t.ndim < 2 or tuple(t.shape[:2]) != (1, S):
-                raise ValueError(
-                    f"exchange expects tensors of shape (1, slots, ...) = (1, {S}, ...); "
-                    f"got {tuple(t.shape)}"
-                )
         if S == 0:  # one agent: a round without messages
             self.stats.add_round(*self._messages, 0, 0)
             return [t.clone() for t in tensors]

@@ -205,16 +205,12 @@ class SimulatedCommunicator(Shared):
         agent received in the same slots (zeros where an agent has fewer neighbours)."""
         source, valid = self._slots
         n, S = valid.shape
+        self._check_exchange(tensors, n)
         out, payload = [], 0
         if S == 0:  # nobody has a neighbour (one agent): a round without messages
             self._count(0)
             return [t.clone() for t in tensors]
         for t in tensors:
-            if t.ndim < 2 or tuple(t.shape[:2]) != (n, S):
-                raise ValueError(
-                    f"exchange expects tensors of shape (n, slots, ...) = ({n}, {S}, ...); "
-                    f"got {tuple(t.shape)}"
-                )
             flat = t.reshape(n * S, -1)
             got = flat[source.view(-1).to(t.device)].view(n, S, -1)
             got = torch.where(valid.to(t.device).unsqueeze(-1), got, 0)

@@ -15,6 +15,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from decentopt._checks import unknown_name
 from decentopt.topology.directed import (
     DirectedTopology,
@@ -108,6 +110,15 @@ def check_arguments(name: str, kwargs: dict[str, Any]) -> None:
             raise ValueError(f"{name} needs '{key}'")
 
 
+def weight_arrays(network: Network) -> list[np.ndarray]:
+    """What fixes a network's weights: ``W``, or the gather form of each round of a period
+    (of the first 8 rounds of a random schedule); ranks compare digests of them."""
+    if not isinstance(network, TopologySchedule):
+        return [network.W.numpy()]
+    rounds = [network.at(t) for t in range(network.period or 8)]
+    return [a for r in rounds for a in (r.self_weight, r.peers, r.weights)]
+
+
 def make(name: str, *args: Any, **kwargs: Any) -> Topology | TopologySchedule:
     """Build a registered topology by name, e.g. ``make("ring", 32)``."""
     try:
@@ -157,4 +168,5 @@ __all__ = [
     "spanning_tree_of",
     "star",
     "torus",
+    "weight_arrays",
 ]

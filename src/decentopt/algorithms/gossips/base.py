@@ -29,7 +29,7 @@ import torch
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator, Elementwise
 
-__all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Through"]
+__all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Sends", "Through"]
 
 #: What a rule sends, per tensor of its one gossip round (the rule's ``sends``):
 #: ``VALUE``, an estimate the agents should agree on (an iterate); ``SUM``, a
@@ -38,6 +38,8 @@ VALUE, SUM = "value", "sum"
 
 #: The state a gossip keeps: field name -> tensor.
 Fields = dict[str, torch.Tensor]
+#: What a rule sends, one kind per tensor of its round (``VALUE`` or ``SUM``).
+Sends = tuple[str, ...]
 
 
 class Channel:
@@ -51,7 +53,7 @@ class Channel:
     #: Whether the rule may mix only once per step through this channel.
     one_round: ClassVar[bool] = True
 
-    def __init__(self, comm: Communicator, fields: Fields, sends: tuple[str, ...] = ()) -> None:
+    def __init__(self, comm: Communicator, fields: Fields, sends: Sends = ()) -> None:
         self.comm = comm
         self.state = dict(fields)
         self.sends = sends
@@ -127,16 +129,14 @@ class Gossip:
             )
         return ""
 
-    def field_names(self, sends: tuple[str, ...]) -> tuple[str, ...]:
+    def field_names(self, sends: Sends) -> tuple[str, ...]:
         """The state fields this gossip adds for a rule that sends ``sends``."""
         return ()
 
-    def init(self, x0: torch.Tensor, sends: tuple[str, ...]) -> Fields:
+    def init(self, x0: torch.Tensor, sends: Sends) -> Fields:
         return {}
 
-    def bind(
-        self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]
-    ) -> Channel:
+    def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
         """The communicator for one step of a rule that sends ``sends``, from the gossip's
         state ``fields`` and the iterate ``x`` at the start of the step."""
         raise NotImplementedError
@@ -161,9 +161,7 @@ class Exact(Gossip):
     def refuses(self, rule: Any) -> str:
         return ""
 
-    def bind(
-        self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]
-    ) -> Channel:
+    def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
         return Through(comm, fields, sends)
 
 
