@@ -113,8 +113,21 @@ class HyperParams:
         """What the network must offer: the rule's own needs and exact mixing's (symmetric)."""
         return self.requires | frozenset({"symmetric"})
 
+    #: The rule's state, a named tuple ``(x, ..., t)``: the default :meth:`init` starts ``x``
+    #: at the initial point and every other field at zero; a rule whose state starts
+    #: otherwise (Exact Diffusion's ``psi = x``) defines ``init`` instead.
+    State: ClassVar[Any] = None
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "lr", validate_lr(self.lr, type(self).__name__))
+
+    def init(self, x0: torch.Tensor) -> Any:
+        """The state at the initial point ``x0`` (see :attr:`State`)."""
+        if self.State is None:
+            raise TypeError(f"{type(self).__name__}: define init, or a State named tuple")
+        x0 = check_initial_point(x0, self.name)  # type: ignore[attr-defined]
+        zero = torch.zeros_like(x0)
+        return self.State(x0, *[zero] * (len(self.State._fields) - 2))
 
     def lr_at(self, t: int) -> float:
         """The step size of iteration ``t`` (``lr`` itself, or the schedule's value)."""

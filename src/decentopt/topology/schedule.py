@@ -82,6 +82,11 @@ class GossipRound:
         return cls(1.0 - weights.sum(axis=0), peers, weights)
 
     @classmethod
+    def identity(cls, n: int) -> GossipRound:
+        """``W_t = I``: a round without messages."""
+        return cls.from_entries(n, np.zeros(0), np.zeros(0), np.zeros(0))
+
+    @classmethod
     def from_matrix(cls, W: np.ndarray) -> GossipRound:
         rows, cols = np.nonzero(W)
         return cls.from_entries(W.shape[0], rows, cols, W[rows, cols])
