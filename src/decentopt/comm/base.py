@@ -180,7 +180,7 @@ class Shared:
 
     def _check_exchange(self, tensors: Sequence[torch.Tensor] = (), rows: int = 0) -> int:
         """The slots of ``exchange`` (the largest degree) over a static undirected graph, every
-        tensor of ``tensors`` checked to be ``(rows, slots, ...)``."""
+        tensor of ``tensors`` checked to be ``(rows, slots, ...)`` (rows: ``n``, or a rank's 1)."""
         if not {"symmetric", "static"} <= self.topology.offers:
             raise ValueError(
                 f"exchange sends a message to each neighbour and hears back: it needs a static "
@@ -190,8 +190,8 @@ class Shared:
         for t in tensors:
             if t.ndim < 2 or tuple(t.shape[:2]) != (rows, S):
                 raise ValueError(
-                    f"exchange expects tensors of shape (rows, slots, ...) = ({rows}, {S}, ...); "
-                    f"got {tuple(t.shape)}"
+                    f"exchange expects tensors of shape ({'n' if rows > 1 else 1}, slots, ...) = "
+                    f"({rows}, {S}, ...); got {tuple(t.shape)}"
                 )
         return S
 

@@ -46,8 +46,7 @@ class Channel:
     """A communicator that routes a rule's mixes through a gossip.
 
     Subclasses implement :meth:`round` (one gossip round of the tensors of one call);
-    everything else is the wrapped communicator's (``mean``, ``barrier``, ``stats``,
-    ``topology``, ``exchange``, ...).
+    the calls of :attr:`passed` are the wrapped communicator's (``mean``, the counts).
     """
 
     #: Whether the rule may mix only once per step through this channel.
@@ -59,9 +58,15 @@ class Channel:
         self.sends = sends
         self.rounds_done = 0
 
+    #: What the channel takes from its communicator as it is (only these: a communicator's
+    #: fused rounds, ``choco_round`` or ``mix_posted``, would bypass the gossip).
+    passed: ClassVar[frozenset[str]] = frozenset(
+        {"stats", "topology", "mean", "barrier", "slots", "exchange"}
+    )
+
     def __getattr__(self, key: str) -> Any:
-        if key == "comm":  # not set yet (a copy being built)
-            raise AttributeError(key)
+        if key not in self.passed:
+            raise AttributeError(f"{type(self).__name__} has no attribute {key!r}")
         return getattr(self.comm, key)
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
