@@ -105,15 +105,10 @@ def D1(lam: float, beta: float) -> float:
 def D2(lam: float, beta: float) -> float:
     """Theorem 2: ``D2 = 100/3 (5 lam b^2/(3(1-b)) + 4(1-b)^2 + 2 lam b^2 (1-lam))``."""
     _check(lam, beta)
-    return (
-        100
-        / 3
-        * (
-            5 * lam * beta**2 / (3 * (1 - beta))
-            + 4 * (1 - beta) ** 2
-            + 2 * lam * beta**2 * (1 - lam)
-        )
+    inner = (
+        5 * lam * beta**2 / (3 * (1 - beta)) + 4 * (1 - beta) ** 2 + 2 * lam * beta**2 * (1 - lam)
     )
+    return 100 / 3 * inner
 
 
 def rho1(alpha: float, mu: float) -> float:

@@ -10,7 +10,6 @@ negative eigenvalue, and the topology's name says so.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Literal
 
 import networkx as nx
@@ -79,10 +78,7 @@ def max_degree_weights(adjacency: np.ndarray) -> np.ndarray:
     return W
 
 
-_WEIGHTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "metropolis": metropolis_hastings_weights,
-    "max_degree": max_degree_weights,
-}
+_WEIGHTS = {"metropolis": metropolis_hastings_weights, "max_degree": max_degree_weights}
 
 
 def from_adjacency(
