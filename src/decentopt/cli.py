@@ -124,15 +124,8 @@ def _configure_launch(p: argparse.ArgumentParser) -> None:
 
 
 def _run_launch(args: argparse.Namespace) -> int:
-    return launch(
-        args.nproc,
-        args.script,
-        args.args,
-        module=args.module,
-        threads=args.threads,
-        max_restarts=args.max_restarts,
-        grace=args.grace,
-    )
+    options = {k: getattr(args, k) for k in ("module", "threads", "max_restarts", "grace")}
+    return launch(args.nproc, args.script, args.args, **options)
 
 
 # ------------------------------------------------------------ reproduce / run

@@ -47,7 +47,8 @@ __all__ = [
 ]
 
 
-def _check(lam: float, beta: float) -> None:
+def _check(lam: float, beta: float, **positive: float) -> None:
+    _positive(**positive)
     if not 0 <= lam < 1:
         raise ValueError(f"lambda must be in [0, 1) (a connected graph); got {lam}")
     if not 0 <= beta < 1:
@@ -66,15 +67,13 @@ def nonconvex_step_size(lam: float, beta: float, *, L: float = 1.0) -> float:
     Both step-size functions take ``(lam, beta, *, L)``; ``L`` is keyword-only
     so that no call can swap it with ``beta``.
     """
-    _check(lam, beta)
-    _positive(L=L)
+    _check(lam, beta, L=L)
     return min((1 - math.sqrt(lam)) / (4 * L), (1 - beta) / (4 * L))
 
 
 def pl_step_size(lam: float, beta: float, *, L: float = 1.0) -> float:
     """Theorem 2: ``alpha <= min{(1 - sqrt(lam)) / (10 L), (1 - beta) / (5 L)}`` (reading 2)."""
-    _check(lam, beta)
-    _positive(L=L)
+    _check(lam, beta, L=L)
     return min((1 - math.sqrt(lam)) / (10 * L), (1 - beta) / (5 * L))
 
 
@@ -106,15 +105,10 @@ def D1(lam: float, beta: float) -> float:
 def D2(lam: float, beta: float) -> float:
     """Theorem 2: ``D2 = 100/3 (5 lam b^2/(3(1-b)) + 4(1-b)^2 + 2 lam b^2 (1-lam))``."""
     _check(lam, beta)
-    return (
-        100
-        / 3
-        * (
-            5 * lam * beta**2 / (3 * (1 - beta))
-            + 4 * (1 - beta) ** 2
-            + 2 * lam * beta**2 * (1 - lam)
-        )
+    inner = (
+        5 * lam * beta**2 / (3 * (1 - beta)) + 4 * (1 - beta) ** 2 + 2 * lam * beta**2 * (1 - lam)
     )
+    return 100 / 3 * inner
 
 
 def rho1(alpha: float, mu: float) -> float:
@@ -228,11 +222,10 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
     """
     if isinstance(topo, TopologySchedule):
         return _schedule_report(topo, L=L, beta=beta)
-    deg = topo.degrees
+    deg, head = topo.degrees, [("topology", topo.name), ("n", str(topo.n))]
     if "symmetric" not in topo.offers:  # the theorems assume a symmetric W: no step sizes
         return [
-            ("topology", topo.name),
-            ("n", str(topo.n)),
+            *head,
             ("|lambda_2(P)| (mixing rate)", f"{topo.mixing_rate:.6f}"),
             ("1 - |lambda_2(P)|", f"{1 - topo.mixing_rate:.6g}"),
             ("messages sent (min / mean / max)", f"{deg.min()} / {deg.mean():.2f} / {deg.max()}"),
@@ -240,8 +233,7 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
             ("Assumption 1", _NOT_SYMMETRIC),
         ]
     rows = [
-        ("topology", topo.name),
-        ("n", str(topo.n)),
+        *head,
         ("lambda = ||W - 11^T/n||", f"{topo.lam:.6f}"),
         ("1 - lambda", f"{topo.spectral_gap:.6g}"),
         ("lambda_min(W)", f"{topo.lam_min:.6g}"),

@@ -65,15 +65,9 @@ def heavy_ball(
         m^+ = \\beta m + s g, \\qquad d = m^+ \\ \\text{or}\\ \\beta m^+ + s g
         \\ (\\text{Nesterov}),\\qquad s = 1 - \\beta \\text{ if dampening else } 1.
     """
-    if dampening:
-        m_new = interpolate(g, m, beta)  # beta m + (1 - beta) g
-        if nesterov:
-            return m_new, interpolate(g, m_new, beta)
-        return m_new, m_new
-    m_new = add_scaled(g, m, beta)
-    if nesterov:
-        return m_new, add_scaled(g, m_new, beta)
-    return m_new, m_new
+    step = interpolate if dampening else add_scaled  # beta m + (1 - beta) g, or beta m + g
+    m_new = step(g, m, beta)
+    return m_new, step(g, m_new, beta) if nesterov else m_new
 
 
 @functools.cache

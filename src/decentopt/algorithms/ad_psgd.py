@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import numpy as np
 import torch
 
-from decentopt.algorithms.base import HyperParams, add_scaled, check_initial_point
+from decentopt.algorithms.base import HyperParams, add_scaled
 from decentopt.algorithms.registry import register
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class ADPSGD(HyperParams):
     seed: int = 0
 
     name: ClassVar[str] = "ad_psgd"
+    State: ClassVar[type] = ADPSGDState
     requires: ClassVar[frozenset[str]] = frozenset({"static"})
     sends: ClassVar[tuple[str, ...] | None] = None
     mixes: ClassVar[bool] = False
@@ -79,9 +80,6 @@ class ADPSGD(HyperParams):
         super().__post_init__()
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"ad_psgd: seed must be a whole number >= 0; got {self.seed!r}")
-
-    def init(self, x0: torch.Tensor) -> ADPSGDState:
-        return ADPSGDState(x=check_initial_point(x0, self.name))
 
     def step(self, state: ADPSGDState, grad: torch.Tensor, comm: Communicator) -> ADPSGDState:
         x = state.x

@@ -56,6 +56,7 @@ class Algorithm(Protocol[S]):
     """What the simulator, the distributed backend and the optimizer wrapper use."""
 
     name: ClassVar[str]
+    #: Whether the rule keeps a momentum buffer (``MomentumHyperParams`` says yes).
     uses_momentum: ClassVar[bool]
     #: Whether the method's analysis needs every W positive semi-definite (Assumption 1(3)).
     needs_psd: ClassVar[bool]
@@ -84,11 +85,9 @@ class HyperParams:
     """Step size ``lr``: a positive float or a schedule ``t -> float``."""
 
     lr: LearningRate = 0.05
-    #: Whether the rule keeps a momentum buffer (``MomentumHyperParams`` says yes).
+    # uses_momentum, rounds_per_step, needs_psd and agent_fields: see :class:`Algorithm`
     uses_momentum: ClassVar[bool] = False
-    #: Gossip rounds per iteration.
     rounds_per_step: ClassVar[int] = 1
-    #: Whether the method's analysis needs W positive semi-definite (Assumption 1(3)).
     needs_psd: ClassVar[bool] = False
     #: What the rule itself needs of the network beyond its gossip's needs ("tree").
     requires: ClassVar[frozenset[str]] = frozenset()
@@ -102,7 +101,6 @@ class HyperParams:
     #: Whether the rule combines through ``mix`` calls; a rule that sends a message of its
     #: own per neighbour (RelaySGD's ``exchange``) takes no gossip but the exact one.
     mixes: ClassVar[bool] = True
-    #: State fields with one value per agent rather than per coordinate.
     agent_fields: ClassVar[tuple[str, ...]] = ()
     #: Whether the gradient enters the update only as a step along it (``lr`` times it, through
     #: momentum or a tracker at most): then ``wrap()`` can hand it a base optimizer's step.
@@ -115,8 +113,21 @@ class HyperParams:
         """What the network must offer: the rule's own needs and exact mixing's (symmetric)."""
         return self.requires | frozenset({"symmetric"})
 
+    #: The rule's state, a named tuple ``(x, ..., t)``: the default :meth:`init` starts ``x``
+    #: at the initial point and every other field at zero; a rule whose state starts
+    #: otherwise (Exact Diffusion's ``psi = x``) defines ``init`` instead.
+    State: ClassVar[Any] = None
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "lr", validate_lr(self.lr, type(self).__name__))
+
+    def init(self, x0: torch.Tensor) -> Any:
+        """The state at the initial point ``x0`` (see :attr:`State`)."""
+        if self.State is None:
+            raise TypeError(f"{type(self).__name__}: define init, or a State named tuple")
+        x0 = check_initial_point(x0, self.name)  # type: ignore[attr-defined]
+        zero = torch.zeros_like(x0)
+        return self.State(x0, *[zero] * (len(self.State._fields) - 2))
 
     def lr_at(self, t: int) -> float:
         """The step size of iteration ``t`` (``lr`` itself, or the schedule's value)."""

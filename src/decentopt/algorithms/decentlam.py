@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
+from decentopt.algorithms.base import MomentumHyperParams, momentum_direction
 from decentopt.algorithms.registry import register
 
 if TYPE_CHECKING:
@@ -38,11 +38,8 @@ class DecentLaM(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "decentlam"
+    State: ClassVar[type] = DecentLaMState
     needs_symmetric: ClassVar[bool] = True
-
-    def init(self, x0: torch.Tensor) -> DecentLaMState:
-        x0 = check_initial_point(x0, self.name)
-        return DecentLaMState(x=x0, m=torch.zeros_like(x0))
 
     def step(self, state: DecentLaMState, grad: torch.Tensor, comm: Communicator) -> DecentLaMState:
         alpha = self.lr_at(state.t)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import MomentumHyperParams, check_initial_point
+from decentopt.algorithms.base import MomentumHyperParams
 from decentopt.algorithms.registry import register
 from decentopt.updates import momentum_descend, with_momentum_options
 
@@ -39,10 +39,7 @@ class DmSGD(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "dmsgd"
-
-    def init(self, x0: torch.Tensor) -> DmSGDState:
-        x0 = check_initial_point(x0, self.name)
-        return DmSGDState(x=x0, m=torch.zeros_like(x0))
+    State: ClassVar[type] = DmSGDState
 
     def step(self, state: DmSGDState, grad: torch.Tensor, comm: Communicator) -> DmSGDState:
         update = with_momentum_options(momentum_descend, self.nesterov, self.dampening)

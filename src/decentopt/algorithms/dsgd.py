@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import HyperParams, check_initial_point
+from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
 from decentopt.updates import descend
 
@@ -36,9 +36,7 @@ class DSGD(HyperParams):
     """
 
     name: ClassVar[str] = "dsgd"
-
-    def init(self, x0: torch.Tensor) -> DSGDState:
-        return DSGDState(x=check_initial_point(x0, self.name))
+    State: ClassVar[type] = DSGDState
 
     def step(self, state: DSGDState, grad: torch.Tensor, comm: Communicator) -> DSGDState:
         (x_next,) = comm.mix_map(descend, (state.x, grad), (self.lr_at(state.t),))

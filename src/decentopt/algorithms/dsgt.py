@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import HyperParams, check_initial_point
+from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ class DSGT(HyperParams):
     """
 
     name: ClassVar[str] = "dsgt"
+    State: ClassVar[type] = DSGTState
 
     atc: bool = True
 
@@ -93,11 +94,6 @@ class DSGT(HyperParams):
         """Without ATC one round a step carries the iterate and the tracker (a sum); with
         ATC the tracker has a round of its own, which only exact gossip takes."""
         return None if self.atc else ("value", "sum")
-
-    def init(self, x0: torch.Tensor) -> DSGTState:
-        x0 = check_initial_point(x0, self.name)
-        zeros = torch.zeros_like(x0)
-        return DSGTState(x=x0, y=zeros, g_prev=zeros, wy=zeros)
 
     def step(self, state: DSGTState, grad: torch.Tensor, comm: Communicator) -> DSGTState:
         alpha = self.lr_at(state.t)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
+from decentopt.algorithms.base import MomentumHyperParams, momentum_direction
 from decentopt.algorithms.dsgt import DSGT, combine, track
 from decentopt.algorithms.registry import register
 
@@ -42,11 +42,7 @@ class DSGTHB(DSGT, MomentumHyperParams):
     """
 
     name: ClassVar[str] = "dsgt_hb"
-
-    def init(self, x0: torch.Tensor) -> DSGTHBState:
-        x0 = check_initial_point(x0, self.name)
-        zeros = torch.zeros_like(x0)
-        return DSGTHBState(x=x0, y=zeros, u=zeros, g_prev=zeros, wy=zeros)
+    State: ClassVar[type] = DSGTHBState
 
     def step(self, state: DSGTHBState, grad: torch.Tensor, comm: Communicator) -> DSGTHBState:
         alpha = self.lr_at(state.t)

@@ -67,6 +67,8 @@ class ExactDiffusion(HyperParams):
     name: ClassVar[str] = "ed"
     needs_symmetric: ClassVar[bool] = True
     needs_psd: ClassVar[bool] = True
+    #: Mixing with ``W~ = I - c (I - W)``: ``W`` itself here, NIDS's lazier ``W~`` there.
+    c: ClassVar[float] = 1.0
 
     def init(self, x0: torch.Tensor) -> EDState:
         x0 = check_initial_point(x0, self.name)
@@ -74,5 +76,5 @@ class ExactDiffusion(HyperParams):
 
     def step(self, state: EDState, grad: torch.Tensor, comm: Communicator) -> EDState:
         alpha = self.lr_at(state.t)
-        x_next, psi = adapt_correct_combine(state.x, state.psi, grad, alpha, comm)
+        x_next, psi = adapt_correct_combine(state.x, state.psi, grad, alpha, comm, self.c)
         return EDState(x=x_next, psi=psi, t=state.t + 1)

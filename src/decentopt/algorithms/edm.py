@@ -42,9 +42,7 @@ class EDM(MomentumHyperParams):
     Reference: "A Bias-Correction Decentralized Stochastic Gradient Algorithm
     with Momentum Acceleration" (EDM), Algorithm 1 and eq. (5).
 
-    Over a time-varying topology (``W_t`` per round) the correction, built for one
-    fixed W, is unstable: it diverges over one-peer graphs (measured at alpha = 0.05 and 0.005);
-    the lazy rounds ``(W_t + I)/2`` converge (docs/topologies.md).
+    Over a time-varying topology it shares ED's instability (:class:`ExactDiffusion`).
     """
 
     name: ClassVar[str] = "edm"

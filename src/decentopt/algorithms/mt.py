@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
+from decentopt.algorithms.base import MomentumHyperParams, momentum_direction
 from decentopt.algorithms.registry import register
 
 if TYPE_CHECKING:
@@ -56,13 +56,9 @@ class MomentumTracking(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "mt"
+    State: ClassVar[type] = MTState
     needs_symmetric: ClassVar[bool] = True
     sends: ClassVar[tuple[str, ...] | None] = ("value", "sum")
-
-    def init(self, x0: torch.Tensor) -> MTState:
-        x0 = check_initial_point(x0, self.name)
-        zeros = torch.zeros_like(x0)
-        return MTState(x=x0, d=zeros, m=zeros, q=zeros)
 
     def step(self, state: MTState, grad: torch.Tensor, comm: Communicator) -> MTState:
         if state.t == 0:

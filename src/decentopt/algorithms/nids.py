@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
-
-import torch
+from typing import ClassVar
 
 from decentopt._checks import as_real
-from decentopt.algorithms.ed import EDState, ExactDiffusion, adapt_correct_combine
+from decentopt.algorithms.ed import EDState, ExactDiffusion
 from decentopt.algorithms.registry import register
-
-if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
-
 
 #: NIDS keeps Exact Diffusion's state.
 NIDSState = EDState
@@ -44,15 +38,10 @@ class NIDS(ExactDiffusion):
     """
 
     name: ClassVar[str] = "nids"
-    c: float = 0.5
+    c: float = 0.5  # type: ignore[misc]  # a hyper-parameter here, ED's constant 1 there
 
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "c", as_real(self.c, "NIDS: c"))
         if not 0 < self.c <= 1:
             raise ValueError(f"NIDS: c must be in (0, 1]; got {self.c}")
-
-    def step(self, state: NIDSState, grad: torch.Tensor, comm: Communicator) -> NIDSState:
-        alpha = self.lr_at(state.t)
-        x_next, psi = adapt_correct_combine(state.x, state.psi, grad, alpha, comm, self.c)
-        return NIDSState(x=x_next, psi=psi, t=state.t + 1)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import torch
 
 from decentopt._checks import as_real
-from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
+from decentopt.algorithms.base import MomentumHyperParams, momentum_direction
 from decentopt.algorithms.registry import register
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ class QGDSGDm(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "qg_dsgdm"
+    State: ClassVar[type] = QGDSGDmState
 
     mu: float | None = None
 
@@ -55,10 +56,6 @@ class QGDSGDm(MomentumHyperParams):
     @property
     def mu_value(self) -> float:
         return self.beta if self.mu is None else float(self.mu)
-
-    def init(self, x0: torch.Tensor) -> QGDSGDmState:
-        x0 = check_initial_point(x0, self.name)
-        return QGDSGDmState(x=x0, m_hat=torch.zeros_like(x0))
 
     def step(self, state: QGDSGDmState, grad: torch.Tensor, comm: Communicator) -> QGDSGDmState:
         alpha = self.lr_at(state.t)

@@ -165,16 +165,14 @@ def hyperparameters(method: str | type | Any) -> tuple[str, ...]:
     gossip's; ``gossip`` for a rule), a rule's class, or a method itself."""
     if isinstance(method, Composed):
         return tuple(method.hyperparams())
-    if not isinstance(method, str | type):
-        method = type(method)
-    if isinstance(method, type):
-        return (*_init_fields(method), "gossip")
-    key = _key(method)
-    if key in ALIASES:
-        alias = ALIASES[key]
-        own = tuple(f for f in _init_fields(REGISTRY[alias.rule]) if f not in alias.fixed)
-        return own + _init_fields(alias.gossip)
-    return (*_init_fields(REGISTRY[key]), "gossip")
+    if isinstance(method, str):
+        key = _key(method)
+        if key in ALIASES:
+            alias = ALIASES[key]
+            own = tuple(f for f in _init_fields(REGISTRY[alias.rule]) if f not in alias.fixed)
+            return own + _init_fields(alias.gossip)
+        method = REGISTRY[key]
+    return (*_init_fields(method if isinstance(method, type) else type(method)), "gossip")
 
 
 def compose(rule: Any, gossip: str | Gossip, alias: str = "") -> Any:

@@ -24,6 +24,7 @@ __all__ = [
     "Communicator",
     "Elementwise",
     "Relaying",
+    "Shared",
     "map_then_mix",
     "rows_of",
     "slot_table",
@@ -151,6 +152,48 @@ def slot_table(neighbors: Sequence[Sequence[int]]) -> tuple[np.ndarray, int]:
     for i, peers in enumerate(neighbors):
         table[i, : len(peers)] = sorted(peers)
     return table, S
+
+
+class Shared:
+    """What the simulated and the distributed communicators share: ``mix_many`` as one
+    ``mix`` of the tensors packed column-wise, ``mix_map`` done plainly, the graph check
+    of ``exchange``."""
+
+    topology: Network
+
+    def _fold(self, z: torch.Tensor) -> torch.Tensor:
+        return z.reshape(z.shape[0], -1)
+
+    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """One round for several tensors: one flat message per neighbour carries them all."""
+        if len(zs) == 1:
+            return [self.mix(zs[0])]  # type: ignore[attr-defined]
+        flats = [self._fold(z) for z in zs]
+        mixed = self.mix(torch.cat(flats, dim=1))  # type: ignore[attr-defined]
+        parts = mixed.split([f.shape[1] for f in flats], dim=1)
+        return [p.reshape(z.shape) for p, z in zip(parts, zs, strict=True)]
+
+    def mix_map(
+        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[float] = ()
+    ) -> tuple[torch.Tensor, ...]:
+        return map_then_mix(self, fn, tensors, scalars)  # type: ignore[arg-type]
+
+    def _check_exchange(self, tensors: Sequence[torch.Tensor] = (), rows: int = 0) -> int:
+        """The slots of ``exchange`` (the largest degree) over a static undirected graph, every
+        tensor of ``tensors`` checked to be ``(rows, slots, ...)`` (rows: ``n``, or a rank's 1)."""
+        if not {"symmetric", "static"} <= self.topology.offers:
+            raise ValueError(
+                f"exchange sends a message to each neighbour and hears back: it needs a static "
+                f"undirected graph; {self.topology.name} is not one"
+            )
+        S = int(self.topology.max_degree)
+        for t in tensors:
+            if t.ndim < 2 or tuple(t.shape[:2]) != (rows, S):
+                raise ValueError(
+                    f"exchange expects tensors of shape ({'n' if rows > 1 else 1}, slots, ...) = "
+                    f"({rows}, {S}, ...); got {tuple(t.shape)}"
+                )
+        return S
 
 
 def map_then_mix(

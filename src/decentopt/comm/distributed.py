@@ -28,16 +28,17 @@ import time
 import weakref
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from decentopt.comm.base import CommStats, Elementwise, map_then_mix, rows_of
+from decentopt.comm.base import CommStats, Shared, rows_of
 from decentopt.comm.posted import Stream
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
-from decentopt.topology import Network, TopologySchedule
+from decentopt.topology import Network, TopologySchedule, weight_arrays
 
 __all__ = ["DistributedCommunicator", "PeerFailure", "settle_all"]
 
@@ -57,7 +58,7 @@ class PeerFailure(RuntimeError):
     """A neighbour did not deliver its message (it died, hung or disconnected)."""
 
 
-class DistributedCommunicator:
+class DistributedCommunicator(Shared):
     """Gossip with graph neighbours over an initialised process group.
 
     Args:
@@ -123,21 +124,11 @@ class DistributedCommunicator:
             int(sent.max(initial=0)),
         )
 
-    def _digest_of_graph(self) -> bytes:
-        if self._schedule is None:
-            return np.ascontiguousarray(self.topology.W.numpy()).tobytes()
-        schedule = self._schedule
-        count = schedule.period or 8
-        parts = [schedule.name.encode()]
-        for t in range(count):
-            r = schedule.at(t)
-            parts += [r.self_weight.tobytes(), r.peers.tobytes(), r.weights.tobytes()]
-        return b"".join(parts)
-
     # ----------------------------------------------------------------- checks
     def check_consistency(self, extra: str = "") -> None:
         """Fail on every rank if the ranks disagree on W (or on ``extra``, e.g. model size)."""
-        digest = hashlib.sha256(self._digest_of_graph())
+        arrays = weight_arrays(self.topology)
+        digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays))
         digest.update(extra.encode())
         mine = digest.hexdigest()[:16]
         everyone: list[str | None] = [None] * self.world_size
@@ -173,10 +164,7 @@ class DistributedCommunicator:
             works = dist.batch_isend_irecv(ops)
             for k, work in enumerate(works):
                 peer = peers[k] if len(works) == len(ops) else None
-                if self.backend == "gloo":
-                    work.wait(self.timeout)
-                else:
-                    work.wait()
+                self._wait(work)
         except RuntimeError as exc:
             waited = time.monotonic() - start
             everyone = sorted({j for j, _ in sends} | {j for j, _ in receives})
@@ -195,6 +183,10 @@ class DistributedCommunicator:
                 f"{who}: it died, hung or disconnected. Underlying error: {exc}"
             ) from None
 
+    def _wait(self, work: dist.Work) -> None:
+        """Wait for ``work``, at most ``timeout`` where the backend takes one (gloo)."""
+        work.wait(self.timeout) if self.backend == "gloo" else work.wait()
+
     def _row(self, z: torch.Tensor, what: str) -> torch.Tensor:
         if z.shape[0] != 1:
             raise ValueError(
@@ -208,22 +200,23 @@ class DistributedCommunicator:
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         flat = self._row(z, "mix")
-        self_weight, neighbors, targets, mean_messages, max_messages = self._round()
-        buffers = [torch.empty_like(flat) for _ in neighbors]
-        self._p2p(
-            [(k, flat) for k in targets],
-            [(j, buf) for (j, _), buf in zip(neighbors, buffers, strict=True)],
-        )
-        payload = flat.numel() * flat.element_size()
-        self.stats.add_round(mean_messages, max_messages, payload, len(targets) * payload)
+        self_weight, received = self._send_receive(flat)
         result = torch.mul(flat, self_weight)
-        for (_, w), buf in zip(neighbors, buffers, strict=True):
+        for _, w, buf in received:
             result.add_(buf, alpha=w)
-        result = result.to(z.device)
-        if out is not None:
-            out.copy_(result.view(z.shape))
-            return out
-        return result.view(z.shape)
+        result = result.to(z.device).view(z.shape)
+        return result if out is None else out.copy_(result)
+
+    def _send_receive(self, data: torch.Tensor) -> tuple[float, list[tuple[int, float, Any]]]:
+        """One counted round: ``data`` to every agent that reads this rank's row, each
+        neighbour's message into a buffer like it; this rank's self weight and, per
+        neighbour, ``(rank, weight, buffer)``."""
+        self_weight, neighbors, targets, mean_messages, max_messages = self._round()
+        received = [(j, w, torch.empty_like(data)) for j, w in neighbors]
+        self._p2p([(k, data) for k in targets], [(j, buf) for j, _, buf in received])
+        payload = data.numel() * data.element_size()
+        self.stats.add_round(mean_messages, max_messages, payload, len(targets) * payload)
+        return self_weight, received
 
     def mix_posted(
         self, rounds: Sequence[Sequence[torch.Tensor]], bound: int
@@ -302,40 +295,23 @@ class DistributedCommunicator:
         rows = rows_of(flat.view(1, -1), z)[0]
         r, k = rows.shape
         round_ = self.stats.rounds
-        self_weight, neighbors, targets, mean_messages, max_messages = self._round()
         data = codec.encode(rows, self.rank, round_)
-        buffers = [torch.empty_like(data) for _ in neighbors]
-        self._p2p(
-            [(j, data) for j in targets],
-            [(j, buf) for (j, _), buf in zip(neighbors, buffers, strict=True)],
-        )
-        self.stats.add_round(mean_messages, max_messages, data.numel(), len(targets) * data.numel())
+        self_weight, received = self._send_receive(data)
         own = codec.decode(data, self.rank, round_, r, k, flat.dtype)
         mixed = own * self_weight
-        for (j, w), buf in zip(neighbors, buffers, strict=True):
+        for j, w, buf in received:
             mixed.add_(codec.decode(buf, j, round_, r, k, flat.dtype), alpha=w)
         return own.to(z.device).view(z.shape), mixed.to(z.device).view(z.shape)
 
     @property
     def slots(self) -> int:
-        if not {"symmetric", "static"} <= self.topology.offers:
-            raise ValueError(
-                f"exchange sends a message to each neighbour and hears back: it needs a static "
-                f"undirected graph; {self.topology.name} is not one"
-            )
-        return int(self.topology.max_degree)
+        return self._check_exchange()
 
     def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Slot ``s`` of every tensor (packed into one message) to the ``s``-th neighbour;
         returns what each neighbour sent, in its slot (zeros past this agent's degree)."""
-        S = self.slots
+        S = self._check_exchange(tensors, 1)
         peers = [j for j, _ in self.neighbors]
-        for t in tensors:
-            if t.ndim < 2 or tuple(t.shape[:2]) != (1, S):
-                raise ValueError(
-                    f"exchange expects tensors of shape (1, slots, ...) = (1, {S}, ...); "
-                    f"got {tuple(t.shape)}"
-                )
         if S == 0:  # one agent: a round without messages
             self.stats.add_round(*self._messages, 0, 0)
             return [t.clone() for t in tensors]
@@ -353,20 +329,6 @@ class DistributedCommunicator:
         parts = received.to(device).split(widths, dim=1)
         return [p.reshape(t.shape) for p, t in zip(parts, tensors, strict=True)]
 
-    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """One round for several tensors: one flat message per neighbour carries them all."""
-        if len(zs) == 1:
-            return [self.mix(zs[0])]
-        flats = [z.detach().reshape(1, -1) for z in zs]
-        mixed = self.mix(torch.cat(flats, dim=1))
-        parts = mixed.split([f.shape[1] for f in flats], dim=1)
-        return [p.reshape(z.shape) for p, z in zip(parts, zs, strict=True)]
-
-    def mix_map(
-        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[float] = ()
-    ) -> tuple[torch.Tensor, ...]:
-        return map_then_mix(self, fn, tensors, scalars)
-
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         """Exact average over all ranks; a rank that does not join within ``timeout``
         raises :class:`PeerFailure` on the others (gloo)."""
@@ -376,7 +338,7 @@ class DistributedCommunicator:
         work = dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
         start = time.monotonic()
         try:
-            work.wait(self.timeout) if self.backend == "gloo" else work.wait()
+            self._wait(work)
         except RuntimeError as exc:
             raise PeerFailure(
                 f"rank {self.rank}: an average over all ranks (all_reduce) got no answer within "

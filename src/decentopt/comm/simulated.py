@@ -23,7 +23,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from decentopt.comm.base import CommStats, Elementwise, map_then_mix, rows_of, slot_table
+from decentopt.comm.base import CommStats, Elementwise, Shared, map_then_mix, rows_of, slot_table
 from decentopt.comm.mixers import Mixer, chain
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
@@ -32,7 +32,7 @@ from decentopt.topology import Graph, Network, TopologySchedule
 __all__ = ["SimulatedCommunicator"]
 
 
-class SimulatedCommunicator:
+class SimulatedCommunicator(Shared):
     """Communicator over all agents of a :class:`Topology` (or schedule) in one process.
 
     Args:
@@ -123,15 +123,6 @@ class SimulatedCommunicator:
         self._count(flat.shape[1] * flat.element_size())
         return mixed.view(z.shape)
 
-    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """One round for several tensors: packed column-wise into a single ``W Z``."""
-        if len(zs) == 1:
-            return [self.mix(zs[0])]
-        flats = [self._fold(z) for z in zs]
-        mixed = self.mix(torch.cat(flats, dim=1))
-        parts = mixed.split([f.shape[1] for f in flats], dim=1)
-        return [p.reshape(z.shape) for p, z in zip(parts, zs, strict=True)]
-
     def mix_map(
         self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[float] = ()
     ) -> tuple[torch.Tensor, ...]:
@@ -195,11 +186,7 @@ class SimulatedCommunicator:
     def _slots(self) -> tuple[torch.Tensor, torch.Tensor]:
         """For :meth:`exchange`: where each (agent, slot) reads in the senders' ``(n * S)``
         messages, and which slots hold a neighbour."""
-        if not {"symmetric", "static"} <= self.topology.offers:
-            raise ValueError(
-                f"exchange sends a message to each neighbour and hears back: it needs a static "
-                f"undirected graph; {self.topology.name} is not one"
-            )
+        self._check_exchange()
         table, _ = slot_table(self.topology.neighbors)
         source = np.zeros(table.shape, dtype=np.int64)
         for i, peers in enumerate(self.topology.neighbors):
@@ -218,16 +205,12 @@ class SimulatedCommunicator:
         agent received in the same slots (zeros where an agent has fewer neighbours)."""
         source, valid = self._slots
         n, S = valid.shape
+        self._check_exchange(tensors, n)
         out, payload = [], 0
         if S == 0:  # nobody has a neighbour (one agent): a round without messages
             self._count(0)
             return [t.clone() for t in tensors]
         for t in tensors:
-            if t.ndim < 2 or tuple(t.shape[:2]) != (n, S):
-                raise ValueError(
-                    f"exchange expects tensors of shape (n, slots, ...) = ({n}, {S}, ...); "
-                    f"got {tuple(t.shape)}"
-                )
             flat = t.reshape(n * S, -1)
             got = flat[source.view(-1).to(t.device)].view(n, S, -1)
             got = torch.where(valid.to(t.device).unsqueeze(-1), got, 0)

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from decentopt.comm.distributed import PeerFailure
+from decentopt.topology import weight_arrays
 
 __all__ = ["RanksDisagree", "agree", "describe_algorithm", "describe_graph", "describe_params"]
 
@@ -67,14 +68,9 @@ def _matrix_digest(*arrays: Any) -> str:
 
 def describe_graph(topology: Any) -> dict[str, str]:
     """The graph's name and size and a digest of its weights (of each round of a schedule)."""
-    fields = {"graph": f"{topology.name} with n = {topology.n}"}
-    if hasattr(topology, "W"):
-        fields["graph weights (SHA-256 of W)"] = _matrix_digest(topology.W.numpy())
-        return fields
-    rounds = [topology.at(t) for t in range(getattr(topology, "period", None) or 8)]
-    parts = [a for r in rounds for a in (r.self_weight, r.peers, r.weights)]
-    fields["graph weights (SHA-256 of its rounds)"] = _matrix_digest(*parts)
-    return fields
+    weights = f"graph weights (SHA-256 of {'W' if hasattr(topology, 'W') else 'its rounds'})"
+    graph = f"{topology.name} with n = {topology.n}"
+    return {"graph": graph, weights: _matrix_digest(*weight_arrays(topology))}
 
 
 def describe_params(groups: Iterable[Mapping[str, Any]], settings: Iterable[str]) -> dict[str, str]:

@@ -23,6 +23,7 @@ torchrun directly for jobs across machines.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -92,9 +93,8 @@ def _terminated_raises() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _ranks_follow() -> None:
-    """In each rank, before it runs: SIGTERM when the launcher dies, even by SIGKILL."""
-    die_with_parent(signal.SIGTERM)
+#: In each rank, before it runs: SIGTERM when the launcher dies, even by SIGKILL.
+_ranks_follow = functools.partial(die_with_parent, signal.SIGTERM)
 
 
 def _supervise(procs: list[subprocess.Popen], grace: float) -> tuple[int, int | None]:

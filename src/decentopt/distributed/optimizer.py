@@ -256,10 +256,6 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             self.state[p] = {"step": bucket.state.t} | own | shared
 
     # ------------------------------------------------------------------- step
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """As ``torch.optim``: set gradients to ``None`` (default) or to zero."""
-        super().zero_grad(set_to_none=set_to_none)
-
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
         """Backward passes inside accumulate gradients only (no bucket steps during them)."""

@@ -15,6 +15,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from decentopt._checks import unknown_name
 from decentopt.topology.directed import (
     DirectedTopology,
@@ -76,26 +78,14 @@ def spanning_tree_of(
 
 #: Graph families by name (used by configuration files and the CLI).
 REGISTRY: dict[str, Callable[..., Topology | TopologySchedule]] = {
-    "ring": ring,
-    "complete": complete,
-    "star": star,
-    "grid": grid,
-    "torus": torus,
-    "hypercube": hypercube,
-    "exponential": exponential,
-    "erdos_renyi": erdos_renyi,
-    "one_peer_exponential": one_peer_exponential,
-    "one_peer_hypercube": one_peer_hypercube,
-    "base_graph": base_graph,
-    "random_matchings": random_matchings,
-    "chain": chain,
-    "binary_tree": binary_tree,
-    "spanning_tree": spanning_tree_of,
-    "directed_ring": directed_ring,
-    "directed_exponential": directed_exponential,
-    "random_directed": random_directed,
-    "directed_one_peer_exponential": directed_one_peer_exponential,
-}
+    f.__name__.removesuffix("_of"): f
+    for f in (
+        ring, complete, star, grid, torus, hypercube, exponential, erdos_renyi,
+        one_peer_exponential, one_peer_hypercube, base_graph, random_matchings,
+        chain, binary_tree, spanning_tree_of,
+        directed_ring, directed_exponential, random_directed, directed_one_peer_exponential,
+    )
+}  # fmt: skip
 
 
 def check_arguments(name: str, kwargs: dict[str, Any]) -> None:
@@ -118,6 +108,15 @@ def check_arguments(name: str, kwargs: dict[str, Any]) -> None:
     for key in valid:
         if params[key].default is inspect.Parameter.empty and key not in kwargs:
             raise ValueError(f"{name} needs '{key}'")
+
+
+def weight_arrays(network: Network) -> list[np.ndarray]:
+    """What fixes a network's weights: ``W``, or the gather form of each round of a period
+    (of the first 8 rounds of a random schedule); ranks compare digests of them."""
+    if not isinstance(network, TopologySchedule):
+        return [network.W.numpy()]
+    rounds = [network.at(t) for t in range(network.period or 8)]
+    return [a for r in rounds for a in (r.self_weight, r.peers, r.weights)]
 
 
 def make(name: str, *args: Any, **kwargs: Any) -> Topology | TopologySchedule:
@@ -169,4 +168,5 @@ __all__ = [
     "spanning_tree_of",
     "star",
     "torus",
+    "weight_arrays",
 ]

@@ -125,9 +125,6 @@ class DirectedTopology(Graph):
         """Whether the rows sum to one too (then ``pi`` is uniform and no weights are needed)."""
         return bool(np.abs(self._W_np.sum(axis=1) - 1).max() <= _TOL)
 
-    def lazy(self) -> DirectedTopology:
-        return DirectedTopology((self._W_np + np.eye(self.n)) / 2, name=f"lazy({self.name})")
-
     def summary(self) -> dict[str, float | int | str]:
         return {
             "name": self.name,
@@ -198,11 +195,9 @@ def directed_one_peer_exponential(n: int) -> TopologySchedule:
     per round. For ``n`` a power of two the product over a period is the exact average."""
     n = agents(n)
     idx = np.arange(n)
-    rounds = []
-    for m in range(math.ceil(math.log2(n)) if n > 1 else 0):
-        o = 2**m
-        receivers, senders = (idx + o) % n, idx
-        rounds.append(GossipRound.from_entries(n, receivers, senders, np.full(n, 0.5)))
-    if not rounds:
-        rounds.append(GossipRound.from_entries(n, np.zeros(0), np.zeros(0), np.zeros(0)))
-    return TopologySchedule(n, f"directed_one_peer_exponential({n})", tuple(rounds), directed=True)
+    rounds = tuple(  # round m: i sends to (receiver) i + 2^m
+        GossipRound.from_entries(n, (idx + 2**m) % n, idx, np.full(n, 0.5))
+        for m in range(math.ceil(math.log2(n)) if n > 1 else 0)
+    )
+    name = f"directed_one_peer_exponential({n})"
+    return TopologySchedule(n, name, rounds or (GossipRound.identity(n),), directed=True)

@@ -10,7 +10,6 @@ negative eigenvalue, and the topology's name says so.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Literal
 
 import networkx as nx
@@ -20,7 +19,7 @@ import torch
 from decentopt._checks import as_count, as_real, unknown_name
 from decentopt.topology.circulant import CirculantTopology, circulant_from_offsets
 from decentopt.topology.sparse import SPARSE_FROM, SparseTopology
-from decentopt.topology.topology import AssumptionError, Topology, agents
+from decentopt.topology.topology import AssumptionError, Topology, _as_numpy, agents
 
 #: From this many agents, rings and exponential graphs are stored by their stencil
 #: (closed-form spectrum, no dense W); smaller ones stay dense, bit for bit as before.
@@ -79,10 +78,7 @@ def max_degree_weights(adjacency: np.ndarray) -> np.ndarray:
     return W
 
 
-_WEIGHTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "metropolis": metropolis_hastings_weights,
-    "max_degree": max_degree_weights,
-}
+_WEIGHTS = {"metropolis": metropolis_hastings_weights, "max_degree": max_degree_weights}
 
 
 def from_adjacency(
@@ -93,10 +89,7 @@ def from_adjacency(
     name: str = "graph",
 ) -> Topology:
     """Mixing matrix of an undirected graph given by its 0/1 adjacency matrix."""
-    lazy = _require_lazy(lazy)
-    if isinstance(adjacency, torch.Tensor):
-        adjacency = adjacency.detach().cpu().numpy()
-    A = np.asarray(adjacency, dtype=np.float64)
+    lazy, A = _require_lazy(lazy), _as_numpy(adjacency)
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"the adjacency matrix must be square; got shape {A.shape}")
     if not np.array_equal(A != 0, (A != 0).T):
@@ -120,6 +113,8 @@ def from_networkx(
     lazy = _require_lazy(lazy)
     if graph.is_directed():
         raise ValueError("the graph must be undirected; use graph.to_undirected()")
+    if weights not in _WEIGHTS:
+        raise ValueError(unknown_name("weights", weights, sorted(_WEIGHTS)))
     if graph.number_of_nodes() >= SPARSE_FROM:
         return _sparse_graph(graph, weights=weights, lazy=lazy, name=name)
     return from_adjacency(_adjacency(graph), weights=weights, lazy=lazy, name=name)
@@ -129,8 +124,6 @@ def _sparse_graph(graph: nx.Graph, *, weights: Weights, lazy: Lazy, name: str) -
     """Metropolis or max-degree weights computed on the sparse adjacency (no n x n array)."""
     import scipy.sparse as sp
 
-    if weights not in _WEIGHTS:
-        raise ValueError(unknown_name("weights", weights, sorted(_WEIGHTS)))
     A = nx.to_scipy_sparse_array(graph, nodelist=sorted(graph.nodes()), weight=None, format="coo")
     keep = A.row != A.col
     rows, cols = A.row[keep], A.col[keep]
@@ -144,11 +137,8 @@ def _sparse_graph(graph: nx.Graph, *, weights: Weights, lazy: Lazy, name: str) -
     W = off + sp.diags(1.0 - np.asarray(off.sum(axis=1)).ravel())
     label = f"{name}[{weights}]"
     try:
-        return (
-            SparseTopology(W, name=label)
-            if lazy is not True
-            else SparseTopology(W, name=label).lazy()
-        )
+        topology = SparseTopology(W, name=label)
+        return topology.lazy() if lazy is True else topology
     except AssumptionError as exc:
         if lazy == "auto" and "1(3)" in str(exc):
             return SparseTopology((W + sp.identity(n)) / 2, name=f"lazy({label})")
@@ -165,7 +155,7 @@ def from_matrix(
     ``W`` suggests it).
     """
     if lazy:
-        arr = np.asarray(W.detach().cpu().double() if isinstance(W, torch.Tensor) else W, float)
+        arr = _as_numpy(W)
         if arr.ndim == 2 and arr.shape[0] == arr.shape[1]:
             return Topology((arr + np.eye(arr.shape[0])) / 2, name=f"lazy({name})")
     return Topology(W, name=name)

@@ -82,6 +82,11 @@ class GossipRound:
         return cls(1.0 - weights.sum(axis=0), peers, weights)
 
     @classmethod
+    def identity(cls, n: int) -> GossipRound:
+        """``W_t = I``: a round without messages."""
+        return cls.from_entries(n, np.zeros(0), np.zeros(0), np.zeros(0))
+
+    @classmethod
     def from_matrix(cls, W: np.ndarray) -> GossipRound:
         rows, cols = np.nonzero(W)
         return cls.from_entries(W.shape[0], rows, cols, W[rows, cols])
@@ -268,7 +273,7 @@ class TopologySchedule:
 
     def matrices(self, count: int | None = None, start: int = 0) -> list[np.ndarray]:
         """Dense ``W_start .. W_{start+count-1}`` (one period by default)."""
-        count = count if count is not None else (self.period or RANDOM_SAMPLE)
+        count = count if count is not None else self._sample_length()
         return [self.at(start + t).matrix() for t in range(count)]
 
     def _sample_length(self) -> int:
@@ -278,18 +283,15 @@ class TopologySchedule:
     def _contraction(self, count: int) -> float:
         """``||W_{count-1} ... W_0 - 11^T/n||_2`` (directed: ``- pi 1^T``, ``pi`` the product's
         Perron vector; dense up to ``DENSE_UP_TO`` agents, NaN above)."""
-        if self.directed:
-            if self.n > DENSE_UP_TO:
-                return float("nan")
-            P = np.eye(self.n)
-            for t in range(count):
-                P = self.at(t).apply(P)
-            return float(np.linalg.norm(P - _perron(P)[:, None], ord=2))
         if self.n <= DENSE_UP_TO:
             P = np.eye(self.n)
             for t in range(count):
                 P = self.at(t).apply(P)
-            return float(np.linalg.norm(P - 1.0 / self.n, ord=2))
+            return float(
+                np.linalg.norm(P - (_perron(P)[:, None] if self.directed else 1 / self.n), 2)
+            )
+        if self.directed:
+            return float("nan")
         # power iteration on (A - J)^T (A - J); A^T applies the (symmetric) rounds reversed
         rng = np.random.default_rng(0)
         v = rng.standard_normal(self.n)
@@ -341,17 +343,10 @@ class TopologySchedule:
 
     def lazy(self) -> TopologySchedule:
         """Every ``W_t`` replaced by ``(W_t + I) / 2`` (positive semi-definite)."""
-        if self.draw is not None:
-            draw = self.draw
-            return TopologySchedule(
-                self.n, f"lazy({self.name})", draw=lambda t: draw(t).lazy(), directed=self.directed
-            )
-        return TopologySchedule(
-            self.n,
-            f"lazy({self.name})",
-            tuple(r.lazy() for r in self.rounds),
-            directed=self.directed,
-        )
+        draw = self.draw
+        lazy_draw = None if draw is None else (lambda t: draw(t).lazy())
+        rounds = tuple(r.lazy() for r in self.rounds)
+        return TopologySchedule(self.n, f"lazy({self.name})", rounds, lazy_draw, self.directed)
 
     def summary(self) -> dict[str, float | int | str]:
         """The schedule's figures as a plain dict (for tables and the CLI)."""

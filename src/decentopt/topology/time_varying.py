@@ -25,10 +25,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from decentopt.topology.schedule import _TOL, GossipRound, TopologySchedule
-from decentopt.topology.topology import AssumptionError, agents
+from decentopt.topology.topology import AssumptionError, _as_numpy, agents
 
 __all__ = [
     "base_graph",
@@ -48,10 +47,6 @@ def _clique_entries(cliques: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     return rows, cols, np.full(count * m * m, 1.0 / max(m, 1))
 
 
-def _identity(n: int) -> GossipRound:
-    return GossipRound.from_entries(n, np.zeros(0), np.zeros(0), np.zeros(0))
-
-
 def one_peer_exponential(n: int) -> TopologySchedule:
     """Symmetrised one-peer exponential graph (see the module docstring)."""
     n = agents(n)
@@ -65,7 +60,9 @@ def one_peer_exponential(n: int) -> TopologySchedule:
             rows = np.concatenate([idx, idx])
             cols = np.concatenate([(idx + o) % n, (idx - o) % n])
             rounds.append(GossipRound.from_entries(n, rows, cols, np.full(2 * n, 0.25)))
-    return TopologySchedule(n, f"one_peer_exponential({n})", tuple(rounds) or (_identity(n),))
+    return TopologySchedule(
+        n, f"one_peer_exponential({n})", tuple(rounds) or (GossipRound.identity(n),)
+    )
 
 
 def one_peer_hypercube(n: int) -> TopologySchedule:
@@ -77,11 +74,7 @@ def one_peer_hypercube(n: int) -> TopologySchedule:
             f"one_peer_hypercube needs n to be a power of two; got {n} (use {low} or {2 * low}, "
             "or base_graph, which takes any n)"
         )
-    return _renamed(base_graph(n, base=2), f"one_peer_hypercube({n})")
-
-
-def _renamed(schedule: TopologySchedule, name: str) -> TopologySchedule:
-    return TopologySchedule(schedule.n, name, schedule.rounds)
+    return TopologySchedule(n, f"one_peer_hypercube({n})", base_graph(n, base=2).rounds)
 
 
 def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
@@ -159,7 +152,7 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
         GossipRound.from_entries(n, *(np.concatenate([e[i] for e in entries]) for i in range(3)))
         for entries in rounds
     )
-    return TopologySchedule(n, f"base_graph({n}, base={base})", built or (_identity(n),))
+    return TopologySchedule(n, f"base_graph({n}, base={base})", built or (GossipRound.identity(n),))
 
 
 def random_matchings(n: int, *, seed: int = 0) -> TopologySchedule:
@@ -182,9 +175,7 @@ def sequence(matrices: Sequence[object], *, name: str = "sequence") -> TopologyS
     """Any list of mixing matrices, repeated in order (each checked; see the module docstring)."""
     arrays = []
     for t, W in enumerate(matrices):
-        if isinstance(W, torch.Tensor):
-            W = W.detach().cpu().double().numpy()
-        arr = np.asarray(W, dtype=np.float64)
+        arr = _as_numpy(W)
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
             raise AssumptionError(f"{name}, round {t}: the matrix must be square; got {arr.shape}")
         row_err = float(np.max(np.abs(arr.sum(axis=1) - 1.0)))

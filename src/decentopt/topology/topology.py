@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ import torch
 __all__ = ["AssumptionError", "Topology", "check_assumption1"]
 
 _TOL = 1e-10
+G = TypeVar("G", bound="Graph")
 
 
 class AssumptionError(ValueError):
@@ -174,6 +176,10 @@ class Graph:
         """Fraction of non-zero entries of ``W``."""
         return float(np.count_nonzero(self._W_np)) / self.n**2
 
+    def lazy(self: G) -> G:
+        """The lazy transform (W + I) / 2, which makes every eigenvalue positive."""
+        return type(self)((self._W_np + np.eye(self.n)) / 2, name=f"lazy({self.name})")
+
     @property
     def offers(self) -> frozenset[str]:
         """What the graph offers the methods: ``"symmetric"`` (a symmetric doubly stochastic
@@ -228,10 +234,6 @@ class Topology(Graph):
     def out_neighbors(self) -> tuple[tuple[int, ...], ...]:  # type: ignore[override]
         """For each agent, the agents that read its row (its neighbours, W being symmetric)."""
         return self.neighbors
-
-    def lazy(self) -> Topology:
-        """The lazy transform (W + I) / 2, which makes every eigenvalue positive."""
-        return Topology((self._W_np + np.eye(self.n)) / 2, name=f"lazy({self.name})")
 
     def summary(self) -> dict[str, float | int | str]:
         """The spectral quantities as a plain dict (for tables and the CLI)."""

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import CommStats, Communicator, Elementwise
+    from decentopt.comm.base import Communicator, Elementwise
 
-__all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Through"]
+__all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Sends", "Through"]
 
 #: What a rule sends, per tensor of its one gossip round (the rule's ``sends``):
 #: ``VALUE``, an estimate the agents should agree on (an iterate); ``SUM``, a
@@ -38,31 +38,36 @@ VALUE, SUM = "value", "sum"
 
 #: The state a gossip keeps: field name -> tensor.
 Fields = dict[str, torch.Tensor]
+#: What a rule sends, one kind per tensor of its round (``VALUE`` or ``SUM``).
+Sends = tuple[str, ...]
 
 
 class Channel:
     """A communicator that routes a rule's mixes through a gossip.
 
     Subclasses implement :meth:`round` (one gossip round of the tensors of one call);
-    everything else is the wrapped communicator's (``mean``, ``barrier``, the counts).
+    the calls of :attr:`passed` are the wrapped communicator's (``mean``, the counts).
     """
 
     #: Whether the rule may mix only once per step through this channel.
     one_round: ClassVar[bool] = True
 
-    def __init__(self, comm: Communicator, fields: Fields, sends: tuple[str, ...] = ()) -> None:
+    def __init__(self, comm: Communicator, fields: Fields, sends: Sends = ()) -> None:
         self.comm = comm
         self.state = dict(fields)
         self.sends = sends
         self.rounds_done = 0
 
-    @property
-    def stats(self) -> CommStats:
-        return self.comm.stats
+    #: What the channel takes from its communicator as it is (only these: a communicator's
+    #: fused rounds, ``choco_round`` or ``mix_posted``, would bypass the gossip).
+    passed: ClassVar[frozenset[str]] = frozenset(
+        {"stats", "topology", "mean", "barrier", "slots", "exchange"}
+    )
 
-    @property
-    def topology(self) -> Any:
-        return self.comm.topology
+    def __getattr__(self, key: str) -> Any:
+        if key not in self.passed:
+            raise AttributeError(f"{type(self).__name__} has no attribute {key!r}")
+        return getattr(self.comm, key)
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """One gossip round of ``zs`` (the rule's tensors in the order of its ``sends``)."""
@@ -94,12 +99,6 @@ class Channel:
         self, z: torch.Tensor, compression: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError("a rule composed with a gossip sends through mix, mix_many or mix_map")
-
-    def mean(self, z: torch.Tensor) -> torch.Tensor:
-        return self.comm.mean(z)
-
-    def barrier(self, stage: str) -> None:
-        self.comm.barrier(stage)
 
     def fields(self) -> Fields:
         """The gossip's state after the step."""
@@ -135,16 +134,14 @@ class Gossip:
             )
         return ""
 
-    def field_names(self, sends: tuple[str, ...]) -> tuple[str, ...]:
+    def field_names(self, sends: Sends) -> tuple[str, ...]:
         """The state fields this gossip adds for a rule that sends ``sends``."""
         return ()
 
-    def init(self, x0: torch.Tensor, sends: tuple[str, ...]) -> Fields:
+    def init(self, x0: torch.Tensor, sends: Sends) -> Fields:
         return {}
 
-    def bind(
-        self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]
-    ) -> Channel:
+    def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
         """The communicator for one step of a rule that sends ``sends``, from the gossip's
         state ``fields`` and the iterate ``x`` at the start of the step."""
         raise NotImplementedError
@@ -169,14 +166,13 @@ class Exact(Gossip):
     def refuses(self, rule: Any) -> str:
         return ""
 
-    def bind(
-        self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]
-    ) -> Channel:
+    def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
         return Through(comm, fields, sends)
 
 
 class Through(Channel):
-    """Every call goes to the communicator as it is (fused updates included)."""
+    """Every call goes to the communicator as it is (fused updates included, ``exchange``
+    too)."""
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return self.comm.mix(z, out)
@@ -193,10 +189,3 @@ class Through(Channel):
         self, z: torch.Tensor, compression: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.comm.mix_compressed(z, compression)
-
-    @property
-    def slots(self) -> int:
-        return self.comm.slots
-
-    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return self.comm.exchange(tensors)

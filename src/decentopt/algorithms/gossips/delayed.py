@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossip, Through
+from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossip, Sends, Through
 from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ class Delayed(Gossip):
         # push-sum takes rules that send one value: its weights travel second (slot 1)
         return ("w", *(_history(1, lag) for lag in range(1, self.tau + 1)))
 
-    def _slots(self, sends: tuple[str, ...]) -> int:
+    def _slots(self, sends: Sends) -> int:
         """Tensors that travel per round: the rule's, and push-sum's weights."""
         return len(sends) + isinstance(self._wrapped, PushSum)
 
@@ -177,21 +177,19 @@ class Delayed(Gossip):
             "diverges at any step size)"
         )
 
-    def field_names(self, sends: tuple[str, ...]) -> tuple[str, ...]:
+    def field_names(self, sends: Sends) -> tuple[str, ...]:
         own = self._wrapped.field_names(sends)
         lags = range(1, self.tau + 1)
         return own + tuple(_history(k, lag) for k in range(self._slots(sends)) for lag in lags)
 
-    def init(self, x0: torch.Tensor, sends: tuple[str, ...]) -> Fields:
+    def init(self, x0: torch.Tensor, sends: Sends) -> Fields:
         fields = dict(self._wrapped.init(x0, sends))
         for k in range(self._slots(sends)):
             start = push_weights(x0) if k == len(sends) else x0
             fields |= {_history(k, lag): start.clone() for lag in range(1, self.tau + 1)}
         return fields
 
-    def bind(
-        self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]
-    ) -> Channel:
+    def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
         own = self._wrapped.field_names(sends)
         inner_fields = {name: fields[name] for name in own}
         if self.tau == 0:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 
-from decentopt.algorithms.gossips.base import Channel, Fields, Gossip
+from decentopt.algorithms.gossips.base import Channel, Fields, Gossip, Sends
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -162,9 +162,7 @@ class MultiRound(Gossip):
     def __post_init__(self) -> None:
         _check(self.rounds, self.acceleration, "multi_round: ")
 
-    def bind(
-        self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]
-    ) -> Channel:
+    def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
         return RoundsChannel(comm, self.rounds, self.acceleration)
 
     def label(self) -> str:

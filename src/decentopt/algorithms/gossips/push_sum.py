@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from decentopt.algorithms.gossips.base import VALUE, Channel, Fields, Gossip
+from decentopt.algorithms.gossips.base import VALUE, Channel, Fields, Gossip, Sends
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -65,22 +65,20 @@ class PushSum(Gossip):
             )
         return super().refuses(rule)
 
-    def field_names(self, sends: tuple[str, ...]) -> tuple[str, ...]:
+    def field_names(self, sends: Sends) -> tuple[str, ...]:
         return ("w",)
 
-    def init(self, x0: torch.Tensor, sends: tuple[str, ...]) -> Fields:
+    def init(self, x0: torch.Tensor, sends: Sends) -> Fields:
         return {"w": push_weights(x0)}
 
     def bind(
-        self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]
+        self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends
     ) -> _PushSumChannel:
         return _PushSumChannel(comm, fields, sends, x)
 
 
 class _PushSumChannel(Channel):
-    def __init__(
-        self, comm: Communicator, fields: Fields, sends: tuple[str, ...], x: torch.Tensor
-    ) -> None:
+    def __init__(self, comm: Communicator, fields: Fields, sends: Sends, x: torch.Tensor) -> None:
         super().__init__(comm, fields, sends)
         self.x = x
 
