@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator, Elementwise
+    from decentopt.comm.base import CommStats, Communicator, Elementwise
 
 __all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Sends", "Through"]
 
@@ -46,7 +46,7 @@ class Channel:
     """A communicator that routes a rule's mixes through a gossip.
 
     Subclasses implement :meth:`round` (one gossip round of the tensors of one call);
-    the calls of :attr:`passed` are the wrapped communicator's (``mean``, the counts).
+    everything else is the wrapped communicator's (``mean``, ``barrier``, the counts).
     """
 
     #: Whether the rule may mix only once per step through this channel.
@@ -58,16 +58,21 @@ class Channel:
         self.sends = sends
         self.rounds_done = 0
 
-    #: What the channel takes from its communicator as it is (only these: a communicator's
-    #: fused rounds, ``choco_round`` or ``mix_posted``, would bypass the gossip).
-    passed: ClassVar[frozenset[str]] = frozenset(
-        {"stats", "topology", "mean", "barrier", "slots", "exchange"}
-    )
+    # What the channel takes from its communicator as it is, spelled out (typed): never
+    # its fused rounds (``choco_round``, ``mix_posted``), which would bypass the gossip.
+    @property
+    def stats(self) -> CommStats:
+        return self.comm.stats
 
-    def __getattr__(self, key: str) -> Any:
-        if key not in self.passed:
-            raise AttributeError(f"{type(self).__name__} has no attribute {key!r}")
-        return getattr(self.comm, key)
+    @property
+    def topology(self) -> Any:
+        return self.comm.topology
+
+    def mean(self, z: torch.Tensor) -> torch.Tensor:
+        return self.comm.mean(z)
+
+    def barrier(self, stage: str) -> None:
+        self.comm.barrier(stage)
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """One gossip round of ``zs`` (the rule's tensors in the order of its ``sends``)."""
@@ -189,3 +194,10 @@ class Through(Channel):
         self, z: torch.Tensor, compression: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.comm.mix_compressed(z, compression)
+
+    @property
+    def slots(self) -> int:
+        return self.comm.slots
+
+    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return self.comm.exchange(tensors)
