@@ -84,7 +84,8 @@ class Choco(Gossip):
     the simulator's C kernels take the state, one tensor's round is one fused kernel
     that updates ``X_hat`` and ``S`` in place
     (:meth:`~decentopt.comm.SimulatedCommunicator.choco_round`): the state a step
-    was given is consumed.
+    was given is consumed. For DSGD's update (``Z = X - alpha G``, CHOCO-SGD) that
+    kernel computes ``Z`` where it reads it, without writing it.
 
     ``compression``: an operator of :mod:`decentopt.compression` or its text
     (``"top_k(0.1)"``, ``"qsgd(4)"``, ``"sign"``); ``gamma``: the consensus step in
