@@ -6,23 +6,28 @@ of each case back to back):
 * a simulated step of CHOCO-SGD (top-k 1/10 and 1/100, qsgd(4), sign) and compressed
   EDM on ring(32) with a float32 state of 32 x 10^5, as a ratio to the fused step of
   DSGD / EDM, with the bytes each agent sends per step. ``fused`` is what the simulator
-  runs (the C kernels' compressed round); ``plain`` the same step compressed, then mixed,
-  in torch operations (``kernel="shift"``, what runs without the C kernels; timed at
-  one thread, quiet, only: it is slow);
+  runs (the C kernels' compressed round; for CHOCO-SGD with DSGD's update computed in
+  it); ``separate`` (CHOCO-SGD only) the same round after DSGD's update has run and
+  written its output (what earlier releases ran), timed in the same loop, with the
+  ratio fused / separate; ``plain`` the same step compressed, then mixed, in torch
+  operations (``kernel="shift"``, what runs without the C kernels; timed at one
+  thread, quiet, only: it is slow);
 * each step against its memory-traffic bound: the bytes the step must read and write,
   divided by the bandwidth of a measured copy of the state (``2 x 12.8 MB / its time``).
-  Per entry of the state, in bytes, the step of
+  Per entry of the state, in bytes (float32 state and gradient, float64 public copies
+  x_hat and S), the step of
 
   - DSGD (fused): x and g read, x written: 12;
-  - CHOCO-SGD: DSGD's update writes z (12), the round reads z and x_hat (float64: 12);
-    then for qsgd and sign it reads z and x_hat again (the quantised difference is
-    computed twice, not stored), writes x_hat, S (recomputed as W x_hat, not read) and
-    the output (32): 56; for
-    top-k it reads z, x_hat, S and writes the output (24), reads and writes x_hat and S
-    only at the kept entries, its own and its two neighbours' (4 x 16 r), and writes and
-    reads its kept indices and values (8 r): 48 + 72 r;
+  - CHOCO-SGD (the update in the round): the first pass reads x, g and x_hat (16); then
+    for qsgd and sign the second reads x, g and x_hat again (the update and the quantised
+    difference are computed twice, not stored), writes x_hat, S (recomputed as W x_hat,
+    not read) and the output (36): 52; for top-k it reads x, g, x_hat, S and writes the
+    output (28), reads and writes x_hat and S only at the kept entries, its own and its
+    two neighbours' (4 x 16 r), and writes and reads its kept indices and values (8 r):
+    44 + 72 r. With the update separate (``separate``): DSGD's update writes z (12),
+    the round reads z and x_hat twice (24), so 56 for qsgd and sign, 48 + 72 r for top-k;
   - compressed EDM (qsgd): EDM's fused update reads x, psi, m, g and writes phi, psi, m
-    (28), then the round as above (44): 72; EDM (fused) 28.
+    (28), then the round of phi (44): 72; EDM (fused) 28.
 
 * encoding and decoding one agent's row of 10^6 float32 entries (what a rank of
   torch.distributed does each round), as a ratio to copying the row;
@@ -41,21 +46,44 @@ import multiprocessing as mp
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 
 import torch
 from bench_peers import busy  # benchmarks/ is on the path when run as a script
 
 from decentopt import algorithms, native
+from decentopt.algorithms.dsgd import DSGD, DSGDState
 from decentopt.comm import SimulatedCommunicator
+from decentopt.comm.base import Communicator
 from decentopt.compression import parse
 from decentopt.topology import ring
+from decentopt.updates import descend
 
 N, D, ROW = 32, 100_000, 1_000_000
 OPERATORS = ("top_k(0.1)", "top_k(0.01)", "qsgd(4)", "sign")
-#: Bytes per entry of the state each step reads and writes (the module docstring).
-ROUND_BYTES = {"qsgd(4)": 44, "sign": 44, "top_k(0.1)": 36 + 72 * 0.1, "top_k(0.01)": 36.72}
-RULE_BYTES = {"dsgd": 12, "edm": 28}
+#: Bytes per entry of the state each step reads and writes (the module docstring): the
+#: compressed step by method and operator, and the uncompressed fused step.
+STEP_BYTES = {
+    ("choco_dsgd", "qsgd(4)"): 52,
+    ("choco_dsgd", "sign"): 52,
+    ("choco_dsgd", "top_k(0.1)"): 44 + 72 * 0.1,
+    ("choco_dsgd", "top_k(0.01)"): 44 + 72 * 0.01,
+    ("choco_edm", "qsgd(4)"): 28 + 44,
+}
 PLAIN_BYTES = {"dsgd": 12, "edm": 28}
+
+
+@dataclass(frozen=True)
+class _SeparateDSGD(DSGD):
+    """DSGD whose update the kernels do not know: it runs, then the compressed round."""
+
+    def step(self, state: DSGDState, grad: torch.Tensor, comm: Communicator) -> DSGDState:
+        (x_next,) = comm.mix_map(_descend_apart, (state.x, grad), (self.lr_at(state.t),))
+        return DSGDState(x=x_next, t=state.t + 1)
+
+
+def _descend_apart(x: torch.Tensor, g: torch.Tensor, alpha: float) -> tuple[torch.Tensor]:
+    return descend(x, g, alpha)
 
 
 def _timed(fn: Callable[[], object], calls: int) -> float:
@@ -65,9 +93,12 @@ def _timed(fn: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def _stepper(name: str, kernel: str = "auto", **hp: object):
+def _stepper(name: str, kernel: str = "auto", separate: bool = False, **hp: object):
     comm = SimulatedCommunicator(ring(N), kernel=kernel)
     alg = algorithms.make(name, lr=0.01, **hp)
+    if separate:  # the update, then the round
+        rule = {f.name: getattr(alg.rule, f.name) for f in fields(alg.rule) if f.init}
+        alg = replace(alg, rule=_SeparateDSGD(**rule))
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(N, D, generator=gen) * 1e-2 for _ in range(2)]
     state = [alg.init(torch.randn(N, D, generator=gen)), 0]
@@ -88,6 +119,8 @@ def steps(repeats: int, plain: bool) -> None:
         ours, comm = _stepper(name, compression=op, gamma=0.3, **extra)
         peer, full = _stepper(base, **extra)
         runs = {"fused": ours, base: peer, "copy": lambda: copy.copy_(size)}
+        if base == "dsgd":
+            runs["separate"] = _stepper(name, separate=True, compression=op, gamma=0.3)[0]
         if plain:
             runs["plain"] = _stepper(name, "shift", compression=op, gamma=0.3, **extra)[0]
         for fn in runs.values():
@@ -97,7 +130,7 @@ def steps(repeats: int, plain: bool) -> None:
             for key, fn in runs.items():
                 times[key].append(_timed(fn, 3))
         bandwidth = [2 * size.numel() * 4 / t for t in times["copy"]]  # bytes per second
-        per_entry = RULE_BYTES[base] + ROUND_BYTES[op]
+        per_entry = STEP_BYTES[name, op]
         bound = [N * D * per_entry / b for b in bandwidth]
         peer_bound = [N * D * PLAIN_BYTES[base] / b for b in bandwidth]
 
@@ -115,6 +148,12 @@ def steps(repeats: int, plain: bool) -> None:
             f"({per_entry:g} B per entry): {ratio(times['fused'], bound)}; {base} / its bound "
             f"({PLAIN_BYTES[base]} B): {ratio(times[base], peer_bound)}"
         )
+        if "separate" in runs:
+            print(
+                f"    update then round (separate) / {base} step: "
+                f"{ratio(times['separate'], times[base])}; fused / separate: "
+                f"{ratio(times['fused'], times['separate'])}"
+            )
         if plain:
             print(
                 f"    plain (torch) {name} step / {base} step: {ratio(times['plain'], times[base])}"

@@ -161,20 +161,28 @@ class SimulatedCommunicator(Shared):
         s: torch.Tensor,
         compression: str | Compressor,
         gamma: float,
+        descent: tuple[torch.Tensor, float] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | str:
         """CHOCO-gossip's round in one kernel where the mixer of ``z`` has one:
         ``(z + gamma (s' - hat'), hat', s')`` with ``hat' = hat + Q(z - hat)`` and
         ``s' = s + W Q(z - hat)``, one round counted at the compressed size; otherwise
         why not, and nothing is done (the caller uses :meth:`mix_compressed`). The native
-        kernels take rings and other circulant graphs (see :mod:`decentopt.comm.mixers`)."""
+        kernels take rings and other circulant graphs (see :mod:`decentopt.comm.mixers`).
+
+        With ``descent = (g, alpha)``, ``z`` is the iterate ``x`` and the round is that of
+        DSGD's update ``x - alpha g`` (:func:`decentopt.updates.descend`), computed in the
+        same kernel and never written."""
         codec = parse_compression(compression)
         flat = self._fold(z)
         rows = rows_of(flat, z)
         if hat.shape != z.shape or s.shape != z.shape:
             return "the public copies have another shape than the state"
+        if descent is not None and descent[0].shape != z.shape:
+            return "the descent direction has another shape than the state"
+        folded = None if descent is None else (descent[0].reshape(flat.shape), descent[1])
         done = self.mixer_for(flat).choco(
             codec, flat, hat.reshape(flat.shape), s.reshape(flat.shape), rows.shape[2], gamma,
-            self.stats.rounds,
+            self.stats.rounds, folded,
         )  # fmt: skip
         self.compressed_kernel = done if isinstance(done, str) else self.mixer_for(flat).name
         if isinstance(done, str):

@@ -20,6 +20,12 @@
  * written and read back), then recomputes s = sum_o w_o hat[(i + o) mod n] in float64
  * from the new hat (S = W X_hat is what CHOCO keeps; not reading S saves 8 bytes per
  * entry), and writes hat, s and the output by non-temporal stores.
+ *
+ * Given x, g and alpha instead of z (z NULL), z is DSGD's update x - alpha g (rounded
+ * as kernels.h's descend: no contraction), computed chunk by chunk wherever z is read
+ * and never written: the rule's update and the round are one kernel, and the state
+ * moves 4 bytes per entry fewer than a separate update (x and g read twice, 16 bytes,
+ * against z written, then read twice, 12).
  */
 #define FN(name) CAT(name, SUFFIX)
 #define STREAM_T CAT(stream, SUFFIX)
@@ -64,14 +70,23 @@ static U FN(threshold)(const T *d, int64_t k, int64_t kept, U *cand, int64_t *hi
     return cand[0];
 }
 
-/* d = z - hat (rounded to T) over a row, and the sum of |d| (squares: of d^2) in
+struct FN(choco_job);
+static inline const T *FN(z_at)(const struct FN(choco_job) *job, int64_t c0, int64_t m,
+                                T *restrict buf);
+
+/* d = z - hat (rounded to T) over a row (z from row c0 of the state), and the sum of |d| (squares: of d^2) in
    double, in 8 lanes added in a fixed order at the end: vectorised, and the same
    whatever the threads (for float rows the sum of |d| is exact in any order). */
-static double FN(difference)(const T *restrict z, const double *restrict hat, int64_t k,
-                             int squares, T *restrict d) {
+static double FN(difference)(const struct FN(choco_job) *job, int64_t c0,
+                             const double *restrict hat, int64_t k, int squares,
+                             T *restrict d, T *restrict zbuf) {
     double lane[8] = {0}, sum = 0.0;
     int64_t j = 0, body = k / 8 * 8;
-    for (int64_t i = 0; i < k; i++) d[i] = (T)((double)z[i] - hat[i]);
+    for (int64_t a = 0; a < k; a += CHUNK) {
+        const int64_t m = k - a < CHUNK ? k - a : CHUNK;
+        const T *restrict z = FN(z_at)(job, c0 + a, m, zbuf);
+        for (int64_t i = 0; i < m; i++) d[a + i] = (T)((double)z[i] - hat[a + i]);
+    }
     if (squares)
         for (; j < body; j += 8)
             for (int l = 0; l < 8; l++) lane[l] += (double)d[j + l] * (double)d[j + l];
@@ -110,28 +125,41 @@ struct FN(choco_job) {
     const T *weights;
     const double *weights64; /* qsgd, sign: S = W X_hat in float64 */
     int64_t wide;            /* qsgd, sign: columns of a phase-2 chunk */
+    const T *x, *g;          /* z = x - alpha g where z is NULL */
+    T alpha;
 };
+
+/* z over [c0, c0 + m) of the state (m <= CHUNK): the given z, or x - alpha g computed
+   into buf. */
+static inline const T *FN(z_at)(const struct FN(choco_job) *job, int64_t c0, int64_t m,
+                                T *restrict buf) {
+    if (job->z != NULL) return job->z + c0;
+    const T *restrict x = job->x + c0, *restrict g = job->g + c0;
+    const T alpha = job->alpha;
+    for (int64_t j = 0; j < m; j++) buf[j] = x[j] - alpha * g[j];
+    return buf;
+}
 
 /* Phase 1 for agents [first, last): each row's q in its short form. */
 static void FN(choco_encode)(const void *shared, int64_t first, int64_t last, void *scratch) {
     const struct FN(choco_job) *job = shared;
     const int64_t k = job->k, rows = job->D / k;
-    T *restrict d = scratch;
+    T *restrict zbuf = scratch, *restrict d = zbuf + CHUNK;
     for (int64_t row = first * rows; row < last * rows; row++) {
-        const T *restrict z = job->z + row * k;
         const double *restrict hat = job->hat + row * k;
         if (job->op == TOP_K) {
             /* two histograms, even and odd entries: increments of one bin wait less */
             int64_t hist[2][2048] = {{0}}, ties, equal, pos = row * (job->kept + 1), j = 0;
-            for (; j + 2 <= k; j += 2) {
-                d[j] = (T)((double)z[j] - hat[j]);
-                d[j + 1] = (T)((double)z[j + 1] - hat[j + 1]);
-                hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
-                hist[1][FN(key)(d[j + 1]) >> TOP_SHIFT]++;
-            }
-            for (; j < k; j++) {
-                d[j] = (T)((double)z[j] - hat[j]);
-                hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
+            for (int64_t a = 0; a < k; a += CHUNK) { /* CHUNK is even: pairs stay pairs */
+                const int64_t end = k - a < CHUNK ? k : a + CHUNK;
+                const T *restrict z = FN(z_at)(job, row * k + a, end - a, zbuf);
+                /* the differences first (a loop that vectorises), then their histogram */
+                for (j = a; j < end; j++) d[j] = (T)((double)z[j - a] - hat[j]);
+                for (j = a; j + 2 <= end; j += 2) {
+                    hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
+                    hist[1][FN(key)(d[j + 1]) >> TOP_SHIFT]++;
+                }
+                if (j < end) hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
             }
             for (int b = 0; b < 2048; b++) hist[0][b] += hist[1][b];
             const U t = FN(threshold)(d, k, job->kept, (U *)(d + k), hist[0], &ties, &equal);
@@ -154,7 +182,7 @@ static void FN(choco_encode)(const void *shared, int64_t first, int64_t last, vo
                 }
             continue;
         }
-        const double sum = FN(difference)(z, hat, k, job->op == QSGD, d);
+        const double sum = FN(difference)(job, row * k, hat, k, job->op == QSGD, d, zbuf);
         if (job->op == SIGN) {
             job->units[row] = (double)(T)(sum / (double)k);
             continue;
@@ -197,16 +225,16 @@ static void FN(fresh)(const struct FN(choco_job) *job, int64_t row, int64_t a, i
 
 /* Phase 2, columns [a, b) of one row of k (its first column c0 in the state). */
 static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int64_t r,
-                            int64_t a, int64_t b, int64_t *cursor) {
+                            int64_t a, int64_t b, int64_t *cursor, T *restrict zbuf) {
     const int64_t n = job->n, k = job->k, rows = job->D / k, c0 = agent * job->D + r * k;
-    const T *restrict z = job->z + c0;
+    const T *restrict z = FN(z_at)(job, c0 + a, b - a, zbuf); /* from column a */
     double *restrict h2 = job->hat + c0, *restrict s2 = job->s + c0;
     T *restrict out = job->out + c0;
     if (job->op == TOP_K) {
         /* the output from the old x_hat and s first: that pass streams the chunk into
            cache, where the scattered updates then find it; then the output again at
            the entries they changed */
-        for (int64_t j = a; j < b; j++) out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+        for (int64_t j = a; j < b; j++) out[j] = z[j - a] + job->gamma * (T)(s2[j] - h2[j]);
         int64_t from[MAX_TERMS + 1];
         for (int64_t q = -1; q < job->terms; q++) { /* -1: the agent's own q into hat */
             const int64_t i = q < 0 ? agent : (agent + job->offsets[q]) % n;
@@ -224,7 +252,7 @@ static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int6
         int64_t touched = 0;
         for (int64_t q = 0; q <= job->terms; q++) touched += cursor[q] - from[q];
         if (8 * touched > b - a) { /* dense changes: the whole chunk again, in cache */
-            for (int64_t j = a; j < b; j++) out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+            for (int64_t j = a; j < b; j++) out[j] = z[j - a] + job->gamma * (T)(s2[j] - h2[j]);
             return;
         }
         for (int64_t q = -1; q < job->terms; q++) {
@@ -232,7 +260,7 @@ static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int6
             const int32_t *list = job->idx + (i * rows + r) * (job->kept + 1);
             for (int64_t c = from[q + 1]; c < cursor[q + 1]; c++) {
                 const int64_t j = list[c];
-                out[j] = z[j] + job->gamma * (T)(s2[j] - h2[j]);
+                out[j] = z[j - a] + job->gamma * (T)(s2[j] - h2[j]);
             }
         }
         return;
@@ -249,12 +277,14 @@ static void FN(choco_dense)(const void *shared, int64_t first, int64_t last, voi
     const int64_t n = job->n, k = job->k, rows = job->D / k, wide = job->wide;
     const int64_t chunks = (k + wide - 1) / wide;
     double *restrict fresh = scratch, *restrict acc = fresh + n * wide;
+    T *restrict zs = (T *)(acc + wide); /* x - alpha g of every agent, where z is NULL */
     for (int64_t task = first; task < last; task++) {
         const int64_t r = task / chunks, a = task % chunks * wide;
         const int64_t m = k - a < wide ? k - a : wide;
         for (int64_t i = 0; i < n; i++) {
             const int64_t c0 = i * job->D + r * k + a;
-            FN(fresh)(job, i * rows + r, a, m, job->z + c0, job->hat + c0, fresh + i * wide);
+            FN(fresh)(job, i * rows + r, a, m, FN(z_at)(job, c0, m, zs + i * wide),
+                      job->hat + c0, fresh + i * wide);
         }
         for (int64_t i = 0; i < n; i++) {
             const int64_t c0 = i * job->D + r * k + a;
@@ -266,7 +296,7 @@ static void FN(choco_dense)(const void *shared, int64_t first, int64_t last, voi
                 const double w = job->weights64[q];
                 for (int64_t j = 0; j < m; j++) acc[j] += w * term[j];
             }
-            const T *restrict z = job->z + c0;
+            const T *restrict z = job->z != NULL ? job->z + c0 : zs + i * wide;
             double *restrict hat = job->hat + c0, *restrict s = job->s + c0;
             T *restrict out = job->out + c0;
             T result[CHUNK];
@@ -278,15 +308,14 @@ static void FN(choco_dense)(const void *shared, int64_t first, int64_t last, voi
     }
 }
 
-static void FN(choco_apply)(const void *shared, int64_t first, int64_t last, void *unused) {
-    (void)unused;
+static void FN(choco_apply)(const void *shared, int64_t first, int64_t last, void *scratch) {
     const struct FN(choco_job) *job = shared;
     const int64_t k = job->k, rows = job->D / k;
     for (int64_t agent = first; agent < last; agent++)
         for (int64_t r = 0; r < rows; r++) {
             int64_t cursor[MAX_TERMS + 1] = {0};
             for (int64_t a = 0; a < k; a += CHUNK)
-                FN(choco_chunk)(job, agent, r, a, a + CHUNK < k ? a + CHUNK : k, cursor);
+                FN(choco_chunk)(job, agent, r, a, a + CHUNK < k ? a + CHUNK : k, cursor, scratch);
         }
 }
 
@@ -295,21 +324,27 @@ int EXPORT(decentopt_choco)(int op, int64_t n, int64_t D, int64_t k, int64_t kep
                             T *out, T gamma,
                             const uint64_t *keys, int32_t *idx, T *vals,
                             double *units, int64_t terms, const int64_t *offsets,
-                            const T *weights, const double *weights64, int threads) {
+                            const T *weights, const double *weights64, const T *x,
+                            const T *g, T alpha, int threads) {
     if (op < TOP_K || op > SIGN || terms < 1 || terms > MAX_TERMS || n < 0 || k < 1 ||
-        D % k || (op == TOP_K && (kept < 1 || kept > k)) || k > INT32_MAX)
+        D % k || (op == TOP_K && (kept < 1 || kept > k)) || k > INT32_MAX ||
+        (z == NULL && (x == NULL || g == NULL)))
         return 1;
     struct FN(choco_job) job = {op,  n,     D,    k,     kept, terms, levels, per_unit,
                                       z,   hat,   s,    out,   gamma, keys, idx, vals,
-                                      units, units + n * (D / k), offsets, weights, weights64, 0};
-    const size_t scratch = (size_t)k * (sizeof(T) + (op == TOP_K ? sizeof(U) : 0));
+                                      units, units + n * (D / k), offsets, weights, weights64, 0,
+                                      x, g, alpha};
+    const size_t scratch = (size_t)(k + CHUNK) * sizeof(T) + (op == TOP_K ? k * sizeof(U) : 0);
     if (run_parallel(FN(choco_encode), &job, n, threads, scratch)) return 2;
-    if (op == TOP_K) return run_parallel(FN(choco_apply), &job, n, threads, 0);
+    if (op == TOP_K)
+        return 2 * run_parallel(FN(choco_apply), &job, n, threads,
+                                z == NULL ? CHUNK * sizeof(T) : 0);
     /* a chunk of all n agents' x_hat in 256 KB */
     job.wide = n > 0 && 32768 / n < CHUNK ? (32768 / n > 8 ? 32768 / n : 8) : CHUNK;
     const int64_t chunks = (k + job.wide - 1) / job.wide;
     return 2 * run_parallel(FN(choco_dense), &job, D / k * chunks, threads,
-                            (size_t)(n + 1) * (size_t)job.wide * sizeof(double));
+                            (size_t)(n + 1) * (size_t)job.wide * sizeof(double) +
+                                (z == NULL ? (size_t)n * (size_t)job.wide * sizeof(T) : 0));
 }
 
 #undef TOP_SHIFT

@@ -174,3 +174,87 @@ def test_fused_runs_follow_the_plain_path_and_rerun_bit_identically(spec):
         assert (comm.compressed_kernel == "native") == (kernel == "native")
     assert torch.equal(runs[0], runs[1])  # the same seed, the same bits
     torch.testing.assert_close(runs[0], runs[2], rtol=1e-9, atol=1e-9)
+
+
+@needs_library
+@pytest.mark.parametrize("isa", VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("spec", OPERATORS)
+@pytest.mark.parametrize("shape", [(5, 3), (7, 1), (6, 2, 37), (4, 2500), (3, 1031)])
+def test_the_round_of_dsgds_update_equals_the_round_of_its_output(isa, dtype, spec, shape):
+    """``descent=(g, alpha)``: the kernel computes ``x - alpha g`` where it reads z (no
+    contraction: ``x - (alpha g)`` rounded twice, as torch's separate multiply and
+    subtract) and gives the round of that z bit for bit, on random (not dyadic) values."""
+    gen = torch.Generator().manual_seed(sum(shape) + len(spec))
+    n, k = shape[0], shape[-1]
+    mixer = NativeMixer(dopt.topology.ring(n), isa=isa)
+    codec = parse(spec)
+    x = torch.randn(shape, dtype=dtype, generator=gen).reshape(n, -1)
+    g = torch.randn(shape, dtype=dtype, generator=gen).reshape(n, -1)
+    hat = torch.randn(x.shape, dtype=torch.float64, generator=gen)
+    s = torch.randn(x.shape, dtype=torch.float64, generator=gen)
+    alpha = 0.037
+    z = x - g * torch.tensor(alpha, dtype=dtype)
+    want = mixer.choco(codec, z, hat.clone(), s.clone(), k, 0.3, 3)
+    got = mixer.choco(codec, x, hat.clone(), s.clone(), k, 0.3, 3, descent=(g, alpha))
+    assert not isinstance(got, str)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b), (spec, dtype)
+
+
+def _separate(x, g, alpha):
+    """DSGD's update under a name the kernels do not know: the update runs, then the round."""
+    return dopt.updates.descend(x, g, alpha)
+
+
+@needs_library
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("spec", ["top_k(0.1)", "top_k(0.01)", "qsgd(4)", "sign"])
+def test_dsgd_steps_fused_with_the_round_equal_the_update_then_the_round(monkeypatch, dtype, spec):
+    """CHOCO-SGD's step through the fused kernel (update and round in one) against the
+    same step with the update run first, and against the torch path (``kernel="shift"``):
+    dyadic iterates and gradients and a step of 1/4 make ``x - alpha g`` exact in every
+    path, so 20 steps agree bit for bit with the separate update; with torch's
+    compression and mixing to rounding."""
+    from decentopt.algorithms import dsgd
+
+    gen = torch.Generator().manual_seed(3)
+    x0 = dyadic((8, 2, 45), dtype, gen, 64.0)
+    grads = [dyadic((8, 2, 45), dtype, gen, 16.0) for _ in range(4)]
+    runs, kernels = [], []
+    for kernel, update in (("native", None), ("native", _separate), ("shift", None)):
+        if update is not None:
+            monkeypatch.setattr(dsgd, "descend", update)
+        alg = dopt.algorithms.make("choco_dsgd", lr=0.25, compression=spec, gamma=0.4)
+        comm = SimulatedCommunicator(dopt.topology.ring(8), kernel=kernel)
+        state = alg.init(x0)
+        for t in range(20):
+            state = alg.step(state, grads[t % 4], comm)
+        runs.append(state)
+        kernels.append(comm.compressed_kernel)
+        monkeypatch.undo()
+    assert kernels[:2] == ["native", "native"] and kernels[2] != "native"
+    for a, b in zip(runs[0], runs[1], strict=True):
+        assert torch.equal(torch.as_tensor(a), torch.as_tensor(b))
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(runs[0].x, runs[2].x, rtol=tol, atol=tol)
+
+
+@needs_library
+def test_the_fused_update_falls_back_where_the_kernel_cannot_take_it():
+    """random_k has no kernel: DSGD's update runs, then the torch round, the same numbers;
+    a rule that mixes twice in one step is still refused."""
+    gen = torch.Generator().manual_seed(4)
+    x, g = torch.randn(6, 10, generator=gen), torch.randn(6, 10, generator=gen)
+    alg = dopt.algorithms.make("choco_dsgd", lr=0.1, compression="random_k(0.5)", gamma=0.5)
+    comm = SimulatedCommunicator(dopt.topology.ring(6), kernel="native")
+    got = alg.step(alg.init(x), g, comm).x
+    assert "not random_k" in comm.compressed_kernel
+    plain = SimulatedCommunicator(dopt.topology.ring(6), kernel="shift")
+    assert torch.equal(got, alg.step(alg.init(x), g, plain).x)
+    channel = dopt.algorithms.make("choco_dsgd", lr=0.1, compression="sign").gossip.bind(
+        alg.gossip.init(x, ("value",)), comm, x, ("value",)
+    )
+    channel.mix_map(dopt.updates.descend, (x, g), (0.1,))
+    with pytest.raises(ValueError, match="mixed twice in one step"):
+        channel.mix_map(dopt.updates.descend, (x, g), (0.1,))

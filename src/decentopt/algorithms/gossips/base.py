@@ -78,13 +78,17 @@ class Channel:
         """One gossip round of ``zs`` (the rule's tensors in the order of its ``sends``)."""
         raise NotImplementedError
 
-    def _one_round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def _start_round(self) -> None:
+        """Count a round of this step (refused when the gossip takes one and had it)."""
         if self.rounds_done and self.one_round:
             raise ValueError(
                 "this gossip combines one round per step, and the rule mixed twice in one step: "
                 "pack its tensors into one call (mix_many), or use the exact gossip"
             )
         self.rounds_done += 1
+
+    def _one_round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        self._start_round()
         return self.round(zs)
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

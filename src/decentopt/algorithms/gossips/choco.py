@@ -13,9 +13,10 @@ from decentopt._checks import as_real
 from decentopt.algorithms.base import add_scaled
 from decentopt.algorithms.gossips.base import Channel, Fields, Gossip
 from decentopt.compression import Compressor, Identity, parse, suggested_gamma
+from decentopt.updates import fused_update
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.comm.base import Communicator, Elementwise
 
 __all__ = ["Choco", "FusesChoco", "public_copies"]
 
@@ -24,10 +25,18 @@ __all__ = ["Choco", "FusesChoco", "public_copies"]
 class FusesChoco(Protocol):
     """A communicator that can run CHOCO's whole round in one kernel (the simulator's C
     kernels): ``(z + gamma (s' - hat'), hat', s')`` with ``hat' = hat + Q(z - hat)`` and
-    ``s' = s + W Q(z - hat)``, or the reason it cannot, and then nothing is done."""
+    ``s' = s + W Q(z - hat)``, or the reason it cannot, and then nothing is done. With
+    ``descent = (g, alpha)`` the round is that of DSGD's update ``z - alpha g``, computed
+    in the same kernel."""
 
     def choco_round(
-        self, z: torch.Tensor, hat: torch.Tensor, s: torch.Tensor, compression: Any, gamma: float
+        self,
+        z: torch.Tensor,
+        hat: torch.Tensor,
+        s: torch.Tensor,
+        compression: Any,
+        gamma: float,
+        descent: tuple[torch.Tensor, float] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | str: ...
 
 
@@ -75,7 +84,8 @@ class Choco(Gossip):
     the simulator's C kernels take the state, one tensor's round is one fused kernel
     that updates ``X_hat`` and ``S`` in place
     (:meth:`~decentopt.comm.SimulatedCommunicator.choco_round`): the state a step
-    was given is consumed.
+    was given is consumed. For DSGD's update (``Z = X - alpha G``, CHOCO-SGD) that
+    kernel computes ``Z`` where it reads it, without writing it.
 
     ``compression``: an operator of :mod:`decentopt.compression` or its text
     (``"top_k(0.1)"``, ``"qsgd(4)"``, ``"sign"``); ``gamma``: the consensus step in
@@ -144,6 +154,38 @@ class _ChocoChannel(Channel):
     ) -> None:
         super().__init__(comm, fields, sends)
         self.gossip = gossip
+
+    def mix_map(
+        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
+    ) -> tuple[torch.Tensor, ...]:
+        """DSGD's update (:func:`~decentopt.updates.descend`, a float step) and the round in
+        one kernel where the communicator has one: ``x - alpha g`` is computed where the
+        round reads it and never written. Any other update runs, then its first output is
+        mixed (:meth:`round`)."""
+        found = fused_update(fn)
+        if (
+            found is None
+            or found[0].kind != "descend"
+            or len(tensors) != 2
+            or len(scalars) != 1
+            or not isinstance(scalars[0], (int, float))
+            or tensors[1].shape != tensors[0].shape
+            or tensors[1].dtype != tensors[0].dtype
+            or not isinstance(self.comm, FusesChoco)
+            or len(self.sends) != 1
+        ):
+            return super().mix_map(fn, tensors, scalars)
+        self._start_round()
+        x, g = tensors
+        codec: Compressor = self.gossip.compression  # type: ignore[assignment]  # parsed
+        done = self.comm.choco_round(
+            x, self.state["x_hat"], self.state["s"], codec, self.gossip.gamma,
+            descent=(g, float(scalars[0])),
+        )  # fmt: skip
+        if isinstance(done, str):  # no kernel for this state: the update, then the round
+            return (self.round(list(fn(*tensors, *scalars)[:1]))[0],)
+        out, self.state["x_hat"], self.state["s"] = done
+        return (out,)
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         codec: Compressor = self.gossip.compression  # type: ignore[assignment]  # parsed

@@ -67,10 +67,13 @@ class Mixer(Protocol):
         k: int,
         gamma: float,
         t: int,
+        descent: tuple[torch.Tensor, float] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | str:
-        """CHOCO-gossip's round fused: ``(flat + gamma (s' - hat'), hat', s')`` with
-        ``hat' = hat + Q(flat - hat)`` and ``s' = s + W_t Q(flat - hat)`` (``Q`` on rows of
-        ``k``), or why this mixer has no kernel for it (the caller compresses, then mixes)."""
+        """CHOCO-gossip's round fused: ``(z + gamma (s' - hat'), hat', s')`` with
+        ``hat' = hat + Q(z - hat)`` and ``s' = s + W_t Q(z - hat)`` (``Q`` on rows of
+        ``k``), ``z = flat``, or with ``descent = (g, alpha)`` DSGD's ``z = flat - alpha g``
+        computed in the same kernel; or why this mixer has no kernel for it (the caller
+        compresses, then mixes)."""
         ...
 
 
@@ -90,7 +93,7 @@ class MixerBase:
     ) -> list[torch.Tensor] | None:
         return None
 
-    def choco(self, codec, flat, hat, s, k, gamma, t):  # type: ignore[no-untyped-def]
+    def choco(self, codec, flat, hat, s, k, gamma, t, descent=None):  # type: ignore[no-untyped-def]
         return f"the {self.name} mixer has no fused compressed round"
 
     def __repr__(self) -> str:
