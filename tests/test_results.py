@@ -155,3 +155,49 @@ def test_an_atomic_write_onto_a_folder_names_the_folder_not_a_temporary_file(tmp
         write_csv_atomic(tmp_path / "rows.csv", [{"a": 1}])
     assert info.value.filename == str(tmp_path / "rows.csv")
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def _dict_writer_text(rows, fields):
+    import csv
+    import io
+
+    fh = io.StringIO(newline="")
+    writer = csv.DictWriter(fh, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    return fh.getvalue()
+
+
+def test_the_table_writer_writes_what_dictwriter_writes_byte_for_byte(tmp_path):
+    """Floats by their repr (NaN, infinities, -0.0, subnormals), ints, bools, None, text
+    that needs quoting, rows with keys in another order or missing (empty cells)."""
+    import math
+
+    from decentopt.results import write_csv_atomic
+
+    floats = [0.1, 1 / 3, -0.0, 1e-310, 1e300, math.nan, math.inf, -math.inf, 2.5e-7, 123.0]
+    texts = ["edm(lr=0.1, beta=0.9)", 'say "hi"', "two\nlines", "cr\r", "", " spaced ", "ζ²"]
+    rows = [
+        {"algorithm": texts[i % len(texts)], "step": i, "err": floats[i % len(floats)],
+         "ok": i % 2 == 0, "note": None if i % 3 else "x"}
+        for i in range(40)
+    ]  # fmt: skip
+    rows.insert(5, {"err": 1.5, "step": 7, "algorithm": "reordered", "ok": True, "note": "n"})
+    rows.insert(9, {"algorithm": "missing", "step": 8})
+    rows.append({"algorithm": "last", "step": 9, "err": math.nan})
+    fields = list(rows[0])
+    path = write_csv_atomic(tmp_path / "t.csv", rows)
+    assert path.read_bytes() == _dict_writer_text(rows, fields).encode()
+    for one in ([{"a": ""}, {"a": 1.25}], [{"a": "x,y"}], [{"a": 0.1, "b": 2}]):
+        path = write_csv_atomic(tmp_path / "one.csv", one)
+        assert path.read_bytes() == _dict_writer_text(one, list(one[0])).encode()
+
+
+def test_the_table_writer_refuses_a_key_the_header_lacks(tmp_path):
+    from decentopt.results import write_csv_atomic
+
+    with pytest.raises(ValueError, match="not in fieldnames"):
+        write_csv_atomic(tmp_path / "t.csv", [{"a": 1, "b": 2}, {"a": 1, "c": 3}])
+    assert not (tmp_path / "t.csv").exists()
+    with pytest.raises(ValueError, match="no rows"):
+        write_csv_atomic(tmp_path / "t.csv", [])
