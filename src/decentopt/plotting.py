@@ -392,7 +392,9 @@ def tight_box(fig: Figure, dpi: float = DPI) -> Any:
     return box.padded(pad, pad)
 
 
-def save_figure(fig: Figure, out: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
+def save_figure(
+    fig: Figure, out: str | Path, formats: Sequence[str] = ("png", "pdf")
+) -> list[Path]:
     """Write ``fig`` as ``out.<fmt>`` for each format, close it, return the paths.
 
     Every format is cut to the same box (:func:`tight_box`), measured once: saving with
