@@ -4,11 +4,8 @@ Curves show, for each algorithm, the mean over repetitions with a band from
 the 10th to the 90th percentile, on a log scale. Every method has its own
 colour, line style and marker, so curves that coincide stay visible, and the
 legend says which coincide. The x axis is logarithmic when the records are
-log-spaced (the default), so the transient is not squeezed into the margin.
-
-Figures are drawn with matplotlib's Agg canvas, without pyplot (no figure manager, no
-interactive backend): the layout is computed once and the tight bounding box measured
-once, then every format is written inside that box.
+log-spaced (the default), so the transient is not squeezed into the margin. Figures are
+drawn on an Agg canvas without pyplot, laid out once and cut to a box measured once.
 """
 
 from __future__ import annotations
@@ -143,8 +140,8 @@ X_LABELS = {
 }
 
 
-#: Resolution of the saved figures (dots per inch).
-DPI = 130
+#: Resolution of the saved figures (dots per inch) and the formats written by default.
+DPI, FORMATS = 130, ("png", "pdf")
 
 #: Most curves a figure of :func:`plot_curves` draws (its legend has as many entries).
 MOST_CURVES = 12
@@ -166,9 +163,7 @@ def best_methods(rows: Sequence[dict[str, Any]], metric: str, most: int) -> set[
 
 
 def band(values: np.ndarray, q: Sequence[float] = (10, 90)) -> np.ndarray:
-    """The ``q`` percentiles of each row of ``values`` (steps x runs), NaN left out (a row of
-    NaN only: NaN); ``np.nanpercentile(values, q, axis=1)``, whose rows are each computed on
-    their own, with the rows free of NaN computed at once."""
+    """``np.nanpercentile(values, q, axis=1)`` (steps x runs), the rows free of NaN at once."""
     out = np.full((len(q), len(values)), np.nan)
     clean = ~np.isnan(values).any(axis=1)
     with np.errstate(all="ignore"), warnings.catch_warnings():  # infinities, rows of NaN
@@ -181,8 +176,7 @@ def band(values: np.ndarray, q: Sequence[float] = (10, 90)) -> np.ndarray:
 
 
 def new_figure(rows: int, cols: int, figsize: tuple[float, float]) -> tuple[Figure, np.ndarray]:
-    """A figure on an Agg canvas (no pyplot: nothing to close, no backend chosen) and its
-    ``rows`` x ``cols`` axes as a 2-D array."""
+    """A figure on an Agg canvas (no pyplot: nothing to close) and its axes, a 2-D array."""
     fig = Figure(figsize=figsize)
     FigureCanvasAgg(fig)
     return fig, fig.subplots(rows, cols, squeeze=False)
@@ -371,19 +365,16 @@ def plot_scaling(rows: Sequence[Any], out: str | Path) -> list[Path]:
 
 
 def tight_layout(fig: Figure) -> None:
-    """``fig.tight_layout()`` without leaving a layout engine on the figure: saving then
-    draws the figure once per format, not once more to lay it out first."""
+    """``fig.tight_layout()`` leaving no layout engine: a save then draws the figure once."""
     TightLayoutEngine(rect=None).execute(fig)  # as fig.tight_layout() does
 
 
 def tight_box(fig: Figure, dpi: float = DPI) -> Any:
-    """The figure's tight bounding box in inches, padded by ``savefig.pad_inches``, measured
-    once on its Agg renderer at ``dpi`` (where ``bbox_inches="tight"`` measures it for a
-    PNG); ``"tight"`` (each format measures it) on another canvas."""
+    """``bbox_inches="tight"``'s padded box (inches) as a PNG at ``dpi`` measures it, measured
+    once on the Agg renderer (another canvas: ``"tight"``, measured by each format)."""
     if not isinstance(fig.canvas, FigureCanvasAgg):
         return "tight"
-    shown = fig.dpi
-    fig.dpi = dpi
+    shown, fig.dpi = fig.dpi, dpi
     try:
         box = fig.get_tightbbox(fig.canvas.get_renderer())
     finally:
@@ -392,21 +383,15 @@ def tight_box(fig: Figure, dpi: float = DPI) -> Any:
     return box.padded(pad, pad)
 
 
-def save_figure(
-    fig: Figure, out: str | Path, formats: Sequence[str] = ("png", "pdf")
-) -> list[Path]:
-    """Write ``fig`` as ``out.<fmt>`` for each format, close it, return the paths.
-
-    Every format is cut to the same box (:func:`tight_box`), measured once: saving with
-    ``bbox_inches="tight"`` would lay the figure out twice more for each format."""
+def save_figure(fig: Figure, out: str | Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+    """Write ``fig`` as ``out.<fmt>`` for each format, all cut to one :func:`tight_box` (not
+    measured again per format), close it, return the paths."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    box = tight_box(fig) if formats else None
-    written = []
-    for fmt in formats:
-        path = out.with_suffix(f".{fmt}")
+    written = [out.with_suffix(f".{fmt}") for fmt in formats]
+    box = tight_box(fig) if written else None
+    for path in written:
         fig.savefig(path, dpi=DPI, bbox_inches=box)
-        written.append(path)
     if fig.canvas.manager is not None:  # a pyplot figure (drawing.py): released there
         import matplotlib.pyplot as plt
 
