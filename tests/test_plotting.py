@@ -99,3 +99,49 @@ def test_a_grid_of_many_variants_draws_a_small_figure_of_its_best(tmp_path):
     height, width = matplotlib.image.imread(png).shape[:2]
     assert width < 2000 and height < 800, (width, height)
     assert best_methods(rows, "err", MOST_CURVES) == {f"edm(lr={k})" for k in range(MOST_CURVES)}
+
+
+def test_the_band_is_nanpercentile_row_by_row():
+    """Rows free of NaN computed at once, the others one by one: the same numbers."""
+    import warnings
+
+    from decentopt.plotting import band
+
+    rng = np.random.default_rng(0)
+    values = rng.lognormal(size=(50, 5))
+    values[3, 1] = np.nan
+    values[7, :] = np.nan  # every run diverged: no band
+    values[9, 2] = np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = np.nanpercentile(values, [10, 90], axis=1)
+    np.testing.assert_array_equal(band(values), want)
+    np.testing.assert_array_equal(band(values[:2]), np.percentile(values[:2], [10, 90], axis=1))
+
+
+def test_a_saved_figure_is_the_one_savefig_cuts_tight(tmp_path):
+    """The box measured once gives the pixels of ``bbox_inches="tight"``; no pyplot figure
+    is left open."""
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+
+    from decentopt.plotting import DPI, new_figure, save_figure, tight_layout
+
+    def draw():
+        fig, axes = new_figure(1, 2, figsize=(6, 3))
+        for k, ax in enumerate(axes[0]):
+            ax.semilogy(np.arange(1, 50), 10.0 ** -np.arange(1, 50) * (k + 1), label="a")
+            ax.set_ylabel(r"$\|x\|^2$")
+            ax.set_title(f"panel {k}")
+        fig.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
+        fig.suptitle("a title")
+        tight_layout(fig)
+        return fig
+
+    before = plt.get_fignums()
+    [png, pdf] = save_figure(draw(), tmp_path / "mine")
+    draw().savefig(tmp_path / "tight.png", dpi=DPI, bbox_inches="tight")
+    mine, tight = (matplotlib.image.imread(p) for p in (png, tmp_path / "tight.png"))
+    assert mine.shape == tight.shape
+    np.testing.assert_array_equal(mine, tight)
+    assert pdf.read_bytes().startswith(b"%PDF") and plt.get_fignums() == before

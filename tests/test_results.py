@@ -164,3 +164,47 @@ def test_rows_of_different_columns_share_one_header_with_empty_cells(tmp_path):
     path = write_csv_atomic(tmp_path / "rows.csv", rows)
     assert path.read_text().splitlines() == ["a,b,c", "1,2.5,", "3,,x"]
     assert [r["a"] for r in read_csv(path)] == [1, 3]
+
+
+def _dict_writer_text(rows, fields):
+    import csv
+    import io
+
+    fh = io.StringIO(newline="")
+    writer = csv.DictWriter(fh, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    return fh.getvalue()
+
+
+def test_the_table_writer_writes_what_dictwriter_writes_byte_for_byte(tmp_path):
+    """Floats by their repr (NaN, infinities, -0.0, subnormals), ints, bools, None, text
+    that needs quoting, rows with keys in another order or missing (empty cells)."""
+    import math
+
+    from decentopt.results import write_csv_atomic
+
+    floats = [0.1, 1 / 3, -0.0, 1e-310, 1e300, math.nan, math.inf, -math.inf, 2.5e-7, 123.0]
+    texts = ["edm(lr=0.1, beta=0.9)", 'say "hi"', "two\nlines", "cr\r", "", " spaced ", "ζ²"]
+    rows = [
+        {"algorithm": texts[i % len(texts)], "step": i, "err": floats[i % len(floats)],
+         "ok": i % 2 == 0, "note": None if i % 3 else "x"}
+        for i in range(40)
+    ]  # fmt: skip
+    rows.insert(5, {"err": 1.5, "step": 7, "algorithm": "reordered", "ok": True, "note": "n"})
+    rows.insert(9, {"algorithm": "missing", "step": 8})
+    rows.append({"algorithm": "last", "step": 9, "err": math.nan})
+    fields = list(rows[0])
+    path = write_csv_atomic(tmp_path / "t.csv", rows)
+    assert path.read_bytes() == _dict_writer_text(rows, fields).encode()
+    for one in ([{"a": ""}, {"a": 1.25}], [{"a": "x,y"}], [{"a": 0.1, "b": 2}]):
+        path = write_csv_atomic(tmp_path / "one.csv", one)
+        assert path.read_bytes() == _dict_writer_text(one, list(one[0])).encode()
+
+
+def test_the_table_writer_refuses_an_empty_table(tmp_path):
+    from decentopt.results import write_csv_atomic
+
+    with pytest.raises(ValueError, match="no rows"):
+        write_csv_atomic(tmp_path / "t.csv", [])
+    assert not (tmp_path / "t.csv").exists()

@@ -13,7 +13,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
 __all__ = [
     "ALPHA",
@@ -101,6 +100,8 @@ def mean_se(values: Sequence[float]) -> tuple[float, float]:
 def critical_value(se_a: float, n_a: int, se_b: float, n_b: int, comparisons: int) -> float:
     """Welch's two-sided critical t at level ``ALPHA / comparisons`` (normal when the run
     counts are unknown)."""
+    from scipy import stats  # a second to load: only where claims are checked
+
     level = 1 - ALPHA / (2 * max(1, comparisons))
     va, vb = se_a**2, se_b**2
     if n_a >= 2 and n_b >= 2 and va + vb > 0:
@@ -164,6 +165,8 @@ def compare_settling(
     finite = pooled[np.isfinite(pooled)]
     never = (finite.max() if finite.size else 0.0) * 2 + 1  # ranks after every settled run
     xa, xb = np.where(np.isinf(xa), never, xa), np.where(np.isinf(xb), never, xb)
+    from scipy import stats
+
     test = stats.mannwhitneyu(xa, xb, alternative="two-sided")
     if test.pvalue >= ALPHA / max(1, comparisons):
         return 0

@@ -4,7 +4,8 @@ Curves show, for each algorithm, the mean over repetitions with a band from
 the 10th to the 90th percentile, on a log scale. Every method has its own
 colour, line style and marker, so curves that coincide stay visible, and the
 legend says which coincide. The x axis is logarithmic when the records are
-log-spaced (the default), so the transient is not squeezed into the margin.
+log-spaced (the default), so the transient is not squeezed into the margin. Figures are
+drawn on an Agg canvas without pyplot, laid out once and cut to a box measured once.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
+import matplotlib
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.layout_engine import TightLayoutEngine
 
 from decentopt.algorithms.registry import PAPER_ORDER
 
@@ -97,7 +101,7 @@ def style_for(name: str, index: int) -> dict[str, Any]:
     if name == "edm":
         return {"color": "black", "lw": 2.2, "ls": "-", "marker": "o", "ms": 4}
     return {
-        "color": plt.get_cmap("tab10")(index % 10),
+        "color": matplotlib.colormaps["tab10"](index % 10),
         "lw": 1.3,
         "ls": _LINESTYLES[index % len(_LINESTYLES)],
         "marker": _MARKERS[index % len(_MARKERS)],
@@ -136,6 +140,9 @@ X_LABELS = {
 }
 
 
+#: Resolution of the saved figures (dots per inch) and the formats written by default.
+DPI, FORMATS = 130, ("png", "pdf")
+
 #: Most curves a figure of :func:`plot_curves` draws (its legend has as many entries).
 MOST_CURVES = 12
 
@@ -153,6 +160,26 @@ def best_methods(rows: Sequence[dict[str, Any]], metric: str, most: int) -> set[
     score = {a: float(np.mean(v)) for a, v in finals.items()}
     ranked = sorted(score, key=lambda a: (not np.isfinite(score[a]), score[a]))
     return set(ranked[:most])
+
+
+def band(values: np.ndarray, q: Sequence[float] = (10, 90)) -> np.ndarray:
+    """``np.nanpercentile(values, q, axis=1)`` (steps x runs), the rows free of NaN at once."""
+    out = np.full((len(q), len(values)), np.nan)
+    clean = ~np.isnan(values).any(axis=1)
+    with np.errstate(all="ignore"), warnings.catch_warnings():  # infinities, rows of NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if clean.any():
+            out[:, clean] = np.percentile(values[clean], q, axis=1)
+        if not clean.all():
+            out[:, ~clean] = np.nanpercentile(values[~clean], q, axis=1)
+    return out
+
+
+def new_figure(rows: int, cols: int, figsize: tuple[float, float]) -> tuple[Figure, np.ndarray]:
+    """A figure on an Agg canvas (no pyplot: nothing to close) and its axes, a 2-D array."""
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(rows, cols, squeeze=False)
 
 
 def plot_curves(
@@ -191,7 +218,7 @@ def plot_curves(
     for row in rows:
         panels[row[panel] if panel else None].append(row)
     keys = list(panel_order) if panel_order else sorted(panels, key=lambda v: (v is None, v))
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
+    fig, axes = new_figure(1, len(keys), figsize=(4.2 * len(keys), 3.6))
     legend: dict[str, Any] = {}
     for ax, key in zip(axes[0], keys, strict=True):
         # grouped by step: the x column (rounds, bytes, time) can repeat after a run stops
@@ -212,7 +239,7 @@ def plot_curves(
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nanmean(vals, axis=1)
-                lo, hi = np.nanpercentile(vals, [10, 90], axis=1)
+            lo, hi = band(vals)
             means[alg] = mean
             style = style_for(alg, i)
             (line,) = ax.plot(
@@ -261,7 +288,7 @@ def plot_curves(
     )
     if title:  # a grid's title lists every value: cut, so that the figure stays small
         fig.suptitle("\n".join(textwrap.shorten(line, 160) for line in title.splitlines()))
-    fig.tight_layout()
+    tight_layout(fig)
     return save_figure(fig, out, formats)
 
 
@@ -275,7 +302,7 @@ def plot_epochs(
     """One panel per metric against epochs (or steps); mean and range over runs; diverged
     runs left out."""
     x = "epoch" if rows and "epoch" in rows[0] else "step"
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.3 * len(metrics), 3.6), squeeze=False)
+    fig, axes = new_figure(1, len(metrics), figsize=(4.3 * len(metrics), 3.6))
     good = [r for r in rows if r.get("diverged_at", -1) < 0]
     for i, alg in enumerate(ordered([r["algorithm"] for r in good])):
         mine = [r for r in good if r["algorithm"] == alg]
@@ -295,7 +322,7 @@ def plot_epochs(
     fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    tight_layout(fig)
     return save_figure(fig, out)
 
 
@@ -306,7 +333,8 @@ def _ring_sizes(gaps: Sequence[float]) -> list[int]:
 
 def plot_scaling(rows: Sequence[Any], out: str | Path) -> list[Path]:
     """Table 1's study: DmSGD's bias against each variable; transients against 1 - lambda."""
-    fig, axes = plt.subplots(1, 5, figsize=(21, 3.8))
+    fig, grid = new_figure(1, 5, figsize=(21, 3.8))
+    axes = grid[0]
     panels = [r for r in rows if r.quantity.startswith("DmSGD")]
     for ax, r in zip(axes[:4], panels, strict=True):
         y = np.array(r.ys)
@@ -332,20 +360,40 @@ def plot_scaling(rows: Sequence[Any], out: str | Path) -> list[Path]:
     ax.set_title("heterogeneity transient")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both", lw=0.4)
-    fig.tight_layout()
+    tight_layout(fig)
     return save_figure(fig, out)
 
 
-def save_figure(
-    fig: plt.Figure, out: str | Path, formats: Sequence[str] = ("png", "pdf")
-) -> list[Path]:
-    """Write ``fig`` as ``out.<fmt>`` for each format, close it, return the paths."""
+def tight_layout(fig: Figure) -> None:
+    """``fig.tight_layout()`` leaving no layout engine: a save then draws the figure once."""
+    TightLayoutEngine(rect=None).execute(fig)  # as fig.tight_layout() does
+
+
+def tight_box(fig: Figure, dpi: float = DPI) -> Any:
+    """``bbox_inches="tight"``'s padded box (inches) as a PNG at ``dpi`` measures it, measured
+    once on the Agg renderer (another canvas: ``"tight"``, measured by each format)."""
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        return "tight"
+    shown, fig.dpi = fig.dpi, dpi
+    try:
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+    finally:
+        fig.dpi = shown
+    pad = matplotlib.rcParams["savefig.pad_inches"]
+    return box.padded(pad, pad)
+
+
+def save_figure(fig: Figure, out: str | Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+    """Write ``fig`` as ``out.<fmt>`` for each format, all cut to one :func:`tight_box` (not
+    measured again per format), close it, return the paths."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    written = []
-    for fmt in formats:
-        path = out.with_suffix(f".{fmt}")
-        fig.savefig(path, dpi=130, bbox_inches="tight")
-        written.append(path)
-    plt.close(fig)
+    written = [out.with_suffix(f".{fmt}") for fmt in formats]
+    box = tight_box(fig) if written else None
+    for path in written:
+        fig.savefig(path, dpi=DPI, bbox_inches=box)
+    if fig.canvas.manager is not None:  # a pyplot figure (drawing.py): released there
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
     return written

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import operator
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -180,6 +181,26 @@ def _umask() -> int:
     return mask
 
 
+def _csv_lines(rows: list[Mapping[str, Any]], fields: list[str], fh: TextIO) -> None:
+    """``csv.DictWriter(fh, fields)``'s header and rows, byte for byte: the cells go to the
+    C writer as tuples taken by one ``itemgetter``; a row whose keys differ from the
+    header's (a missing cell is empty, an extra key refused) goes through ``DictWriter``."""
+    writer = csv.DictWriter(fh, fieldnames=fields)
+    writer.writeheader()
+    if len(fields) == 1:  # itemgetter of one key gives a cell, not a tuple
+        writer.writerows(rows)
+        return
+    cells, keys = operator.itemgetter(*fields), dict.fromkeys(fields).keys()
+    plain = csv.writer(fh)
+    start = 0
+    for i, row in enumerate(rows):
+        if row.keys() != keys:  # (order aside) written by DictWriter: its filling, its errors
+            plain.writerows(map(cells, rows[start:i]))
+            writer.writerow(row)
+            start = i + 1
+    plain.writerows(map(cells, rows[start:]))
+
+
 def write_csv_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
     """Write rows to ``path`` atomically: a column for every key, in order of appearance,
     and an empty cell where a row lacks one."""
@@ -187,9 +208,7 @@ def write_csv_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Pat
     if not rows:
         raise ValueError(f"no rows to write to {path}")
     with _atomic(path, newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        writer.writeheader()
-        writer.writerows(rows)
+        _csv_lines(rows, list(dict.fromkeys(k for r in rows for k in r)), fh)
     return Path(path)
 
 

@@ -226,8 +226,9 @@ class Sweep:
     def graph_for(self, label: str) -> tuple[Any, DistributedCommunicator | None]:
         """The variant's graph and, under torchrun, the communicator over it."""
         key = json.dumps(self.spec.topology_of(label), sort_keys=True, default=repr)
-        if key not in self.graphs:
-            network = self.spec.build_topology(label)
+        if key not in self.graphs:  # the shared table's graph is the one built at the start
+            shared_table = self.spec.topology_of(label) == self.spec.topology
+            network = self.topology if shared_table else self.spec.build_topology(label)
             timeout = self.spec.timeout
             shared = (
                 DistributedCommunicator(network, timeout=timeout) if self.job.world > 1 else None
@@ -322,7 +323,8 @@ class Sweep:
         return units
 
     def in_parallel(self, units: list) -> dict[str, list[dict[str, Any]]]:
-        """The pending units of a batched sweep computed by ``jobs`` workers, by name."""
+        """The units of a batched sweep stored intact, and the pending ones computed by ``jobs``
+        workers, by name (the rest: computed one after the other by :meth:`run`)."""
         finished: dict[str, list[dict[str, Any]]] = {}  # stored by the workers' parent
 
         def keep(unit: Unit, result: tuple[list, dict]) -> None:
@@ -330,10 +332,16 @@ class Sweep:
 
         parallel = _run_groups(self.spec) == [None] and self.job.world == 1
         if self.options.jobs > 1 and parallel:
-            with warnings.catch_warnings():  # the store warns about a corrupt unit when run
-                warnings.simplefilter("ignore")
-                force = self.options.force
-                pending = [u for u in units if force or self.store.stored(u[0]) is None]
+            pending = []
+            for unit in units:  # a stored unit is read once: kept here, not read again
+                with warnings.catch_warnings():  # the store warns about a corrupt unit when run
+                    warnings.simplefilter("ignore")
+                    rows = None if self.options.force else self.store.stored(unit[0])
+                if rows is None:
+                    pending.append(unit)
+                else:
+                    finished[unit[0].name] = rows
+                    self.store.kept.append(unit[0].name)
             if len(pending) > 1:
                 _in_workers(
                     self.options.jobs, pending, self.compute, self.problem_for, keep, self.say
