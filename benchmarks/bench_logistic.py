@@ -5,10 +5,10 @@ Part 1 times ``Logistic.full_gradient(x, exact=False)``'s data term on Figure 2'
 float32 data) by torch and by the native kernel, interleaved, at one thread and at
 torch's default thread count; min and median of ``--repeats``. Part 2 (``--fig2 MAIN_SRC``)
 times ``decentopt reproduce fig2 --quick`` with another checkout's sources (``MAIN_SRC``,
-e.g. ``/work/main/src``: before) and this one's (``src``: after), interleaved::
+e.g. ``../previous/src``: before) and this one's (``src``: after), interleaved::
 
     PYTHONPATH=src python benchmarks/bench_logistic.py
-    PYTHONPATH=src python benchmarks/bench_logistic.py --fig2 /work/main/src --rounds 3
+    PYTHONPATH=src python benchmarks/bench_logistic.py --fig2 ../previous/src --rounds 3
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A Figure-1-shaped table (8 methods x 4 panels x 5 runs x the log-spaced record s
 ``results.write_csv_atomic``, by the ``src`` of this checkout and of ``--other`` (e.g. the
 main checkout's), one after the other in each round; the tables must be byte-identical.
 
-Run: ``.venv/bin/python benchmarks/bench_reports.py --other /work/main/src [--repeats 5]``
+Run: ``.venv/bin/python benchmarks/bench_reports.py --other ../previous/src [--repeats 5]``
 """
 
 from __future__ import annotations
