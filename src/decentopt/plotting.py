@@ -221,63 +221,14 @@ def plot_curves(
     fig, axes = new_figure(1, len(keys), figsize=(4.2 * len(keys), 3.6))
     legend: dict[str, Any] = {}
     for ax, key in zip(axes[0], keys, strict=True):
-        # grouped by step: the x column (rounds, bytes, time) can repeat after a run stops
-        curves: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        where: dict[str, dict[int, float]] = defaultdict(dict)
-        for row in panels[key]:
-            curves[row["algorithm"]][row["step"]].append(row[metric])
-            where[row["algorithm"]][row["step"]] = row[x]
-        means: dict[str, np.ndarray] = {}
-        order = ordered(list(curves))
-        all_steps: list[float] = []
-        for i, alg in enumerate(order):
-            by_step = sorted(curves[alg])
-            steps = np.array([where[alg][s] for s in by_step])
-            all_steps += steps.tolist()
-            vals = np.array([curves[alg][s] for s in by_step], dtype=float)  # (steps, R)
-            # a step where every run had diverged has no mean: NaN, drawn as a gap
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean = np.nanmean(vals, axis=1)
-            lo, hi = band(vals)
-            means[alg] = mean
-            style = style_for(alg, i)
-            (line,) = ax.plot(
-                steps,
-                mean,
-                markevery=max(1, len(steps) // 8),
-                zorder=3 if alg == "edm" else 2,
-                **style,
-            )
-            ax.fill_between(steps, lo, hi, color=style["color"], alpha=0.12, lw=0)
-            legend.setdefault(alg, line)
-        scale = x_scale(all_steps) if xscale == "auto" else xscale
-        if scale == "symlog":
-            ax.set_xscale("symlog", linthresh=1.0)
-        elif scale == "log":  # seconds or bytes: the start (0) is left out
-            ax.set_xscale("log")
-        ax.set_yscale("log")
-        label = X_LABELS.get(x, x)
-        ax.set_xlabel(label + (" (log scale)" if scale != "linear" else ""))
-        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+        means, all_steps = _draw_curves(ax, panels[key], metric, x, legend)
+        _set_scales(ax, x_scale(all_steps) if xscale == "auto" else xscale, x, metric)
         if panel:
             zetas = [r["zeta2"] for r in panels[key] if "zeta2" in r]
             zeta2 = float(np.mean(zetas)) if zetas else float("nan")
             ax.set_title(panel_title.format(key=panel, value=key, zeta2=zeta2))
         ax.grid(alpha=0.3, which="both", lw=0.4)
-        coincide = [g for g in coincident_groups(means) if len(g) > 1]
-        if coincide:
-            note = "; ".join(" = ".join(_shown(a, names) for a in g) for g in coincide)
-            ax.text(
-                0.02,
-                0.02,
-                f"coincide: {note}",
-                transform=ax.transAxes,
-                fontsize=7,
-                va="bottom",
-                ha="left",
-                bbox={"fc": "white", "alpha": 0.7, "lw": 0},
-            )
+        _note_coincident(ax, means, names)
     shown, names = names, ordered(list(legend))
     fig.legend(
         [legend[a] for a in names],
@@ -290,6 +241,56 @@ def plot_curves(
         fig.suptitle("\n".join(textwrap.shorten(line, 160) for line in title.splitlines()))
     tight_layout(fig)
     return save_figure(fig, out, formats)
+
+
+def _draw_curves(
+    ax: Any, rows: Sequence[dict[str, Any]], metric: str, x: str, legend: dict[str, Any]
+) -> tuple[dict[str, np.ndarray], list[float]]:
+    """Each method's mean and 10-90 % band on ``ax`` (lines into ``legend``); means, xs."""
+    # grouped by step: the x column (rounds, bytes, time) can repeat after a run stops
+    curves: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    where: dict[str, dict[int, float]] = defaultdict(dict)
+    for row in rows:
+        curves[row["algorithm"]][row["step"]].append(row[metric])
+        where[row["algorithm"]][row["step"]] = row[x]
+    means: dict[str, np.ndarray] = {}
+    all_steps: list[float] = []
+    for i, alg in enumerate(ordered(list(curves))):
+        by_step = sorted(curves[alg])
+        steps = np.array([where[alg][s] for s in by_step])
+        all_steps += steps.tolist()
+        vals = np.array([curves[alg][s] for s in by_step], dtype=float)  # (steps, R)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            means[alg] = mean = np.nanmean(vals, axis=1)  # every run diverged: NaN, a gap
+        lo, hi = band(vals)
+        style = style_for(alg, i)
+        every = max(1, len(steps) // 8)
+        (line,) = ax.plot(steps, mean, markevery=every, zorder=3 if alg == "edm" else 2, **style)
+        ax.fill_between(steps, lo, hi, color=style["color"], alpha=0.12, lw=0)
+        legend.setdefault(alg, line)
+    return means, all_steps
+
+
+def _set_scales(ax: Any, scale: str, x: str, metric: str) -> None:
+    """The x axis on ``scale`` (symlog, log or linear), y on a log scale, both labelled."""
+    if scale == "symlog":
+        ax.set_xscale("symlog", linthresh=1.0)
+    elif scale == "log":  # seconds or bytes: the start (0) is left out
+        ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(X_LABELS.get(x, x) + (" (log scale)" if scale != "linear" else ""))
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+
+
+def _note_coincident(ax: Any, means: dict[str, np.ndarray], names: dict[str, str] | None) -> None:
+    """Say in the panel's corner which methods' curves coincide (drawn on top of each other)."""
+    coincide = [g for g in coincident_groups(means) if len(g) > 1]
+    if coincide:
+        note = "; ".join(" = ".join(_shown(a, names) for a in g) for g in coincide)
+        box = {"fc": "white", "alpha": 0.7, "lw": 0}
+        ax.text(0.02, 0.02, f"coincide: {note}", transform=ax.transAxes, fontsize=7, va="bottom",
+                ha="left", bbox=box)  # fmt: skip
 
 
 def plot_epochs(
