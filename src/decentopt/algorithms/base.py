@@ -114,9 +114,11 @@ class HyperParams:
         return self.requires | frozenset({"symmetric"})
 
     #: The rule's state, a named tuple ``(x, ..., t)``: the default :meth:`init` starts ``x``
-    #: at the initial point and every other field at zero; a rule whose state starts
-    #: otherwise (Exact Diffusion's ``psi = x``) defines ``init`` instead.
+    #: at the initial point, the fields of :attr:`from_x0` at copies of it (Exact Diffusion's
+    #: ``psi = x``) and every other field at zero; a rule whose state starts otherwise
+    #: defines ``init`` instead.
     State: ClassVar[Any] = None
+    from_x0: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lr", validate_lr(self.lr, type(self).__name__))
@@ -127,7 +129,8 @@ class HyperParams:
             raise TypeError(f"{type(self).__name__}: define init, or a State named tuple")
         x0 = check_initial_point(x0, self.name)  # type: ignore[attr-defined]
         zero = torch.zeros_like(x0)
-        return self.State(x0, *[zero] * (len(self.State._fields) - 2))
+        rest = [x0.clone() if f in self.from_x0 else zero for f in self.State._fields[1:-1]]
+        return self.State(x0, *rest)
 
     def lr_at(self, t: int) -> float:
         """The step size of iteration ``t`` (``lr`` itself, or the schedule's value)."""

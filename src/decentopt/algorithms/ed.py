@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import HyperParams, check_initial_point
+from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
 from decentopt.updates import correct
 
@@ -19,28 +19,6 @@ class EDState(NamedTuple):
     x: torch.Tensor
     psi: torch.Tensor
     t: int = 0
-
-
-def adapt_correct_combine(
-    x: torch.Tensor,
-    psi: torch.Tensor,
-    direction: torch.Tensor,
-    alpha: float,
-    comm: Communicator,
-    c: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Exact-Diffusion step shared by ED, EDM and NIDS; returns ``(x_next, psi_next)``.
-
-    ``psi+ = x - alpha d``, ``phi = psi+ + x - psi``, ``x+ = W~ phi`` with
-    ``W~ = I - c (I - W)`` (``c = 1``: ``W`` itself, through :meth:`Communicator.mix_map`,
-    which may fuse the update with the mix). Storing ``psi`` (rather than the
-    previous gradient) keeps the correction exact when ``alpha`` changes over time.
-    """
-    if c == 1.0:
-        x_next, psi_next = comm.mix_map(correct, (x, psi, direction), (alpha,))
-        return x_next, psi_next
-    phi, psi_next = correct(x, psi, direction, alpha)
-    return comm.mix(phi).mul_(c).add_(phi, alpha=1 - c), psi_next
 
 
 @register
@@ -65,16 +43,22 @@ class ExactDiffusion(HyperParams):
     """
 
     name: ClassVar[str] = "ed"
+    State: ClassVar[type] = EDState
+    from_x0: ClassVar[tuple[str, ...]] = ("psi",)
     needs_symmetric: ClassVar[bool] = True
     needs_psd: ClassVar[bool] = True
     #: Mixing with ``W~ = I - c (I - W)``: ``W`` itself here, NIDS's lazier ``W~`` there.
     c: ClassVar[float] = 1.0
 
-    def init(self, x0: torch.Tensor) -> EDState:
-        x0 = check_initial_point(x0, self.name)
-        return EDState(x=x0, psi=x0.clone())
-
     def step(self, state: EDState, grad: torch.Tensor, comm: Communicator) -> EDState:
-        alpha = self.lr_at(state.t)
-        x_next, psi = adapt_correct_combine(state.x, state.psi, grad, alpha, comm, self.c)
+        """``psi+ = x - alpha g``, ``phi = psi+ + x - psi``, ``x+ = W~ phi`` with
+        ``W~ = I - c (I - W)`` (``c = 1``: ``W`` itself, through :meth:`Communicator.mix_map`,
+        which may fuse the update with the mix). Storing ``psi`` (rather than the
+        previous gradient) keeps the correction exact when ``alpha`` changes over time."""
+        alpha, c = self.lr_at(state.t), self.c
+        if c == 1.0:
+            x_next, psi = comm.mix_map(correct, (state.x, state.psi, grad), (alpha,))
+        else:
+            phi, psi = correct(state.x, state.psi, grad, alpha)
+            x_next = comm.mix(phi).mul_(c).add_(phi, alpha=1 - c)
         return EDState(x=x_next, psi=psi, t=state.t + 1)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import MomentumHyperParams, check_initial_point
+from decentopt.algorithms.base import MomentumHyperParams
 from decentopt.algorithms.registry import register
 from decentopt.updates import edm_update, with_momentum_options
 
@@ -46,12 +46,10 @@ class EDM(MomentumHyperParams):
     """
 
     name: ClassVar[str] = "edm"
+    State: ClassVar[type] = EDMState
+    from_x0: ClassVar[tuple[str, ...]] = ("psi",)
     needs_symmetric: ClassVar[bool] = True
     needs_psd: ClassVar[bool] = True
-
-    def init(self, x0: torch.Tensor) -> EDMState:
-        x0 = check_initial_point(x0, self.name)
-        return EDMState(x=x0, psi=x0.clone(), m=torch.zeros_like(x0))
 
     def step(self, state: EDMState, grad: torch.Tensor, comm: Communicator) -> EDMState:
         update = with_momentum_options(edm_update, self.nesterov, self.dampening)

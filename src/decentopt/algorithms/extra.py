@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import HyperParams, check_initial_point
+from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
 
 if TYPE_CHECKING:
@@ -43,11 +43,9 @@ class EXTRA(HyperParams):
     """
 
     name: ClassVar[str] = "extra"
+    State: ClassVar[type] = EXTRAState
+    from_x0: ClassVar[tuple[str, ...]] = ("x_prev",)
     needs_symmetric: ClassVar[bool] = True
-
-    def init(self, x0: torch.Tensor) -> EXTRAState:
-        x0 = check_initial_point(x0, self.name)
-        return EXTRAState(x=x0, x_prev=x0, step_prev=torch.zeros_like(x0))
 
     def step(self, state: EXTRAState, grad: torch.Tensor, comm: Communicator) -> EXTRAState:
         step = grad * self.lr_at(state.t)

@@ -53,6 +53,7 @@ Every operator gives its contraction for rows of ``k`` entries, ``codec.delta(k)
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from decentopt._checks import unknown_name
@@ -86,9 +87,6 @@ __all__ = [
     "top_k",
 ]
 
-#: The argument a bare value in parentheses sets (``top_k(0.1)`` is ``top_k(ratio=0.1)``).
-_FIRST = {"top_k": "ratio", "random_k": "ratio", "qsgd": "bits"}
-
 
 def _value(text: str) -> Any:
     value = call_value(text)
@@ -97,29 +95,9 @@ def _value(text: str) -> Any:
     return value
 
 
-def top_k(ratio: float, *, seed: int = 0) -> TopK:
-    """The ``ceil(ratio k)`` entries of largest magnitude of each row."""
-    return TopK(ratio, seed=seed)
-
-
-def random_k(ratio: float, *, seed: int = 0) -> RandomK:
-    """``ceil(ratio k)`` entries of each row at seeded random indices."""
-    return RandomK(ratio, seed=seed)
-
-
-def qsgd(bits: int = 4, *, seed: int = 0) -> QSGD:
-    """Stochastic quantisation to ``bits`` bits and a sign bit, rescaled by ``1/tau``."""
-    return QSGD(bits, seed=seed)
-
-
-def sign(*, seed: int = 0) -> ScaledSign:
-    """``(||x||_1 / k) sign(x)`` per row."""
-    return ScaledSign(seed=seed)
-
-
-def none() -> Identity:
-    """No compression."""
-    return Identity()
+#: The constructors (each with an optional ``seed=``): ``top_k(ratio)``, ``random_k(ratio)``,
+#: ``qsgd(bits=4)``, ``sign()``, ``none()``.
+top_k, random_k, qsgd, sign, none = TopK, RandomK, QSGD, ScaledSign, Identity
 
 
 def suggested_gamma(codec: str | Compressor) -> float:
@@ -134,24 +112,6 @@ def suggested_gamma(codec: str | Compressor) -> float:
     codec = parse(codec)
     ratio = getattr(codec, "ratio", None)
     return 1.0 if ratio is None else float(ratio)
-
-
-def _call(name: str, cls: type[Compressor], kwargs: dict[str, Any], spec: str) -> Compressor:
-    """``cls(**kwargs)`` with unknown or missing arguments, and bad values, named."""
-    fields = [f for f in cls.__dataclass_fields__ if f != "name"]
-    unknown = [k for k in kwargs if k not in fields]
-    if unknown:
-        raise ValueError(
-            f"compression {spec!r}: {name} takes {', '.join(fields)}; got {', '.join(unknown)}"
-        )
-    if name in _FIRST and _FIRST[name] not in kwargs and name != "qsgd":
-        raise ValueError(
-            f"compression {spec!r}: give the {_FIRST[name]} of entries kept, e.g. '{name}(0.1)'"
-        )
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"compression {spec!r}: {exc}") from None
 
 
 def parse(spec: str | Compressor) -> Compressor:
@@ -173,17 +133,30 @@ def parse(spec: str | Compressor) -> Compressor:
     name, args = call
     if name not in COMPRESSORS:
         raise ValueError(unknown_name("compression", name, COMPRESSORS))
-    kwargs: dict[str, Any] = {}
+    cls, kwargs = COMPRESSORS[name], {}
+    fields = dataclasses.fields(cls)
+    first = [f.name for f in fields if not f.kw_only]  # what a bare value sets: ratio, bits
     for k, (key, part) in enumerate(args):
-        if key is not None:
-            kwargs[key] = _value(part)
-        elif k == 0 and name in _FIRST:
-            kwargs[_FIRST[name]] = _value(part)
-        elif name not in _FIRST:
+        if key is None and not first:
             raise ValueError(
                 f"compression {spec!r}: {name} takes no value in parentheses; write {name!r} "
                 f"(or {name}(seed=1) for its seed)"
             )
-        else:
+        if key is None and k:
             raise ValueError(f"compression {spec!r}: name the argument {part!r} (KEY=VALUE)")
-    return _call(name, COMPRESSORS[name], kwargs, spec)
+        kwargs[key or first[0]] = _value(part)
+    unknown = [k for k in kwargs if k not in [f.name for f in fields]]
+    if unknown:
+        raise ValueError(
+            f"compression {spec!r}: {name} takes {', '.join(f.name for f in fields)}; got "
+            f"{', '.join(unknown)}"
+        )
+    for f in fields:
+        if f.default is dataclasses.MISSING and f.name not in kwargs:
+            raise ValueError(
+                f"compression {spec!r}: give the {f.name} of entries kept, e.g. '{name}(0.1)'"
+            )
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"compression {spec!r}: {exc}") from None

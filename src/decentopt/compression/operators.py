@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 import torch
@@ -86,11 +86,10 @@ class Compressor:
             out[a] = self.decode(data, agent, round_, r, k, z.dtype)
         return out
 
-    def _args(self) -> list[str]:
-        return []
-
     def __str__(self) -> str:
-        args = self._args() + ([f"seed={self.seed}"] if self.seed else [])
+        """The operator as :func:`decentopt.compression.parse` reads it: ``top_k(0.1)``."""
+        args = [repr(getattr(self, f.name)) for f in fields(self) if not f.kw_only]
+        args += [f"seed={self.seed}"] if self.seed else []
         return f"{self.name}({', '.join(args)})" if args else self.name
 
 
@@ -137,9 +136,6 @@ class _Sparsifier(Compressor):
 
     def delta(self, k: int) -> float:
         return kept_count(self.ratio, k) / k
-
-    def _args(self) -> list[str]:
-        return [f"{self.ratio:g}"]
 
 
 @dataclass(frozen=True)
@@ -287,9 +283,6 @@ class QSGD(Compressor):
         uniform = uniforms(keys, k).to(z.device)
         norm = self._norm(z)
         return self._values(self._codes(z, norm, uniform), norm, k)
-
-    def _args(self) -> list[str]:
-        return [str(self.bits)]
 
 
 @dataclass(frozen=True)

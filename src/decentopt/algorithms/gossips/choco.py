@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -48,16 +47,6 @@ def public_copies(x0: torch.Tensor) -> torch.Tensor:
     12,000 iterations on Figure 1's problem); in float64 it does not."""
     wide = x0.dtype in (torch.float16, torch.bfloat16, torch.float32) and x0.device.type != "mps"
     return torch.zeros_like(x0, dtype=torch.float64 if wide else x0.dtype)
-
-
-def codec_text(codec: Compressor) -> str:
-    """An operator as :func:`decentopt.compression.parse` reads it: ``top_k(ratio=0.1)``."""
-    args = ", ".join(
-        f"{f.name}={getattr(codec, f.name)!r}"
-        for f in dataclasses.fields(codec)
-        if f.init and getattr(codec, f.name) != f.default
-    )
-    return f"{codec.name}({args})" if args else codec.name
 
 
 def _suffix(k: int) -> str:
@@ -145,7 +134,7 @@ class Choco(Gossip):
         return _ChocoChannel(comm, fields, sends, self)
 
     def label(self) -> str:
-        return f"choco({codec_text(self.compression)}, gamma={self.gamma:g})"  # type: ignore[arg-type]
+        return f"choco({self.compression}, gamma={self.gamma:g})"
 
 
 class _ChocoChannel(Channel):
