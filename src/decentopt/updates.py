@@ -26,7 +26,6 @@ __all__ = [
     "Scalar",
     "add_scaled",
     "correct",
-    "corrected",
     "descend",
     "edm_update",
     "fused_update",
@@ -99,18 +98,13 @@ def momentum_descend(
     return add_scaled(x, direction, -alpha), m_new
 
 
-def corrected(x: torch.Tensor, psi: torch.Tensor, psi_next: torch.Tensor) -> torch.Tensor:
-    """Exact Diffusion's correction of an adapted point: ``phi = psi+ + x - psi``."""
-    return torch.sub(x, psi).add_(psi_next)  # in place on a fresh temporary: one pass fewer
-
-
 def correct(
     x: torch.Tensor, psi: torch.Tensor, direction: torch.Tensor, alpha: Scalar
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact Diffusion's adapt and correct, elementwise: ``(phi, psi+)`` with
     ``psi+ = x - alpha d`` and ``phi = psi+ + x - psi``."""
     psi_next = add_scaled(x, direction, -alpha)
-    return corrected(x, psi, psi_next), psi_next
+    return torch.sub(x, psi).add_(psi_next), psi_next  # in place on a fresh temporary
 
 
 def edm_update(

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import numpy as np
 import torch
 
-from decentopt.algorithms.base import HyperParams, add_scaled
+from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
+from decentopt.updates import add_scaled
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator

@@ -17,7 +17,7 @@ import torch
 
 from decentopt._checks import as_real
 from decentopt.schedules import LearningRate, lr_at, validate_lr
-from decentopt.updates import Scalar, add_scaled, heavy_ball, interpolate, with_momentum_options
+from decentopt.updates import heavy_ball
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator
@@ -27,13 +27,8 @@ __all__ = [
     "AlgorithmState",
     "HyperParams",
     "MomentumHyperParams",
-    "Scalar",
-    "add_scaled",
     "check_initial_point",
-    "heavy_ball",
-    "interpolate",
     "momentum_direction",
-    "with_momentum_options",
 ]
 
 

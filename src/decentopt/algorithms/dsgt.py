@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import torch
 
@@ -22,44 +22,6 @@ class DSGTState(NamedTuple):
     #: ``atc=False`` (unused, zero, in the ATC form)
     wy: torch.Tensor
     t: int = 0
-
-
-def track(
-    y: torch.Tensor,
-    wy: torch.Tensor,
-    grad: torch.Tensor,
-    g_prev: torch.Tensor,
-    t: int,
-    atc: bool,
-    comm: Communicator,
-) -> torch.Tensor:
-    """The tracker ``Y(t)``: ``W(Y + G - G_prev)`` (ATC) or ``W Y + G - G_prev``; ``Y(0) = G(0)``.
-
-    Keeps ``mean(Y) = mean(G)`` exactly for any doubly stochastic ``W``. In the
-    second form ``W Y`` was already gossiped at the previous step (``wy``).
-    """
-    if t == 0:
-        return grad
-    if atc:
-        return comm.mix(torch.add(y, grad).sub_(g_prev))
-    return torch.add(wy, grad).sub_(g_prev)
-
-
-def combine(
-    x: torch.Tensor,
-    direction: torch.Tensor,
-    y: torch.Tensor,
-    wy: torch.Tensor,
-    alpha: float,
-    atc: bool,
-    comm: Communicator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``X+ = W(X - alpha D)``; without ATC also the new ``W Y``, packed into the same round."""
-    z = torch.add(x, direction, alpha=-alpha)
-    if atc:
-        return comm.mix(z), wy
-    x_next, wy_next = comm.mix_many([z, y])
-    return x_next, wy_next
 
 
 @register
@@ -95,8 +57,24 @@ class DSGT(HyperParams):
         ATC the tracker has a round of its own, which only exact gossip takes."""
         return None if self.atc else ("value", "sum")
 
-    def step(self, state: DSGTState, grad: torch.Tensor, comm: Communicator) -> DSGTState:
-        alpha = self.lr_at(state.t)
-        y = track(state.y, state.wy, grad, state.g_prev, state.t, self.atc, comm)
-        x_next, wy = combine(state.x, y, y, state.wy, alpha, self.atc, comm)
-        return DSGTState(x=x_next, y=y, g_prev=grad, wy=wy, t=state.t + 1)
+    def direction(
+        self, state: Any, y: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The state fields of the rule's own and the direction along the tracker ``y``:
+        ``y`` itself here (DSGT-HB's momentum on it there)."""
+        return {}, y
+
+    def step(self, state: Any, grad: torch.Tensor, comm: Communicator) -> Any:
+        """The tracker ``Y(t)``: ``W(Y + G - G_prev)`` (ATC) or ``W Y + G - G_prev``, with
+        ``W Y`` gossiped at the previous step together with the iterate; ``Y(0) = G(0)``.
+        It keeps ``mean(Y) = mean(G)`` exactly for any doubly stochastic ``W``."""
+        if state.t == 0:
+            y = grad
+        elif self.atc:
+            y = comm.mix(torch.add(state.y, grad).sub_(state.g_prev))
+        else:
+            y = torch.add(state.wy, grad).sub_(state.g_prev)
+        own, direction = self.direction(state, y)
+        z = torch.add(state.x, direction, alpha=-self.lr_at(state.t))
+        x_next, wy = (comm.mix(z), state.wy) if self.atc else comm.mix_many([z, y])
+        return self.State(x=x_next, y=y, g_prev=grad, wy=wy, t=state.t + 1, **own)

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 
 from decentopt.algorithms.base import MomentumHyperParams, momentum_direction
-from decentopt.algorithms.dsgt import DSGT, combine, track
+from decentopt.algorithms.dsgt import DSGT
 from decentopt.algorithms.registry import register
-
-if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
 
 
 class DSGTHBState(NamedTuple):
@@ -44,9 +41,8 @@ class DSGTHB(DSGT, MomentumHyperParams):
     name: ClassVar[str] = "dsgt_hb"
     State: ClassVar[type] = DSGTHBState
 
-    def step(self, state: DSGTHBState, grad: torch.Tensor, comm: Communicator) -> DSGTHBState:
-        alpha = self.lr_at(state.t)
-        y = track(state.y, state.wy, grad, state.g_prev, state.t, self.atc, comm)
+    def direction(
+        self, state: DSGTHBState, y: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         u, direction = momentum_direction(state.u, y, self)
-        x_next, wy = combine(state.x, direction, y, state.wy, alpha, self.atc, comm)
-        return DSGTHBState(x=x_next, y=y, u=u, g_prev=grad, wy=wy, t=state.t + 1)
+        return {"u": u}, direction

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from decentopt.algorithms.gossips import Delayed, Gossip, PushSum
-from decentopt.algorithms.registry import ALIASES, Alias
+from decentopt.algorithms.registry import alias
 
 __all__ = ["OverlapPushSum"]
 
@@ -51,9 +51,9 @@ class OverlapPushSum(Delayed):
             )
 
 
-ALIASES["osgp"] = Alias(
+alias(
     "osgp",
     "dmsgd",
     OverlapPushSum,
-    reference="Overlap SGP: Assran, Loizou, Ballas & Rabbat, ICML 2019, Algorithm 3",
+    "Overlap SGP: Assran, Loizou, Ballas & Rabbat, ICML 2019, Algorithm 3",
 )

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from decentopt._checks import unknown_name
 from decentopt.algorithms.compose import Composed
-from decentopt.algorithms.gossips import GOSSIPS, Exact, Gossip, parse
+from decentopt.algorithms.gossips import GOSSIPS, Choco, Exact, Gossip, PushSum, parse
 
 __all__ = [
     "ALIASES",
@@ -22,6 +22,7 @@ __all__ = [
     "PAPER_ORDER",
     "REGISTRY",
     "Alias",
+    "alias",
     "by_importance",
     "check_network",
     "compose",
@@ -49,52 +50,37 @@ LATER_ORDER = (
 @dataclass(frozen=True)
 class Alias:
     """A published method that is a rule composed with a gossip: its name, the rule's
-    name, the gossip's type, the rule's hyper-parameters the pair fixes, and a note."""
+    name, the gossip's type, a note, and the rule's hyper-parameters the pair fixes."""
 
     name: str
     rule: str
     gossip: type[Gossip]
-    fixed: dict[str, Any] = field(default_factory=dict)
     reference: str = ""
+    fixed: dict[str, Any] = field(default_factory=dict)
 
 
-#: Published pairs by name.
-ALIASES: dict[str, Alias] = {
-    a.name: a
-    for a in (
-        Alias(
-            "choco_dsgd",
-            "dsgd",
-            GOSSIPS["choco"],
-            reference="CHOCO-SGD: Koloskova, Stich & Jaggi, ICML 2019, Algorithm 2",
-        ),
-        Alias(
-            "choco_ed",
-            "ed",
-            GOSSIPS["choco"],
-            reference="ED with CHOCO-gossip (a construction of this library)",
-        ),
-        Alias(
-            "choco_edm",
-            "edm",
-            GOSSIPS["choco"],
-            reference="EDM with CHOCO-gossip (a construction of this library)",
-        ),
-        Alias(
-            "sgp",
-            "dmsgd",
-            GOSSIPS["push_sum"],
-            reference="Stochastic Gradient Push: Assran, Loizou, Ballas & Rabbat, ICML 2019",
-        ),
-        Alias(
-            "push_diging",
-            "dsgt",
-            GOSSIPS["push_sum"],
-            fixed={"atc": False},
-            reference="Push-DIGing: Nedić, Olshevsky & Shi, SIAM J. Optim. 2017",
-        ),
-    )
-}
+#: Published pairs by name (:func:`alias` adds one).
+ALIASES: dict[str, Alias] = {}
+
+
+def alias(name: str, rule: str, gossip: type[Gossip], reference: str, **fixed: Any) -> None:
+    """Name the pair of ``rule`` (with the hyper-parameters ``fixed``) and ``gossip``."""
+    ALIASES[name] = Alias(name, rule, gossip, reference, fixed)
+
+
+alias("choco_dsgd", "dsgd", Choco, "CHOCO-SGD: Koloskova, Stich & Jaggi, ICML 2019, Algorithm 2")
+alias("choco_ed", "ed", Choco, "ED with CHOCO-gossip (a construction of this library)")
+alias("choco_edm", "edm", Choco, "EDM with CHOCO-gossip (a construction of this library)")
+alias(
+    "sgp", "dmsgd", PushSum, "Stochastic Gradient Push: Assran, Loizou, Ballas & Rabbat, ICML 2019"
+)
+alias(
+    "push_diging",
+    "dsgt",
+    PushSum,
+    "Push-DIGing: Nedić, Olshevsky & Shi, SIAM J. Optim. 2017",
+    atc=False,
+)
 
 
 def _registrable(cls: type) -> str:

@@ -7,13 +7,9 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import (
-    MomentumHyperParams,
-    add_scaled,
-    check_initial_point,
-    momentum_direction,
-)
+from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
 from decentopt.algorithms.registry import register
+from decentopt.updates import add_scaled
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Relaying

@@ -89,6 +89,11 @@ class Channel:
 
     def _one_round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         self._start_round()
+        if self.sends and len(zs) > len(self.sends):
+            raise ValueError(
+                f"the rule mixed {len(zs)} tensors in one round but declares {len(self.sends)} "
+                "in its `sends`"
+            )
         return self.round(zs)
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 import torch
 
 from decentopt._checks import as_real
-from decentopt.algorithms.base import add_scaled
 from decentopt.algorithms.gossips.base import Channel, Fields, Gossip
 from decentopt.compression import Compressor, Identity, parse, suggested_gamma
-from decentopt.updates import fused_update
+from decentopt.updates import add_scaled, fused_update
 
 if TYPE_CHECKING:
     from decentopt.comm.base import Communicator, Elementwise
@@ -178,11 +177,6 @@ class _ChocoChannel(Channel):
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         codec: Compressor = self.gossip.compression  # type: ignore[assignment]  # parsed
-        if len(zs) > len(self.sends):
-            raise ValueError(
-                f"the rule mixed {len(zs)} tensors in one round but declares {len(self.sends)} "
-                "in its `sends`"
-            )
         hats = [self.state[f"x_hat{_suffix(k)}"] for k in range(len(zs))]
         if len(zs) == 1 and isinstance(self.comm, FusesChoco):
             done = self.comm.choco_round(zs[0], hats[0], self.state["s"], codec, self.gossip.gamma)
