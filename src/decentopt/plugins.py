@@ -27,7 +27,6 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 from decentopt.algorithms.registry import REGISTRY
 
@@ -91,7 +90,7 @@ def _once(key: str, run: Callable[[], object]) -> list[str]:
 def _import_file(path: Path, spec: str) -> None:
     if not path.is_file():
         raise PluginError(f"plugin {spec}: no file at {path}; give the path of a .py file")
-    if any(_file_of(m, path.name) == path for m in list(sys.modules.values())):
+    if _imported(path):
         return  # imported already, e.g. by its module name
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
     stem = re.sub(r"\W", "_", path.stem)
@@ -119,8 +118,7 @@ def _import_module(spec: str) -> None:
         if found is None:
             raise ModuleNotFoundError(f"No module named {spec!r}", name=spec)
         if spec not in sys.modules and found.has_location and found.origin:
-            origin = Path(found.origin).resolve()
-            if any(_file_of(m, origin.name) == origin for m in list(sys.modules.values())):
+            if _imported(Path(found.origin).resolve()):
                 return  # its file was loaded already, by path
         importlib.import_module(spec)
     except ModuleNotFoundError as exc:
@@ -136,12 +134,14 @@ def _import_module(spec: str) -> None:
         raise PluginError(_failed(spec, exc, None)) from None
 
 
-def _file_of(module: ModuleType, name: str) -> Path | None:
-    """The module's file if it is called ``name`` (resolved only then: a cheap scan)."""
-    file = getattr(module, "__file__", None)
-    if not isinstance(file, str) or Path(file).name != name:
-        return None
-    return Path(file).resolve()
+def _imported(path: Path) -> bool:
+    """Whether a module of the file ``path`` is imported (only files of its name are
+    resolved: a cheap scan)."""
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and Path(file).name == path.name and Path(file).resolve() == path:
+            return True
+    return False
 
 
 def _failed(spec: str, exc: BaseException, path: Path | None) -> str:

@@ -95,10 +95,8 @@ class Composed:
 
     def hyperparams(self) -> dict[str, Any]:
         """The rule's and the gossip's hyper-parameters, by name."""
-        both = {}
-        for part in (self.rule, self.gossip):
-            both |= {f.name: getattr(part, f.name) for f in dataclasses.fields(part) if f.init}
-        return both
+        parts = (self.rule, self.gossip)
+        return {f.name: getattr(p, f.name) for p in parts for f in dataclasses.fields(p) if f.init}
 
     def init(self, x0: torch.Tensor) -> Any:
         inner = self.rule.init(x0)

@@ -60,7 +60,7 @@ class DSGT(HyperParams):
     def direction(
         self, state: Any, y: torch.Tensor
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """The state fields of the rule's own and the direction along the tracker ``y``:
+        """The rule's own new state fields and its direction along the tracker ``y``:
         ``y`` itself here (DSGT-HB's momentum on it there)."""
         return {}, y
 

@@ -53,14 +53,11 @@ class QGDSGDm(MomentumHyperParams):
         if self.mu is not None and not 0 <= self.mu < 1:
             raise ValueError(f"QGDSGDm: mu must be in [0, 1); got {self.mu}")
 
-    @property
-    def mu_value(self) -> float:
-        return self.beta if self.mu is None else float(self.mu)
-
     def step(self, state: QGDSGDmState, grad: torch.Tensor, comm: Communicator) -> QGDSGDmState:
         alpha = self.lr_at(state.t)
         _, direction = momentum_direction(state.m_hat, grad, self)
         x_next = comm.mix(torch.add(state.x, direction, alpha=-alpha))
         # mu m_hat + (1 - mu) (x - x_next) / alpha, built in one temporary
-        m_hat = torch.sub(state.x, x_next).div_(alpha).lerp_(state.m_hat, self.mu_value)
+        mu = self.beta if self.mu is None else self.mu
+        m_hat = torch.sub(state.x, x_next).div_(alpha).lerp_(state.m_hat, mu)
         return QGDSGDmState(x=x_next, m_hat=m_hat, t=state.t + 1)

@@ -83,8 +83,9 @@ alias(
 )
 
 
-def _registrable(cls: type) -> str:
-    """The name ``cls`` registers under; a one-line error names what a new class lacks."""
+def register(cls: T) -> T:
+    """Class decorator: add an update rule under its ``name`` class attribute (a one-line
+    error names what a new class lacks, or the class that holds its name)."""
     who = cls.__qualname__
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
@@ -101,12 +102,6 @@ def _registrable(cls: type) -> str:
     missing = [m for m in ("init", "step") if not callable(getattr(cls, m, None))]
     if missing:
         raise TypeError(f"{who}: define {' and '.join(missing)} (see docs/extending.md)")
-    return name
-
-
-def register(cls: T) -> T:
-    """Class decorator: add an update rule under its ``name`` class attribute."""
-    name = _registrable(cls)
     if name in REGISTRY or name in ALIASES:
         held = REGISTRY.get(name)
         taken = (
@@ -115,8 +110,7 @@ def register(cls: T) -> T:
             else f"the alias of {ALIASES[name].rule}"
         )
         raise ValueError(
-            f"an algorithm named {name!r} is already registered ({taken}); give "
-            f"{cls.__qualname__} another name"
+            f"an algorithm named {name!r} is already registered ({taken}); give {who} another name"
         )
     REGISTRY[name] = cls
     return cls

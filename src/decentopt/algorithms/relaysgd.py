@@ -24,6 +24,12 @@ class RelayState(NamedTuple):
     t: int = 0
 
 
+def _nothing_received(x: torch.Tensor, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero sums ``(n, slots, ...)`` and counts ``(n, slots, 1, ...)`` for iterates ``x``."""
+    n, rest = x.shape[0], x.shape[1:]
+    return x.new_zeros((n, slots, *rest)), x.new_zeros((n, slots) + (1,) * len(rest))
+
+
 @register
 @dataclass(frozen=True)
 class RelaySGD(MomentumHyperParams):
@@ -64,20 +70,15 @@ class RelaySGD(MomentumHyperParams):
     def init(self, x0: torch.Tensor) -> RelayState:
         x0 = check_initial_point(x0, self.name)
         # no messages yet: the slot axis is sized at the first exchange (m, c = 0)
-        empty = x0.new_zeros((x0.shape[0], 0, *x0.shape[1:]))
-        counts = x0.new_zeros((x0.shape[0], 0) + (1,) * (x0.ndim - 1))
-        return RelayState(
-            x=x0, x0=x0.clone(), m=torch.zeros_like(x0), received=empty, counts=counts
-        )
+        received, counts = _nothing_received(x0, 0)
+        return RelayState(x0, x0.clone(), torch.zeros_like(x0), received, counts)
 
     def step(self, state: RelayState, grad: torch.Tensor, comm: Relaying) -> RelayState:
         m, direction = momentum_direction(state.m, grad, self)
         half = add_scaled(state.x, direction, -self.lr_at(state.t))
         received, counts = state.received, state.counts
         if received.shape[1] == 0:
-            slots = comm.slots
-            received = half.new_zeros((half.shape[0], slots, *half.shape[1:]))
-            counts = half.new_zeros((half.shape[0], slots) + (1,) * (half.ndim - 1))
+            received, counts = _nothing_received(half, comm.slots)
         relay = (half + received.sum(dim=1)).unsqueeze(1) - received
         relay_counts = (1 + counts.sum(dim=1)).unsqueeze(1) - counts
         received, counts = comm.exchange([relay, relay_counts])

@@ -54,7 +54,6 @@ Every operator gives its contraction for rows of ``k`` entries, ``codec.delta(k)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from decentopt._checks import unknown_name
 from decentopt._schema import call_value, split_call
@@ -88,13 +87,6 @@ __all__ = [
 ]
 
 
-def _value(text: str) -> Any:
-    value = call_value(text)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"compression argument {text!r} is not a number")
-    return value
-
-
 #: The constructors (each with an optional ``seed=``): ``top_k(ratio)``, ``random_k(ratio)``,
 #: ``qsgd(bits=4)``, ``sign()``, ``none()``.
 top_k, random_k, qsgd, sign, none = TopK, RandomK, QSGD, ScaledSign, Identity
@@ -109,9 +101,7 @@ def suggested_gamma(codec: str | Compressor) -> float:
     gives ``delta rho^2 / (16 rho + rho^2 + 4 b^2 + 2 rho b^2 - 8 rho delta)`` (``rho``
     the spectral gap, ``b = ||I - W||``): safe on any graph, and on ring(32) thousands
     of times smaller."""
-    codec = parse(codec)
-    ratio = getattr(codec, "ratio", None)
-    return 1.0 if ratio is None else float(ratio)
+    return float(getattr(parse(codec), "ratio", 1.0))
 
 
 def parse(spec: str | Compressor) -> Compressor:
@@ -133,7 +123,8 @@ def parse(spec: str | Compressor) -> Compressor:
     name, args = call
     if name not in COMPRESSORS:
         raise ValueError(unknown_name("compression", name, COMPRESSORS))
-    cls, kwargs = COMPRESSORS[name], {}
+    cls = COMPRESSORS[name]
+    kwargs: dict[str, float] = {}
     fields = dataclasses.fields(cls)
     first = [f.name for f in fields if not f.kw_only]  # what a bare value sets: ratio, bits
     for k, (key, part) in enumerate(args):
@@ -144,7 +135,10 @@ def parse(spec: str | Compressor) -> Compressor:
             )
         if key is None and k:
             raise ValueError(f"compression {spec!r}: name the argument {part!r} (KEY=VALUE)")
-        kwargs[key or first[0]] = _value(part)
+        value = call_value(part)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"compression argument {part!r} is not a number")
+        kwargs[key or first[0]] = value
     unknown = [k for k in kwargs if k not in [f.name for f in fields]]
     if unknown:
         raise ValueError(

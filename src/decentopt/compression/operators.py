@@ -105,12 +105,6 @@ class Identity(Compressor):
     def row_bytes(self, k: int, dtype: torch.dtype) -> int:
         return k * dtype.itemsize
 
-    def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
-        return as_bytes(row)
-
-    def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
-        return from_bytes(data, dtype)
-
     def encode(self, rows: torch.Tensor, agent: int, round_: int) -> torch.Tensor:
         return as_bytes(rows)
 

@@ -132,10 +132,8 @@ class Gossip:
     #: State fields with one value per agent (push-sum weights), not one per coordinate.
     agent_fields: ClassVar[tuple[str, ...]] = ()
 
-    @property
-    def rounds_per_call(self) -> int:
-        """Rounds of the network per call of the rule (for fair comparisons)."""
-        return 1
+    #: Rounds of the network per call of the rule (for fair comparisons).
+    rounds_per_call: ClassVar[int] = 1
 
     def refuses(self, rule: Any) -> str:
         """Why ``rule`` cannot take this gossip ("" when it can)."""

@@ -94,22 +94,6 @@ def _history(k: int, lag: int) -> str:
     return f"z{k}_lag{lag}"
 
 
-def _inner(inner: str | Gossip) -> Gossip:
-    from decentopt.algorithms.gossips import parse  # the package imports this module
-
-    try:
-        gossip = parse(inner)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"delayed: {exc}") from None
-    if not isinstance(gossip, Exact | PushSum):
-        raise ValueError(
-            f"delayed: {gossip.name} gossip cannot be delayed (CHOCO's public copies must match "
-            "what neighbours received; multi-round is several rounds a step): use exact or "
-            "push_sum inside delayed"
-        )
-    return gossip
-
-
 @dataclass(frozen=True)
 class Delayed(Gossip):
     """Neighbours' values from ``tau`` rounds ago, one's own current one (module docstring):
@@ -136,7 +120,19 @@ class Delayed(Gossip):
             )
         object.__setattr__(self, "tau", tau)
         object.__setattr__(self, "staleness", None if bound is None else int(bound))
-        object.__setattr__(self, "inner", _inner(self.inner))
+        from decentopt.algorithms.gossips import parse  # the package imports this module
+
+        try:
+            inner = parse(self.inner)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"delayed: {exc}") from None
+        if not isinstance(inner, Exact | PushSum):
+            raise ValueError(
+                f"delayed: {inner.name} gossip cannot be delayed (CHOCO's public copies must "
+                "match what neighbours received; multi-round is several rounds a step): use "
+                "exact or push_sum inside delayed"
+            )
+        object.__setattr__(self, "inner", inner)
 
     @property
     def _wrapped(self) -> Gossip:

@@ -155,8 +155,8 @@ class MultiRound(Gossip):
             return frozenset({"symmetric", "static"})
         return frozenset({"symmetric"})
 
-    @property
-    def rounds_per_call(self) -> int:
+    @property  # type: ignore[misc]
+    def rounds_per_call(self) -> int:  # type: ignore[override]
         return self.rounds
 
     def __post_init__(self) -> None:
