@@ -163,11 +163,10 @@ def load_entry_points() -> dict[str, str]:
     """
     for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = point.dist.name if point.dist is not None else point.name
-        key = f"{point.value} ({dist})"
         if dist in _FAILED:
             continue
         try:
-            _once(key, point.load)
+            _once(f"{point.value} ({dist})", point.load)
         except Exception as exc:
             _FAILED[dist] = _failed(f"{point.value} (distribution {dist})", exc, None)
     return dict(_FAILED)

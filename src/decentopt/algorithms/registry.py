@@ -104,11 +104,8 @@ def register(cls: T) -> T:
         raise TypeError(f"{who}: define {' and '.join(missing)} (see docs/extending.md)")
     if name in REGISTRY or name in ALIASES:
         held = REGISTRY.get(name)
-        taken = (
-            f"{held.__module__}.{held.__qualname__}"
-            if held
-            else f"the alias of {ALIASES[name].rule}"
-        )
+        taken = f"{held.__module__}.{held.__qualname__}" if held else ""
+        taken = taken or f"the alias of {ALIASES[name].rule}"
         raise ValueError(
             f"an algorithm named {name!r} is already registered ({taken}); give {who} another name"
         )

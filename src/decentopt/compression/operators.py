@@ -30,8 +30,7 @@ class Compressor:
     seed: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
-        seed = as_count(self.seed, f"{self.name}: seed")
-        object.__setattr__(self, "seed", seed)
+        object.__setattr__(self, "seed", as_count(self.seed, f"{self.name}: seed"))
 
     def delta(self, k: int) -> float:
         """The contraction of rows of ``k`` entries: ``E||Q(x) - x||^2 <= (1 - delta) ||x||^2``
@@ -121,12 +120,11 @@ class _Sparsifier(Compressor):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        ratio = as_real(self.ratio, f"{self.name}: ratio")
-        if not 0 < ratio <= 1:
+        object.__setattr__(self, "ratio", as_real(self.ratio, f"{self.name}: ratio"))
+        if not 0 < self.ratio <= 1:
             raise ValueError(
-                f"{self.name}: ratio is the fraction of entries kept, in (0, 1]; got {ratio}"
+                f"{self.name}: ratio is the fraction of entries kept, in (0, 1]; got {self.ratio}"
             )
-        object.__setattr__(self, "ratio", ratio)
 
     def delta(self, k: int) -> float:
         return kept_count(self.ratio, k) / k
@@ -221,12 +219,11 @@ class QSGD(Compressor):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        bits = as_count(self.bits, "qsgd: bits", minimum=1)
-        if bits > 7:
+        object.__setattr__(self, "bits", as_count(self.bits, "qsgd: bits", minimum=1))
+        if self.bits > 7:
             raise ValueError(
-                f"qsgd: bits must be 1 to 7 (8 bits per entry with the sign); got {bits}"
+                f"qsgd: bits must be 1 to 7 (8 bits per entry with the sign); got {self.bits}"
             )
-        object.__setattr__(self, "bits", bits)
 
     @property
     def levels(self) -> int:
