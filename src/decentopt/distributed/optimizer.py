@@ -226,16 +226,12 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                 parts[name] = value.to(dtype=getattr(fresh, name).dtype, device=x.device).clone()
                 continue
             pieces = []
-            offset = 0
-            for p, piece in zip(params, saved, strict=True):
-                if piece is None:  # a parameter without state yet: as at init
-                    piece = getattr(fresh, name)[0, ..., offset : offset + p.numel()]
-                else:
-                    lead = piece.shape[: piece.ndim - p.dim()]
-                    piece = piece.detach().reshape(*lead, p.numel())
+            at_init = getattr(fresh, name)[0].split([p.numel() for p in params], dim=-1)
+            for p, piece, start in zip(params, saved, at_init, strict=True):
+                if piece is not None:  # else a parameter without state yet: as at init
+                    start = piece.detach().reshape(*piece.shape[: piece.ndim - p.dim()], p.numel())
                 # the algorithm's dtype for the field (wider for CHOCO's public copies)
-                pieces.append(piece.to(dtype=getattr(fresh, name).dtype, device=p.device))
-                offset += p.numel()
+                pieces.append(start.to(dtype=getattr(fresh, name).dtype, device=p.device))
             if len({piece.shape[:-1] for piece in pieces}) > 1:
                 raise RuntimeError(
                     f"the saved {name!r} state of these parameters has different shapes "

@@ -139,20 +139,12 @@ class Logistic(StatelessProblem):
         U = torch.randn(n, repetitions, m, d, generator=gen, dtype=dtype)
         eps = torch.randn(n, repetitions, d, generator=gen, dtype=dtype)
         z = torch.rand(n, repetitions, m, generator=gen, dtype=dtype)
-        Us, vs = [], []
+        vs = []
         for h in hs:
-            x_local = 1.0 + h**0.5 * eps
-            prob_one = torch.sigmoid((U @ x_local.unsqueeze(-1)).squeeze(-1))
+            prob_one = torch.sigmoid((U @ (1.0 + h**0.5 * eps).unsqueeze(-1)).squeeze(-1))
             vs.append(torch.where(z <= prob_one, 1.0, -1.0).to(dtype))
-            Us.append(U)
-        return cls(
-            torch.cat(Us, 1),
-            torch.cat(vs, 1),
-            mu,
-            sigma_s2,
-            dtype=dtype,
-            compute_dtype=compute_dtype,
-        )
+        U_all, v_all = U.repeat(1, len(hs), 1, 1), torch.cat(vs, 1)
+        return cls(U_all, v_all, mu, sigma_s2, dtype=dtype, compute_dtype=compute_dtype)
 
     # ----------------------------------------------------------------- internals
     def _margins(self, x: torch.Tensor) -> torch.Tensor:

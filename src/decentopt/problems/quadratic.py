@@ -210,19 +210,14 @@ class Quadratic(StatelessProblem):
         The noise of all ``n`` agents is drawn either way, so a rank that passes
         ``rows`` sees exactly the noise the simulator gives those agents.
         """
+        n, R, k = self.n, self.repetitions, self.noise_factor.shape[-1]
+        z = torch.randn(n, R, k, generator=generator).to(self.dtype) if self.sigma2 > 0 else None
         if self._fused is not None and rows == slice(None):
-            n, R, d = self.n, self.repetitions, self.dim
-            v = x
-            if self.sigma2 > 0:
-                k = self.noise_factor.shape[-1]
-                z = torch.randn(n, R, k, generator=generator).to(self.dtype)
-                v = torch.cat([x, z], dim=-1)
-            return torch.baddbmm(self._neg_b, self._fused, v.reshape(n * R, -1, 1)).view(n, R, d)
+            v = x if z is None else torch.cat([x, z], dim=-1)
+            return torch.baddbmm(self._neg_b, self._fused, v.reshape(n * R, -1, 1)).view(x.shape)
         grad = self.full_gradient(x, rows)
-        if self.sigma2 > 0:
-            k = self.noise_factor.shape[-1]
-            z = torch.randn(self.n, self.repetitions, k, 1, generator=generator)[rows]
-            grad = grad + (self.noise_factor[rows] @ z.to(self.dtype)).squeeze(-1)
+        if z is not None:
+            grad = grad + (self.noise_factor[rows] @ z[rows].unsqueeze(-1)).squeeze(-1)
         return grad
 
     # ------------------------------------------------- many steps (driver.block)

@@ -29,11 +29,10 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from decentopt.topology.topology import AssumptionError
+from decentopt.topology.topology import _TOL, AssumptionError, components
 
 __all__ = ["GossipRound", "TopologySchedule"]
 
-_TOL = 1e-10
 #: Largest n for which spectral quantities are computed with dense matrices.
 DENSE_UP_TO = 2048
 #: Rounds of a random sequence over which its per-round rate is estimated.
@@ -183,9 +182,9 @@ class GossipRound:
             import scipy.sparse as sp
             import scipy.sparse.linalg as sla
 
-            W = sp.csr_matrix(self.matrix()) if self.n <= 4 * DENSE_UP_TO else None
-            if W is None:
+            if self.n > 4 * DENSE_UP_TO:
                 return False
+            W = sp.csr_matrix(self.matrix())
             return bool(sla.eigsh(W, k=1, which="SA", return_eigenvectors=False)[0] >= -_TOL)
         return bool(np.linalg.eigvalsh(self.matrix())[0] >= -_TOL)
 
@@ -245,7 +244,6 @@ class TopologySchedule:
     # ------------------------------------------------------------------ rounds
     def _components(self) -> int:
         import scipy.sparse as sp
-        from scipy.sparse.csgraph import connected_components
 
         rows, cols = [], []
         for r in self.rounds:
@@ -256,9 +254,8 @@ class TopologySchedule:
             (np.ones(sum(map(len, rows))), (np.concatenate(rows), np.concatenate(cols))),
             shape=(self.n, self.n),
         )
-        if self.directed:  # every agent must reach every other along the rounds' links
-            return int(connected_components(union, directed=True, connection="strong")[0])
-        return int(connected_components(union, directed=False)[0])
+        # directed: every agent must reach every other along the rounds' links
+        return components(union, directed=self.directed)
 
     @property
     def period(self) -> int | None:

@@ -45,10 +45,6 @@ BLOCK = 1024
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
-def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 @functools.cache
 def triton_kernel() -> tuple[Any, str]:
     """The Triton kernel module (compiled on first launch) and ``""``, or ``None`` and why."""
@@ -70,7 +66,7 @@ class CudaMixer(MixerBase):
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def supports(self, flat: torch.Tensor) -> str:
-        if flat.device.type != "cuda" and not _interpreted():
+        if flat.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             return f"the Triton kernels take CUDA states, not {flat.device}"
         if flat.dtype not in _DTYPES:
             return f"the Triton kernels take floating-point states, not {flat.dtype}"
