@@ -84,18 +84,14 @@ def _write_atomic(path: Path, write: Callable[[str], None]) -> None:
     try:
         write(tmp)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise OSError(
-            exc.errno, f"writing a checkpoint failed ({exc.strerror})", str(path)
-        ) from exc
-    except RuntimeError as exc:  # torch.save reports a failed write this way
-        Path(tmp).unlink(missing_ok=True)
+        if not isinstance(exc, OSError | RuntimeError):
+            raise
+        # torch.save reports a failed write as a RuntimeError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise OSError(errno.EIO, f"writing a checkpoint failed ({first})", str(path)) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        code, why = (exc.errno, exc.strerror) if isinstance(exc, OSError) else (errno.EIO, first)
+        raise OSError(code, f"writing a checkpoint failed ({why})", str(path)) from exc
 
 
 def save_checkpoint(

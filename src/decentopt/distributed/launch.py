@@ -81,10 +81,8 @@ def _raise_terminated(signum: int, _frame: object) -> None:
 @contextlib.contextmanager
 def _terminated_raises() -> Iterator[None]:
     """While supervising: SIGTERM and SIGHUP raise :class:`Terminated` (the main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signals = (signal.SIGTERM, signal.SIGHUP)
+    main = threading.current_thread() is threading.main_thread()
+    signals = (signal.SIGTERM, signal.SIGHUP) if main else ()
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in signals}
     try:
         yield

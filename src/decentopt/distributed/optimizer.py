@@ -125,9 +125,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._pending: Overlap | None = None
         self._sync = True
         self._agreed: tuple = ()  # the parameter set the ranks last agreed on
-        defaults: dict[str, Any] = {"lr": float(alg.lr), "weight_decay": weight_decay}
-        if "beta" in self._tunable:
-            defaults["beta"] = float(alg.beta)  # type: ignore[attr-defined]
+        defaults = {"lr": float(alg.lr), "weight_decay": weight_decay}
+        defaults |= {k: float(getattr(alg, k)) for k in self._tunable[1:]}  # beta
         params = list(params)
         if not params:
             raise ValueError("DecentralizedOptimizer got an empty parameter list")

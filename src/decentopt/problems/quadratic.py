@@ -90,10 +90,7 @@ class Quadratic(StatelessProblem):
         if not (torch.isfinite(A).all() and torch.isfinite(x_local).all()):
             raise ValueError("A and x_local must be finite")
         self.n, self.repetitions, self.p, self.dim = n, R, p, d
-        self.dtype = dtype
-        self.sigma2 = float(sigma2)
-        self.A = A
-        self.x_local = x_local
+        self.dtype, self.sigma2, self.A, self.x_local = dtype, float(sigma2), A, x_local
         # per-agent d x d Hessians cost more memory than A itself when p < d
         self.low_memory = p < d if low_memory is None else bool(low_memory)
         At = A.transpose(-1, -2)
@@ -180,8 +177,7 @@ class Quadratic(StatelessProblem):
                 gram[r], rhs[r] = G.sum(0), (G @ u[:, r].unsqueeze(-1)).squeeze(-1).sum(0)
         x_star = torch.linalg.solve(gram, rhs)
         x_local = torch.cat([x_star + (u - x_star) / v for v in cs], dim=1)
-        A_all = A.repeat(1, len(cs), 1, 1)
-        return cls(A_all, x_local, sigma2, dtype=dtype)
+        return cls(A.repeat(1, len(cs), 1, 1), x_local, sigma2, dtype=dtype)
 
     # ----------------------------------------------------------------- interface
     def _heterogeneity(self) -> torch.Tensor:

@@ -172,11 +172,7 @@ def ring(n: int, *, weights: Literal["paper"] | Weights = "paper", lazy: Lazy = 
         return circulant_from_offsets(n, {1}, f"ring({n})[{weights}]", lazy)
     if weights != "paper":
         return from_networkx(nx.cycle_graph(n), weights=weights, lazy=lazy, name=f"ring({n})")
-    if n == 1:
-        return Topology(np.ones((1, 1)), name="ring(1)")
-    if n == 2:
-        return Topology(np.full((2, 2), 0.5), name="ring(2)")
-    W = 0.5 * np.eye(n)
+    W = 0.5 * np.eye(n)  # n = 1 and 2 too: the weights of i +- 1 add up
     idx = np.arange(n)
     W[idx, (idx + 1) % n] += 0.25
     W[idx, (idx - 1) % n] += 0.25

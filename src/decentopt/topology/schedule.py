@@ -227,10 +227,7 @@ class TopologySchedule:
         for t, r in enumerate(self.rounds):
             if r.n != self.n:
                 raise AssumptionError(f"{self.name}: round {t} has {r.n} agents, not {self.n}")
-            if self.directed:
-                r.check_columns(f"{self.name}, round {t}")
-            else:
-                r.check(f"{self.name}, round {t}")
+            (r.check_columns if self.directed else r.check)(f"{self.name}, round {t}")
         # with positive diagonals, the period's product contracts iff the union of the
         # rounds' graphs is connected: an O(edges) check instead of a spectrum
         if self.rounds and self.n > 1 and self._components() > 1:
