@@ -316,7 +316,6 @@ class DistributedCommunicator(Shared):
         if S == 0:  # one agent: a round without messages
             self.stats.add_round(*self._messages, 0, 0)
             return [t.clone() for t in tensors]
-        device = tensors[0].device
         rows = [self._row(t, "exchange").view(S, -1) for t in tensors]
         widths = [r.shape[1] for r in rows]
         packed = torch.cat(rows, dim=1) if len(rows) > 1 else rows[0]
@@ -327,7 +326,7 @@ class DistributedCommunicator(Shared):
         )
         payload = packed.shape[1] * packed.element_size()
         self.stats.add_round(*self._messages, payload, len(peers) * payload)
-        parts = received.to(device).split(widths, dim=1)
+        parts = received.to(tensors[0].device).split(widths, dim=1)
         return [p.reshape(t.shape) for p, t in zip(parts, tensors, strict=True)]
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:

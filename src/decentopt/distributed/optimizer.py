@@ -153,11 +153,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         """Every rank runs the same method, graph and parameter layout: one small collective
         (:mod:`~decentopt.distributed.agreement`) when built and when the trainable
         parameters change (added, frozen, resized, cast)."""
-        key = tuple(
-            (id(p), p.requires_grad, p.dtype, tuple(p.shape))
-            for group in self.param_groups
-            for p in group["params"]
-        )
+        key = tuple((id(p), p.requires_grad, p.dtype, tuple(p.shape)) for p in self._params())
         if key == self._agreed:
             return
         fields = agreement.describe_algorithm(self.algorithm)
@@ -177,12 +173,15 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         probe = self.algorithm.init(torch.zeros(1, 1))
         return tuple(k for k in probe._fields if k not in ("x", "t"))
 
+    def _params(self) -> list[torch.nn.Parameter]:
+        """Every parameter of every group, in order."""
+        return [p for group in self.param_groups for p in group["params"]]
+
     def _signature(self) -> tuple:
         """What the buckets depend on: which parameters train, their dtypes, devices, steps."""
         return tuple(
             (id(p), p.requires_grad, p.dtype, p.device, self.state.get(p, {}).get("step", 0))
-            for group in self.param_groups
-            for p in group["params"]
+            for p in self._params()
         )
 
     def _lay_out(self) -> None:
@@ -347,10 +346,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         fields = set(self._fields())
         missing = [
-            p
-            for group in self.param_groups
-            for p in group["params"]
-            if p.requires_grad and not fields <= set(self.state.get(p, {}))
+            p for p in self._params() if p.requires_grad and fields - set(self.state.get(p, {}))
         ]
         if missing:
             raise ValueError(

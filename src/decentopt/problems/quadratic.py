@@ -114,7 +114,8 @@ class Quadratic(StatelessProblem):
         # (R,) max local smoothness: lambda_max(A_i^T A_i) = lambda_max(A_i A_i^T)
         gram = self.H if self.H is not None else A @ At / p
         self.L = torch.linalg.eigvalsh(gram)[..., -1].amax(dim=0)
-        self.zeta2 = self._heterogeneity()
+        # (R,) heterogeneity mean_i ||grad f_i(x*)||^2
+        self.zeta2 = self.full_gradient(self.x_star.expand(n, -1, -1)).pow(2).sum(-1).mean(0)
         # noise = noise_factor @ z, z ~ N(0, I_k): covariance sigma2 H_i / p either way
         chol, info = (None, None) if self.H is None else torch.linalg.cholesky_ex(self.H)
         if chol is not None and p >= d and bool((info == 0).all()):
@@ -180,10 +181,6 @@ class Quadratic(StatelessProblem):
         return cls(A.repeat(1, len(cs), 1, 1), x_local, sigma2, dtype=dtype)
 
     # ----------------------------------------------------------------- interface
-    def _heterogeneity(self) -> torch.Tensor:
-        grads = self.full_gradient(self.x_star.expand(self.n, -1, -1))
-        return grads.pow(2).sum(-1).mean(0)  # (R,) = mean_i ||grad f_i(x*)||^2
-
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.n, self.repetitions, self.dim, dtype=self.dtype)
 

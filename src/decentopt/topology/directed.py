@@ -165,8 +165,7 @@ def random_directed(n: int, p: float = 0.2, seed: int = 0) -> DirectedTopology:
     if not 0 <= p <= 1:
         raise ValueError(f"random_directed: p is a probability in [0, 1]; got {p}")
     rng = np.random.default_rng(seed)
-    A = (rng.random((n, n)) < p).astype(np.float64)
-    A = np.maximum(A, shift_links(n, [1]))
+    A = (rng.random((n, n)) < p) + shift_links(n, [1])  # from_digraph takes A != 0
     return from_digraph(A, name=f"random_directed({n}, p={p:g})")
 
 

@@ -67,9 +67,8 @@ class GossipRound:
         """The round with entries ``W[rows, cols] = w`` off the diagonal; it fills rows to 1."""
         rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
         w = np.asarray(w, np.float64)
-        keep = (rows != cols) & (w != 0)
-        rows, cols, w = rows[keep], cols[keep], w[keep]
-        order = np.lexsort((cols, rows))
+        keep = np.flatnonzero((rows != cols) & (w != 0))
+        order = keep[np.lexsort((cols[keep], rows[keep]))]
         rows, cols, w = rows[order], cols[order], w[order]
         counts = np.bincount(rows, minlength=n)
         slots = int(counts.max(initial=0))
