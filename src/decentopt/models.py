@@ -28,17 +28,8 @@ def vgg11(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
         else:
             layers += [nn.Conv2d(channels, int(item), 3, padding=1), nn.ReLU(inplace=True)]
             channels = int(item)
-    return nn.Sequential(
-        *layers,
-        nn.Flatten(),
-        nn.Dropout(),
-        nn.Linear(512, 512),
-        nn.ReLU(inplace=True),
-        nn.Dropout(),
-        nn.Linear(512, 512),
-        nn.ReLU(inplace=True),
-        nn.Linear(512, num_classes),
-    )
+    hidden = [m for _ in range(2) for m in (nn.Dropout(), nn.Linear(512, 512), nn.ReLU(True))]
+    return nn.Sequential(*layers, nn.Flatten(), *hidden, nn.Linear(512, num_classes))
 
 
 class SmallCNN(nn.Sequential):

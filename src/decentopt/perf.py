@@ -45,8 +45,7 @@ def keep_freed_memory() -> bool:
     if not name:
         return False
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(name).mallopt
     except (OSError, AttributeError):
         return False
     _applied = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**30))

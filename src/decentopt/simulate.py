@@ -56,10 +56,6 @@ def _broadcast_x0(x0: torch.Tensor | None, problem: StackedProblem) -> torch.Ten
     return x0.clone()
 
 
-def _gradient(problem: StackedProblem) -> Callable:
-    return lambda x, generator: (problem.gradient(x, generator), None)
-
-
 def simulate(
     algorithm: Algorithm[Any],
     problem: StackedProblem,
@@ -112,6 +108,10 @@ def simulate(
         raise ValueError(f"blowup must be > 1; got {blowup}")
     steps = record_steps(iterations, record, points)
     comm = SimulatedCommunicator(topology, kernel=kernel)
+
+    def problem_gradient(x: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, None]:
+        return problem.gradient(x, generator), None
+
     result = run_loop(
         algorithm,
         problem,
@@ -119,7 +119,7 @@ def simulate(
         Plan(iterations, tuple(steps.tolist())),
         RunOptions(seed=seed, threads=threads, progress=progress, blowup=blowup, path=path),
         # the problem's own gradients (in blocks where it draws them so), else step by step
-        gradient=None if isinstance(problem, BlockProblem) else _gradient(problem),
+        gradient=None if isinstance(problem, BlockProblem) else problem_gradient,
         metrics=problem.metrics,
         x0=_broadcast_x0(x0, problem),
         labels=[{"run": r} for r in range(problem.repetitions)],

@@ -22,7 +22,6 @@ verifies that every rank uses the same W and world size.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 import weakref
@@ -30,7 +29,6 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -38,7 +36,7 @@ from decentopt.comm.base import CommStats, Shared, rows_of
 from decentopt.comm.posted import Stream
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
-from decentopt.topology import Network, TopologySchedule, weight_arrays
+from decentopt.topology import Network, TopologySchedule, weights_digest
 
 __all__ = ["DistributedCommunicator", "PeerFailure", "settle_all"]
 
@@ -127,10 +125,7 @@ class DistributedCommunicator(Shared):
     # ----------------------------------------------------------------- checks
     def check_consistency(self, extra: str = "") -> None:
         """Fail on every rank if the ranks disagree on W (or on ``extra``, e.g. model size)."""
-        arrays = weight_arrays(self.topology)
-        digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays))
-        digest.update(extra.encode())
-        mine = digest.hexdigest()[:16]
+        mine = weights_digest(self.topology, extra)
         everyone: list[str | None] = [None] * self.world_size
         dist.all_gather_object(everyone, mine, group=self.group)
         differ = [r for r, h in enumerate(everyone) if h != everyone[0]]
@@ -149,13 +144,9 @@ class DistributedCommunicator(Shared):
     ) -> None:
         """Send and receive these messages in one batch; a peer that does not deliver within
         ``timeout`` raises :class:`PeerFailure` naming it, this rank and the round."""
-        ops, peers = [], []
-        for j, tensor in sends:
-            ops.append(dist.P2POp(dist.isend, tensor, j, group=self.group))
-            peers.append(j)
-        for j, buffer in receives:
-            ops.append(dist.P2POp(dist.irecv, buffer, j, group=self.group))
-            peers.append(j)
+        calls = [(dist.isend, *m) for m in sends] + [(dist.irecv, *m) for m in receives]
+        ops = [dist.P2POp(op, tensor, j, group=self.group) for op, j, tensor in calls]
+        peers = [j for _, j, _ in calls]
         if not ops:
             return
         start = time.monotonic()
@@ -167,12 +158,8 @@ class DistributedCommunicator(Shared):
                 self._wait(work)
         except RuntimeError as exc:
             waited = time.monotonic() - start
-            everyone = sorted({j for j, _ in sends} | {j for j, _ in receives})
-            who = (
-                f"neighbour {peer}"
-                if peer is not None
-                else "neighbour(s) " + ", ".join(str(j) for j in everyone)
-            )
+            everyone = ", ".join(map(str, sorted(set(peers))))
+            who = f"neighbour {peer}" if peer is not None else f"neighbour(s) {everyone}"
             how = (
                 f"after {waited:.1f} s (timeout {self.timeout.total_seconds():g} s)"
                 if waited >= 0.5 * self.timeout.total_seconds()
@@ -187,16 +174,30 @@ class DistributedCommunicator(Shared):
         """Wait for ``work``, at most ``timeout`` where the backend takes one (gloo)."""
         work.wait(self.timeout) if self.backend == "gloo" else work.wait()
 
+    def await_collective(self, work: dist.Work, what: str, cause: str) -> None:
+        """Wait for a collective's ``work``; where a rank does not join within ``timeout``
+        (gloo), raise :class:`PeerFailure`: ``what`` got no answer, and the likely ``cause``."""
+        start = time.monotonic()
+        try:
+            self._wait(work)
+        except RuntimeError as exc:
+            raise PeerFailure(
+                f"rank {self.rank}: {what} got no answer within {time.monotonic() - start:.1f} s "
+                f"(timeout {self.timeout.total_seconds():g} s): {cause}. Underlying error: "
+                f"{str(exc).splitlines()[0] if str(exc) else repr(exc)}"
+            ) from None
+
+    def _host(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` where the backend can send it: gloo sends and reduces host memory only."""
+        return t.cpu() if self.backend == "gloo" and t.is_cuda else t
+
     def _row(self, z: torch.Tensor, what: str) -> torch.Tensor:
         if z.shape[0] != 1:
             raise ValueError(
                 f"a distributed rank owns one agent: {what} expects shape (1, ...); "
                 f"got {tuple(z.shape)}"
             )
-        flat = z.detach().reshape(-1).contiguous()
-        if self.backend == "gloo" and flat.is_cuda:  # gloo sends host memory only
-            flat = flat.cpu()
-        return flat
+        return self._host(z.detach().reshape(-1).contiguous())
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         flat = self._row(z, "mix")
@@ -315,7 +316,6 @@ class DistributedCommunicator(Shared):
         if S == 0:  # one agent: a round without messages
             self.stats.add_round(*self._messages, 0, 0)
             return [t.clone() for t in tensors]
-        device = tensors[0].device
         rows = [self._row(t, "exchange").view(S, -1) for t in tensors]
         widths = [r.shape[1] for r in rows]
         packed = torch.cat(rows, dim=1) if len(rows) > 1 else rows[0]
@@ -326,25 +326,16 @@ class DistributedCommunicator(Shared):
         )
         payload = packed.shape[1] * packed.element_size()
         self.stats.add_round(*self._messages, payload, len(peers) * payload)
-        parts = received.to(device).split(widths, dim=1)
+        parts = received.to(tensors[0].device).split(widths, dim=1)
         return [p.reshape(t.shape) for p, t in zip(parts, tensors, strict=True)]
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         """Exact average over all ranks; a rank that does not join within ``timeout``
         raises :class:`PeerFailure` on the others (gloo)."""
-        total = z.detach().clone()
-        if self.backend == "gloo" and total.is_cuda:  # gloo reduces host memory only
-            total = total.cpu()
+        total = self._host(z.detach().clone())
         work = dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
-        start = time.monotonic()
-        try:
-            self._wait(work)
-        except RuntimeError as exc:
-            raise PeerFailure(
-                f"rank {self.rank}: an average over all ranks (all_reduce) got no answer within "
-                f"{time.monotonic() - start:.1f} s (timeout {self.timeout.total_seconds():g} s): "
-                f"a rank died, hung or disconnected. Underlying error: {exc}"
-            ) from None
+        what = "an average over all ranks (all_reduce)"
+        self.await_collective(work, what, "a rank died, hung or disconnected")
         return (total / self.world_size).to(z.device)
 
     def barrier(self, stage: str) -> None:

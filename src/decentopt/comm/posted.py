@@ -108,11 +108,10 @@ class Stream:
     def _waiter(self, j: int) -> queue.SimpleQueue:
         if j not in self._waiters:
             self._waiters[j] = queue.SimpleQueue()
-            thread = threading.Thread(
+            threading.Thread(
                 target=_waiter, args=(self._waiters[j], self.timeout), daemon=True,
                 name=f"decentopt-inbox-{j}",
-            )  # fmt: skip
-            thread.start()
+            ).start()  # fmt: skip
         return self._waiters[j]
 
     def take(self, sources: Any, tau: int, bound: int, fail: Fail) -> tuple[list, int]:

@@ -48,10 +48,7 @@ class SimulatedCommunicator(Shared):
                 f"a time-varying topology mixes with its own per-round kernel; leave "
                 f"kernel='auto' (got {kernel!r})"
             )
-        self.topology = topology
-        self.kernel = kernel
-        self.n = topology.n
-        self.stats = CommStats()
+        self.topology, self.kernel, self.n, self.stats = topology, kernel, topology.n, CommStats()
         self.mixers: tuple[Mixer, ...] = chain(topology, kernel)
         #: What ran the last compressed round: a mixer's name (its fused kernel) or why
         #: none did (the round was compressed, then mixed); "" before any.
@@ -133,13 +130,12 @@ class SimulatedCommunicator(Shared):
         """
         if not tensors:
             raise ValueError("mix_map needs at least one tensor to update")
-        first = tensors[0]
         flats = [self._fold(t) for t in tensors]
         fused = self.mixer_for(flats[0]).mix_map(fn, flats, scalars, self.stats.rounds)
         if fused is None:
             return map_then_mix(self, fn, tensors, scalars)
         self._count(flats[0].shape[1] * flats[0].element_size())
-        return tuple(o.view(first.shape) for o in fused)
+        return tuple(o.view(tensors[0].shape) for o in fused)
 
     def mix_compressed(
         self, z: torch.Tensor, compression: str | Compressor

@@ -105,14 +105,8 @@ def load_cifar10(folder: str | Path, *, normalize: bool = True) -> Dataset:
             t = (t - mean) / std
         return t
 
-    return Dataset(
-        "cifar10",
-        to_tensor(x_train),
-        torch.from_numpy(y_train),
-        to_tensor(x_test),
-        torch.from_numpy(y_test),
-        10,
-    )
+    labels = torch.from_numpy(y_train), torch.from_numpy(y_test)
+    return Dataset("cifar10", to_tensor(x_train), labels[0], to_tensor(x_test), labels[1], 10)
 
 
 def load_digits(*, test_fraction: float = 0.2, seed: int = 0) -> Dataset:

@@ -17,10 +17,6 @@ from decentopt.comm.base import Communicator
 
 __all__ = ["check_optimizer_args", "check_wrap_args"]
 
-_COMM_FIX = (
-    "build one from the graph, e.g. dopt.comm.DistributedCommunicator(dopt.topology.ring(world))"
-)
-
 
 def _gossips(obj: Any) -> bool:
     """An optimizer that already combines with neighbours (this package's, or a wrapper)."""
@@ -30,7 +26,8 @@ def _gossips(obj: Any) -> bool:
 def check_comm(comm: Any, owner: str) -> None:
     if not isinstance(comm, Communicator):
         raise TypeError(
-            f"{owner}: comm must be a communicator, got {type(comm).__name__}; {_COMM_FIX}"
+            f"{owner}: comm must be a communicator, got {type(comm).__name__}; build one from "
+            "the graph, e.g. dopt.comm.DistributedCommunicator(dopt.topology.ring(world))"
         )
 
 

@@ -19,16 +19,14 @@ import dataclasses
 import hashlib
 import json
 import re
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
-from decentopt.comm.distributed import PeerFailure
-from decentopt.topology import weight_arrays
+from decentopt.comm.distributed import DistributedCommunicator
+from decentopt.topology import weights_digest
 
 __all__ = ["RanksDisagree", "agree", "describe_algorithm", "describe_graph", "describe_params"]
 
@@ -59,18 +57,11 @@ def describe_algorithm(algorithm: Any, prefix: str = "method") -> dict[str, str]
     return fields
 
 
-def _matrix_digest(*arrays: Any) -> str:
-    digest = hashlib.sha256()
-    for a in arrays:
-        digest.update(np.ascontiguousarray(np.asarray(a)).tobytes())
-    return digest.hexdigest()[:16]
-
-
 def describe_graph(topology: Any) -> dict[str, str]:
     """The graph's name and size and a digest of its weights (of each round of a schedule)."""
     weights = f"graph weights (SHA-256 of {'W' if hasattr(topology, 'W') else 'its rounds'})"
     graph = f"{topology.name} with n = {topology.n}"
-    return {"graph": graph, weights: _matrix_digest(*weight_arrays(topology))}
+    return {"graph": graph, weights: weights_digest(topology)}
 
 
 def describe_params(groups: Iterable[Mapping[str, Any]], settings: Iterable[str]) -> dict[str, str]:
@@ -88,26 +79,15 @@ def describe_params(groups: Iterable[Mapping[str, Any]], settings: Iterable[str]
     return fields
 
 
-def _wait(work: Any, comm: Any, started: float) -> None:
-    try:
-        if getattr(comm, "backend", "gloo") == "gloo":
-            work.wait(comm.timeout)
-        else:
-            work.wait()
-    except RuntimeError as exc:
-        raise PeerFailure(
-            f"rank {comm.rank}: the ranks' agreement check got no answer within "
-            f"{time.monotonic() - started:.1f} s: a rank died, hung or does not build the "
-            f"optimizer at the same point. Underlying error: {str(exc).splitlines()[0]}"
-        ) from None
-
-
-def _digests(comm: Any, fields: Mapping[str, str]) -> list[bytes]:
+def _digests(comm: DistributedCommunicator, fields: Mapping[str, str]) -> list[bytes]:
     text = json.dumps(dict(fields), sort_keys=True).encode()
     mine = torch.frombuffer(bytearray(hashlib.sha256(text).digest()), dtype=torch.uint8)
     everyone = [torch.empty_like(mine) for _ in range(comm.world_size)]
-    started = time.monotonic()
-    _wait(dist.all_gather(everyone, mine, group=comm.group, async_op=True), comm, started)
+    comm.await_collective(
+        dist.all_gather(everyone, mine, group=comm.group, async_op=True),
+        "the ranks' agreement check",
+        "a rank died, hung or does not build the optimizer at the same point",
+    )
     return [t.numpy().tobytes() for t in everyone]
 
 
@@ -127,10 +107,8 @@ def agree(comm: Any, fields: Mapping[str, str], what: str = "the optimizer") -> 
     """Raise :class:`RanksDisagree` on every rank unless all ranks give the same ``fields``.
 
     A no-op outside torch.distributed (a communicator without ranks, or a job of one)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return
-    if getattr(comm, "world_size", 1) <= 1 or not hasattr(comm, "rank"):
-        return
+    if not isinstance(comm, DistributedCommunicator) or comm.world_size <= 1:
+        return  # (a distributed communicator is built in an initialised process group only)
     digests = _digests(comm, fields)
     if len(set(digests)) == 1:
         return

@@ -54,15 +54,14 @@ class Bucket:
         """The current values ``(1, P)`` and gradients (``None`` counts as zero; unscaled by
         ``grad_scale``; coupled weight decay added)."""
         x = torch.cat([p.detach().reshape(-1) for p in self.params]).unsqueeze(0)
-        grads = []
-        for p in self.params:
-            g = p.grad
-            if g is None:
-                grads.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
-            elif g.is_sparse:
-                raise RuntimeError("DecentralizedOptimizer does not support sparse gradients")
-            else:
-                grads.append(g.detach().reshape(-1).to(p.dtype))
+        if any(p.grad is not None and p.grad.is_sparse for p in self.params):
+            raise RuntimeError("DecentralizedOptimizer does not support sparse gradients")
+        grads = [  # a gradient None counts as zero
+            torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
+            if p.grad is None
+            else p.grad.detach().reshape(-1).to(p.dtype)
+            for p in self.params
+        ]
         grad = torch.cat(grads).unsqueeze(0)
         if grad_scale is not None:
             grad.mul_(1.0 / grad_scale)
@@ -87,20 +86,16 @@ class Bucket:
 def plan_buckets(params: Sequence[torch.nn.Parameter], cap_bytes: int) -> list[list[int]]:
     """Indices of ``params`` in buckets of at most ``cap_bytes`` (one parameter may exceed
     it alone), in reverse order: backward produces the last layers' gradients first."""
-    buckets: list[list[int]] = []
-    current: list[int] = []
+    buckets: list[list[int]] = [[]]
     size = 0
     for index in reversed(range(len(params))):
-        p = params[index]
-        nbytes = p.numel() * p.element_size()
-        if current and size + nbytes > cap_bytes:
-            buckets.append(current)
-            current, size = [], 0
-        current.append(index)
+        nbytes = params[index].numel() * params[index].element_size()
+        if buckets[-1] and size + nbytes > cap_bytes:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(index)
         size += nbytes
-    if current:
-        buckets.append(current)
-    return buckets
+    return [b for b in buckets if b]
 
 
 class Overlap:

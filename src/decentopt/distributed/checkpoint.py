@@ -57,8 +57,9 @@ class _HashingFile:
     """A binary file that hashes what is written through it: a checkpoint's SHA-256 costs
     no second read of a file that can be gigabytes (16 VGG-11s with their EDM state)."""
 
-    def __init__(self, file: Any) -> None:
-        self.file, self.sha256 = file, hashlib.sha256()
+    def __init__(self) -> None:
+        self.file: Any = None
+        self.sha256 = hashlib.sha256()
 
     def write(self, data: Any) -> int:
         self.sha256.update(data)
@@ -67,13 +68,10 @@ class _HashingFile:
     def flush(self) -> None:
         self.file.flush()
 
-
-def _save_hashed(payload: dict[str, Any], tmp: str) -> str:
-    """``torch.save`` into ``tmp``; the SHA-256 of the bytes written."""
-    with open(tmp, "wb") as file:
-        hashing = _HashingFile(file)
-        torch.save(payload, hashing)
-    return hashing.sha256.hexdigest()
+    def save(self, payload: dict[str, Any], path: str) -> None:
+        """``torch.save`` into ``path``, hashing the bytes written."""
+        with open(path, "wb") as self.file:
+            torch.save(payload, self)
 
 
 def _write_atomic(path: Path, write: Callable[[str], None]) -> None:
@@ -84,18 +82,14 @@ def _write_atomic(path: Path, write: Callable[[str], None]) -> None:
     try:
         write(tmp)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise OSError(
-            exc.errno, f"writing a checkpoint failed ({exc.strerror})", str(path)
-        ) from exc
-    except RuntimeError as exc:  # torch.save reports a failed write this way
-        Path(tmp).unlink(missing_ok=True)
+        if not isinstance(exc, OSError | RuntimeError):
+            raise
+        # torch.save reports a failed write as a RuntimeError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise OSError(errno.EIO, f"writing a checkpoint failed ({first})", str(path)) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        code, why = (exc.errno, exc.strerror) if isinstance(exc, OSError) else (errno.EIO, first)
+        raise OSError(code, f"writing a checkpoint failed ({why})", str(path)) from exc
 
 
 def save_checkpoint(
@@ -116,9 +110,9 @@ def save_checkpoint(
     folder = _step_dir(root, step)
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / f"rank{rank}.pt"
-    digest: list[str] = []
-    _write_atomic(data, lambda tmp: digest.append(_save_hashed(payload, tmp)))
-    manifest = {"file": data.name, "bytes": data.stat().st_size, "sha256": digest[0]}
+    sink = _HashingFile()
+    _write_atomic(data, lambda tmp: sink.save(payload, tmp))
+    manifest = {"file": data.name, "bytes": data.stat().st_size, "sha256": sink.sha256.hexdigest()}
     _write_atomic(
         folder / f"rank{rank}.json", lambda tmp: Path(tmp).write_text(json.dumps(manifest))
     )

@@ -81,10 +81,8 @@ def _raise_terminated(signum: int, _frame: object) -> None:
 @contextlib.contextmanager
 def _terminated_raises() -> Iterator[None]:
     """While supervising: SIGTERM and SIGHUP raise :class:`Terminated` (the main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signals = (signal.SIGTERM, signal.SIGHUP)
+    main = threading.current_thread() is threading.main_thread()
+    signals = (signal.SIGTERM, signal.SIGHUP) if main else ()
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in signals}
     try:
         yield
@@ -142,13 +140,12 @@ def launch(
     base = {"THP_MEM_ALLOC_ENABLE": "1"} | dict(os.environ) | {"OMP_NUM_THREADS": str(threads)}
     code = 0
     for attempt in range(max_restarts + 1):
-        port = _free_port()
         log(f"launch: {nproc} processes of `{' '.join(command[1:])}` (attempt {attempt + 1})")
         common = {
             "WORLD_SIZE": str(nproc),
             "LOCAL_WORLD_SIZE": str(nproc),
             "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
+            "MASTER_PORT": str(_free_port()),
             "DECENTOPT_ATTEMPT": str(attempt),
         }
         procs: list[subprocess.Popen] = []
@@ -166,10 +163,7 @@ def launch(
             raise
         if code == 0:
             return 0
-        more = attempt < max_restarts
-        log(
-            f"launch: rank {rank} exited with code {code}; the other ranks were stopped; "
-            + ("restarting every rank (runs resume from their checkpoints)" if more else "")
-            + ("" if more else "no restarts left (--max-restarts)")
-        )
+        then = "restarting every rank (runs resume from their checkpoints)"
+        then = then if attempt < max_restarts else "no restarts left (--max-restarts)"
+        log(f"launch: rank {rank} exited with code {code}; the other ranks were stopped; {then}")
     return code

@@ -125,9 +125,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._pending: Overlap | None = None
         self._sync = True
         self._agreed: tuple = ()  # the parameter set the ranks last agreed on
-        defaults: dict[str, Any] = {"lr": float(alg.lr), "weight_decay": weight_decay}
-        if "beta" in self._tunable:
-            defaults["beta"] = float(alg.beta)  # type: ignore[attr-defined]
+        defaults = {"lr": float(alg.lr), "weight_decay": weight_decay}
+        defaults |= {k: float(getattr(alg, k)) for k in self._tunable[1:]}  # beta
         params = list(params)
         if not params:
             raise ValueError("DecentralizedOptimizer got an empty parameter list")
@@ -154,11 +153,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         """Every rank runs the same method, graph and parameter layout: one small collective
         (:mod:`~decentopt.distributed.agreement`) when built and when the trainable
         parameters change (added, frozen, resized, cast)."""
-        key = tuple(
-            (id(p), p.requires_grad, p.dtype, tuple(p.shape))
-            for group in self.param_groups
-            for p in group["params"]
-        )
+        key = tuple((id(p), p.requires_grad, p.dtype, tuple(p.shape)) for p in self._params())
         if key == self._agreed:
             return
         fields = agreement.describe_algorithm(self.algorithm)
@@ -178,12 +173,15 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         probe = self.algorithm.init(torch.zeros(1, 1))
         return tuple(k for k in probe._fields if k not in ("x", "t"))
 
+    def _params(self) -> list[torch.nn.Parameter]:
+        """Every parameter of every group, in order."""
+        return [p for group in self.param_groups for p in group["params"]]
+
     def _signature(self) -> tuple:
         """What the buckets depend on: which parameters train, their dtypes, devices, steps."""
         return tuple(
             (id(p), p.requires_grad, p.dtype, p.device, self.state.get(p, {}).get("step", 0))
-            for group in self.param_groups
-            for p in group["params"]
+            for p in self._params()
         )
 
     def _lay_out(self) -> None:
@@ -226,16 +224,12 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                 parts[name] = value.to(dtype=getattr(fresh, name).dtype, device=x.device).clone()
                 continue
             pieces = []
-            offset = 0
-            for p, piece in zip(params, saved, strict=True):
-                if piece is None:  # a parameter without state yet: as at init
-                    piece = getattr(fresh, name)[0, ..., offset : offset + p.numel()]
-                else:
-                    lead = piece.shape[: piece.ndim - p.dim()]
-                    piece = piece.detach().reshape(*lead, p.numel())
+            at_init = getattr(fresh, name)[0].split([p.numel() for p in params], dim=-1)
+            for p, piece, start in zip(params, saved, at_init, strict=True):
+                if piece is not None:  # else a parameter without state yet: as at init
+                    start = piece.detach().reshape(*piece.shape[: piece.ndim - p.dim()], p.numel())
                 # the algorithm's dtype for the field (wider for CHOCO's public copies)
-                pieces.append(piece.to(dtype=getattr(fresh, name).dtype, device=p.device))
-                offset += p.numel()
+                pieces.append(start.to(dtype=getattr(fresh, name).dtype, device=p.device))
             if len({piece.shape[:-1] for piece in pieces}) > 1:
                 raise RuntimeError(
                     f"the saved {name!r} state of these parameters has different shapes "
@@ -352,10 +346,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         fields = set(self._fields())
         missing = [
-            p
-            for group in self.param_groups
-            for p in group["params"]
-            if p.requires_grad and not fields <= set(self.state.get(p, {}))
+            p for p in self._params() if p.requires_grad and fields - set(self.state.get(p, {}))
         ]
         if missing:
             raise ValueError(

@@ -97,12 +97,9 @@ class GossipOptimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.base.zero_grad(set_to_none=set_to_none)
 
-    def _params(self) -> list[torch.nn.Parameter]:
-        return [p for g in self.base.param_groups for p in g["params"] if p.requires_grad]
-
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
-        params = self._params()
+        params = [p for g in self.base.param_groups for p in g["params"] if p.requires_grad]
         before = [p.detach().clone() for p in params]
         loss = self.base.step(closure)
         grads = [p.grad for p in params]

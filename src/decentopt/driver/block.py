@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 
 __all__ = ["PATHS", "BlockRunner", "FusedPlan", "check_gradient", "choose", "fused_plan"]
 
+#: State size (entries) from which the loop keeps torch's intra-op threads. Measured on a
+#: 2-core machine: below it a second thread gains at most 2x when the machine is idle and
+#: costs 5-24x when another process is busy (benchmarks/bench_peers.py).
+THREADS_CROSSOVER = 2**20
 #: ``RunOptions.path`` values.
 PATHS = ("auto", "native", "block", "step")
 #: A block holds at most this many bytes of noise terms (one state's worth per step):
@@ -206,7 +210,7 @@ class BlockRunner:
 
 
 def _native_parts(
-    algorithm: Algorithm[Any], problem: Any, comm: Communicator, state: Any, crossover: int
+    algorithm: Algorithm[Any], problem: Any, comm: Communicator, state: Any
 ) -> tuple[Native | None, str]:
     """What the native path needs, or None and why it does not apply."""
     terms = getattr(problem, "native_terms", lambda: None)()
@@ -214,7 +218,7 @@ def _native_parts(
         return None, "the problem has no closed-form terms for the C loop"
     if not isinstance(comm, SimulatedCommunicator) or comm.kernel not in ("auto", "native"):
         return None, "it takes a simulated communicator with kernel 'auto' or 'native'"
-    if state.x.numel() >= crossover:
+    if state.x.numel() >= THREADS_CROSSOVER:
         return None, "the state is large enough for threads (the C loop runs one)"
     try:
         mixer = NativeMixer(comm.topology)
@@ -233,9 +237,8 @@ def _native_parts(
 
 
 def choose(
-    path: str, algorithm: Algorithm[Any], problem: Any, comm: Communicator, state: Any,
-    crossover: int,
-) -> BlockRunner | None:  # fmt: skip
+    path: str, algorithm: Algorithm[Any], problem: Any, comm: Communicator, state: Any
+) -> BlockRunner | None:
     """The runner of ``path`` ("auto": the first that applies), None for the step path;
     a ValueError saying why when a named path cannot run."""
     if path not in PATHS:
@@ -251,7 +254,7 @@ def choose(
             "stack (it needs every agent's rows in one process)"
         )
     if path in ("auto", "native"):
-        native, why = _native_parts(algorithm, problem, comm, state, crossover)
+        native, why = _native_parts(algorithm, problem, comm, state)
         if native is not None:
             return BlockRunner("native", algorithm, problem, comm, size, native)
         if path == "native":

@@ -39,11 +39,10 @@ class Checkpointer:
         self.device = device or torch.device("cpu")
         self.last = time.monotonic()
 
-    def _all(self, flag: bool, rule: str) -> bool:
-        """Every rank's ``flag`` combined: ``"all"`` true, or ``"any"`` true."""
+    def _share(self, flag: bool) -> float:
+        """The share of the ranks whose ``flag`` is true (1.0: all of them)."""
         value = torch.tensor([[1.0 if flag else 0.0]], dtype=torch.float64, device=self.device)
-        mean = float(self.comm.mean(value).item())
-        return mean == 1.0 if rule == "all" else mean > 0
+        return float(self.comm.mean(value).item())
 
     def restore(self, like: Any = None) -> dict[str, Any] | None:
         """The payload of the newest checkpoint every rank can read intact, or ``None``.
@@ -51,12 +50,12 @@ class Checkpointer:
         ``like``: the run's fresh state; a checkpoint whose state differs from it in a field,
         shape or dtype (copied from a run of other agents or sizes) is left with a warning
         naming its folder, and the run starts afresh."""
-        found = load_latest(self.folder, lambda ok: self._all(ok, "all"))
+        found = load_latest(self.folder, lambda ok: self._share(ok) == 1.0)
         if found is None:
             return None
         step, payload = found
         why = None if like is None else _mismatch(payload.get("state"), like)
-        if not self._all(why is None, "all"):
+        if self._share(why is None) != 1.0:
             warnings.warn(
                 f"{self.folder}: the checkpoint of step {step} is of another run "
                 f"({why or 'on another rank'}); starting afresh",
@@ -73,7 +72,7 @@ class Checkpointer:
             return True
         if self.minutes and step % CHECK_EVERY == 0:
             late = time.monotonic() - self.last >= 60 * self.minutes
-            return self._all(late, "any")  # any rank's clock decides for all
+            return self._share(late) > 0  # any rank's clock decides for all
         return False
 
     def save(self, step: int, payload: dict[str, Any]) -> None:

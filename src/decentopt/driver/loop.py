@@ -29,7 +29,7 @@ import torch
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
-from decentopt.driver.block import BlockRunner, check_gradient, choose
+from decentopt.driver.block import THREADS_CROSSOVER, BlockRunner, check_gradient, choose
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard
 from decentopt.driver.options import RunOptions
@@ -50,10 +50,6 @@ __all__ = [
     "run_loop",
 ]
 
-#: State size (entries) from which the loop keeps torch's intra-op threads. Measured on a
-#: 2-core machine: below it a second thread gains at most 2x when the machine is idle and
-#: costs 5-24x when another process is busy (benchmarks/bench_peers.py).
-THREADS_CROSSOVER = 2**20
 #: From this many bytes of state, freed blocks stay in the process
 #: (:func:`~decentopt.perf.keep_freed_memory`): glibc would otherwise return each
 #: step's tensors to the system and page-fault fresh ones in on the next.
@@ -277,7 +273,7 @@ def run_loop(
     loop = _Loop(algorithm, problem, comm, plan, options, x, metrics)
     state = loop.resume(state)
     if gradient is None:  # a gradient given by the caller is called step by step
-        loop.block = choose(options.path, algorithm, problem, comm, state, THREADS_CROSSOVER)
+        loop.block = choose(options.path, algorithm, problem, comm, state)
     loop.open_bar()
     with intra_op_threads(options.threads, x.numel()):
         wall = time.perf_counter()

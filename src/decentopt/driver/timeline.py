@@ -152,15 +152,16 @@ def clock(
     return out
 
 
+def _per_message(total_bytes: float, messages: float) -> float:
+    """Bytes per message of the busiest agents' totals (0 where no message went out)."""
+    return total_bytes / messages if messages else 0.0
+
+
 def timed(result: Any, model: TimeModel, graph: Any, algorithm: Any) -> Any:
     """``result`` with its :attr:`~decentopt.driver.result.Result.clock` under ``model``: one
     message's payload is the run's bytes per message of one column (a repetition)."""
     stats = result.comm
-    payload = (
-        stats.busiest_bytes / stats.busiest_messages / result.columns
-        if stats.busiest_messages
-        else 0.0
-    )
+    payload = _per_message(stats.busiest_bytes, stats.busiest_messages) / result.columns
     steps = int(result.steps.max(initial=0))
     result.clock = clock(model, graph, steps, payload, *pace(algorithm))
     return result
@@ -175,9 +176,7 @@ def clock_rows(rows: list[dict[str, Any]], model: TimeModel, graph_of: Any, meth
         by_label.setdefault(row["algorithm"], []).append(row)
     for label, mine in by_label.items():
         last = max(mine, key=lambda r: r["step"])
-        payload = (
-            last["busiest_bytes"] / last["busiest_messages"] if last["busiest_messages"] else 0.0
-        )
+        payload = _per_message(last["busiest_bytes"], last["busiest_messages"])
         seconds = clock(model, graph_of(label), int(last["step"]), payload, *pace(method_of(label)))
         for row in mine:
             row["sim_time"] = float(seconds[int(row["step"])])

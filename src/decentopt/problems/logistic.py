@@ -90,10 +90,7 @@ class Logistic(StatelessProblem):
         if not sigma_s2 >= 0:
             raise ValueError(f"sigma_s2 must be >= 0; got {sigma_s2}")
         self.n, self.repetitions, self.m, self.dim = U.shape
-        self.dtype = dtype
-        self.mu = float(mu)
-        self.sigma_s2 = float(sigma_s2)
-        self.v = v
+        self.dtype, self.mu, self.sigma_s2, self.v = dtype, float(mu), float(sigma_s2), v
         # rows v_ij u_ij; since v^2 = 1 they also give U^T D U = (vU)^T D (vU)
         self._vU = (v.unsqueeze(-1) * U).contiguous()
         self.compute_dtype = compute_dtype or dtype
@@ -139,20 +136,12 @@ class Logistic(StatelessProblem):
         U = torch.randn(n, repetitions, m, d, generator=gen, dtype=dtype)
         eps = torch.randn(n, repetitions, d, generator=gen, dtype=dtype)
         z = torch.rand(n, repetitions, m, generator=gen, dtype=dtype)
-        Us, vs = [], []
+        vs = []
         for h in hs:
-            x_local = 1.0 + h**0.5 * eps
-            prob_one = torch.sigmoid((U @ x_local.unsqueeze(-1)).squeeze(-1))
+            prob_one = torch.sigmoid((U @ (1.0 + h**0.5 * eps).unsqueeze(-1)).squeeze(-1))
             vs.append(torch.where(z <= prob_one, 1.0, -1.0).to(dtype))
-            Us.append(U)
-        return cls(
-            torch.cat(Us, 1),
-            torch.cat(vs, 1),
-            mu,
-            sigma_s2,
-            dtype=dtype,
-            compute_dtype=compute_dtype,
-        )
+        U_all, v_all = U.repeat(1, len(hs), 1, 1), torch.cat(vs, 1)
+        return cls(U_all, v_all, mu, sigma_s2, dtype=dtype, compute_dtype=compute_dtype)
 
     # ----------------------------------------------------------------- internals
     def _margins(self, x: torch.Tensor) -> torch.Tensor:
@@ -221,11 +210,8 @@ class Logistic(StatelessProblem):
         return torch.zeros(self.n, self.repetitions, self.dim, dtype=self.dtype)
 
     def gradient(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        grad = self.full_gradient(x, exact=False)
-        if self.sigma_s2 > 0:
-            noise = torch.randn(grad.shape, generator=generator).to(self.dtype)
-            grad = grad + self.sigma_s2**0.5 * noise
-        return grad
+        z = torch.randn(x.shape, generator=generator) if self.sigma_s2 > 0 else None
+        return self.gradient_from(x, self.noise_terms(z))
 
     # ------------------------------------------------- many steps (driver.block)
     def draw(self, steps: int, generator: torch.Generator) -> torch.Tensor | None:

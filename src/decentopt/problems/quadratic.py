@@ -90,10 +90,7 @@ class Quadratic(StatelessProblem):
         if not (torch.isfinite(A).all() and torch.isfinite(x_local).all()):
             raise ValueError("A and x_local must be finite")
         self.n, self.repetitions, self.p, self.dim = n, R, p, d
-        self.dtype = dtype
-        self.sigma2 = float(sigma2)
-        self.A = A
-        self.x_local = x_local
+        self.dtype, self.sigma2, self.A, self.x_local = dtype, float(sigma2), A, x_local
         # per-agent d x d Hessians cost more memory than A itself when p < d
         self.low_memory = p < d if low_memory is None else bool(low_memory)
         At = A.transpose(-1, -2)
@@ -117,7 +114,8 @@ class Quadratic(StatelessProblem):
         # (R,) max local smoothness: lambda_max(A_i^T A_i) = lambda_max(A_i A_i^T)
         gram = self.H if self.H is not None else A @ At / p
         self.L = torch.linalg.eigvalsh(gram)[..., -1].amax(dim=0)
-        self.zeta2 = self._heterogeneity()
+        # (R,) heterogeneity mean_i ||grad f_i(x*)||^2
+        self.zeta2 = self.full_gradient(self.x_star.expand(n, -1, -1)).pow(2).sum(-1).mean(0)
         # noise = noise_factor @ z, z ~ N(0, I_k): covariance sigma2 H_i / p either way
         chol, info = (None, None) if self.H is None else torch.linalg.cholesky_ex(self.H)
         if chol is not None and p >= d and bool((info == 0).all()):
@@ -180,14 +178,9 @@ class Quadratic(StatelessProblem):
                 gram[r], rhs[r] = G.sum(0), (G @ u[:, r].unsqueeze(-1)).squeeze(-1).sum(0)
         x_star = torch.linalg.solve(gram, rhs)
         x_local = torch.cat([x_star + (u - x_star) / v for v in cs], dim=1)
-        A_all = A.repeat(1, len(cs), 1, 1)
-        return cls(A_all, x_local, sigma2, dtype=dtype)
+        return cls(A.repeat(1, len(cs), 1, 1), x_local, sigma2, dtype=dtype)
 
     # ----------------------------------------------------------------- interface
-    def _heterogeneity(self) -> torch.Tensor:
-        grads = self.full_gradient(self.x_star.expand(self.n, -1, -1))
-        return grads.pow(2).sum(-1).mean(0)  # (R,) = mean_i ||grad f_i(x*)||^2
-
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.n, self.repetitions, self.dim, dtype=self.dtype)
 
@@ -210,19 +203,14 @@ class Quadratic(StatelessProblem):
         The noise of all ``n`` agents is drawn either way, so a rank that passes
         ``rows`` sees exactly the noise the simulator gives those agents.
         """
+        n, R, k = self.n, self.repetitions, self.noise_factor.shape[-1]
+        z = torch.randn(n, R, k, generator=generator).to(self.dtype) if self.sigma2 > 0 else None
         if self._fused is not None and rows == slice(None):
-            n, R, d = self.n, self.repetitions, self.dim
-            v = x
-            if self.sigma2 > 0:
-                k = self.noise_factor.shape[-1]
-                z = torch.randn(n, R, k, generator=generator).to(self.dtype)
-                v = torch.cat([x, z], dim=-1)
-            return torch.baddbmm(self._neg_b, self._fused, v.reshape(n * R, -1, 1)).view(n, R, d)
+            v = x if z is None else torch.cat([x, z], dim=-1)
+            return torch.baddbmm(self._neg_b, self._fused, v.reshape(n * R, -1, 1)).view(x.shape)
         grad = self.full_gradient(x, rows)
-        if self.sigma2 > 0:
-            k = self.noise_factor.shape[-1]
-            z = torch.randn(self.n, self.repetitions, k, 1, generator=generator)[rows]
-            grad = grad + (self.noise_factor[rows] @ z.to(self.dtype)).squeeze(-1)
+        if z is not None:
+            grad = grad + (self.noise_factor[rows] @ z[rows].unsqueeze(-1)).squeeze(-1)
         return grad
 
     # ------------------------------------------------- many steps (driver.block)

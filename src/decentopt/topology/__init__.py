@@ -11,6 +11,7 @@ RelaySGD relays over.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -119,13 +120,17 @@ def weight_arrays(network: Network) -> list[np.ndarray]:
     return [a for r in rounds for a in (r.self_weight, r.peers, r.weights)]
 
 
+def weights_digest(network: Network, extra: str = "") -> str:
+    """A short SHA-256 of :func:`weight_arrays` (and ``extra``): what ranks compare."""
+    arrays = [np.ascontiguousarray(a).tobytes() for a in weight_arrays(network)]
+    return hashlib.sha256(b"".join(arrays) + extra.encode()).hexdigest()[:16]
+
+
 def make(name: str, *args: Any, **kwargs: Any) -> Topology | TopologySchedule:
     """Build a registered topology by name, e.g. ``make("ring", 32)``."""
-    try:
-        builder = REGISTRY[name]
-    except KeyError:
-        raise ValueError(unknown_name("topology", name, sorted(REGISTRY))) from None
-    return builder(*args, **kwargs)
+    if name not in REGISTRY:
+        raise ValueError(unknown_name("topology", name, sorted(REGISTRY)))
+    return REGISTRY[name](*args, **kwargs)
 
 
 __all__ = [

@@ -39,8 +39,10 @@ from decentopt.topology.topology import (
     _TOL,
     AssumptionError,
     Graph,
-    _as_numpy,
     agents,
+    components,
+    links,
+    shift_links,
     square_weights,
 )
 
@@ -53,14 +55,6 @@ __all__ = [
     "from_digraph",
     "random_directed",
 ]
-
-
-def _strongly_connected(A: np.ndarray) -> bool:
-    import scipy.sparse as sp
-    from scipy.sparse.csgraph import connected_components
-
-    count = connected_components(sp.csr_matrix(A != 0), directed=True, connection="strong")[0]
-    return int(count) == 1
 
 
 def check_column_stochastic(W: object, *, tol: float = _TOL) -> np.ndarray:
@@ -81,7 +75,7 @@ def check_column_stochastic(W: object, *, tol: float = _TOL) -> np.ndarray:
             f"w_ii = {diag[i]:.3g} <= 0 for agent {i}: every agent must keep part of its own "
             "mass; apply the lazy transform (W + I) / 2 (topology.lazy())"
         )
-    if arr.shape[0] > 1 and not _strongly_connected(arr - np.diag(diag)):
+    if arr.shape[0] > 1 and components(arr - np.diag(diag), directed=True) != 1:
         raise AssumptionError(
             "the directed graph is not strongly connected: some agent cannot reach another "
             "along the edges, so no consensus is possible; add edges (e.g. a directed ring)"
@@ -142,30 +136,17 @@ class DirectedTopology(Graph):
 def from_digraph(adjacency: object, *, name: str = "digraph") -> DirectedTopology:
     """Column-stochastic weights on a directed graph: ``adjacency[j, i] != 0`` means
     ``j`` sends to ``i``; agent ``j`` keeps and sends ``1 / (1 + out-degree_j)`` each."""
-    A = _as_numpy(adjacency)
-    if A.ndim != 2 or A.shape[0] != A.shape[1]:
-        raise ValueError(f"the adjacency matrix must be square; got shape {A.shape}")
-    A = (A != 0).astype(np.float64)
-    np.fill_diagonal(A, 0.0)
+    A = links(adjacency)
     share = 1.0 / (1.0 + A.sum(axis=1))  # per sender j
     W = A.T * share[None, :]
     W[np.diag_indices_from(W)] = share
     return DirectedTopology(W, name=name)
 
 
-def _shift_links(n: int, offsets: list[int]) -> np.ndarray:
-    A = np.zeros((n, n))
-    idx = np.arange(n)
-    for o in offsets:
-        if o % n:
-            A[idx, (idx + o) % n] = 1.0
-    return A
-
-
 def directed_ring(n: int) -> DirectedTopology:
     """Agent ``i`` sends to ``i + 1 mod n`` only: ``W = (I + P)/2`` (rows sum to one too)."""
     n = agents(n)
-    return from_digraph(_shift_links(n, [1]), name=f"directed_ring({n})")
+    return from_digraph(shift_links(n, [1]), name=f"directed_ring({n})")
 
 
 def directed_exponential(n: int) -> DirectedTopology:
@@ -173,7 +154,7 @@ def directed_exponential(n: int) -> DirectedTopology:
     ``1/(1 + ceil(log2 n))`` (a static exponential graph, one direction)."""
     n = agents(n)
     offsets = [2**k for k in range(max(0, math.ceil(math.log2(n))))] if n > 1 else []
-    return from_digraph(_shift_links(n, offsets), name=f"directed_exponential({n})")
+    return from_digraph(shift_links(n, offsets), name=f"directed_exponential({n})")
 
 
 def random_directed(n: int, p: float = 0.2, seed: int = 0) -> DirectedTopology:
@@ -184,8 +165,7 @@ def random_directed(n: int, p: float = 0.2, seed: int = 0) -> DirectedTopology:
     if not 0 <= p <= 1:
         raise ValueError(f"random_directed: p is a probability in [0, 1]; got {p}")
     rng = np.random.default_rng(seed)
-    A = (rng.random((n, n)) < p).astype(np.float64)
-    A = np.maximum(A, _shift_links(n, [1]))
+    A = (rng.random((n, n)) < p) + shift_links(n, [1])  # from_digraph takes A != 0
     return from_digraph(A, name=f"random_directed({n}, p={p:g})")
 
 

@@ -61,9 +61,8 @@ def build_bytes(name: str, n: int, options: Mapping[str, Any] | None = None) -> 
     """About how many bytes building the registered graph ``name`` over ``n`` agents takes."""
     options = options or {}
     size = float(n)
-    if name in _CIRCULANT and n >= CIRCULANT_FROM:
-        return CIRCULANT_BYTES * size
-    if name == "random_matchings":  # drawn round by round: nothing is built ahead
+    # a stencil, or rounds drawn one by one (random_matchings: nothing is built ahead)
+    if (name in _CIRCULANT and n >= CIRCULANT_FROM) or name == "random_matchings":
         return CIRCULANT_BYTES * size
     if name in _ROUNDS:
         return ROUND_BYTES * size * max(1.0, math.log2(max(size, 2.0)))

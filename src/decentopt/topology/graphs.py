@@ -19,7 +19,14 @@ import torch
 from decentopt._checks import as_count, as_real, unknown_name
 from decentopt.topology.circulant import CirculantTopology, circulant_from_offsets
 from decentopt.topology.sparse import SPARSE_FROM, SparseTopology
-from decentopt.topology.topology import AssumptionError, Topology, _as_numpy, agents
+from decentopt.topology.topology import (
+    AssumptionError,
+    Topology,
+    _as_numpy,
+    agents,
+    links,
+    shift_links,
+)
 
 #: From this many agents, rings and exponential graphs are stored by their stencil
 #: (closed-form spectrum, no dense W); smaller ones stay dense, bit for bit as before.
@@ -45,18 +52,14 @@ Weights = Literal["metropolis", "max_degree"]
 Lazy = bool | Literal["auto"]
 
 
-def _require_lazy(lazy: object) -> Lazy:
-    if lazy is True or lazy is False or lazy == "auto":
-        return lazy  # type: ignore[return-value]
-    raise ValueError(
-        f"lazy must be true, false or 'auto' (the lazy transform where W needs it); got {lazy!r}"
-    )
-
-
-def _adjacency(graph: nx.Graph) -> np.ndarray:
-    A = nx.to_numpy_array(graph, nodelist=sorted(graph.nodes()), weight=None)
-    np.fill_diagonal(A, 0.0)
-    return (A > 0).astype(np.float64)
+def _options(weights: object, lazy: object, also: tuple[str, ...] = ()) -> Lazy:
+    """``lazy``, once it and ``weights`` (a key of ``_WEIGHTS``, or of ``also``) are valid."""
+    if not (lazy is True or lazy is False or lazy == "auto"):
+        why = "the lazy transform where W needs it"
+        raise ValueError(f"lazy must be true, false or 'auto' ({why}); got {lazy!r}")
+    if weights not in _WEIGHTS and weights not in also:
+        raise ValueError(unknown_name("weights", weights, [*also, *sorted(_WEIGHTS)]))
+    return lazy  # type: ignore[return-value]
 
 
 def metropolis_hastings_weights(adjacency: np.ndarray) -> np.ndarray:
@@ -89,15 +92,9 @@ def from_adjacency(
     name: str = "graph",
 ) -> Topology:
     """Mixing matrix of an undirected graph given by its 0/1 adjacency matrix."""
-    lazy, A = _require_lazy(lazy), _as_numpy(adjacency)
-    if A.ndim != 2 or A.shape[0] != A.shape[1]:
-        raise ValueError(f"the adjacency matrix must be square; got shape {A.shape}")
-    if not np.array_equal(A != 0, (A != 0).T):
+    lazy, A = _options(weights, lazy), links(adjacency)
+    if not np.array_equal(A, A.T):
         raise ValueError("the adjacency matrix must be symmetric (an undirected graph)")
-    if weights not in _WEIGHTS:
-        raise ValueError(unknown_name("weights", weights, sorted(_WEIGHTS)))
-    A = (A != 0).astype(np.float64)
-    np.fill_diagonal(A, 0.0)
     W = _WEIGHTS[weights](A)
     label = f"{name}[{weights}]"
     if lazy is True or (lazy == "auto" and np.linalg.eigvalsh(W)[0] < -1e-10):
@@ -110,14 +107,13 @@ def from_networkx(
     graph: nx.Graph, *, weights: Weights = "metropolis", lazy: Lazy = "auto", name: str = "graph"
 ) -> Topology:
     """Mixing matrix of any undirected networkx graph (nodes taken in sorted order)."""
-    lazy = _require_lazy(lazy)
+    lazy = _options(weights, lazy)
     if graph.is_directed():
         raise ValueError("the graph must be undirected; use graph.to_undirected()")
-    if weights not in _WEIGHTS:
-        raise ValueError(unknown_name("weights", weights, sorted(_WEIGHTS)))
     if graph.number_of_nodes() >= SPARSE_FROM:
         return _sparse_graph(graph, weights=weights, lazy=lazy, name=name)
-    return from_adjacency(_adjacency(graph), weights=weights, lazy=lazy, name=name)
+    A = nx.to_numpy_array(graph, nodelist=sorted(graph.nodes()), weight=None)
+    return from_adjacency(A, weights=weights, lazy=lazy, name=name)
 
 
 def _sparse_graph(graph: nx.Graph, *, weights: Weights, lazy: Lazy, name: str) -> Topology:
@@ -168,21 +164,15 @@ def ring(n: int, *, weights: Literal["paper"] | Weights = "paper", lazy: Lazy = 
     the EDM paper's experiments; positive semi-definite, with eigenvalues
     ``1/2 + 1/2 cos(2 pi k / n)`` so ``lambda = 1/2 + 1/2 cos(2 pi / n)``.
     """
-    n, lazy = agents(n), _require_lazy(lazy)
+    n, lazy = agents(n), _options(weights, lazy, ("paper",))
     if n >= CIRCULANT_FROM:
         if weights == "paper":
             return CirculantTopology(n, {0: 0.5, 1: 0.25, -1: 0.25}, name=f"ring({n})")
-        if weights not in _WEIGHTS:
-            raise ValueError(unknown_name("weights", weights, ["paper", *_WEIGHTS]))
         # a regular graph: Metropolis and max-degree weights coincide
         return circulant_from_offsets(n, {1}, f"ring({n})[{weights}]", lazy)
     if weights != "paper":
         return from_networkx(nx.cycle_graph(n), weights=weights, lazy=lazy, name=f"ring({n})")
-    if n == 1:
-        return Topology(np.ones((1, 1)), name="ring(1)")
-    if n == 2:
-        return Topology(np.full((2, 2), 0.5), name="ring(2)")
-    W = 0.5 * np.eye(n)
+    W = 0.5 * np.eye(n)  # n = 1 and 2 too: the weights of i +- 1 add up
     idx = np.arange(n)
     W[idx, (idx + 1) % n] += 0.25
     W[idx, (idx - 1) % n] += 0.25
@@ -256,17 +246,12 @@ def exponential(n: int, *, lazy: Lazy = "auto") -> Topology:
     Each agent's neighbours are ``(i + 2^k) mod n`` for ``k = 0 .. floor(log2(n-1))``,
     made undirected; weights are Metropolis--Hastings.
     """
-    n, lazy = agents(n, 2), _require_lazy(lazy)
+    n, lazy = agents(n, 2), _options("metropolis", lazy)
+    offsets = {2**k for k in range(math.floor(math.log2(n - 1)) + 1)}
     if n >= CIRCULANT_FROM:
-        offsets = {2**k for k in range(math.floor(math.log2(n - 1)) + 1)}
         return circulant_from_offsets(n, offsets, f"exponential({n})[metropolis]", lazy)
-    A = np.zeros((n, n))
-    for k in range(math.floor(math.log2(max(n - 1, 1))) + 1):
-        for i in range(n):
-            j = (i + 2**k) % n
-            if j != i:
-                A[i, j] = A[j, i] = 1.0
-    return from_adjacency(A, weights="metropolis", lazy=lazy, name=f"exponential({n})")
+    A = shift_links(n, offsets)
+    return from_adjacency(A + A.T, weights="metropolis", lazy=lazy, name=f"exponential({n})")
 
 
 def erdos_renyi(

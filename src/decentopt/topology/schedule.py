@@ -29,11 +29,10 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from decentopt.topology.topology import AssumptionError
+from decentopt.topology.topology import _TOL, AssumptionError, components
 
 __all__ = ["GossipRound", "TopologySchedule"]
 
-_TOL = 1e-10
 #: Largest n for which spectral quantities are computed with dense matrices.
 DENSE_UP_TO = 2048
 #: Rounds of a random sequence over which its per-round rate is estimated.
@@ -68,9 +67,8 @@ class GossipRound:
         """The round with entries ``W[rows, cols] = w`` off the diagonal; it fills rows to 1."""
         rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
         w = np.asarray(w, np.float64)
-        keep = (rows != cols) & (w != 0)
-        rows, cols, w = rows[keep], cols[keep], w[keep]
-        order = np.lexsort((cols, rows))
+        keep = np.flatnonzero((rows != cols) & (w != 0))
+        order = keep[np.lexsort((cols[keep], rows[keep]))]
         rows, cols, w = rows[order], cols[order], w[order]
         counts = np.bincount(rows, minlength=n)
         slots = int(counts.max(initial=0))
@@ -183,9 +181,9 @@ class GossipRound:
             import scipy.sparse as sp
             import scipy.sparse.linalg as sla
 
-            W = sp.csr_matrix(self.matrix()) if self.n <= 4 * DENSE_UP_TO else None
-            if W is None:
+            if self.n > 4 * DENSE_UP_TO:
                 return False
+            W = sp.csr_matrix(self.matrix())
             return bool(sla.eigsh(W, k=1, which="SA", return_eigenvectors=False)[0] >= -_TOL)
         return bool(np.linalg.eigvalsh(self.matrix())[0] >= -_TOL)
 
@@ -228,10 +226,7 @@ class TopologySchedule:
         for t, r in enumerate(self.rounds):
             if r.n != self.n:
                 raise AssumptionError(f"{self.name}: round {t} has {r.n} agents, not {self.n}")
-            if self.directed:
-                r.check_columns(f"{self.name}, round {t}")
-            else:
-                r.check(f"{self.name}, round {t}")
+            (r.check_columns if self.directed else r.check)(f"{self.name}, round {t}")
         # with positive diagonals, the period's product contracts iff the union of the
         # rounds' graphs is connected: an O(edges) check instead of a spectrum
         if self.rounds and self.n > 1 and self._components() > 1:
@@ -245,7 +240,6 @@ class TopologySchedule:
     # ------------------------------------------------------------------ rounds
     def _components(self) -> int:
         import scipy.sparse as sp
-        from scipy.sparse.csgraph import connected_components
 
         rows, cols = [], []
         for r in self.rounds:
@@ -256,9 +250,8 @@ class TopologySchedule:
             (np.ones(sum(map(len, rows))), (np.concatenate(rows), np.concatenate(cols))),
             shape=(self.n, self.n),
         )
-        if self.directed:  # every agent must reach every other along the rounds' links
-            return int(connected_components(union, directed=True, connection="strong")[0])
-        return int(connected_components(union, directed=False)[0])
+        # directed: every agent must reach every other along the rounds' links
+        return components(union, directed=self.directed)
 
     @property
     def period(self) -> int | None:

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
@@ -120,37 +121,30 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
         starts = (first + size * np.arange(pieces)[:, None] + low[None, :]).ravel()
         return starts[:, None] + step * np.arange(base)[None, :]
 
-    rounds: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
-
-    def put(index: int, entries: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
-        while len(rounds) <= index:
-            rounds.append([])
-        rounds[index].append(entries)
-
+    # round index -> its entries (every index up to the last gets some)
+    rounds: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = defaultdict(list)
     # 1. every group averages
     for first, a, p in groups:
         for r in range(p):
-            put(r, _clique_entries(digit_cliques(first, a, p, r)))
+            rounds[r].append(_clique_entries(digit_cliques(first, a, p, r)))
         if a > 1:
-            size = base**p
-            put(p, _clique_entries(first + np.arange(size)[:, None] + size * np.arange(a)[None, :]))
+            cliques = first + np.arange(base**p)[:, None] + base**p * np.arange(a)[None, :]
+            rounds[p].append(_clique_entries(cliques))
     phase = max((p + (a > 1) for _, a, p in groups), default=0)
     # 2. merges, and 3. re-averaging of the merged group's pieces
     for m, (first, a, p) in enumerate(groups[:-1]):
         size = base**p
         tail_start = first + a * size
         tail = np.arange(tail_start, n)
-        S = n - first
         partners = (first + size * np.arange(a))[None, :] + (tail - tail_start)[:, None]
-        rows = np.repeat(tail, a)
-        cols = partners.ravel()
-        w = np.full(len(rows), size / S)
-        put(phase + m, (np.concatenate([rows, cols]), np.concatenate([cols, rows]), np.tile(w, 2)))
+        rows, cols = np.repeat(tail, a), partners.ravel()
+        w = np.full(2 * len(rows), size / (n - first))  # S_m = n - first
+        rounds[phase + m].append((np.concatenate([rows, cols]), np.concatenate([cols, rows]), w))
         for r in range(p):
-            put(phase + m + 1 + r, _clique_entries(digit_cliques(first, a, p, r)))
+            rounds[phase + m + 1 + r].append(_clique_entries(digit_cliques(first, a, p, r)))
     built = tuple(
-        GossipRound.from_entries(n, *(np.concatenate([e[i] for e in entries]) for i in range(3)))
-        for entries in rounds
+        GossipRound.from_entries(n, *(np.concatenate([e[i] for e in rounds[t]]) for i in range(3)))
+        for t in sorted(rounds)
     )
     return TopologySchedule(n, f"base_graph({n}, base={base})", built or (GossipRound.identity(n),))
 

@@ -20,6 +20,7 @@ Entries must also be non-negative and the graph connected, otherwise
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TypeVar
@@ -54,6 +55,35 @@ def _as_numpy(W: object) -> np.ndarray:
             f"the mixing matrix must be a square array of numbers; got {type(W).__name__}"
         ) from exc
     return arr
+
+
+def links(adjacency: object) -> np.ndarray:
+    """A square adjacency matrix as 0/1 float64 links, self-links dropped."""
+    A = _as_numpy(adjacency)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"the adjacency matrix must be square; got shape {A.shape}")
+    A = (A != 0).astype(np.float64)
+    np.fill_diagonal(A, 0.0)
+    return A
+
+
+def shift_links(n: int, offsets: Iterable[int]) -> np.ndarray:
+    """The links ``i -> i + o mod n`` of every offset ``o`` (``A[i, i + o] = 1``)."""
+    A = np.zeros((n, n))
+    idx = np.arange(n)
+    for o in offsets:
+        if o % n:
+            A[idx, (idx + o) % n] = 1.0
+    return A
+
+
+def components(A: object, *, directed: bool = False) -> int:
+    """How many (strongly, if ``directed``) connected components the non-zeros of ``A`` form."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+
+    graph = sp.csr_matrix(A != 0)
+    return int(connected_components(graph, directed=directed, connection="strong")[0])
 
 
 def square_weights(W: object, tol: float, builders: str) -> np.ndarray:

@@ -15,8 +15,6 @@ would be negative), so every other method runs on the same tree for comparison.
 
 from __future__ import annotations
 
-from collections import deque
-
 import networkx as nx
 
 from decentopt.topology.graphs import from_networkx
@@ -55,12 +53,7 @@ def spanning_tree(network: Topology, root: int = 0) -> Topology:
     n = network.n
     if not 0 <= root < n:
         raise ValueError(f"spanning_tree: root must be an agent in 0 .. {n - 1}; got {root}")
-    seen, edges, queue = {root}, [], deque([root])
-    while queue:
-        i = queue.popleft()
-        for j in network.neighbors[i]:
-            if j not in seen:
-                seen.add(j)
-                edges.append((i, j))
-                queue.append(j)
+    graph = nx.Graph([(i, j) for i, peers in enumerate(network.neighbors) for j in peers])
+    graph.add_node(root)
+    edges = list(nx.bfs_edges(graph, root, sort_neighbors=sorted))
     return _tree(n, edges, f"spanning_tree({network.name})")

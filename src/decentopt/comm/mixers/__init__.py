@@ -32,9 +32,9 @@ from decentopt.comm.mixers.cuda import CudaMixer
 from decentopt.comm.mixers.dense import DenseMixer
 from decentopt.comm.mixers.gather import GatherMixer
 from decentopt.comm.mixers.native import NativeMixer
-from decentopt.comm.mixers.rows import SparseRowsMixer
+from decentopt.comm.mixers.rows import SparseRowsMixer, dense_stored
 from decentopt.comm.mixers.shift import ShiftMixer
-from decentopt.topology import DirectedTopology, Network, Topology, TopologySchedule
+from decentopt.topology import Network, TopologySchedule
 from decentopt.topology.sparse import SparseTopology
 
 __all__ = [
@@ -56,10 +56,6 @@ __all__ = [
 ]
 
 
-def _dense_stored(network: Network) -> bool:
-    return type(network) in (Topology, DirectedTopology)
-
-
 #: ``kernel="auto"``: mixers in the order states are offered to them, each with the rule
 #: that says whether it applies to a network at all.
 AUTO_ORDER: tuple[tuple[str, Callable[[Network], bool]], ...] = (
@@ -69,7 +65,7 @@ AUTO_ORDER: tuple[tuple[str, Callable[[Network], bool]], ...] = (
     ("shift", ShiftMixer.suits),
     ("csr", lambda net: isinstance(net, SparseTopology)),
     ("gather", lambda net: isinstance(net, TopologySchedule)),
-    ("dense", _dense_stored),
+    ("dense", dense_stored),
 )
 
 

@@ -13,14 +13,14 @@ and called on the folded ``(n, k)`` state of every gossip round:
 * :meth:`Mixer.supports` says whether it can mix a state at all (device, dtype),
   :meth:`Mixer.preferred` whether ``"auto"`` should give it that state.
 
-A new kernel is one module of this package: a class with these methods,
+A new kernel is one module of this package: a :class:`Mixer` with these methods,
 registered with :func:`register`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import torch
 
@@ -36,27 +36,31 @@ class MixerUnavailable(ValueError):
     """A mixer cannot serve this network (e.g. a circulant kernel for a random graph)."""
 
 
-class Mixer(Protocol):
-    name: ClassVar[str]
+class Mixer:
+    """One way of computing ``W_t z``, and the defaults: it mixes any state, is preferred
+    whenever it can, and has no fused updates (a mixer overrides :meth:`mix` and what else
+    it does better)."""
+
+    name: ClassVar[str] = ""
 
     def supports(self, flat: torch.Tensor) -> str:
         """``""`` when this mixer can mix ``flat``; otherwise why not (one line)."""
-        ...
+        return ""
 
     def preferred(self, flat: torch.Tensor) -> bool:
         """Whether ``kernel="auto"`` should give ``flat`` to this mixer."""
-        ...
+        return not self.supports(flat)
 
     def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:
         """``W_t flat`` for a folded ``(n, k)`` state, into ``out`` when given."""
-        ...
+        raise NotImplementedError
 
     def mix_map(
         self, fn: Elementwise, flats: Sequence[torch.Tensor], scalars: Sequence[float], t: int
     ) -> list[torch.Tensor] | None:
         """``[W_t y_0, y_1, ...]`` for ``(y_0, ...) = fn(*flats, *scalars)`` in one pass, or
         ``None`` when this mixer has no fused kernel for ``fn`` and these states."""
-        ...
+        return None
 
     def choco(
         self,
@@ -74,30 +78,14 @@ class Mixer(Protocol):
         ``k``), ``z = flat``, or with ``descent = (g, alpha)`` DSGD's ``z = flat - alpha g``
         computed in the same kernel; or why this mixer has no kernel for it (the caller
         compresses, then mixes)."""
-        ...
-
-
-class MixerBase:
-    """Defaults: mixes any state, preferred whenever it can, no fused updates."""
-
-    name: ClassVar[str] = ""
-
-    def supports(self, flat: torch.Tensor) -> str:
-        return ""
-
-    def preferred(self, flat: torch.Tensor) -> bool:
-        return not self.supports(flat)
-
-    def mix_map(
-        self, fn: Elementwise, flats: Sequence[torch.Tensor], scalars: Sequence[float], t: int
-    ) -> list[torch.Tensor] | None:
-        return None
-
-    def choco(self, codec, flat, hat, s, k, gamma, t, descent=None):  # type: ignore[no-untyped-def]
         return f"the {self.name} mixer has no fused compressed round"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+#: What the mixers derive from: :class:`Mixer` itself.
+MixerBase = Mixer
 
 
 #: Every mixer by its ``kernel=`` name.

@@ -45,10 +45,6 @@ BLOCK = 1024
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
-def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 @functools.cache
 def triton_kernel() -> tuple[Any, str]:
     """The Triton kernel module (compiled on first launch) and ``""``, or ``None`` and why."""
@@ -70,7 +66,7 @@ class CudaMixer(MixerBase):
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def supports(self, flat: torch.Tensor) -> str:
-        if flat.device.type != "cuda" and not _interpreted():
+        if flat.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             return f"the Triton kernels take CUDA states, not {flat.device}"
         if flat.dtype not in _DTYPES:
             return f"the Triton kernels take floating-point states, not {flat.dtype}"
@@ -107,8 +103,7 @@ class CudaMixer(MixerBase):
         offsets, weights = self._table(inputs[0].device, wide)
         damp, keep = (beta, 0.0) if dampening else (0.0, beta)
         scalars = torch.tensor([alpha, damp, keep], dtype=weights.dtype, device=weights.device)
-        grid = (n, -(-d // BLOCK))
-        kernel[grid](
+        kernel[n, -(-d // BLOCK)](
             *padded, *outputs, offsets, weights, scalars, n, d,
             KIND=KINDS[kind], NESTEROV=bool(nesterov), TERMS=len(self.stencil), BLOCK=BLOCK,
             ACC=tl.float64 if wide else tl.float32,
@@ -127,9 +122,8 @@ class CudaMixer(MixerBase):
         call = prepare(fn, flats, scalars)
         if call is None:
             return None
-        update, nesterov, dampening = call.update, call.nesterov, call.dampening
-        flats, outs, first = call.inputs, call.outputs, call.inputs[0]
-        if first.numel():
+        if call.inputs[0].numel():
             beta = float(scalars[1]) if len(scalars) > 1 else 0.0
-            self._launch(update.kind, flats, outs, float(scalars[0]), beta, nesterov, dampening)
-        return outs
+            settings = (float(scalars[0]), beta, call.nesterov, call.dampening)
+            self._launch(call.update.kind, call.inputs, call.outputs, *settings)
+        return call.outputs

@@ -30,6 +30,4 @@ class DenseMixer(MixerBase):
         return self._cache[key]
 
     def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:
-        if out is None:
-            return torch.mm(self.matrix(flat), flat)
         return torch.mm(self.matrix(flat), flat, out=out)

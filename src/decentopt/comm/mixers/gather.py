@@ -29,13 +29,12 @@ class GatherMixer(MixerBase):
         self._gathered: tuple[tuple, torch.Tensor] | None = None
 
     def _form(self, t: int, flat: torch.Tensor) -> tuple:
-        this_round = self.schedule.at(t)
         period = self.schedule.period
         if period is None:  # drawn afresh every round
-            return this_round.torch_form(flat.dtype, flat.device)
+            return self.schedule.at(t).torch_form(flat.dtype, flat.device)
         key = (t % period, flat.dtype, flat.device)
         if key not in self._forms:
-            self._forms[key] = this_round.torch_form(flat.dtype, flat.device)
+            self._forms[key] = self.schedule.at(t).torch_form(flat.dtype, flat.device)
         return self._forms[key]
 
     def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:

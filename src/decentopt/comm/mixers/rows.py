@@ -14,11 +14,16 @@ import torch
 from decentopt.comm.mixers.base import MixerBase, MixerUnavailable, register
 from decentopt.topology import DirectedTopology, Graph, Network, Topology
 
-__all__ = ["SparseRowsMixer"]
+__all__ = ["SparseRowsMixer", "dense_stored"]
 
 _MIN_N = 64
 _MAX_DENSITY = 0.1
 _MIN_COLS = 1024
+
+
+def dense_stored(network: Network) -> bool:
+    """Whether ``network`` keeps a dense ``W`` (not a stencil, rounds or CSR)."""
+    return type(network) in (Topology, DirectedTopology)
 
 
 @register
@@ -40,8 +45,7 @@ class SparseRowsMixer(MixerBase):
     @staticmethod
     def suits(network: Network) -> bool:
         """Whether ``"auto"`` should consider it: a large, sparse graph stored dense."""
-        dense_stored = type(network) in (Topology, DirectedTopology)
-        return dense_stored and network.n >= _MIN_N and network.density <= _MAX_DENSITY
+        return dense_stored(network) and network.n >= _MIN_N and network.density <= _MAX_DENSITY
 
     def preferred(self, flat: torch.Tensor) -> bool:
         return flat.shape[1] >= _MIN_COLS
