@@ -178,21 +178,20 @@ def _only(args: argparse.Namespace) -> list[str] | None:
     return None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
 
 
-def _run_study(args: argparse.Namespace, options: RunOptions) -> int:
-    study = load_study(args.source, quick=args.quick)
-    out = args.out or Path("results") / (study.name + ("-quick" if args.quick else ""))
-    files = run_study(
-        study, out, options, quick=args.quick, sets=args.overrides, only=_only(args),
-        check=args.check,
-    )  # fmt: skip
-    print("wrote " + ", ".join(map(str, files)))
-    return 0
+def _out(args: argparse.Namespace, name: str) -> Path:
+    return args.out or Path("results") / (name + ("-quick" if args.quick else ""))
 
 
 def _run_command(args: argparse.Namespace) -> int:
     options = _options(args)
     if is_study(read_toml(args.source)[0]):
-        return _run_study(args, options)
+        study = load_study(args.source, quick=args.quick)
+        files = run_study(
+            study, _out(args, study.name), options, quick=args.quick, sets=args.overrides,
+            only=_only(args), check=args.check,
+        )  # fmt: skip
+        print("wrote " + ", ".join(map(str, files)))
+        return 0
     spec = load_spec(args.source, quick=args.quick, overrides=args.overrides)
     if args.only is not None:
         spec = spec.select(_only(args) or [])
@@ -201,7 +200,7 @@ def _run_command(args: argparse.Namespace) -> int:
             f"--check: {spec.name} states no claims; omit --check, or add [[claims]] tables "
             "(docs/experiments.md)"
         )
-    out = args.out or Path("results") / (spec.name + ("-quick" if args.quick else ""))
+    out = _out(args, spec.name)
     outcome = Sweep(spec, out, options).run()
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0

@@ -107,11 +107,6 @@ def measured(
     return np.array([r["value"] for r in sorted(stored, key=lambda r: r["seed"])])
 
 
-def _iterations(alpha: float, mu: float, gap: float) -> int:
-    # enough steps for both the optimisation (rate alpha mu) and the consensus (rate 1 - lambda)
-    return int(min(150_000, 25 / (alpha * mu) + 25 / gap))
-
-
 def dmsgd_bias_rows(
     seeds: int, quick: bool, log: Callable[[str], None], store: ResultStore | None = None
 ) -> list[ScalingRow]:
@@ -125,7 +120,9 @@ def dmsgd_bias_rows(
         and the ring."""
         prob = Quadratic.paper(n=m, d=d, p=p, c=c, sigma2=0.0, repetitions=seeds, seed=11)
         topo = topology.ring(m)
-        T = _iterations(hp["lr"] / (1 - hp["beta"]), float(prob.mu.min()), topo.spectral_gap)
+        # enough steps for the optimisation (rate alpha mu) and the consensus (1 - lambda)
+        alpha_mu = hp["lr"] / (1 - hp["beta"]) * float(prob.mu.min())
+        T = int(min(150_000, 25 / alpha_mu + 25 / topo.spectral_gap))
 
         def compute() -> np.ndarray:
             res = simulate(algorithms.make("dmsgd", **hp), prob, topo, T, record=T)
@@ -240,10 +237,10 @@ def scaling_table(rows: Sequence[ScalingRow]) -> list[dict[str, object]]:
 
 def scaling_markdown(rows: Sequence[ScalingRow]) -> str:
     header = ["quantity", "method", "against", "fitted exponent (mean ± spread over seeds)"]
-    fitted = [f"{r.mean:+.2f} ± {r.spread:.2f}" for r in rows]
+    fit = "{0.mean:+.2f} ± {0.spread:.2f}"
     cells = [
-        [r.quantity, r.method, r.variable, fit, f"{r.paper_exponent:+g}", _verdict(r)]
-        for r, fit in zip(rows, fitted, strict=True)
+        [r.quantity, r.method, r.variable, fit.format(r), f"{r.paper_exponent:+g}", _verdict(r)]
+        for r in rows
     ]
     return markdown_table([*header, "paper", ""], cells)
 

@@ -154,12 +154,9 @@ class RunSpec(_Shared):
         """The problem of all runs (``None``, batched kinds) or of the runs ``runs``
         (consecutive; run r has data seed ``seeds.data + r``); ``rank``: only that agent
         (one process per agent)."""
-        if runs is None:
-            return self.params.build(
-                agents=self.agents, runs=self.runs, seed=self.seeds.data, rank=rank
-            )
-        seed = self.seeds.data + runs[0]
-        return self.params.build(agents=self.agents, runs=len(runs), seed=seed, rank=rank)
+        first, count = (0, self.runs) if runs is None else (runs[0], len(runs))
+        seed = self.seeds.data + first
+        return self.params.build(agents=self.agents, runs=count, seed=seed, rank=rank)
 
     def topology_of(self, label: str | None = None) -> dict[str, Any]:
         """The ``[topology]`` table the variant ``label`` runs on (None: the shared one)."""
@@ -268,30 +265,27 @@ def load_spec(
 ) -> RunSpec:
     """Read, merge (``--quick`` then ``--set`` overrides) and validate a specification."""
     try:
-        return _load(path_or_preset, quick, overrides)
+        raw, source = read_toml(path_or_preset)
+        if is_study(raw):
+            raise ConfigError(
+                f"{source}: a study, not a run specification; run it with decentopt run"
+            )
+        if quick and (not isinstance(raw.get("quick"), dict) or not raw["quick"]):
+            raise ConfigError(f"{source}: --quick needs a [quick] table of overrides")
+        extras = [raw["quick"]] if quick else []
+        for extra in extras + [parse_override(t) for t in overrides or []]:
+            raw = merge(raw, extra)
+        if isinstance(raw.get("problem"), dict):
+            raise ConfigError(
+                f'{source}: problem is a name, e.g. problem = "quadratic", with its settings in '
+                "[problem_params]; found a [problem] table"
+            )
+        return validate(raw, source)
     except RecursionError:  # a file or --set value of thousands of nested arrays or tables
         raise ConfigError(
             f"{path_or_preset}: values are nested too deeply (arrays or tables within each "
             "other hundreds of times); a specification nests a few levels"
         ) from None
-
-
-def _load(path_or_preset: str | Path, quick: bool, overrides: list[str] | None) -> RunSpec:
-    raw, source = read_toml(path_or_preset)
-    if is_study(raw):
-        raise ConfigError(f"{source}: a study, not a run specification; run it with decentopt run")
-    if quick:
-        if not isinstance(raw.get("quick"), dict) or not raw["quick"]:
-            raise ConfigError(f"{source}: --quick needs a [quick] table of overrides")
-        raw = merge(raw, raw["quick"])
-    for text in overrides or []:
-        raw = merge(raw, parse_override(text))
-    if isinstance(raw.get("problem"), dict):
-        raise ConfigError(
-            f'{source}: problem is a name, e.g. problem = "quadratic", with its settings in '
-            "[problem_params]; found a [problem] table"
-        )
-    return validate(raw, source)
 
 
 def _check_graph_size(where: str, name: str, agents: int, options: dict[str, Any]) -> None:
