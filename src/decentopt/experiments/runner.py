@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,6 @@ def _work(index: int) -> tuple[int, tuple[list, dict]]:
         return index, _WORK["compute"](variant, group, Path())
 
 
-def _start_worker() -> None:
-    die_with_parent(signal.SIGKILL)  # a killed sweep leaves no worker computing on
-
-
 def _in_workers(
     jobs: int,
     pending: list,
@@ -73,9 +70,9 @@ def _in_workers(
         build(None)  # the batched problem, built once and inherited by every worker
         _WORK.update(pending=pending, compute=compute)
         context = multiprocessing.get_context("fork")
-        pool = ProcessPoolExecutor(
-            min(jobs, len(pending)), mp_context=context, initializer=_start_worker
-        )
+        # a killed sweep leaves no worker computing on
+        stop = partial(die_with_parent, signal.SIGKILL)
+        pool = ProcessPoolExecutor(min(jobs, len(pending)), mp_context=context, initializer=stop)
         try:
             futures = [pool.submit(_work, index) for index in range(len(pending))]
             for count, future in enumerate(as_completed(futures), start=1):
@@ -229,10 +226,8 @@ class Sweep:
         if key not in self.graphs:  # the shared table's graph is the one built at the start
             shared_table = self.spec.topology_of(label) == self.spec.topology
             network = self.topology if shared_table else self.spec.build_topology(label)
-            timeout = self.spec.timeout
-            shared = (
-                DistributedCommunicator(network, timeout=timeout) if self.job.world > 1 else None
-            )
+            world = self.job.world > 1
+            shared = DistributedCommunicator(network, timeout=self.spec.timeout) if world else None
             self.graphs[key] = (network, shared)
         return self.graphs[key]
 
