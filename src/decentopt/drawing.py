@@ -71,16 +71,10 @@ def plot_contraction(
     averages (exact averaging drops to round-off)."""
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
     for i, network in enumerate(networks):
-        n = network.n
-        P = np.eye(n)
-        values = [1.0]
+        n, P, values = network.n, np.eye(network.n), [1.0]
+        schedule = isinstance(network, TopologySchedule)
         for t in range(rounds):
-            W = (
-                network.at(t).matrix()
-                if isinstance(network, TopologySchedule)
-                else network.W.numpy()
-            )
-            P = W @ P
+            P = (network.at(t).matrix() if schedule else network.W.numpy()) @ P
             values.append(max(float(np.linalg.norm(P - 1.0 / n, 2)), 1e-16))
         style = style_for(network.name, i)
         ax.plot(range(rounds + 1), values, label=network.name, markevery=5, **style)

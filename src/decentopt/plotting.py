@@ -193,7 +193,7 @@ def plot_curves(
     title: str | None = None,
     xscale: str = "auto",
     x: str = "step",
-    formats: Sequence[str] = ("png", "pdf"),
+    formats: Sequence[str] = FORMATS,
     names: dict[str, str] | None = None,
     most: int = MOST_CURVES,
 ) -> list[Path]:
@@ -229,14 +229,9 @@ def plot_curves(
             ax.set_title(panel_title.format(key=panel, value=key, zeta2=zeta2))
         ax.grid(alpha=0.3, which="both", lw=0.4)
         _note_coincident(ax, means, names)
-    shown, names = names, ordered(list(legend))
-    fig.legend(
-        [legend[a] for a in names],
-        [_shown(a, shown) for a in names],
-        fontsize=8,
-        loc="center left",
-        bbox_to_anchor=(1.0, 0.5),
-    )
+    order = ordered(list(legend))
+    handles, labels = [legend[a] for a in order], [_shown(a, names) for a in order]
+    fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     if title:  # a grid's title lists every value: cut, so that the figure stays small
         fig.suptitle("\n".join(textwrap.shorten(line, 160) for line in title.splitlines()))
     tight_layout(fig)
@@ -334,12 +329,10 @@ def _ring_sizes(gaps: Sequence[float]) -> list[int]:
 
 def plot_scaling(rows: Sequence[Any], out: str | Path) -> list[Path]:
     """Table 1's study: DmSGD's bias against each variable; transients against 1 - lambda."""
-    fig, grid = new_figure(1, 5, figsize=(21, 3.8))
-    axes = grid[0]
+    fig, (axes,) = new_figure(1, 5, figsize=(21, 3.8))
     panels = [r for r in rows if r.quantity.startswith("DmSGD")]
     for ax, r in zip(axes[:4], panels, strict=True):
-        y = np.array(r.ys)
-        ax.loglog(r.xs, y, "o-", color="tab:blue", alpha=0.4, lw=0.8)
+        ax.loglog(r.xs, np.array(r.ys), "o-", color="tab:blue", alpha=0.4, lw=0.8)
         ax.set_title(f"DmSGD bias vs {r.variable}: {r.mean:+.2f} (paper {r.paper_exponent:+g})")
         ax.set_xlabel(r.variable)
         ax.set_ylabel(r.quantity + " (one line per seed)")
@@ -347,13 +340,8 @@ def plot_scaling(rows: Sequence[Any], out: str | Path) -> list[Path]:
     ax = axes[4]
     transient = [x for x in rows if x.quantity == "heterogeneity transient"]
     for i, r in enumerate(transient):
-        y = np.array(r.ys).mean(axis=1)
-        ax.loglog(
-            r.xs,
-            y,
-            label=f"{LABELS.get(r.method, r.method)}: {r.mean:+.2f} (paper {r.paper_exponent:+g})",
-            **style_for(r.method, i),
-        )
+        label = f"{LABELS.get(r.method, r.method)}: {r.mean:+.2f} (paper {r.paper_exponent:+g})"
+        ax.loglog(r.xs, np.array(r.ys).mean(axis=1), label=label, **style_for(r.method, i))
     if transient:
         sizes = _ring_sizes(transient[0].xs)
         ax.set_xlabel(f"1 - lambda (rings of {', '.join(map(str, sorted(sizes)))} agents)")
