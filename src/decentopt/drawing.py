@@ -16,13 +16,6 @@ from decentopt.topology.schedule import TopologySchedule
 __all__ = ["graphs_of", "plot_contraction", "plot_network"]
 
 
-def _rounds_to_draw(network: Any, limit: int = 8) -> list[np.ndarray]:
-    """Dense ``W`` of a static graph, or the ``W_t`` of one period (a random schedule: 4)."""
-    if not isinstance(network, TopologySchedule):
-        return [network.W.numpy()]
-    return network.matrices(count=min(network.period or 4, limit))
-
-
 def graphs_of(matrices: Sequence[np.ndarray]) -> list[Any]:
     """The links of each ``W`` (``w_ij > 0``, ``i != j``): undirected graphs when every
     ``W`` is symmetric, else directed ones with an edge ``j -> i`` (``i`` reads ``j``'s
@@ -46,7 +39,10 @@ def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",
     a circle, edge width by weight."""
     import networkx as nx
 
-    matrices = _rounds_to_draw(network)
+    if isinstance(network, TopologySchedule):  # the W_t of one period (a random schedule: 4)
+        matrices = network.matrices(count=min(network.period or 4, 8))
+    else:
+        matrices = [network.W.numpy()]
     n = matrices[0].shape[0]
     fig, axes = plt.subplots(1, len(matrices), figsize=(2.6 * len(matrices), 2.8), squeeze=False)
     pos = nx.circular_layout(range(n))

@@ -195,11 +195,10 @@ def plot_curves(
     x: str = "step",
     formats: Sequence[str] = FORMATS,
     names: dict[str, str] | None = None,
-    most: int = MOST_CURVES,
 ) -> list[Path]:
     """One panel per value of ``panel`` (or a single panel); returns the written files.
 
-    Of more than ``most`` methods, the ``most`` with the lowest final mean are drawn (the
+    Of more than :data:`MOST_CURVES` methods, those with the lowest final mean are drawn (the
     figure stays small for a grid of a thousand variants; the table has them all).
 
     ``panel_title`` is formatted with ``key``, ``value`` and, when rows carry a
@@ -209,9 +208,9 @@ def plot_curves(
     on the horizontal axis: ``"step"``, ``"rounds"``, ``"bytes_per_agent"`` or
     ``"model_time"`` (the run's network model).
     """
-    shown = best_methods(rows, metric, most)
-    if len(shown) < len({row["algorithm"] for row in rows}):
-        note = f"the {most} of {len({r['algorithm'] for r in rows})} with the lowest final {metric}"
+    shown, every = best_methods(rows, metric, MOST_CURVES), {row["algorithm"] for row in rows}
+    if len(shown) < len(every):
+        note = f"the {MOST_CURVES} of {len(every)} with the lowest final {metric}"
         title = f"{title}\n{note}" if title else note
         rows = [row for row in rows if row["algorithm"] in shown]
     panels: dict[Any, list[dict[str, Any]]] = defaultdict(list)

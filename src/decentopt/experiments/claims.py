@@ -125,7 +125,7 @@ def _effect(expect: str, test: str) -> Factory:
             verdicts, parts = [], []
             for alg in present:
                 slope, growth = heterogeneity_slope(stats, alg)
-                moving = any(stats[(lv, alg)].still_decreasing for lv in levels)
+                moving = any(stats[(lv, alg)].decreasing for lv in levels)
                 if moving or not np.isfinite(slope):
                     kind = "still decreasing" if moving else "not measurable"
                 elif slope >= TRAPPED_SLOPE:
@@ -215,7 +215,7 @@ def _converges(algorithms: Sequence[str] | None = None) -> tuple[Callable[[Stats
             elif not s.rate < 0:
                 bad.append(f"{_name(alg)} at {lv:g}: transient slope {s.rate:.3g}")
                 verdicts.append(False)
-            elif s.still_decreasing:
+            elif s.decreasing:
                 moving.append(f"{_name(alg)} at {lv:g}")
                 verdicts.append(None)
             else:
