@@ -129,15 +129,10 @@ def compare(
     if not (np.isfinite(a) and np.isfinite(b)) or np.isnan(se_a) or np.isnan(se_b):
         return None
     if se_a == 0 and se_b == 0:
-        if abs(a - b) <= 1e-12 * max(abs(a), abs(b)):
-            return 0
-        return -1 if a < b else 1
-    gap = critical_value(se_a, runs[0], se_b, runs[1], comparisons) * math.hypot(se_a, se_b)
-    if b - a > gap:
-        return -1
-    if a - b > gap:
-        return 1
-    return 0
+        gap = 1e-12 * max(abs(a), abs(b))
+    else:
+        gap = critical_value(se_a, runs[0], se_b, runs[1], comparisons) * math.hypot(se_a, se_b)
+    return -1 if b - a > gap else (1 if a - b > gap else 0)
 
 
 def compare_settling(

@@ -286,10 +286,8 @@ class Sweep:
             result = run_loop(alg, problem, comm, plan, options, labels=labels)
         result.algorithm = variant.label
         n_div = int(result.diverged.sum())
-        which = unit_name(variant.label, group)
-        self.say(
-            f"  {which:14s} {result.wall_time:7.2f} s" + (f", {n_div} diverged" if n_div else "")
-        )
+        diverged = f", {n_div} diverged" if n_div else ""
+        self.say(f"  {unit_name(variant.label, group):14s} {result.wall_time:7.2f} s{diverged}")
         facts = {"seconds": result.wall_time, "diverged": n_div, "gossip_rounds": comm.stats.rounds}
         if isinstance(problem, NeuralProblem | BatchedRuns):  # the rule's choice, on record
             facts["backend"] = problem.backend

@@ -203,17 +203,11 @@ class RunSpec(_Shared):
 
     def title(self, modified: bool = False) -> str:
         """A title built from what runs; "the paper's ..." only for an unmodified preset."""
-        hp = {
-            sym: sorted(
-                {str(v.hyperparams[k]) for v in self.algorithms.values() if k in v.hyperparams}
-            )
-            for k, sym in (("lr", "α"), ("beta", "β"))
-        }
-        parts = [self.params.describe(), self.graphs_text()]
-        parts.append(
-            (f"{self.iterations} iterations × " if self.iterations else "") + f"{self.runs} runs"
-        )
-        parts += [f"{sym} = {'/'.join(v)}" for sym, v in hp.items() if v]
+        runs = (f"{self.iterations} iterations × " if self.iterations else "") + f"{self.runs} runs"
+        parts = [self.params.describe(), self.graphs_text(), runs]
+        for key, sym in (("lr", "α"), ("beta", "β")):
+            hp = {str(v.hyperparams[key]) for v in self.algorithms.values() if key in v.hyperparams}
+            parts += [f"{sym} = {'/'.join(sorted(hp))}"] if hp else []
         paper = f" — the paper's {self.reproduces}" if self.reproduces and not modified else ""
         return ", ".join(parts) + paper
 
@@ -312,9 +306,8 @@ def _check_graphs(spec: RunSpec) -> None:
         try:
             algorithms.check_network(method, graphs[key])
         except ValueError as exc:
-            needs = method.needs
-            example = "chain" if "tree" in needs else "ring"
-            example = "directed_ring" if "symmetric" not in needs else example
+            tree = "chain" if "tree" in method.needs else "ring"
+            example = "directed_ring" if "symmetric" not in method.needs else tree
             raise ConfigError(
                 f"{spec.source} [algorithms.{label}]: {exc}; give the variant a graph of its "
                 f'own, e.g. topology = "{example}"'

@@ -252,8 +252,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
     label and claim is checked before anything runs."""
     study.parts(how)
     claims = parse_claims(study.claims, study.source, CHECKS)
-    parts = [(part, n) for part in study.specs for n in study.agents]
-    cases = [_run_case(study, part, n, out, options, how) for part, n in parts]
+    cases = [_run_case(study, p, n, out, options, how) for p in study.specs for n in study.agents]
     everything = [
         r | {"problem": c.preset, "agents": c.n, "graph": g}
         for c in cases
@@ -261,9 +260,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
         for r in rows
     ]
     files = [write_csv_atomic(out / "results.csv", everything)]
-    sections = [f"# {study.title}", ""]
-    for case in cases:
-        sections += _case_section(case)
+    sections = [f"# {study.title}", "", *(line for c in cases for line in _case_section(c))]
     files += _figures(study, cases, everything, out)
     if how.check:
         sections += _claims_section(claims, cases)
