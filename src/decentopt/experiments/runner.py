@@ -143,14 +143,11 @@ def check_memory(spec: RunSpec, available: float | None = None) -> float:
     if available is not None and need * MEMORY_MARGIN > available:
         big = sorted(((v, k) for k, v in parts.items() if v), reverse=True)
         detail = ", ".join(f"{k} {gib(v)}" for v, k in big)
-        knobs = (
-            "runs, agents, record_points, the grids of [algorithms] or the sizes in "
-            "[problem_params]"
-        )
         raise ConfigError(
             f"{spec.source}: this run needs about {gib(need)} ({detail}), and peaks reach "
             f"{MEMORY_MARGIN:g} times the estimate, but {gib(available)} of memory are "
-            f"available; lower {knobs}"
+            "available; lower runs, agents, record_points, the grids of [algorithms] or the "
+            "sizes in [problem_params]"
         )
     return need
 
