@@ -171,7 +171,14 @@ class RunSpec(_Shared):
         table = "[topology]" if spec == self.topology else f"[algorithms.{label}] topology"
         name = spec.pop("name")
         builder = topology.REGISTRY[name]
-        _check_graph_size(f"{self.source} {table}", name, self.agents, spec)
+        need, room = build_bytes(name, self.agents, spec), available_memory()
+        if room is not None and need * MEMORY_MARGIN > room:  # refused before it is built
+            raise ConfigError(
+                f"{self.source} {table}: {name} over {self.agents:,} agents needs about "
+                f"{gib(need)} to build but {gib(room)} of memory are available; lower agents "
+                "(ring and exponential cost a few bytes per agent; complete and graphs under "
+                "1,024 agents are dense)"
+            )
         if "seed" in inspect.signature(builder).parameters:
             spec.setdefault("seed", self.seeds.graph)
         try:
@@ -280,18 +287,6 @@ def load_spec(
             f"{path_or_preset}: values are nested too deeply (arrays or tables within each "
             "other hundreds of times); a specification nests a few levels"
         ) from None
-
-
-def _check_graph_size(where: str, name: str, agents: int, options: dict[str, Any]) -> None:
-    """Refuse, before it is built, a graph that cannot fit in memory (from its name and size)."""
-    need = build_bytes(name, agents, options)
-    room = available_memory()
-    if room is not None and need * MEMORY_MARGIN > room:
-        raise ConfigError(
-            f"{where}: {name} over {agents:,} agents needs about {gib(need)} to build but "
-            f"{gib(room)} of memory are available; lower agents (ring and exponential cost "
-            "a few bytes per agent; complete and graphs under 1,024 agents are dense)"
-        )
 
 
 def _check_graphs(spec: RunSpec) -> None:
