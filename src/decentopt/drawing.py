@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 
-from decentopt.plotting import save_figure, style_for
+from decentopt.plotting import new_figure, save_figure, style_for
 from decentopt.topology.schedule import TopologySchedule
 
 __all__ = ["graphs_of", "plot_contraction", "plot_network"]
@@ -44,7 +43,7 @@ def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",
     else:
         matrices = [network.W.numpy()]
     n = matrices[0].shape[0]
-    fig, axes = plt.subplots(1, len(matrices), figsize=(2.6 * len(matrices), 2.8), squeeze=False)
+    fig, axes = new_figure(1, len(matrices), figsize=(2.6 * len(matrices), 2.8))
     pos = nx.circular_layout(range(n))
     for t, (ax, graph) in enumerate(zip(axes[0], graphs_of(matrices), strict=True)):
         widths = [0.6 + 3 * d["weight"] for _, _, d in graph.edges(data=True)]
@@ -65,7 +64,7 @@ def plot_contraction(
 ) -> list[Path]:
     """``||W_{t-1} ... W_0 - 11^T/n||_2`` against gossip rounds ``t``: how fast each graph
     averages (exact averaging drops to round-off)."""
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig, ((ax,),) = new_figure(1, 1, figsize=(5.6, 3.8))
     for i, network in enumerate(networks):
         n, P, values = network.n, np.eye(network.n), [1.0]
         schedule = isinstance(network, TopologySchedule)

@@ -321,11 +321,6 @@ def plot_epochs(
     return save_figure(fig, out)
 
 
-def _ring_sizes(gaps: Sequence[float]) -> list[int]:
-    """Invert 1 - lambda = (1 - cos(2 pi / n)) / 2 of the paper's ring."""
-    return [round(2 * math.pi / math.acos(1 - 2 * g)) for g in gaps]
-
-
 def plot_scaling(rows: Sequence[Any], out: str | Path) -> list[Path]:
     """Table 1's study: DmSGD's bias against each variable; transients against 1 - lambda."""
     fig, (axes,) = new_figure(1, 5, figsize=(21, 3.8))
@@ -342,7 +337,8 @@ def plot_scaling(rows: Sequence[Any], out: str | Path) -> list[Path]:
         label = f"{LABELS.get(r.method, r.method)}: {r.mean:+.2f} (paper {r.paper_exponent:+g})"
         ax.loglog(r.xs, np.array(r.ys).mean(axis=1), label=label, **style_for(r.method, i))
     if transient:
-        sizes = _ring_sizes(transient[0].xs)
+        # invert 1 - lambda = (1 - cos(2 pi / n)) / 2 of the paper's ring
+        sizes = [round(2 * math.pi / math.acos(1 - 2 * g)) for g in transient[0].xs]
         ax.set_xlabel(f"1 - lambda (rings of {', '.join(map(str, sorted(sizes)))} agents)")
     ax.set_ylabel("sum_t consensus error / zeta0^2 (mean over seeds)")
     ax.set_title("heterogeneity transient")
@@ -373,15 +369,11 @@ def tight_box(fig: Figure, dpi: float = DPI) -> Any:
 
 def save_figure(fig: Figure, out: str | Path, formats: Sequence[str] = FORMATS) -> list[Path]:
     """Write ``fig`` as ``out.<fmt>`` for each format, all cut to one :func:`tight_box` (not
-    measured again per format), close it, return the paths."""
+    measured again per format); returns the paths."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     written = [out.with_suffix(f".{fmt}") for fmt in formats]
     box = tight_box(fig) if written else None
     for path in written:
         fig.savefig(path, dpi=DPI, bbox_inches=box)
-    if fig.canvas.manager is not None:  # a pyplot figure (drawing.py): released there
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
     return written
