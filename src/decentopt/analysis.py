@@ -147,11 +147,9 @@ def compare_settling(
     whose single values are compared as they are.
     """
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if xa.size == 0 or xb.size == 0:
+    if min(xa.size, xb.size) < (1 if exact else 2):
         return None
     if xa.size < 2 or xb.size < 2:
-        if not exact:
-            return None
         ma, mb = xa.mean(), xb.mean()
         return 0 if ma == mb else (-1 if ma < mb else 1)
     pooled = np.concatenate([xa, xb])

@@ -204,11 +204,9 @@ def _run_command(args: argparse.Namespace) -> int:
     outcome = Sweep(spec, out, options).run()
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
-    modified = args.quick or bool(args.overrides)
     claims = partial(claims_report, spec.claims) if args.check else None
-    files = write_report(
-        spec, outcome.rows, out, modified=modified, claims=claims, x=X_AXES[args.x]
-    )
+    modified, x = args.quick or bool(args.overrides), X_AXES[args.x]
+    files = write_report(spec, outcome.rows, out, modified=modified, claims=claims, x=x)
     print(
         f"{spec.name}: {len(outcome.ran)} unit(s) computed, {len(outcome.kept)} resumed, "
         f"{outcome.seconds:.1f} s; wrote " + ", ".join(map(str, files))

@@ -273,11 +273,10 @@ CHECKS: dict[str, Factory] = {
 
 
 def parse_claims(
-    tables: Sequence[dict[str, Any]], where: str, checks: Mapping[str, Factory] | None = None
+    tables: Sequence[dict[str, Any]], where: str, checks: Mapping[str, Factory] = CHECKS
 ) -> tuple[Claim, ...]:
     """``[[claims]]`` tables: ``text`` (the claim as stated), ``check`` (a name of ``checks``,
     by default :data:`CHECKS`) and its arguments."""
-    checks = CHECKS if checks is None else checks
     claims = []
     for k, table in enumerate(tables):
         args = dict(table)

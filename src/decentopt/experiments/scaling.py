@@ -64,6 +64,8 @@ class ScalingRow:
     exponents: tuple[float, ...]  # one fit per seed
     xs: tuple[float, ...]
     ys: tuple[tuple[float, ...], ...]  # per x, per seed
+    mean: float  # of the exponents
+    spread: float  # their standard deviation
 
     @classmethod
     def fitted(cls, *labels: Any, xs: Any, ys: Any) -> ScalingRow:
@@ -74,15 +76,10 @@ class ScalingRow:
         xs = np.broadcast_to(np.asarray(xs, dtype=float).reshape(len(ys), -1), ys.shape)
         lx, ly = np.log(xs), np.log(ys)
         exponents = tuple(float(np.polyfit(lx[:, s], ly[:, s], 1)[0]) for s in range(ys.shape[1]))
-        return cls(*labels, exponents, tuple(map(float, xs.mean(axis=1))), tuple(map(tuple, ys)))
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.exponents))
-
-    @property
-    def spread(self) -> float:
-        return float(np.std(self.exponents))
+        moments = (float(np.mean(exponents)), float(np.std(exponents)))
+        return cls(
+            *labels, exponents, tuple(map(float, xs.mean(axis=1))), tuple(map(tuple, ys)), *moments
+        )
 
 
 #: The layout of a measurement unit's rows; units of another layout are recomputed.
