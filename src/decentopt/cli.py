@@ -167,13 +167,6 @@ X_AXES = {
 }
 
 
-def _options(args: argparse.Namespace) -> RunOptions:
-    """How the runs of this command are carried out: built once, passed down whole."""
-    if args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
-    return RunOptions(progress=not args.no_progress, jobs=args.jobs, force=args.force, log=say_line)
-
-
 def _only(args: argparse.Namespace) -> list[str] | None:
     return None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
 
@@ -183,7 +176,12 @@ def _out(args: argparse.Namespace, name: str) -> Path:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    options = _options(args)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
+    # how the runs of this command are carried out: built once, passed down whole
+    options = RunOptions(
+        progress=not args.no_progress, jobs=args.jobs, force=args.force, log=say_line
+    )
     if is_study(read_toml(args.source)[0]):
         study = load_study(args.source, quick=args.quick)
         files = run_study(

@@ -112,9 +112,7 @@ def style_for(name: str, index: int) -> dict[str, Any]:
 def x_scale(steps: Sequence[int]) -> str:
     """``"symlog"`` when recorded steps are log-spaced (gaps grow), else ``"linear"``."""
     gaps = np.diff(np.asarray(sorted(set(steps)), dtype=float))
-    if len(gaps) < 4:
-        return "linear"
-    return "symlog" if gaps[-1] > 4 * max(gaps[1], 1.0) else "linear"
+    return "symlog" if len(gaps) >= 4 and gaps[-1] > 4 * max(gaps[1], 1.0) else "linear"
 
 
 def coincident_groups(curves: dict[str, np.ndarray], rtol: float = 1e-3) -> list[list[str]]:

@@ -107,9 +107,7 @@ def combine(verdicts: Sequence[bool | None]) -> bool | None:
 def ordered_verdict(order: int | None, strict: bool) -> bool | None:
     """Verdict on "A below B" (``strict``) or "A not above B" from :func:`compare`'s sign
     (``None``: no way to tell, e.g. one run of a random problem)."""
-    if order is None:
-        return None
-    return {-1: True, 1: False}.get(order, None if strict else True)
+    return None if order is None else {-1: True, 1: False}.get(order, None if strict else True)
 
 
 def _effect(expect: str, test: str) -> Factory:
