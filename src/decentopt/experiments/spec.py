@@ -336,7 +336,6 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
         each = f" × {top.mix_rounds:,} gossip rounds each" if top.mix_rounds > 1 else ""
         warnings.warn(
             f"{source}: {top.iterations:.3g} iterations{each} will take days; is that meant?",
-            UserWarning,
             stacklevel=3,
         )
     params = parse(kind, top.problem_params, f"{source} [problem_params]")
