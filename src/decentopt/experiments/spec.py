@@ -331,8 +331,7 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     if top.problem not in kinds.KINDS:
         raise ConfigError(f"{source}: {unknown_name('problem', top.problem, kinds.KINDS)}")
     kind = kinds.KINDS[top.problem]
-    rounds = (top.iterations or 0) * top.mix_rounds  # each gossip round is a step's work
-    if rounds > 10**8:
+    if (top.iterations or 0) * top.mix_rounds > 10**8:  # each gossip round is a step's work
         each = f" × {top.mix_rounds:,} gossip rounds each" if top.mix_rounds > 1 else ""
         warnings.warn(
             f"{source}: {top.iterations:.3g} iterations{each} will take days; is that meant?",

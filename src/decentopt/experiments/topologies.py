@@ -163,20 +163,6 @@ def tracking_exact(case: Case, k: int) -> tuple[bool | None, str]:
 
 
 # ------------------------------------------------------------------- report
-def _graph_table(case: Case) -> str:
-    methods = list(next(iter(case.stats.values())))
-    header = ["graph", "peers / round", "λ per round", "ms / iteration"]
-    body = []
-    for graph, spec in case.specs.items():
-        network, stats = spec.build_topology(), [case.stats[graph][m] for m in methods]
-        errors = [
-            f"diverged ({s.diverged})" if s.steady != s.steady else f"{s.steady:.2e}" for s in stats
-        ]
-        ms = f"{_per_iteration(case, graph) * 1e3:.3f}"
-        body.append([graph, network.max_degree, f"{network.lam:.4f}", ms, *errors])
-    return markdown_table([*header, *(LABELS.get(m, m) for m in methods)], body)
-
-
 def _run_case(
     study: Study, part: str, n: int, out: Path, options: RunOptions, how: Request
 ) -> Case:
@@ -198,7 +184,18 @@ def _run_case(
 
 
 def _case_section(case: Case) -> list[str]:
-    spec = next(iter(case.specs.values()))
+    """One problem at one n: per graph, its peers per round, rate, modelled time per
+    iteration and every method's steady error."""
+    spec, methods = next(iter(case.specs.values())), list(next(iter(case.stats.values())))
+    body = []
+    for graph, part in case.specs.items():
+        built, stats = part.build_topology(), [case.stats[graph][m] for m in methods]
+        errors = [
+            f"diverged ({s.diverged})" if s.steady != s.steady else f"{s.steady:.2e}" for s in stats
+        ]
+        ms = f"{_per_iteration(case, graph) * 1e3:.3f}"
+        body.append([graph, built.max_degree, f"{built.lam:.4f}", ms, *errors])
+    header = ["graph", "peers / round", "λ per round", "ms / iteration"]
     network = spec.network
     return [
         f"## {case.name}",
@@ -209,7 +206,7 @@ def _case_section(case: Case) -> list[str]:
         f"{network.latency * 1e6:g} µs per message, {network.compute * 1e6:g} µs of "
         "compute per step, the busiest agent setting each round.",
         "",
-        _graph_table(case),
+        markdown_table([*header, *(LABELS.get(m, m) for m in methods)], body),
         "",
     ]
 
