@@ -129,15 +129,10 @@ def compare(
     if not (np.isfinite(a) and np.isfinite(b)) or np.isnan(se_a) or np.isnan(se_b):
         return None
     if se_a == 0 and se_b == 0:
-        if abs(a - b) <= 1e-12 * max(abs(a), abs(b)):
-            return 0
-        return -1 if a < b else 1
-    gap = critical_value(se_a, runs[0], se_b, runs[1], comparisons) * math.hypot(se_a, se_b)
-    if b - a > gap:
-        return -1
-    if a - b > gap:
-        return 1
-    return 0
+        gap = 1e-12 * max(abs(a), abs(b))
+    else:
+        gap = critical_value(se_a, runs[0], se_b, runs[1], comparisons) * math.hypot(se_a, se_b)
+    return -1 if b - a > gap else (1 if a - b > gap else 0)
 
 
 def compare_settling(
@@ -152,11 +147,9 @@ def compare_settling(
     whose single values are compared as they are.
     """
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if xa.size == 0 or xb.size == 0:
+    if min(xa.size, xb.size) < (1 if exact else 2):
         return None
     if xa.size < 2 or xb.size < 2:
-        if not exact:
-            return None
         ma, mb = xa.mean(), xb.mean()
         return 0 if ma == mb else (-1 if ma < mb else 1)
     pooled = np.concatenate([xa, xb])

@@ -167,32 +167,29 @@ X_AXES = {
 }
 
 
-def _options(args: argparse.Namespace) -> RunOptions:
-    """How the runs of this command are carried out: built once, passed down whole."""
-    if args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
-    return RunOptions(progress=not args.no_progress, jobs=args.jobs, force=args.force, log=say_line)
-
-
 def _only(args: argparse.Namespace) -> list[str] | None:
     return None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
 
 
-def _run_study(args: argparse.Namespace, options: RunOptions) -> int:
-    study = load_study(args.source, quick=args.quick)
-    out = args.out or Path("results") / (study.name + ("-quick" if args.quick else ""))
-    files = run_study(
-        study, out, options, quick=args.quick, sets=args.overrides, only=_only(args),
-        check=args.check,
-    )  # fmt: skip
-    print("wrote " + ", ".join(map(str, files)))
-    return 0
+def _out(args: argparse.Namespace, name: str) -> Path:
+    return args.out or Path("results") / (name + ("-quick" if args.quick else ""))
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    options = _options(args)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
+    # how the runs of this command are carried out: built once, passed down whole
+    options = RunOptions(
+        progress=not args.no_progress, jobs=args.jobs, force=args.force, log=say_line
+    )
     if is_study(read_toml(args.source)[0]):
-        return _run_study(args, options)
+        study = load_study(args.source, quick=args.quick)
+        files = run_study(
+            study, _out(args, study.name), options, quick=args.quick, sets=args.overrides,
+            only=_only(args), check=args.check,
+        )  # fmt: skip
+        print("wrote " + ", ".join(map(str, files)))
+        return 0
     spec = load_spec(args.source, quick=args.quick, overrides=args.overrides)
     if args.only is not None:
         spec = spec.select(_only(args) or [])
@@ -201,15 +198,13 @@ def _run_command(args: argparse.Namespace) -> int:
             f"--check: {spec.name} states no claims; omit --check, or add [[claims]] tables "
             "(docs/experiments.md)"
         )
-    out = args.out or Path("results") / (spec.name + ("-quick" if args.quick else ""))
+    out = _out(args, spec.name)
     outcome = Sweep(spec, out, options).run()
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
-    modified = args.quick or bool(args.overrides)
     claims = partial(claims_report, spec.claims) if args.check else None
-    files = write_report(
-        spec, outcome.rows, out, modified=modified, claims=claims, x=X_AXES[args.x]
-    )
+    modified, x = args.quick or bool(args.overrides), X_AXES[args.x]
+    files = write_report(spec, outcome.rows, out, modified=modified, claims=claims, x=x)
     print(
         f"{spec.name}: {len(outcome.ran)} unit(s) computed, {len(outcome.kept)} resumed, "
         f"{outcome.seconds:.1f} s; wrote " + ", ".join(map(str, files))

@@ -7,20 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 
-from decentopt.plotting import save_figure, style_for
+from decentopt.plotting import new_figure, save_figure, style_for
 from decentopt.topology.schedule import TopologySchedule
 
 __all__ = ["graphs_of", "plot_contraction", "plot_network"]
-
-
-def _rounds_to_draw(network: Any, limit: int = 8) -> list[np.ndarray]:
-    """Dense ``W`` of a static graph, or the ``W_t`` of one period (a random schedule: 4)."""
-    if not isinstance(network, TopologySchedule):
-        return [network.W.numpy()]
-    return network.matrices(count=min(network.period or 4, limit))
 
 
 def graphs_of(matrices: Sequence[np.ndarray]) -> list[Any]:
@@ -46,9 +38,12 @@ def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",
     a circle, edge width by weight."""
     import networkx as nx
 
-    matrices = _rounds_to_draw(network)
+    if isinstance(network, TopologySchedule):  # the W_t of one period (a random schedule: 4)
+        matrices = network.matrices(count=min(network.period or 4, 8))
+    else:
+        matrices = [network.W.numpy()]
     n = matrices[0].shape[0]
-    fig, axes = plt.subplots(1, len(matrices), figsize=(2.6 * len(matrices), 2.8), squeeze=False)
+    fig, axes = new_figure(1, len(matrices), figsize=(2.6 * len(matrices), 2.8))
     pos = nx.circular_layout(range(n))
     for t, (ax, graph) in enumerate(zip(axes[0], graphs_of(matrices), strict=True)):
         widths = [0.6 + 3 * d["weight"] for _, _, d in graph.edges(data=True)]
@@ -69,18 +64,12 @@ def plot_contraction(
 ) -> list[Path]:
     """``||W_{t-1} ... W_0 - 11^T/n||_2`` against gossip rounds ``t``: how fast each graph
     averages (exact averaging drops to round-off)."""
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig, ((ax,),) = new_figure(1, 1, figsize=(5.6, 3.8))
     for i, network in enumerate(networks):
-        n = network.n
-        P = np.eye(n)
-        values = [1.0]
+        n, P, values = network.n, np.eye(network.n), [1.0]
+        schedule = isinstance(network, TopologySchedule)
         for t in range(rounds):
-            W = (
-                network.at(t).matrix()
-                if isinstance(network, TopologySchedule)
-                else network.W.numpy()
-            )
-            P = W @ P
+            P = (network.at(t).matrix() if schedule else network.W.numpy()) @ P
             values.append(max(float(np.linalg.norm(P - 1.0 / n, 2)), 1e-16))
         style = style_for(network.name, i)
         ax.plot(range(rounds + 1), values, label=network.name, markevery=5, **style)

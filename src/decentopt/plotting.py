@@ -112,9 +112,7 @@ def style_for(name: str, index: int) -> dict[str, Any]:
 def x_scale(steps: Sequence[int]) -> str:
     """``"symlog"`` when recorded steps are log-spaced (gaps grow), else ``"linear"``."""
     gaps = np.diff(np.asarray(sorted(set(steps)), dtype=float))
-    if len(gaps) < 4:
-        return "linear"
-    return "symlog" if gaps[-1] > 4 * max(gaps[1], 1.0) else "linear"
+    return "symlog" if len(gaps) >= 4 and gaps[-1] > 4 * max(gaps[1], 1.0) else "linear"
 
 
 def coincident_groups(curves: dict[str, np.ndarray], rtol: float = 1e-3) -> list[list[str]]:
@@ -193,13 +191,12 @@ def plot_curves(
     title: str | None = None,
     xscale: str = "auto",
     x: str = "step",
-    formats: Sequence[str] = ("png", "pdf"),
+    formats: Sequence[str] = FORMATS,
     names: dict[str, str] | None = None,
-    most: int = MOST_CURVES,
 ) -> list[Path]:
     """One panel per value of ``panel`` (or a single panel); returns the written files.
 
-    Of more than ``most`` methods, the ``most`` with the lowest final mean are drawn (the
+    Of more than :data:`MOST_CURVES` methods, those with the lowest final mean are drawn (the
     figure stays small for a grid of a thousand variants; the table has them all).
 
     ``panel_title`` is formatted with ``key``, ``value`` and, when rows carry a
@@ -209,9 +206,9 @@ def plot_curves(
     on the horizontal axis: ``"step"``, ``"rounds"``, ``"bytes_per_agent"`` or
     ``"model_time"`` (the run's network model).
     """
-    shown = best_methods(rows, metric, most)
-    if len(shown) < len({row["algorithm"] for row in rows}):
-        note = f"the {most} of {len({r['algorithm'] for r in rows})} with the lowest final {metric}"
+    shown, every = best_methods(rows, metric, MOST_CURVES), {row["algorithm"] for row in rows}
+    if len(shown) < len(every):
+        note = f"the {MOST_CURVES} of {len(every)} with the lowest final {metric}"
         title = f"{title}\n{note}" if title else note
         rows = [row for row in rows if row["algorithm"] in shown]
     panels: dict[Any, list[dict[str, Any]]] = defaultdict(list)
@@ -229,14 +226,9 @@ def plot_curves(
             ax.set_title(panel_title.format(key=panel, value=key, zeta2=zeta2))
         ax.grid(alpha=0.3, which="both", lw=0.4)
         _note_coincident(ax, means, names)
-    shown, names = names, ordered(list(legend))
-    fig.legend(
-        [legend[a] for a in names],
-        [_shown(a, shown) for a in names],
-        fontsize=8,
-        loc="center left",
-        bbox_to_anchor=(1.0, 0.5),
-    )
+    order = ordered(list(legend))
+    handles, labels = [legend[a] for a in order], [_shown(a, names) for a in order]
+    fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     if title:  # a grid's title lists every value: cut, so that the figure stays small
         fig.suptitle("\n".join(textwrap.shorten(line, 160) for line in title.splitlines()))
     tight_layout(fig)
@@ -327,19 +319,12 @@ def plot_epochs(
     return save_figure(fig, out)
 
 
-def _ring_sizes(gaps: Sequence[float]) -> list[int]:
-    """Invert 1 - lambda = (1 - cos(2 pi / n)) / 2 of the paper's ring."""
-    return [round(2 * math.pi / math.acos(1 - 2 * g)) for g in gaps]
-
-
 def plot_scaling(rows: Sequence[Any], out: str | Path) -> list[Path]:
     """Table 1's study: DmSGD's bias against each variable; transients against 1 - lambda."""
-    fig, grid = new_figure(1, 5, figsize=(21, 3.8))
-    axes = grid[0]
+    fig, (axes,) = new_figure(1, 5, figsize=(21, 3.8))
     panels = [r for r in rows if r.quantity.startswith("DmSGD")]
     for ax, r in zip(axes[:4], panels, strict=True):
-        y = np.array(r.ys)
-        ax.loglog(r.xs, y, "o-", color="tab:blue", alpha=0.4, lw=0.8)
+        ax.loglog(r.xs, np.array(r.ys), "o-", color="tab:blue", alpha=0.4, lw=0.8)
         ax.set_title(f"DmSGD bias vs {r.variable}: {r.mean:+.2f} (paper {r.paper_exponent:+g})")
         ax.set_xlabel(r.variable)
         ax.set_ylabel(r.quantity + " (one line per seed)")
@@ -347,15 +332,11 @@ def plot_scaling(rows: Sequence[Any], out: str | Path) -> list[Path]:
     ax = axes[4]
     transient = [x for x in rows if x.quantity == "heterogeneity transient"]
     for i, r in enumerate(transient):
-        y = np.array(r.ys).mean(axis=1)
-        ax.loglog(
-            r.xs,
-            y,
-            label=f"{LABELS.get(r.method, r.method)}: {r.mean:+.2f} (paper {r.paper_exponent:+g})",
-            **style_for(r.method, i),
-        )
+        label = f"{LABELS.get(r.method, r.method)}: {r.mean:+.2f} (paper {r.paper_exponent:+g})"
+        ax.loglog(r.xs, np.array(r.ys).mean(axis=1), label=label, **style_for(r.method, i))
     if transient:
-        sizes = _ring_sizes(transient[0].xs)
+        # invert 1 - lambda = (1 - cos(2 pi / n)) / 2 of the paper's ring
+        sizes = [round(2 * math.pi / math.acos(1 - 2 * g)) for g in transient[0].xs]
         ax.set_xlabel(f"1 - lambda (rings of {', '.join(map(str, sorted(sizes)))} agents)")
     ax.set_ylabel("sum_t consensus error / zeta0^2 (mean over seeds)")
     ax.set_title("heterogeneity transient")
@@ -386,15 +367,11 @@ def tight_box(fig: Figure, dpi: float = DPI) -> Any:
 
 def save_figure(fig: Figure, out: str | Path, formats: Sequence[str] = FORMATS) -> list[Path]:
     """Write ``fig`` as ``out.<fmt>`` for each format, all cut to one :func:`tight_box` (not
-    measured again per format), close it, return the paths."""
+    measured again per format); returns the paths."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     written = [out.with_suffix(f".{fmt}") for fmt in formats]
     box = tight_box(fig) if written else None
     for path in written:
         fig.savefig(path, dpi=DPI, bbox_inches=box)
-    if fig.canvas.manager is not None:  # a pyplot figure (drawing.py): released there
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
     return written

@@ -253,16 +253,11 @@ _NOT_SYMMETRIC = (
 
 
 def _schedule_report(schedule: Any, *, L: float, beta: float) -> list[tuple[str, str]]:
-    if "symmetric" not in schedule.offers:
-        per_round = ("P_t per round", _DIRECTED + " over a period")
-        assumption = ("Assumption 1", _NOT_SYMMETRIC)
-    else:
-        per_round = (
-            "Assumption 1 per round",
-            "symmetric, doubly stochastic, w_ii > 0"
-            + (", W_t >= 0" if schedule.psd else "; some W_t have a negative eigenvalue"),
-        )
-        assumption = None
+    symmetric = "symmetric" in schedule.offers
+    per_round = ("P_t per round", _DIRECTED + " over a period")
+    if symmetric:
+        psd = ", W_t >= 0" if schedule.psd else "; some W_t have a negative eigenvalue"
+        per_round = ("Assumption 1 per round", "symmetric, doubly stochastic, w_ii > 0" + psd)
     rows = [
         ("topology", schedule.name),
         ("n", str(schedule.n)),
@@ -276,8 +271,8 @@ def _schedule_report(schedule: Any, *, L: float, beta: float) -> list[tuple[str,
         ("most peers per round", str(schedule.max_degree)),
         per_round,
     ]
-    if assumption is not None:
-        return [*rows, assumption]
+    if not symmetric:
+        return [*rows, ("Assumption 1", _NOT_SYMMETRIC)]
     return rows + _step_sizes(max(schedule.lam, 1e-12), L, beta, "at lambda per round (heuristic)")
 
 

@@ -142,7 +142,7 @@ def test_a_method_still_falling_is_marked_and_its_trend_measured():
     first, second = idx[: len(idx) // 2], idx[len(idx) // 2 :]
     want = np.mean([r[second].mean() for r in slow]) / np.mean([r[first].mean() for r in slow])
     assert stats[(1.0, "a")].trend == pytest.approx(want, rel=1e-12)
-    assert stats[(1.0, "a")].still_decreasing and not stats[(1.0, "b")].still_decreasing
+    assert stats[(1.0, "a")].decreasing and not stats[(1.0, "b")].decreasing
 
 
 def test_two_methods_that_never_settle_are_not_one_sooner():

@@ -64,6 +64,8 @@ __all__ = [
 ]
 
 Stats = dict[tuple[float, str], Stat]
+#: Makes a check from a ``[[claims]]`` table's arguments: the check and its test in words.
+Factory = Callable[..., tuple[Callable[[Any], "Verdict"], str]]
 
 #: Log-log slope against zeta^2 from which an error is "trapped".
 TRAPPED_SLOPE = 0.5
@@ -105,38 +107,40 @@ def combine(verdicts: Sequence[bool | None]) -> bool | None:
 def ordered_verdict(order: int | None, strict: bool) -> bool | None:
     """Verdict on "A below B" (``strict``) or "A not above B" from :func:`compare`'s sign
     (``None``: no way to tell, e.g. one run of a random problem)."""
-    if order is None:
-        return None
-    return {-1: True, 1: False}.get(order, None if strict else True)
+    return None if order is None else {-1: True, 1: False}.get(order, None if strict else True)
 
 
-def heterogeneity_effect(algs: Sequence[str], expect: str) -> Callable[[Stats], Verdict]:
-    """``expect`` "trapped" or "unaffected", with the thresholds of the module docstring."""
+def _effect(expect: str, test: str) -> Factory:
+    """``expect`` "trapped" or "unaffected" for the named algorithms, with the thresholds of
+    the module docstring; ``test``: its words, ``{}`` the algorithms."""
 
-    def check(stats: Stats) -> Verdict:
-        present = [a for a in algs if a in _algs(stats)]
-        if not present or len(levels_by_zeta(stats)) < 2:
-            return Verdict(None, "needs these algorithms and at least two heterogeneity levels")
-        verdicts, parts, levels = [], [], levels_by_zeta(stats)
-        for alg in present:
-            slope, growth = heterogeneity_slope(stats, alg)
-            moving = any(stats[(lv, alg)].still_decreasing for lv in levels)
-            if moving or not np.isfinite(slope):
-                kind = "still decreasing" if moving else "not measurable"
-            elif slope >= TRAPPED_SLOPE:
-                kind = "trapped"
-            elif growth <= UNAFFECTED_GROWTH:
-                kind = "unaffected"
-            else:
-                kind = "between"
-            verdicts.append(
-                True if kind == expect else (False if kind in ("trapped", "unaffected") else None)
-            )
-            parts.append(f"{_name(alg)} slope {slope:+.2f}, x{growth:.3g} ({kind})")
-        low, high = (stats[(lv, present[0])].zeta2 for lv in (levels[0], levels[-1]))
-        return Verdict(combine(verdicts), f"ζ² from {low:.3g} to {high:.3g}: " + "; ".join(parts))
+    def make(algorithms: Sequence[str]) -> tuple[Callable[[Stats], Verdict], str]:
+        def check(stats: Stats) -> Verdict:
+            present = [a for a in algorithms if a in _algs(stats)]
+            levels = levels_by_zeta(stats)
+            if not present or len(levels) < 2:
+                return Verdict(None, "needs these algorithms and at least two heterogeneity levels")
+            verdicts, parts = [], []
+            for alg in present:
+                slope, growth = heterogeneity_slope(stats, alg)
+                moving = any(stats[(lv, alg)].decreasing for lv in levels)
+                if moving or not np.isfinite(slope):
+                    kind = "still decreasing" if moving else "not measurable"
+                elif slope >= TRAPPED_SLOPE:
+                    kind = "trapped"
+                elif growth <= UNAFFECTED_GROWTH:
+                    kind = "unaffected"
+                else:
+                    kind = "between"
+                verdicts.append({"trapped": False, "unaffected": False, expect: True}.get(kind))
+                parts.append(f"{_name(alg)} slope {slope:+.2f}, x{growth:.3g} ({kind})")
+            low, high = (stats[(lv, present[0])].zeta2 for lv in (levels[0], levels[-1]))
+            evidence = f"ζ² from {low:.3g} to {high:.3g}: " + "; ".join(parts)
+            return Verdict(combine(verdicts), evidence)
 
-    return check
+        return check, test.format(_names(algorithms))
+
+    return make
 
 
 def ordered(
@@ -176,40 +180,6 @@ def held_back_by_tracking(stats: Stats) -> Verdict:
     )
 
 
-def converges_linearly(stats: Stats, algorithms: Sequence[str] | None = None) -> Verdict:
-    """No divergence, a negative transient slope of log(error), a flat tail (for every
-    method, or for ``algorithms``)."""
-    if algorithms is not None:
-        missing = [a for a in algorithms if a not in _algs(stats)]
-        if missing:
-            return Verdict(None, f"needs {_names(missing)}")
-        stats = {k: v for k, v in stats.items() if k[1] in algorithms}
-    verdicts, slow, moving, bad = [], [], [], []
-    for (lv, alg), s in sorted(stats.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if s.diverged:
-            bad.append(f"{_name(alg)} at {lv:g}: {s.diverged} diverged")
-            verdicts.append(False)
-        elif not s.rate < 0:
-            bad.append(f"{_name(alg)} at {lv:g}: transient slope {s.rate:.3g}")
-            verdicts.append(False)
-        elif s.still_decreasing:
-            moving.append(f"{_name(alg)} at {lv:g}")
-            verdicts.append(None)
-        else:
-            verdicts.append(True)
-            slow.append(s.rate)
-    text = (
-        f"transient slopes of log(error) from {min(slow):.3g} to {max(slow):.3g} per iteration"
-        if slow
-        else "no method converged"
-    )
-    if moving:
-        text += f"; still decreasing at the end: {', '.join(moving)}"
-    if bad:
-        text += f"; failing: {', '.join(bad)}"
-    return Verdict(combine(verdicts), text)
-
-
 _SIG = f"at a {ALPHA:.0%} family-wise level"
 
 
@@ -225,13 +195,42 @@ def _ordering(measure: Measure, strict: bool, words: str) -> Callable[..., Any]:
     return make
 
 
-def _converges(
-    algorithms: Sequence[str] | None = None,
-) -> tuple[Callable[[Stats], Verdict], str]:
+def _converges(algorithms: Sequence[str] | None = None) -> tuple[Callable[[Stats], Verdict], str]:
+    """No divergence, a negative transient slope of log(error), a flat tail (for every
+    method, or for ``algorithms``)."""
     test = "no divergence; negative slope of log(error) over the transient; flat tail"
-    if algorithms is None:
-        return converges_linearly, test
-    return lambda stats: converges_linearly(stats, algorithms), f"{_names(algorithms)}: {test}"
+
+    def check(stats: Stats) -> Verdict:
+        missing = [a for a in algorithms or () if a not in _algs(stats)]
+        if missing:
+            return Verdict(None, f"needs {_names(missing)}")
+        chosen = {k: v for k, v in stats.items() if algorithms is None or k[1] in algorithms}
+        verdicts, slow, moving, bad = [], [], [], []
+        for (lv, alg), s in sorted(chosen.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            if s.diverged:
+                bad.append(f"{_name(alg)} at {lv:g}: {s.diverged} diverged")
+                verdicts.append(False)
+            elif not s.rate < 0:
+                bad.append(f"{_name(alg)} at {lv:g}: transient slope {s.rate:.3g}")
+                verdicts.append(False)
+            elif s.decreasing:
+                moving.append(f"{_name(alg)} at {lv:g}")
+                verdicts.append(None)
+            else:
+                verdicts.append(True)
+                slow.append(s.rate)
+        text = (
+            f"transient slopes of log(error) from {min(slow):.3g} to {max(slow):.3g} per iteration"
+            if slow
+            else "no method converged"
+        )
+        if moving:
+            text += f"; still decreasing at the end: {', '.join(moving)}"
+        if bad:
+            text += f"; failing: {', '.join(bad)}"
+        return Verdict(combine(verdicts), text)
+
+    return check, test if algorithms is None else f"{_names(algorithms)}: {test}"
 
 
 def _fewer_bytes(
@@ -248,15 +247,6 @@ def _fewer_bytes(
     return ordered(bytes_measure(threshold, factor), algorithm, others, strict=True), test
 
 
-def _effect(expect: str, test: str) -> Callable[..., Any]:
-    def make(algorithms: Sequence[str]) -> tuple[Callable[[Stats], Verdict], str]:
-        return heterogeneity_effect(algorithms, expect), test.format(_names(algorithms))
-
-    return make
-
-
-#: Makes a check from a ``[[claims]]`` table's arguments: the check and its test in words.
-Factory = Callable[..., tuple[Callable[[Any], Verdict], str]]
 #: Checks a ``[[claims]]`` table can name (``check = "NAME"`` plus its arguments).
 CHECKS: dict[str, Factory] = {
     "converges_linearly": _converges,
@@ -281,11 +271,10 @@ CHECKS: dict[str, Factory] = {
 
 
 def parse_claims(
-    tables: Sequence[dict[str, Any]], where: str, checks: Mapping[str, Factory] | None = None
+    tables: Sequence[dict[str, Any]], where: str, checks: Mapping[str, Factory] = CHECKS
 ) -> tuple[Claim, ...]:
     """``[[claims]]`` tables: ``text`` (the claim as stated), ``check`` (a name of ``checks``,
     by default :data:`CHECKS`) and its arguments."""
-    checks = CHECKS if checks is None else checks
     claims = []
     for k, table in enumerate(tables):
         args = dict(table)

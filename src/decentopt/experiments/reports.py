@@ -174,9 +174,8 @@ def write_report(
 
     ``x``: the column the curves of a panel sweep are drawn against (see
     :data:`~decentopt.plotting.X_LABELS`)."""
-    title = spec.title(modified)
+    title, names = spec.title(modified), spec.display_names()
     if spec.panel is None:
-        names = spec.display_names()
         tables = final_markdown(rows, spec.params.metrics, names)
         shown = [m for m in ("train_loss", "test_loss", spec.metric) if m in rows[0]]
         files = plot_epochs(rows, shown or [spec.metric], out / spec.name, title, names)
@@ -187,7 +186,7 @@ def write_report(
             [summary_markdown(stats, spec)]
             + [summary_markdown(summarise(rows, spec, m), spec, m) for m in spec.also_report]
         )
-        order, names = levels_by_zeta(stats), spec.display_names()
+        order = levels_by_zeta(stats)
         files = panel_curves(spec, rows, out / spec.name, title, order, x=x, names=names)
     say(tables)
     report = [f"# {spec.name}: {title}", "", tables]

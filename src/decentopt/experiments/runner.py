@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,6 @@ def _work(index: int) -> tuple[int, tuple[list, dict]]:
         return index, _WORK["compute"](variant, group, Path())
 
 
-def _start_worker() -> None:
-    die_with_parent(signal.SIGKILL)  # a killed sweep leaves no worker computing on
-
-
 def _in_workers(
     jobs: int,
     pending: list,
@@ -73,9 +70,9 @@ def _in_workers(
         build(None)  # the batched problem, built once and inherited by every worker
         _WORK.update(pending=pending, compute=compute)
         context = multiprocessing.get_context("fork")
-        pool = ProcessPoolExecutor(
-            min(jobs, len(pending)), mp_context=context, initializer=_start_worker
-        )
+        # a killed sweep leaves no worker computing on
+        stop = partial(die_with_parent, signal.SIGKILL)
+        pool = ProcessPoolExecutor(min(jobs, len(pending)), mp_context=context, initializer=stop)
         try:
             futures = [pool.submit(_work, index) for index in range(len(pending))]
             for count, future in enumerate(as_completed(futures), start=1):
@@ -146,14 +143,11 @@ def check_memory(spec: RunSpec, available: float | None = None) -> float:
     if available is not None and need * MEMORY_MARGIN > available:
         big = sorted(((v, k) for k, v in parts.items() if v), reverse=True)
         detail = ", ".join(f"{k} {gib(v)}" for v, k in big)
-        knobs = (
-            "runs, agents, record_points, the grids of [algorithms] or the sizes in "
-            "[problem_params]"
-        )
         raise ConfigError(
             f"{spec.source}: this run needs about {gib(need)} ({detail}), and peaks reach "
             f"{MEMORY_MARGIN:g} times the estimate, but {gib(available)} of memory are "
-            f"available; lower {knobs}"
+            "available; lower runs, agents, record_points, the grids of [algorithms] or the "
+            "sizes in [problem_params]"
         )
     return need
 
@@ -229,10 +223,8 @@ class Sweep:
         if key not in self.graphs:  # the shared table's graph is the one built at the start
             shared_table = self.spec.topology_of(label) == self.spec.topology
             network = self.topology if shared_table else self.spec.build_topology(label)
-            timeout = self.spec.timeout
-            shared = (
-                DistributedCommunicator(network, timeout=timeout) if self.job.world > 1 else None
-            )
+            world = self.job.world > 1
+            shared = DistributedCommunicator(network, timeout=self.spec.timeout) if world else None
             self.graphs[key] = (network, shared)
         return self.graphs[key]
 
@@ -291,10 +283,8 @@ class Sweep:
             result = run_loop(alg, problem, comm, plan, options, labels=labels)
         result.algorithm = variant.label
         n_div = int(result.diverged.sum())
-        which = unit_name(variant.label, group)
-        self.say(
-            f"  {which:14s} {result.wall_time:7.2f} s" + (f", {n_div} diverged" if n_div else "")
-        )
+        diverged = f", {n_div} diverged" if n_div else ""
+        self.say(f"  {unit_name(variant.label, group):14s} {result.wall_time:7.2f} s{diverged}")
         facts = {"seconds": result.wall_time, "diverged": n_div, "gossip_rounds": comm.stats.rounds}
         if isinstance(problem, NeuralProblem | BatchedRuns):  # the rule's choice, on record
             facts["backend"] = problem.backend

@@ -64,6 +64,8 @@ class ScalingRow:
     exponents: tuple[float, ...]  # one fit per seed
     xs: tuple[float, ...]
     ys: tuple[tuple[float, ...], ...]  # per x, per seed
+    mean: float  # of the exponents
+    spread: float  # their standard deviation
 
     @classmethod
     def fitted(cls, *labels: Any, xs: Any, ys: Any) -> ScalingRow:
@@ -74,15 +76,10 @@ class ScalingRow:
         xs = np.broadcast_to(np.asarray(xs, dtype=float).reshape(len(ys), -1), ys.shape)
         lx, ly = np.log(xs), np.log(ys)
         exponents = tuple(float(np.polyfit(lx[:, s], ly[:, s], 1)[0]) for s in range(ys.shape[1]))
-        return cls(*labels, exponents, tuple(map(float, xs.mean(axis=1))), tuple(map(tuple, ys)))
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.exponents))
-
-    @property
-    def spread(self) -> float:
-        return float(np.std(self.exponents))
+        moments = (float(np.mean(exponents)), float(np.std(exponents)))
+        return cls(
+            *labels, exponents, tuple(map(float, xs.mean(axis=1))), tuple(map(tuple, ys)), *moments
+        )
 
 
 #: The layout of a measurement unit's rows; units of another layout are recomputed.
@@ -107,11 +104,6 @@ def measured(
     return np.array([r["value"] for r in sorted(stored, key=lambda r: r["seed"])])
 
 
-def _iterations(alpha: float, mu: float, gap: float) -> int:
-    # enough steps for both the optimisation (rate alpha mu) and the consensus (rate 1 - lambda)
-    return int(min(150_000, 25 / (alpha * mu) + 25 / gap))
-
-
 def dmsgd_bias_rows(
     seeds: int, quick: bool, log: Callable[[str], None], store: ResultStore | None = None
 ) -> list[ScalingRow]:
@@ -125,7 +117,9 @@ def dmsgd_bias_rows(
         and the ring."""
         prob = Quadratic.paper(n=m, d=d, p=p, c=c, sigma2=0.0, repetitions=seeds, seed=11)
         topo = topology.ring(m)
-        T = _iterations(hp["lr"] / (1 - hp["beta"]), float(prob.mu.min()), topo.spectral_gap)
+        # enough steps for the optimisation (rate alpha mu) and the consensus (1 - lambda)
+        alpha_mu = hp["lr"] / (1 - hp["beta"]) * float(prob.mu.min())
+        T = int(min(150_000, 25 / alpha_mu + 25 / topo.spectral_gap))
 
         def compute() -> np.ndarray:
             res = simulate(algorithms.make("dmsgd", **hp), prob, topo, T, record=T)
@@ -240,10 +234,10 @@ def scaling_table(rows: Sequence[ScalingRow]) -> list[dict[str, object]]:
 
 def scaling_markdown(rows: Sequence[ScalingRow]) -> str:
     header = ["quantity", "method", "against", "fitted exponent (mean ± spread over seeds)"]
-    fitted = [f"{r.mean:+.2f} ± {r.spread:.2f}" for r in rows]
+    fit = "{0.mean:+.2f} ± {0.spread:.2f}"
     cells = [
-        [r.quantity, r.method, r.variable, fit, f"{r.paper_exponent:+g}", _verdict(r)]
-        for r, fit in zip(rows, fitted, strict=True)
+        [r.quantity, r.method, r.variable, fit.format(r), f"{r.paper_exponent:+g}", _verdict(r)]
+        for r in rows
     ]
     return markdown_table([*header, "paper", ""], cells)
 

@@ -154,12 +154,9 @@ class RunSpec(_Shared):
         """The problem of all runs (``None``, batched kinds) or of the runs ``runs``
         (consecutive; run r has data seed ``seeds.data + r``); ``rank``: only that agent
         (one process per agent)."""
-        if runs is None:
-            return self.params.build(
-                agents=self.agents, runs=self.runs, seed=self.seeds.data, rank=rank
-            )
-        seed = self.seeds.data + runs[0]
-        return self.params.build(agents=self.agents, runs=len(runs), seed=seed, rank=rank)
+        first, count = (0, self.runs) if runs is None else (runs[0], len(runs))
+        seed = self.seeds.data + first
+        return self.params.build(agents=self.agents, runs=count, seed=seed, rank=rank)
 
     def topology_of(self, label: str | None = None) -> dict[str, Any]:
         """The ``[topology]`` table the variant ``label`` runs on (None: the shared one)."""
@@ -174,7 +171,14 @@ class RunSpec(_Shared):
         table = "[topology]" if spec == self.topology else f"[algorithms.{label}] topology"
         name = spec.pop("name")
         builder = topology.REGISTRY[name]
-        _check_graph_size(f"{self.source} {table}", name, self.agents, spec)
+        need, room = build_bytes(name, self.agents, spec), available_memory()
+        if room is not None and need * MEMORY_MARGIN > room:  # refused before it is built
+            raise ConfigError(
+                f"{self.source} {table}: {name} over {self.agents:,} agents needs about "
+                f"{gib(need)} to build but {gib(room)} of memory are available; lower agents "
+                "(ring and exponential cost a few bytes per agent; complete and graphs under "
+                "1,024 agents are dense)"
+            )
         if "seed" in inspect.signature(builder).parameters:
             spec.setdefault("seed", self.seeds.graph)
         try:
@@ -206,17 +210,11 @@ class RunSpec(_Shared):
 
     def title(self, modified: bool = False) -> str:
         """A title built from what runs; "the paper's ..." only for an unmodified preset."""
-        hp = {
-            sym: sorted(
-                {str(v.hyperparams[k]) for v in self.algorithms.values() if k in v.hyperparams}
-            )
-            for k, sym in (("lr", "α"), ("beta", "β"))
-        }
-        parts = [self.params.describe(), self.graphs_text()]
-        parts.append(
-            (f"{self.iterations} iterations × " if self.iterations else "") + f"{self.runs} runs"
-        )
-        parts += [f"{sym} = {'/'.join(v)}" for sym, v in hp.items() if v]
+        runs = (f"{self.iterations} iterations × " if self.iterations else "") + f"{self.runs} runs"
+        parts = [self.params.describe(), self.graphs_text(), runs]
+        for key, sym in (("lr", "α"), ("beta", "β")):
+            hp = {str(v.hyperparams[key]) for v in self.algorithms.values() if key in v.hyperparams}
+            parts += [f"{sym} = {'/'.join(sorted(hp))}"] if hp else []
         paper = f" — the paper's {self.reproduces}" if self.reproduces and not modified else ""
         return ", ".join(parts) + paper
 
@@ -268,42 +266,27 @@ def load_spec(
 ) -> RunSpec:
     """Read, merge (``--quick`` then ``--set`` overrides) and validate a specification."""
     try:
-        return _load(path_or_preset, quick, overrides)
+        raw, source = read_toml(path_or_preset)
+        if is_study(raw):
+            raise ConfigError(
+                f"{source}: a study, not a run specification; run it with decentopt run"
+            )
+        if quick and (not isinstance(raw.get("quick"), dict) or not raw["quick"]):
+            raise ConfigError(f"{source}: --quick needs a [quick] table of overrides")
+        extras = [raw["quick"]] if quick else []
+        for extra in extras + [parse_override(t) for t in overrides or []]:
+            raw = merge(raw, extra)
+        if isinstance(raw.get("problem"), dict):
+            raise ConfigError(
+                f'{source}: problem is a name, e.g. problem = "quadratic", with its settings in '
+                "[problem_params]; found a [problem] table"
+            )
+        return validate(raw, source)
     except RecursionError:  # a file or --set value of thousands of nested arrays or tables
         raise ConfigError(
             f"{path_or_preset}: values are nested too deeply (arrays or tables within each "
             "other hundreds of times); a specification nests a few levels"
         ) from None
-
-
-def _load(path_or_preset: str | Path, quick: bool, overrides: list[str] | None) -> RunSpec:
-    raw, source = read_toml(path_or_preset)
-    if is_study(raw):
-        raise ConfigError(f"{source}: a study, not a run specification; run it with decentopt run")
-    if quick:
-        if not isinstance(raw.get("quick"), dict) or not raw["quick"]:
-            raise ConfigError(f"{source}: --quick needs a [quick] table of overrides")
-        raw = merge(raw, raw["quick"])
-    for text in overrides or []:
-        raw = merge(raw, parse_override(text))
-    if isinstance(raw.get("problem"), dict):
-        raise ConfigError(
-            f'{source}: problem is a name, e.g. problem = "quadratic", with its settings in '
-            "[problem_params]; found a [problem] table"
-        )
-    return validate(raw, source)
-
-
-def _check_graph_size(where: str, name: str, agents: int, options: dict[str, Any]) -> None:
-    """Refuse, before it is built, a graph that cannot fit in memory (from its name and size)."""
-    need = build_bytes(name, agents, options)
-    room = available_memory()
-    if room is not None and need * MEMORY_MARGIN > room:
-        raise ConfigError(
-            f"{where}: {name} over {agents:,} agents needs about {gib(need)} to build but "
-            f"{gib(room)} of memory are available; lower agents (ring and exponential cost "
-            "a few bytes per agent; complete and graphs under 1,024 agents are dense)"
-        )
 
 
 def _check_graphs(spec: RunSpec) -> None:
@@ -318,9 +301,8 @@ def _check_graphs(spec: RunSpec) -> None:
         try:
             algorithms.check_network(method, graphs[key])
         except ValueError as exc:
-            needs = method.needs
-            example = "chain" if "tree" in needs else "ring"
-            example = "directed_ring" if "symmetric" not in needs else example
+            tree = "chain" if "tree" in method.needs else "ring"
+            example = "directed_ring" if "symmetric" not in method.needs else tree
             raise ConfigError(
                 f"{spec.source} [algorithms.{label}]: {exc}; give the variant a graph of its "
                 f'own, e.g. topology = "{example}"'
@@ -349,12 +331,10 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     if top.problem not in kinds.KINDS:
         raise ConfigError(f"{source}: {unknown_name('problem', top.problem, kinds.KINDS)}")
     kind = kinds.KINDS[top.problem]
-    rounds = (top.iterations or 0) * top.mix_rounds  # each gossip round is a step's work
-    if rounds > 10**8:
+    if (top.iterations or 0) * top.mix_rounds > 10**8:  # each gossip round is a step's work
         each = f" × {top.mix_rounds:,} gossip rounds each" if top.mix_rounds > 1 else ""
         warnings.warn(
             f"{source}: {top.iterations:.3g} iterations{each} will take days; is that meant?",
-            UserWarning,
             stacklevel=3,
         )
     params = parse(kind, top.problem_params, f"{source} [problem_params]")

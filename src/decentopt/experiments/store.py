@@ -34,10 +34,6 @@ class Unit:
     info: dict[str, Any] = field(default_factory=dict)  # recorded in meta.json
 
 
-def _why(exc: Exception) -> str:
-    return "meta.json is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-
-
 def _check_columns(rows: Rows) -> None:
     """A column of numbers holds numbers only (empty cells aside): a table edited by hand
     and given a matching checksum is refused, not read into the statistics."""
@@ -98,7 +94,8 @@ class ResultStore:
             _check_columns(rows)
             return rows
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-            message = f"{folder}: stored result unusable ({_why(exc)}); computing it again"
+            why = "meta.json is nested too deeply" if isinstance(exc, RecursionError) else exc
+            message = f"{folder}: stored result unusable ({why}); computing it again"
             warnings.warn(message, RuntimeWarning, stacklevel=3)
             return None
 

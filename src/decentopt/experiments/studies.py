@@ -29,13 +29,16 @@ from decentopt.experiments.topologies import run_graphs
 from decentopt.plotting import LABELS
 from decentopt.results import write_text_atomic
 
-__all__ = ["RUNNERS", "bytes_markdown", "run_study", "tuned_markdown"]
+__all__ = ["RUNNERS", "run_study"]
 
 
-def tuned_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
+def _tuned(
+    spec: RunSpec, rows: list[dict[str, Any]], out: Path, modified: bool
+) -> tuple[str, str, list[Path]]:
     """Each method at its best step size of the grid -- the one that settles soonest below the
     threshold at the hardest level (panel sweeps; ties and never-settling runs by steady
-    error), or with the best final metric (training) -- with the labels of those variants."""
+    error), or with the best final metric (training) -- and, for panel sweeps, the curves of
+    those variants against gossip rounds."""
     best: dict[str, tuple[tuple, str, list[str]]] = {}  # method -> (rank key, label, cells)
 
     def offer(method: str, key: tuple, label: str, cells: list[str]) -> None:
@@ -69,24 +72,19 @@ def tuned_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> tuple[str, list
         [LABELS.get(m, m), str(spec.algorithms[label].hyperparams["lr"]), *cells]
         for m, (_, label, cells) in best.items()
     ]
-    return markdown_table(header, body), [label for _, label, _ in best.values()]
-
-
-def _tuned(
-    spec: RunSpec, rows: list[dict[str, Any]], out: Path, modified: bool
-) -> tuple[str, str, list[Path]]:
-    table, labels = tuned_markdown(spec, rows)
     files: list[Path] = []
     if spec.panel is not None:  # the tuned methods against gossip rounds
-        tuned = [r for r in rows if r["algorithm"] in labels]
+        tuned = [r for r in rows if r["algorithm"] in {label for _, label, _ in best.values()}]
         zeta = {r[spec.panel]: r["zeta2"] for r in tuned}  # panels from low to high zeta^2
         order = sorted(zeta, key=zeta.__getitem__)
         title = spec.title(modified) + ", best step sizes"
         files = panel_curves(spec, tuned, out / f"{spec.name}_rounds", title, order, x="rounds")
-    return "Best step size of the grid", table, files
+    return "Best step size of the grid", markdown_table(header, body), files
 
 
-def bytes_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> str:
+def _bytes(
+    spec: RunSpec, rows: list[dict[str, Any]], _out: Path, _modified: bool
+) -> tuple[str, str, list[Path]]:
     """Per method: bytes each agent sends per iteration, and to settle below the threshold
     at every level (mean over runs; "never" if some run does not)."""
     stats = summarise(rows, spec)
@@ -102,13 +100,8 @@ def bytes_markdown(spec: RunSpec, rows: list[dict[str, Any]]) -> str:
         body.append(cells)
     first = next(iter(spec.algorithms))
     reach = [f"bytes to {spec.threshold:g}, ζ² = {stats[(lv, first)].zeta2:.3g}" for lv in levels]
-    return markdown_table(["variant", "bytes per iteration", *reach], body)
-
-
-def _bytes(
-    spec: RunSpec, rows: list[dict[str, Any]], _out: Path, _modified: bool
-) -> tuple[str, str, list[Path]]:
-    return "Bytes sent per agent", bytes_markdown(spec, rows), []
+    table = markdown_table(["variant", "bytes per iteration", *reach], body)
+    return "Bytes sent per agent", table, []
 
 
 def _run_parts(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:

@@ -78,10 +78,6 @@ class Stat:
     #: simulated seconds at each of ``steps`` under the spec's time model (empty without one)
     seconds: tuple[float, ...] = ()
 
-    @property
-    def still_decreasing(self) -> bool:
-        return self.decreasing
-
 
 def _stat(
     steps: np.ndarray,

@@ -88,25 +88,34 @@ def _per_iteration(case: Case, graph: str) -> float:
 
 
 Judge = Callable[[Case, int], tuple[bool | None, str]]
+#: Checks a graph study's ``[[claims]]`` can name (``text`` and ``check``, no arguments).
+CHECKS: dict[str, Factory] = {}
+_TEST = f"at a {ALPHA:.0%} family-wise level over every case"
 
 
-def _per_case(judge: Judge, comparisons: int, test: str) -> Factory:
-    """A claim's check: ``judge`` (one case, with the comparisons of all) over every case,
-    holding when it holds in every case and failing when it fails in one (three-way)."""
+def _per_case(comparisons: int, test: str) -> Callable[[Judge], Judge]:
+    """Register a claim's check, named after ``judge`` (one case, with the comparisons of
+    all): ``judge`` over every case, holding when it holds in every case and failing when it
+    fails in one (three-way)."""
 
-    def check(cases: list[Case]) -> Verdict:
-        try:
-            results = [(case, *judge(case, comparisons * len(cases))) for case in cases]
-        except KeyError as exc:  # a copy of the study without a graph or method it compares
-            return Verdict(None, f"needs {exc.args[0]!r} in every case")
-        mark = {True: "yes", False: "no", None: "?"}
-        evidence = "; ".join(f"{c.name}: {mark[h]} ({e})" for c, h, e in results)
-        return Verdict(combine([h for _, h, _ in results]), evidence)
+    def register(judge: Judge) -> Judge:
+        def check(cases: list[Case]) -> Verdict:
+            try:
+                results = [(case, *judge(case, comparisons * len(cases))) for case in cases]
+            except KeyError as exc:  # a copy of the study without a graph or method it compares
+                return Verdict(None, f"needs {exc.args[0]!r} in every case")
+            mark = {True: "yes", False: "no", None: "?"}
+            evidence = "; ".join(f"{c.name}: {mark[h]} ({e})" for c, h, e in results)
+            return Verdict(combine([h for _, h, _ in results]), evidence)
 
-    return lambda: (check, test)
+        CHECKS[judge.__name__] = lambda: (check, test)
+        return judge
+
+    return register
 
 
-def _one_peer_cheaper(case: Case, k: int) -> tuple[bool | None, str]:
+@_per_case(1, f"modelled ms per iteration, and DSGD's steady error not higher, {_TEST}")
+def one_peer_cheaper(case: Case, k: int) -> tuple[bool | None, str]:
     graphs = ("one_peer_exponential", "exponential")
     one, static = (_per_iteration(case, g) for g in graphs)
     order, word = _order(case, (graphs[0], "dsgd"), (graphs[1], "dsgd"), k)
@@ -117,7 +126,8 @@ def _one_peer_cheaper(case: Case, k: int) -> tuple[bool | None, str]:
     )
 
 
-def _base_no_worse(case: Case, k: int) -> tuple[bool | None, str]:
+@_per_case(1, f"DSGD's steady error lower, {_TEST}")
+def base_no_worse(case: Case, k: int) -> tuple[bool | None, str]:
     order, word = _order(case, ("base_3", "dsgd"), ("one_peer_exponential", "dsgd"), k)
     base, one = (case.stats[g]["dsgd"].steady for g in ("base_3", "one_peer_exponential"))
     return ordered_verdict(order, strict=True), f"{base:.2e} vs {one:.2e} ({word})"
@@ -126,7 +136,8 @@ def _base_no_worse(case: Case, k: int) -> tuple[bool | None, str]:
 SPARSER = ("complete", "exponential", "torus", "ring")
 
 
-def _sparser_more_bias(case: Case, k: int) -> tuple[bool | None, str]:
+@_per_case(len(SPARSER) - 1, f"every step of the chain higher, {_TEST}")
+def sparser_more_bias(case: Case, k: int) -> tuple[bool | None, str]:
     steps = list(itertools.pairwise(SPARSER))
     judged = [_order(case, (a, "dsgd"), (b, "dsgd"), k) for a, b in steps]
     values = " < ".join(f"{case.stats[g]['dsgd'].steady:.2e}" for g in SPARSER)
@@ -134,7 +145,8 @@ def _sparser_more_bias(case: Case, k: int) -> tuple[bool | None, str]:
     return combine([ordered_verdict(o, strict=True) for o, _ in judged]), f"{values} ({words})"
 
 
-def _exact_diffusion_needs_fixed_w(case: Case, k: int) -> tuple[bool | None, str]:
+@_per_case(1, "runs stopped as diverged")
+def exact_diffusion_needs_fixed_w(case: Case, k: int) -> tuple[bool | None, str]:
     static_ok = all(case.stats[g][m].diverged == 0 for g in STATIC for m in ("ed", "edm"))
     failed = [g for g in TIME_VARYING if any(case.stats[g][m].diverged for m in ("ed", "edm"))]
     return static_ok and len(failed) == len(TIME_VARYING), (
@@ -143,50 +155,14 @@ def _exact_diffusion_needs_fixed_w(case: Case, k: int) -> tuple[bool | None, str
     )
 
 
-def _tracking_exact(case: Case, k: int) -> tuple[bool | None, str]:
+@_per_case(len(TIME_VARYING), f"DSGT's steady error lower on every time-varying graph, {_TEST}")
+def tracking_exact(case: Case, k: int) -> tuple[bool | None, str]:
     judged = [_order(case, (g, "dsgt"), (g, "dsgd"), k) for g in TIME_VARYING]
     words = ", ".join(f"{g}: {w}" for g, (_, w) in zip(TIME_VARYING, judged, strict=True))
     return combine([ordered_verdict(o, strict=True) for o, _ in judged]), f"DSGT vs DSGD: {words}"
 
 
-_TEST = f"at a {ALPHA:.0%} family-wise level over every case"
-#: Checks a graph study's ``[[claims]]`` can name (``text`` and ``check``, no arguments).
-CHECKS: dict[str, Factory] = {
-    "one_peer_cheaper": _per_case(
-        _one_peer_cheaper,
-        1,
-        f"modelled ms per iteration, and DSGD's steady error not higher, {_TEST}",
-    ),
-    "base_no_worse": _per_case(_base_no_worse, 1, f"DSGD's steady error lower, {_TEST}"),
-    "sparser_more_bias": _per_case(
-        _sparser_more_bias, len(SPARSER) - 1, f"every step of the chain higher, {_TEST}"
-    ),
-    "exact_diffusion_needs_fixed_w": _per_case(
-        _exact_diffusion_needs_fixed_w, 1, "runs stopped as diverged"
-    ),
-    "tracking_exact": _per_case(
-        _tracking_exact,
-        len(TIME_VARYING),
-        f"DSGT's steady error lower on every time-varying graph, {_TEST}",
-    ),
-}
-
-
 # ------------------------------------------------------------------- report
-def _graph_table(case: Case) -> str:
-    methods = list(next(iter(case.stats.values())))
-    header = ["graph", "peers / round", "λ per round", "ms / iteration"]
-    body = []
-    for graph, spec in case.specs.items():
-        network, stats = spec.build_topology(), [case.stats[graph][m] for m in methods]
-        errors = [
-            f"diverged ({s.diverged})" if s.steady != s.steady else f"{s.steady:.2e}" for s in stats
-        ]
-        ms = f"{_per_iteration(case, graph) * 1e3:.3f}"
-        body.append([graph, network.max_degree, f"{network.lam:.4f}", ms, *errors])
-    return markdown_table([*header, *(LABELS.get(m, m) for m in methods)], body)
-
-
 def _run_case(
     study: Study, part: str, n: int, out: Path, options: RunOptions, how: Request
 ) -> Case:
@@ -208,7 +184,18 @@ def _run_case(
 
 
 def _case_section(case: Case) -> list[str]:
-    spec = next(iter(case.specs.values()))
+    """One problem at one n: per graph, its peers per round, rate, modelled time per
+    iteration and every method's steady error."""
+    spec, methods = next(iter(case.specs.values())), list(next(iter(case.stats.values())))
+    body = []
+    for graph, part in case.specs.items():
+        built, stats = part.build_topology(), [case.stats[graph][m] for m in methods]
+        errors = [
+            f"diverged ({s.diverged})" if s.steady != s.steady else f"{s.steady:.2e}" for s in stats
+        ]
+        ms = f"{_per_iteration(case, graph) * 1e3:.3f}"
+        body.append([graph, built.max_degree, f"{built.lam:.4f}", ms, *errors])
+    header = ["graph", "peers / round", "λ per round", "ms / iteration"]
     network = spec.network
     return [
         f"## {case.name}",
@@ -219,7 +206,7 @@ def _case_section(case: Case) -> list[str]:
         f"{network.latency * 1e6:g} µs per message, {network.compute * 1e6:g} µs of "
         "compute per step, the busiest agent setting each round.",
         "",
-        _graph_table(case),
+        markdown_table([*header, *(LABELS.get(m, m) for m in methods)], body),
         "",
     ]
 
@@ -262,8 +249,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
     label and claim is checked before anything runs."""
     study.parts(how)
     claims = parse_claims(study.claims, study.source, CHECKS)
-    parts = [(part, n) for part in study.specs for n in study.agents]
-    cases = [_run_case(study, part, n, out, options, how) for part, n in parts]
+    cases = [_run_case(study, p, n, out, options, how) for p in study.specs for n in study.agents]
     everything = [
         r | {"problem": c.preset, "agents": c.n, "graph": g}
         for c in cases
@@ -271,9 +257,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
         for r in rows
     ]
     files = [write_csv_atomic(out / "results.csv", everything)]
-    sections = [f"# {study.title}", ""]
-    for case in cases:
-        sections += _case_section(case)
+    sections = [f"# {study.title}", "", *(line for c in cases for line in _case_section(c))]
     files += _figures(study, cases, everything, out)
     if how.check:
         sections += _claims_section(claims, cases)

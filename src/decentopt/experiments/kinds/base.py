@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import torch
+
 from decentopt.plan import Plan, record_steps
 from decentopt.problems.base import Problem
 
@@ -84,10 +86,15 @@ def missing_members(params: object) -> list[str]:
 
 
 class ConvexSpec:
-    """What the convex kinds share: all runs and panel levels in one stacked problem,
+    """What the convex kinds share: all runs and panel levels in one stacked problem, built
+    by ``problem.paper`` with the section's fields (``*dtype``: torch's, by name),
     ``iterations`` steps recorded on a log grid, metrics per column."""
 
     panel: ClassVar[str]
+    #: The problem class, its name in titles, and the field of its gradient-noise variance.
+    problem: ClassVar[Any]
+    title: ClassVar[str]
+    noise: ClassVar[str]
     metrics: ClassVar[tuple[str, ...]] = ("dist_to_opt", "grad_norm", "opt_gap", "consensus")
     batch_runs: ClassVar[bool] = True
 
@@ -106,12 +113,21 @@ class ConvexSpec:
         if not self.levels():
             raise ValueError(f"'{self.panel}' must be a non-empty list of numbers (one panel each)")
 
-    def refuse_rank(self, rank: int | None) -> None:
+    @property
+    def deterministic(self) -> bool:
+        return getattr(self, self.noise) == 0
+
+    def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Problem:
         if rank is not None:
             raise ValueError(
                 f"{type(self).__name__}: a convex sweep simulates every agent in one process; "
                 "run it without torchrun"
             )
+        fields = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()}
+        for key in ("dtype", "compute_dtype"):
+            if fields.get(key) is not None:
+                fields[key] = getattr(torch, fields[key])
+        return self.problem.paper(n=agents, repetitions=runs, seed=seed, **fields)
 
     def plan(self, problem: Problem, iterations: int | None, points: int) -> Plan:
         assert iterations is not None  # check() requires it
@@ -127,7 +143,7 @@ class ConvexSpec:
             for col in range(problem.repetitions)
         ]
 
-    def describe_params(self, skip: tuple[str, ...] = ("dtype", "compute_dtype")) -> str:
-        return ", ".join(
-            f"{k} = {v}" for k, v in vars(self).items() if k not in (*skip, self.panel)
-        )
+    def describe(self) -> str:
+        skip = ("dtype", "compute_dtype", self.panel)
+        shown = ", ".join(f"{k} = {v}" for k, v in vars(self).items() if k not in skip)
+        return f"{self.title} ({shown})"

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-import torch
-
 from decentopt._schema import bounded
 from decentopt.experiments.kinds.base import ConvexSpec
 from decentopt.problems.logistic import Logistic
@@ -22,6 +20,9 @@ class LogisticSpec(ConvexSpec):
     """
 
     panel: ClassVar[str] = "sigma_h2"
+    problem: ClassVar[type] = Logistic
+    title: ClassVar[str] = "Logistic regression"
+    noise: ClassVar[str] = "sigma_s2"
 
     d: int = bounded(20, minimum=1)
     m: int = bounded(2000, minimum=1)
@@ -30,13 +31,6 @@ class LogisticSpec(ConvexSpec):
     sigma_s2: float = bounded(0.01, minimum=0)
     dtype: Literal["float32", "float64"] = "float64"
     compute_dtype: Literal["float32", "float64"] | None = None
-
-    @property
-    def deterministic(self) -> bool:
-        return self.sigma_s2 == 0
-
-    def describe(self) -> str:
-        return f"Logistic regression ({self.describe_params()})"
 
     def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
         """What building and running it holds, by part (samples in float64 and the
@@ -47,19 +41,3 @@ class LogisticSpec(ConvexSpec):
             "samples (three copies)": 3 * 8 * samples,
             "iterates and algorithm state": self.state_bytes(agents, cols, self.d),
         }
-
-    def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Logistic:
-        self.refuse_rank(rank)
-        compute = None if self.compute_dtype is None else getattr(torch, self.compute_dtype)
-        return Logistic.paper(
-            n=agents,
-            d=self.d,
-            m=self.m,
-            sigma_h2=list(self.sigma_h2),
-            mu=self.mu,
-            sigma_s2=self.sigma_s2,
-            repetitions=runs,
-            seed=seed,
-            dtype=getattr(torch, self.dtype),
-            compute_dtype=compute,
-        )

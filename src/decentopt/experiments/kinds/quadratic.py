@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-import torch
-
 from decentopt._schema import bounded
 from decentopt.experiments.kinds.base import ConvexSpec
 from decentopt.problems.quadratic import GRAM_BYTES, Quadratic
@@ -22,19 +20,15 @@ class QuadraticSpec(ConvexSpec):
     """
 
     panel: ClassVar[str] = "c"
+    problem: ClassVar[type] = Quadratic
+    title: ClassVar[str] = "Quadratic"
+    noise: ClassVar[str] = "sigma2"
 
     d: int = bounded(10, minimum=1)
     p: int = bounded(20, minimum=1)
     sigma2: float = bounded(0.05, minimum=0)
     c: tuple[float, ...] = (1.0,)
     dtype: Literal["float32", "float64"] = "float64"
-
-    @property
-    def deterministic(self) -> bool:
-        return self.sigma2 == 0
-
-    def describe(self) -> str:
-        return f"Quadratic ({self.describe_params()})"
 
     def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
         """What building and running it holds, by part (measured within 2x of the peak:
@@ -55,16 +49,3 @@ class QuadraticSpec(ConvexSpec):
         else:
             parts["Hessians, Cholesky and noise factors, fused gradient"] = 6 * n * cols * d * d * w
         return parts
-
-    def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Quadratic:
-        self.refuse_rank(rank)
-        return Quadratic.paper(
-            n=agents,
-            d=self.d,
-            p=self.p,
-            c=list(self.c),
-            sigma2=self.sigma2,
-            repetitions=runs,
-            seed=seed,
-            dtype=getattr(torch, self.dtype),
-        )
