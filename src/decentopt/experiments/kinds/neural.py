@@ -189,7 +189,7 @@ class NeuralSpec:
     def forkable(self) -> bool:
         """Units go to forked workers (``--jobs``) on the CPU only: a GPU's context does not
         survive a fork, and its memory would be shared by the workers' models."""
-        return torch.device(self.device).type == "cpu"
+        return self.device.split(":")[0] == "cpu"
 
     def columns(self, problem: NeuralProblem | BatchedRuns) -> list[dict[str, Any]]:
         if isinstance(problem, BatchedRuns):
