@@ -143,7 +143,10 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
     p.add_argument("--set", help=f"override a config value, {example}", **kw)
     p.add_argument("--only", metavar="A,B", help="run only these algorithms (their labels)")
     cores = os.cpu_count() or 1
-    jobs_help = f"worker processes for the units of a convex sweep (default: {cores}, the cores)"
+    jobs_help = (
+        f"worker processes for the units of a convex sweep or of CPU training (default: {cores}, "
+        "the cores)"
+    )
     p.add_argument("--jobs", type=int, default=cores, metavar="N", help=jobs_help)
     p.add_argument("--out", type=Path, help="output folder (default results/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of resuming")

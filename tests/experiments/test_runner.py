@@ -332,6 +332,31 @@ def test_parallel_units_give_the_serial_results(cfg_path, tmp_path):
     assert again.ran == [] and numbers(again.rows) == numbers(serial.rows)
 
 
+def test_neural_units_in_workers_give_the_serial_rows_and_resume(tmp_path):
+    """Units over runs of a CPU network go to forked workers: each builds its problem and
+    computes in its own folder (checkpoints there); the rows are those of a serial run."""
+    from decentopt.experiments.kinds.neural import NeuralSpec
+    from tests.experiments.test_spec import NEURAL
+
+    assert not NeuralSpec("digits", "small_cnn", 0.5, 16, 2, device="cuda").forkable
+    torch.set_default_dtype(torch.float32)
+    try:
+        spec = load_spec(write(tmp_path, NEURAL))
+        serial = run_spec(spec, tmp_path / "s", progress=False, log=quiet)
+        parallel = run_spec(spec, tmp_path / "p", progress=False, jobs=2, log=quiet)
+        assert sorted(parallel.ran) == sorted(serial.ran) == ["ed-run0", "edm-run0"]
+
+        def numbers(rows):
+            return [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]
+
+        assert numbers(parallel.rows) == numbers(serial.rows)
+        assert list((tmp_path / "p" / "runs" / "edm-run0").glob("step-*/rank0.pt"))
+        again = run_spec(spec, tmp_path / "p", progress=False, jobs=2, log=quiet)
+        assert again.ran == [] and numbers(again.rows) == numbers(serial.rows)
+    finally:
+        torch.set_default_dtype(torch.float64)
+
+
 def test_a_problem_too_large_for_memory_is_a_clear_error(cfg_path, tmp_path, capsys, monkeypatch):
     args = ["run", str(cfg_path), "--out", str(tmp_path / "o"), "--no-progress", "--jobs", "1"]
     assert main([*args, "--set", "runs=100000000"]) == 2  # refused by the estimate

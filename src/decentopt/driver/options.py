@@ -31,7 +31,7 @@ class RunOptions:
     checkpoint_every: int | None = None  # steps between checkpoints (default: each epoch)
     checkpoint_minutes: float | None = None  # also one when this many minutes have passed
     path: str = "auto"  # steps one by one or in blocks: see decentopt.driver.block
-    jobs: int = 1  # worker processes for the units of a convex sweep
+    jobs: int = 1  # worker processes for the units of a convex sweep or of CPU training
     force: bool = False  # compute finished units again instead of resuming them
 
     def but(self, **changes: Any) -> RunOptions:

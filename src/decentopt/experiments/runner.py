@@ -12,6 +12,7 @@ agent, gossips with its neighbours, and rank 0 writes the results.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -51,23 +52,23 @@ _WORK: dict[str, Any] = {}
 
 
 def _work(index: int) -> tuple[int, tuple[list, dict]]:
-    _unit, variant, group = _WORK["pending"][index]
     with intra_op_threads(1, 0):
-        return index, _WORK["compute"](variant, group, Path())
+        return index, _WORK["compute"](*_WORK["pending"][index])
 
 
 def _in_workers(
     jobs: int,
     pending: list,
     compute: Callable,
-    build: Callable,
+    build: Callable[[], Any],
     keep: Callable[[Any, tuple[list, dict]], None],
     say: Callable,
 ) -> None:
     """Compute ``pending`` units in ``jobs`` forked processes; ``keep(unit, result)`` stores
-    each one as soon as its worker returns it (an interrupted sweep keeps what finished)."""
+    each one as soon as its worker returns it (an interrupted sweep keeps what finished).
+    ``build()`` first: what every worker inherits (the batched problem, or the data set)."""
     with intra_op_threads(1, 0):  # no thread pool may exist in the parent when it forks
-        build(None)  # the batched problem, built once and inherited by every worker
+        build()
         _WORK.update(pending=pending, compute=compute)
         context = multiprocessing.get_context("fork")
         # a killed sweep leaves no worker computing on
@@ -313,15 +314,21 @@ class Sweep:
         return units
 
     def in_parallel(self, units: list) -> dict[str, list[dict[str, Any]]]:
-        """The units of a batched sweep stored intact, and the pending ones computed by ``jobs``
-        workers, by name (the rest: computed one after the other by :meth:`run`)."""
+        """The units stored intact, and the pending ones computed by ``jobs`` workers, by name
+        (the rest: computed one after the other by :meth:`run`): the units of a batched sweep,
+        or of a kind whose units over runs fork (as many workers as their problems fit in
+        memory)."""
         finished: dict[str, list[dict[str, Any]]] = {}  # stored by the workers' parent
 
         def keep(unit: Unit, result: tuple[list, dict]) -> None:
-            finished[unit.name] = self.store.cached(unit, lambda _folder: result)
+            finished[unit.name] = self.store.record(unit, *result)
 
-        parallel = _run_groups(self.spec) == [None] and self.job.world == 1
-        if self.options.jobs > 1 and parallel:
+        groups, jobs = _run_groups(self.spec), self.options.jobs
+        parallel = self.job.world == 1 and (groups == [None] or self.spec.params.forkable)
+        if groups != [None] and (free := available_memory()) is not None:  # one problem each
+            need = MEMORY_MARGIN * sum(memory_parts(self.spec).values())
+            jobs = min(jobs, int(free // need))
+        if jobs > 1 and parallel:
             pending = []
             for unit in units:  # a stored unit is read once: kept here, not read again
                 with warnings.catch_warnings():  # the store warns about a corrupt unit when run
@@ -332,10 +339,13 @@ class Sweep:
                 else:
                     finished[unit[0].name] = rows
                     self.store.kept.append(unit[0].name)
-            if len(pending) > 1:
-                _in_workers(
-                    self.options.jobs, pending, self.compute, self.problem_for, keep, self.say
-                )
+            if len(pending) > 1:  # each worker computes its units in their folders
+
+                def compute(unit: Unit, variant: Variant, group: tuple[int, ...] | None) -> tuple:
+                    return self.compute(variant, group, self.store.prepare(unit))
+
+                build = functools.partial(self.problem_for, groups[0])
+                _in_workers(jobs, pending, compute, build, keep, self.say)
         return finished
 
     def run(self) -> Outcome:

@@ -99,6 +99,19 @@ class ResultStore:
             warnings.warn(message, RuntimeWarning, stacklevel=3)
             return None
 
+    def prepare(self, unit: Unit) -> Path:
+        """The unit's folder, ready for it to be computed: emptied if it was started for other
+        settings (or ``force``), marked ``started`` for these (its checkpoints are resumed)."""
+        folder = self.inside(unit.name)
+        started = folder / "started"
+        if self.writer:
+            stale = self.force or not started.is_file() or started.read_text() != unit.fingerprint
+            if stale and folder.exists():
+                shutil.rmtree(folder)
+            (folder / "meta.json").unlink(missing_ok=True)
+            write_text_atomic(started, unit.fingerprint)
+        return folder
+
     def cached(self, unit: Unit, compute: Callable[[Path], tuple[Rows, dict[str, Any]]]) -> Rows:
         """The unit's rows: stored ones if intact and of these settings, else ``compute(folder)``.
 
@@ -110,17 +123,15 @@ class ResultStore:
         if rows is not None:
             self.kept.append(unit.name)
             return rows
-        folder = self.inside(unit.name)
-        started = folder / "started"
-        if self.writer:
-            stale = self.force or not started.is_file() or started.read_text() != unit.fingerprint
-            if stale and folder.exists():
-                shutil.rmtree(folder)
-            (folder / "meta.json").unlink(missing_ok=True)
-            write_text_atomic(started, unit.fingerprint)
+        folder = self.prepare(unit)
         self.barrier()
-        rows, facts = compute(folder)
+        return self.record(unit, *compute(folder))
+
+    def record(self, unit: Unit, rows: Rows, facts: dict[str, Any]) -> Rows:
+        """Store the rows of a unit computed in its :meth:`prepare`-d folder, with its facts
+        (``meta.json`` last: a unit is finished once that is written)."""
         if self.writer:
+            folder = self.inside(unit.name)
             table = write_csv_atomic(folder / "rows.csv", rows)
             meta = {"fingerprint": unit.fingerprint, "rows": len(rows), "sha256": _digest(table)}
             meta |= unit.info | facts

@@ -68,20 +68,28 @@ class ProblemSpec(Protocol):
         consecutive run indices, each built and stepped together."""
         ...
 
+    @property
+    def forkable(self) -> bool:
+        """Kinds with ``batch_runs = False``: whether their units may be computed in forked
+        worker processes (``--jobs``), each building its own problem."""
+        ...
 
-#: What every kind's section has: the protocol's members (``run_groups`` only where
+
+#: The members only kinds with ``batch_runs = False`` have.
+OVER_RUNS = ("run_groups", "forkable")
+#: What every kind's section has: the protocol's members (``OVER_RUNS`` only where
 #: ``batch_runs`` is False).
 MEMBERS = tuple(
     name
     for name in dict.fromkeys([*ProblemSpec.__annotations__, *vars(ProblemSpec)])
-    if not name.startswith("_") and name != "run_groups"
+    if not name.startswith("_") and name not in OVER_RUNS
 )
 
 
 def missing_members(params: object) -> list[str]:
     """The members of :class:`ProblemSpec` a kind's section lacks (a clear error, not an
     AttributeError in the middle of a run)."""
-    needed = MEMBERS if getattr(params, "batch_runs", True) else (*MEMBERS, "run_groups")
+    needed = MEMBERS if getattr(params, "batch_runs", True) else (*MEMBERS, *OVER_RUNS)
     return [name for name in needed if not hasattr(params, name)]
 
 

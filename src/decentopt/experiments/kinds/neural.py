@@ -185,6 +185,12 @@ class NeuralSpec:
             size = runs if free is None else max(1, min(runs, int(0.8 * free // one)))
         return [tuple(range(a, min(a + size, runs))) for a in range(0, runs, size)]
 
+    @property
+    def forkable(self) -> bool:
+        """Units go to forked workers (``--jobs``) on the CPU only: a GPU's context does not
+        survive a fork, and its memory would be shared by the workers' models."""
+        return self.device.split(":")[0] == "cpu"
+
     def columns(self, problem: NeuralProblem | BatchedRuns) -> list[dict[str, Any]]:
         if isinstance(problem, BatchedRuns):
             return [{"phi": self.phi, "run": r} for r in range(problem.repetitions)]

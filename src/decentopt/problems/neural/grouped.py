@@ -69,6 +69,13 @@ def unsupported_layer(model: nn.Module) -> str:
     return ""
 
 
+def _same_size(pool: nn.AdaptiveAvgPool2d, h: torch.Tensor) -> bool:
+    """Whether ``pool`` leaves the feature maps of ``h`` at their size (pools nothing)."""
+    size = pool.output_size
+    out = (size, size) if isinstance(size, int) else tuple(size)
+    return h.ndim == 4 and all(o is None or o == s for o, s in zip(out, h.shape[2:], strict=True))
+
+
 class GroupedBackend:
     name: ClassVar[str] = "grouped"
 
@@ -132,6 +139,8 @@ class GroupedBackend:
             elif isinstance(layer, nn.Dropout):
                 if train and layer.p > 0:
                     h = self._dropout(h, layer.p, dropout)
+            elif isinstance(layer, nn.AdaptiveAvgPool2d) and _same_size(layer, h):
+                continue  # the mean of one element each: the identity, exactly
             else:  # ReLU, pooling, Identity: per channel or per element
                 h = layer(h)
         return h
