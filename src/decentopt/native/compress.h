@@ -133,27 +133,37 @@ struct FN(choco_job);
 static inline const T *FN(z_at)(const struct FN(choco_job) *job, int64_t c0, int64_t m,
                                 T *restrict buf);
 
-/* d = z - hat (rounded to T) over a row (z from row c0 of the state), and the sum of |d| (squares: of d^2) in
-   double, in 8 lanes added in a fixed order at the end: vectorised, and the same
-   whatever the threads (for float rows the sum of |d| is exact in any order). */
+/* The sum of |d| (squares: of d^2) over a row, d = z - hat rounded to T (z from row
+   c0 of the state), in double, chunk by chunk (d never stored): in 8 lanes added in a
+   fixed order at the end, the entries past the last multiple of 8 after them:
+   vectorised, and the same whatever the threads (for float rows the sum of |d| is exact
+   in any order). */
 static double FN(difference)(const struct FN(choco_job) *job, int64_t c0,
                              const double *restrict hat, int64_t k, int squares,
-                             T *restrict d, T *restrict zbuf) {
+                             T *restrict zbuf) {
     double lane[8] = {0}, sum = 0.0;
-    int64_t j = 0, body = k / 8 * 8;
-    for (int64_t a = 0; a < k; a += CHUNK) {
-        const int64_t m = k - a < CHUNK ? k - a : CHUNK;
+    T tail[8];
+    int64_t rest = 0;
+    const int64_t body = k / 8 * 8;
+    for (int64_t a = 0; a < k; a += CHUNK) { /* CHUNK is a multiple of 8: lanes stay */
+        const int64_t m = k - a < CHUNK ? k - a : CHUNK, full = body - a < m ? body - a : m;
         const T *restrict z = FN(z_at)(job, c0 + a, m, zbuf);
-        for (int64_t i = 0; i < m; i++) d[a + i] = (T)((double)z[i] - hat[a + i]);
+        const double *restrict h = hat + a;
+        if (squares)
+            for (int64_t i = 0; i < full; i += 8)
+                for (int l = 0; l < 8; l++) {
+                    const double d = (double)(T)((double)z[i + l] - h[i + l]);
+                    lane[l] += d * d;
+                }
+        else
+            for (int64_t i = 0; i < full; i += 8)
+                for (int l = 0; l < 8; l++)
+                    lane[l] += fabs((double)(T)((double)z[i + l] - h[i + l]));
+        for (int64_t i = full; i < m; i++) tail[rest++] = (T)((double)z[i] - h[i]);
     }
-    if (squares)
-        for (; j < body; j += 8)
-            for (int l = 0; l < 8; l++) lane[l] += (double)d[j + l] * (double)d[j + l];
-    else
-        for (; j < body; j += 8)
-            for (int l = 0; l < 8; l++) lane[l] += fabs((double)d[j + l]);
     for (int l = 0; l < 8; l++) sum += lane[l];
-    for (; j < k; j++) sum += squares ? (double)d[j] * (double)d[j] : fabs((double)d[j]);
+    for (int64_t i = 0; i < rest; i++)
+        sum += squares ? (double)tail[i] * (double)tail[i] : fabs((double)tail[i]);
     return sum;
 }
 
@@ -199,63 +209,74 @@ static inline const T *FN(z_at)(const struct FN(choco_job) *job, int64_t c0, int
     return buf;
 }
 
+/* Phase 1 of top-k for one row (index row): d = z - x_hat into the scratch after zbuf
+   and the histogram of its keys' top 11 bits; the bin holding the kept-th largest key
+   found from it; one pass over d then lists the entries above that bin (all kept) and
+   in it (candidates); the threshold refined over the candidates only, and the kept
+   candidates merged with the others into the row's kept indices and values. */
+static void FN(top_k_row)(const struct FN(choco_job) *job, int64_t row, const uint32_t *pack,
+                          T *restrict zbuf) {
+    const int64_t k = job->k;
+    const double *restrict hat = job->hat + row * k;
+    T *restrict d = zbuf + CHUNK;
+    U *restrict keys = (U *)(d + k);
+    int32_t *restrict sure = (int32_t *)(keys + k), *restrict cand = sure + k + 8;
+    /* two histograms, even and odd entries: increments of one bin wait less */
+    int64_t hist[2][2048] = {{0}}, j = 0;
+    for (int64_t a = 0; a < k; a += CHUNK) { /* CHUNK is even: pairs stay pairs */
+        const int64_t end = k - a < CHUNK ? k : a + CHUNK;
+        const T *restrict z = FN(z_at)(job, row * k + a, end - a, zbuf);
+        /* the differences first (a loop that vectorises), then their histogram */
+        for (j = a; j < end; j++) d[j] = (T)((double)z[j - a] - hat[j]);
+        for (j = a; j + 2 <= end; j += 2) {
+            hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
+            hist[1][FN(key)(d[j + 1]) >> TOP_SHIFT]++;
+        }
+        if (j < end) hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
+    }
+    for (int b = 0; b < 2048; b++) hist[0][b] += hist[1][b];
+    int64_t need = job->kept, ns, nc, ties;
+    U bin = 2047;
+    while (hist[0][bin] < need) need -= hist[0][bin--];
+    FN(split)(d, k, bin, pack, sure, &ns, cand, &nc);
+    for (int64_t c = 0; c < nc; c++) keys[c] = FN(key)(d[cand[c]]);
+    const U t = FN(threshold)(keys, nc, need, &ties);
+    int64_t picked = 0; /* the candidates kept, ascending: ties to the lowest indices */
+    for (int64_t c = 0; c < nc; c++) {
+        const U key = FN(key)(d[cand[c]]);
+        cand[picked] = cand[c];
+        picked += key > t || (key == t && ties > 0);
+        ties -= key == t;
+    }
+    sure[ns] = cand[picked] = INT32_MAX; /* sentinels: the merge runs branch-free */
+    int32_t *restrict idx = job->idx + row * (job->kept + 1);
+    T *restrict vals = job->vals + row * (job->kept + 1);
+    for (int64_t e = 0, p = 0, q = 0; e < job->kept; e++) {
+        const int32_t above = sure[p], in = cand[q], first = above < in;
+        idx[e] = first ? above : in;
+        vals[e] = d[idx[e]];
+        p += first;
+        q += !first;
+    }
+}
+
 /* Phase 1 for agents [first, last): each row's q in its short form. */
 static void FN(choco_encode)(const void *shared, int64_t first, int64_t last, void *scratch) {
     const struct FN(choco_job) *job = shared;
     const int64_t k = job->k, rows = job->D / k;
-    T *restrict zbuf = scratch, *restrict d = zbuf + CHUNK;
-    U *restrict keys = (U *)(d + k); /* top-k: then its two index lists */
-    uint32_t pack[256];              /* a mask's set lanes, 4 bits each, lowest first */
-    for (unsigned mask = 0; mask < 256; mask++) {
+    uint32_t pack[256]; /* top-k: a mask's set lanes, 4 bits each, lowest first */
+    for (unsigned mask = 0; job->op == TOP_K && mask < 256; mask++) {
         pack[mask] = 0;
         for (unsigned lane = 0, at = 0; lane < 8; lane++)
             if (mask >> lane & 1) pack[mask] |= lane << (4 * at++);
     }
     for (int64_t row = first * rows; row < last * rows; row++) {
-        const double *restrict hat = job->hat + row * k;
         if (job->op == TOP_K) {
-            /* two histograms, even and odd entries: increments of one bin wait less */
-            int64_t hist[2][2048] = {{0}}, pos = row * (job->kept + 1), j = 0;
-            for (int64_t a = 0; a < k; a += CHUNK) { /* CHUNK is even: pairs stay pairs */
-                const int64_t end = k - a < CHUNK ? k : a + CHUNK;
-                const T *restrict z = FN(z_at)(job, row * k + a, end - a, zbuf);
-                /* the differences first (a loop that vectorises), then their histogram */
-                for (j = a; j < end; j++) d[j] = (T)((double)z[j - a] - hat[j]);
-                for (j = a; j + 2 <= end; j += 2) {
-                    hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
-                    hist[1][FN(key)(d[j + 1]) >> TOP_SHIFT]++;
-                }
-                if (j < end) hist[0][FN(key)(d[j]) >> TOP_SHIFT]++;
-            }
-            for (int b = 0; b < 2048; b++) hist[0][b] += hist[1][b];
-            int64_t need = job->kept, ns, nc, ties;
-            U top = 2047;
-            while (hist[0][top] < need) need -= hist[0][top--];
-            int32_t *restrict sure = (int32_t *)(keys + k), *restrict cand = sure + k + 8;
-            FN(split)(d, k, top, pack, sure, &ns, cand, &nc);
-            for (int64_t c = 0; c < nc; c++) keys[c] = FN(key)(d[cand[c]]);
-            const U t = FN(threshold)(keys, nc, need, &ties);
-            int64_t picked = 0; /* the candidates kept, ascending */
-            for (int64_t c = 0; c < nc; c++) {
-                const U key = FN(key)(d[cand[c]]);
-                cand[picked] = cand[c];
-                picked += key > t || (key == t && ties > 0);
-                ties -= key == t;
-            }
-            /* both lists merged (kept entries in all), ascending; sentinels end them */
-            sure[ns] = cand[picked] = INT32_MAX;
-            int32_t *restrict idx = job->idx + pos;
-            T *restrict vals = job->vals + pos;
-            for (int64_t e = 0, p = 0, q = 0; e < job->kept; e++) {
-                const int32_t a = sure[p], c = cand[q], first = a < c;
-                idx[e] = first ? a : c;
-                vals[e] = d[idx[e]];
-                p += first;
-                q += !first;
-            }
+            FN(top_k_row)(job, row, pack, scratch);
             continue;
         }
-        const double sum = FN(difference)(job, row * k, hat, k, job->op == QSGD, d, zbuf);
+        const double sum =
+            FN(difference)(job, row * k, job->hat + row * k, k, job->op == QSGD, scratch);
         if (job->op == SIGN) {
             job->units[row] = (double)(T)(sum / (double)k);
             continue;
@@ -406,8 +427,9 @@ int EXPORT(decentopt_choco)(int op, int64_t n, int64_t D, int64_t k, int64_t kep
                                       z,   hat,   s,    out,   gamma, keys, idx, vals,
                                       units, units + n * (D / k), offsets, weights, weights64, 0,
                                       x, g, alpha};
-    const size_t scratch = (size_t)(k + CHUNK) * sizeof(T) +
-                           (op == TOP_K ? k * sizeof(U) + 2 * (k + 8) * sizeof(int32_t) : 0);
+    const size_t scratch = op == TOP_K ? (size_t)(k + CHUNK) * sizeof(T) + k * sizeof(U) +
+                                             2 * (k + 8) * sizeof(int32_t)
+                                       : CHUNK * sizeof(T);
     if (run_parallel(FN(choco_encode), &job, n, threads, scratch)) return 2;
     if (op == TOP_K)
         return 2 * run_parallel(FN(choco_apply), &job, n, threads,
