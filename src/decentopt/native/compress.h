@@ -59,6 +59,73 @@ static inline void top_masks_f64(const double *d, uint64_t b, unsigned *above,
     *equal = at;
 }
 #endif
+
+/* Phase 2's end for one agent of a float state over m columns: s = sum_q w_q term_q
+   (float64, the stencil's terms in order: w_0 t_0, then + w_q t_q), the output
+   z + gamma (float)(s - x_hat), and x_hat, s and the output written. With AVX2 and
+   x_hat, s and the output aligned alike, 8 columns at a time, each stored by a
+   non-temporal store straight from registers (no buffer of s or of the output);
+   returns the columns done: all, or none (then the caller's loops run, to the same
+   numbers). */
+#if defined(__AVX2__)
+static inline void finish_column_f32(int64_t j, int64_t terms, const double *const *term,
+                                     const double *w, const double *restrict mine,
+                                     const float *restrict z, float gamma, double *restrict hat,
+                                     double *restrict s, float *restrict out) {
+    double acc = w[0] * term[0][j];
+    for (int64_t q = 1; q < terms; q++) acc += w[q] * term[q][j];
+    out[j] = z[j] + gamma * (float)(acc - mine[j]);
+    hat[j] = mine[j];
+    s[j] = acc;
+}
+#endif
+
+static int64_t finish_f32(int64_t m, int64_t terms, const double *const *term,
+                          const double *w, const double *restrict mine,
+                          const float *restrict z, float gamma, double *restrict hat,
+                          double *restrict s, float *restrict out) {
+#if defined(__AVX2__)
+    const int64_t head = (int64_t)((32 - ((uintptr_t)out & 31)) & 31) / 4;
+    if (((uintptr_t)out & 3) || ((uintptr_t)(hat + head) & 31) || ((uintptr_t)(s + head) & 31))
+        return 0;
+    const __m256 g = _mm256_set1_ps(gamma);
+    int64_t j = 0;
+    for (; j < head && j < m; j++) finish_column_f32(j, terms, term, w, mine, z, gamma, hat, s, out);
+    for (; j + 8 <= m; j += 8) {
+        __m256d lo = _mm256_mul_pd(_mm256_set1_pd(w[0]), _mm256_loadu_pd(term[0] + j));
+        __m256d hi = _mm256_mul_pd(_mm256_set1_pd(w[0]), _mm256_loadu_pd(term[0] + j + 4));
+        for (int64_t q = 1; q < terms; q++) {
+            const __m256d wq = _mm256_set1_pd(w[q]);
+            lo = _mm256_add_pd(lo, _mm256_mul_pd(wq, _mm256_loadu_pd(term[q] + j)));
+            hi = _mm256_add_pd(hi, _mm256_mul_pd(wq, _mm256_loadu_pd(term[q] + j + 4)));
+        }
+        const __m256d mlo = _mm256_loadu_pd(mine + j), mhi = _mm256_loadu_pd(mine + j + 4);
+        const __m256 diff = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(hi, mhi)),
+                                            _mm256_cvtpd_ps(_mm256_sub_pd(lo, mlo)));
+        _mm256_stream_pd(hat + j, mlo);
+        _mm256_stream_pd(hat + j + 4, mhi);
+        _mm256_stream_pd(s + j, lo);
+        _mm256_stream_pd(s + j + 4, hi);
+        _mm256_stream_ps(out + j, _mm256_add_ps(_mm256_loadu_ps(z + j), _mm256_mul_ps(g, diff)));
+    }
+    for (; j < m; j++) finish_column_f32(j, terms, term, w, mine, z, gamma, hat, s, out);
+    return m;
+#else
+    (void)m, (void)terms, (void)term, (void)w, (void)mine, (void)z, (void)gamma, (void)hat,
+        (void)s, (void)out;
+    return 0;
+#endif
+}
+
+/* finish_f32's counterpart for double states: the caller's loops do it all. */
+static int64_t finish_f64(int64_t m, int64_t terms, const double *const *term,
+                          const double *w, const double *restrict mine,
+                          const double *restrict z, double gamma, double *restrict hat,
+                          double *restrict s, double *restrict out) {
+    (void)m, (void)terms, (void)term, (void)w, (void)mine, (void)z, (void)gamma, (void)hat,
+        (void)s, (void)out;
+    return 0;
+}
 #endif
 
 static inline U FN(key)(T x) {
@@ -382,6 +449,15 @@ static void FN(choco_dense)(const void *shared, int64_t first, int64_t last, voi
         for (int64_t i = 0; i < n; i++) {
             const int64_t c0 = i * job->D + r * k + a;
             const double *restrict mine = fresh + i * wide;
+            const T *restrict z = job->z != NULL ? job->z + c0 : zs + i * wide;
+            double *restrict hat = job->hat + c0, *restrict s = job->s + c0;
+            T *restrict out = job->out + c0;
+            const double *term[MAX_TERMS];
+            for (int64_t q = 0; q < job->terms; q++)
+                term[q] = fresh + (i + job->offsets[q]) % n * wide;
+            if (CAT(finish, SUFFIX)(m, job->terms, term, job->weights64, mine, z, job->gamma, hat,
+                                    s, out) == m)
+                continue;
             const double *restrict first_term = fresh + (i + job->offsets[0]) % n * wide;
             for (int64_t j = 0; j < m; j++) acc[j] = job->weights64[0] * first_term[j];
             for (int64_t q = 1; q < job->terms; q++) {
@@ -389,9 +465,6 @@ static void FN(choco_dense)(const void *shared, int64_t first, int64_t last, voi
                 const double w = job->weights64[q];
                 for (int64_t j = 0; j < m; j++) acc[j] += w * term[j];
             }
-            const T *restrict z = job->z != NULL ? job->z + c0 : zs + i * wide;
-            double *restrict hat = job->hat + c0, *restrict s = job->s + c0;
-            T *restrict out = job->out + c0;
             T result[CHUNK];
             for (int64_t j = 0; j < m; j++) result[j] = z[j] + job->gamma * (T)(acc[j] - mine[j]);
             stream_f64(hat, mine, m);
