@@ -370,17 +370,13 @@ static void FN(fresh)(const struct FN(choco_job) *job, int64_t row, int64_t a, i
     const double scale = job->scales[row];
     const uint32_t lo = (uint32_t)job->keys[row], hi = (uint32_t)(job->keys[row] >> 32);
     const int32_t top = (int32_t)job->levels;
-    int32_t level[CHUNK]; /* m <= CHUNK: each loop vectorises */
     for (int64_t j = 0; j < m; j++) { /* |d| scale + u >= 0: truncation floors */
         const T d = (T)((double)z[j] - hat[j]);
         const uint32_t h = FN(mix)(FN(mix)((uint32_t)(a + j) ^ lo) ^ hi);
         const double u = ((double)(int32_t)(h ^ 0x80000000U) + 0x1p31) * 0x1p-32;
         const int32_t l = (int32_t)(fabs((double)d) * scale + u);
-        level[j] = l > top ? top : l;
-    }
-    for (int64_t j = 0; j < m; j++) {
-        const T d = (T)((double)z[j] - hat[j]);
-        fresh[j] = hat[j] + (double)((T)((double)level[j] * unit) * (T)(1 - 2 * (d < 0)));
+        const int32_t level = l > top ? top : l;
+        fresh[j] = hat[j] + (double)((T)((double)level * unit) * (T)(1 - 2 * (d < 0)));
     }
 }
 
