@@ -383,14 +383,18 @@ static void FN(fresh)(const struct FN(choco_job) *job, int64_t row, int64_t a, i
 /* Phase 2 of top-k, columns [a, b) of one row of k (its first column c0 in the state):
    the output from the old x_hat and s first, into a buffer (that pass streams the
    chunk into cache, where the scattered updates then find it); then the output again
-   at the entries they changed, and the buffer written by non-temporal stores (no
-   output line read first). */
+   at the entries they changed, and the buffer written by non-temporal stores where the
+   CPU has them (no output line read first). */
 static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int64_t r,
                             int64_t a, int64_t b, int64_t *cursor, T *restrict zbuf) {
     const int64_t n = job->n, k = job->k, rows = job->D / k, c0 = agent * job->D + r * k;
     const T *restrict z = FN(z_at)(job, c0 + a, b - a, zbuf); /* from column a */
     double *restrict h2 = job->hat + c0, *restrict s2 = job->s + c0;
-    T res[CHUNK]; /* from column a */
+#if defined(__AVX512F__) || defined(__AVX2__)
+    T buffer[CHUNK], *restrict res = buffer; /* from column a, streamed to the output */
+#else
+    T *restrict res = job->out + c0 + a; /* no non-temporal stores: the output itself */
+#endif
     for (int64_t j = a; j < b; j++) res[j - a] = z[j - a] + job->gamma * (T)(s2[j] - h2[j]);
     int64_t from[MAX_TERMS + 1];
     for (int64_t q = -1; q < job->terms; q++) { /* -1: the agent's own q into hat */
@@ -420,7 +424,9 @@ static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int6
             }
         }
     }
+#if defined(__AVX512F__) || defined(__AVX2__)
     STREAM_T(job->out + c0 + a, res, b - a);
+#endif
 }
 
 /* Phase 2 of qsgd and sign, tasks [first, last) = (row segment, chunk of columns):
