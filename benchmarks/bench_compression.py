@@ -36,17 +36,28 @@ at one thread and torch's default, quiet and with another process keeping a core
 Compression pays where sending the bytes saved takes longer than the extra time: at
 1 GB/s, 100 KB saved per step buys 0.1 ms.
 
-Usage: python benchmarks/bench_compression.py [--repeats 5]
+``--against SRC`` builds the C kernels of another checkout's sources (``SRC``, its ``src``
+folder: the kernels before a change) and times CHOCO-SGD's fused step with them in the
+same loop (``before``), with the ratio fused / before; ``--steps-only`` leaves out the
+codecs and the torch round.
+
+Usage: python benchmarks/bench_compression.py [--repeats 5] [--against ../previous/src]
+[--steps-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import importlib.util
 import multiprocessing as mp
+import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 import torch
 from bench_peers import busy  # benchmarks/ is on the path when run as a script
@@ -55,6 +66,7 @@ from decentopt import algorithms, native
 from decentopt.algorithms.dsgd import DSGD, DSGDState
 from decentopt.comm import SimulatedCommunicator
 from decentopt.comm.base import Communicator
+from decentopt.comm.mixers import NativeMixer
 from decentopt.compression import parse
 from decentopt.topology import ring
 from decentopt.updates import descend
@@ -82,6 +94,36 @@ class _SeparateDSGD(DSGD):
         return DSGDState(x=x_next, t=state.t + 1)
 
 
+class _OtherMixer(NativeMixer):
+    """The native mixer running another library's kernels (of the same signatures)."""
+
+    def __init__(self, lib: native.Library) -> None:
+        super().__init__(ring(N))
+        self.lib = lib
+
+    def _function(self, name: str, dtype: torch.dtype) -> ctypes._CFuncPtr:
+        return self.lib.function(name, "f32" if dtype == torch.float32 else "f64")
+
+
+def other_library(src: str) -> native.Library:
+    """The C kernels of another checkout's sources (``src``: its ``src`` folder), built by
+    its own recipe into a temporary folder, run in the variant this checkout's runs."""
+    recipe = Path(src) / "decentopt" / "native" / "build.py"
+    spec = importlib.util.spec_from_file_location("_other_build", recipe)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--against: no {recipe}")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    ours, why = native.library()
+    if ours is None:
+        raise SystemExit(f"--against: this checkout's kernels are not in use ({why})")
+    folder = Path(tempfile.mkdtemp())
+    target = folder / "kernels.so"
+    build.build_unix(os.environ.get("CC", "cc").split(), target, folder)
+    handle = ctypes.CDLL(str(target))
+    return native.Library(target, f"built from {src}", ours.isa, ours.variants, handle)
+
+
 def _descend_apart(x: torch.Tensor, g: torch.Tensor, alpha: float) -> tuple[torch.Tensor]:
     return descend(x, g, alpha)
 
@@ -93,8 +135,16 @@ def _timed(fn: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def _stepper(name: str, kernel: str = "auto", separate: bool = False, **hp: object):
-    comm = SimulatedCommunicator(ring(N), kernel=kernel)
+def _stepper(
+    name: str,
+    kernel: str = "auto",
+    separate: bool = False,
+    lib: native.Library | None = None,
+    **hp: object,
+):
+    comm = SimulatedCommunicator(ring(N), kernel="native" if lib is not None else kernel)
+    if lib is not None:  # another checkout's kernels
+        comm.mixers = (_OtherMixer(lib),)
     alg = algorithms.make(name, lr=0.01, **hp)
     if separate:  # the update, then the round
         rule = {f.name: getattr(alg.rule, f.name) for f in fields(alg.rule) if f.init}
@@ -110,7 +160,7 @@ def _stepper(name: str, kernel: str = "auto", separate: bool = False, **hp: obje
     return step, comm
 
 
-def steps(repeats: int, plain: bool) -> None:
+def steps(repeats: int, plain: bool, before: native.Library | None) -> None:
     size = torch.empty(N, D)
     copy = torch.empty_like(size)
     cases = [("choco_dsgd", "dsgd", {}, op) for op in OPERATORS]
@@ -121,6 +171,8 @@ def steps(repeats: int, plain: bool) -> None:
         runs = {"fused": ours, base: peer, "copy": lambda: copy.copy_(size)}
         if base == "dsgd":
             runs["separate"] = _stepper(name, separate=True, compression=op, gamma=0.3)[0]
+            if before is not None:
+                runs["before"] = _stepper(name, lib=before, compression=op, gamma=0.3)[0]
         if plain:
             runs["plain"] = _stepper(name, "shift", compression=op, gamma=0.3, **extra)[0]
         for fn in runs.values():
@@ -153,6 +205,11 @@ def steps(repeats: int, plain: bool) -> None:
                 f"    update then round (separate) / {base} step: "
                 f"{ratio(times['separate'], times[base])}; fused / separate: "
                 f"{ratio(times['fused'], times['separate'])}"
+            )
+        if "before" in runs:
+            print(
+                f"    before (--against) / {base} step: {ratio(times['before'], times[base])}; "
+                f"fused / before: {ratio(times['fused'], times['before'])}"
             )
         if plain:
             print(
@@ -191,8 +248,11 @@ def codecs(repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--against", metavar="SRC", help="another checkout's src: its kernels")
+    parser.add_argument("--steps-only", action="store_true", help="no codecs, no torch round")
     args = parser.parse_args()
     print(native.describe())
+    before = other_library(args.against) if args.against else None
     default = torch.get_num_threads()
     for threads in sorted({1, default}):
         for loaded in (False, True):
@@ -203,8 +263,10 @@ def main() -> None:
                 hog.start()
             try:
                 print(f"threads {threads}" + (", a core busy" if loaded else ", quiet"))
-                steps(args.repeats, plain=threads == 1 and not loaded)
-                codecs(args.repeats if threads == 1 and not loaded else 2)
+                quiet = threads == 1 and not loaded
+                steps(args.repeats, plain=quiet and not args.steps_only, before=before)
+                if not args.steps_only:
+                    codecs(args.repeats if quiet else 2)
             finally:
                 if hog is not None:
                     stop.set()

@@ -11,6 +11,7 @@ from decentopt import native
 from decentopt.comm import SimulatedCommunicator
 from decentopt.comm.mixers import NativeMixer
 from decentopt.compression import parse
+from decentopt.compression._bits import kept_count
 
 LIB = native.library()[0]
 needs_library = pytest.mark.skipif(LIB is None, reason=f"no native kernels: {native.library()[1]}")
@@ -258,3 +259,29 @@ def test_the_fused_update_falls_back_where_the_kernel_cannot_take_it():
     channel.mix_map(dopt.updates.descend, (x, g), (0.1,))
     with pytest.raises(ValueError, match="mixed twice in one step"):
         channel.mix_map(dopt.updates.descend, (x, g), (0.1,))
+
+
+@needs_library
+@pytest.mark.parametrize("isa", VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("ratio", [0.05, 0.3, 0.77])
+def test_top_k_cuts_through_ties_spread_over_many_vectors(isa, dtype, ratio):
+    """Rows of 203 entries of four magnitudes (zeros of both signs among them): the kept
+    count falls inside a run of ties that spans many blocks of 8 entries, which the kernel
+    lists 8 at a time (AVX2) and refines; the lowest indices among the ties are kept, as
+    ``compress`` keeps them, in every variant."""
+    gen = torch.Generator().manual_seed(int(ratio * 100))
+    n, k = 4, 203
+    levels = torch.tensor([0.0, -0.0, 0.25, -0.5, 0.5, 1.0], dtype=dtype)
+    z = levels[torch.randint(0, 6, (n, 2 * k), generator=gen)]
+    hat = torch.zeros(n, 2 * k, dtype=torch.float64)
+    mixer = NativeMixer(dopt.topology.ring(n), isa=isa)
+    codec = parse(f"top_k({ratio})")
+    want = reference(
+        codec, mixer.stencil, z.view(n, 2, k), hat.view(n, 2, k), hat.view(n, 2, k), 0.5
+    )
+    got = mixer.choco(codec, z, hat.clone(), hat.clone(), k, 0.5, 0)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.reshape(b.shape), b)
+    kept = (got[1].view(n, 2, k) != 0).sum(-1)
+    assert (kept <= kept_count(ratio, k)).all() and (kept > 0).all()
