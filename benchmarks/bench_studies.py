@@ -8,7 +8,7 @@ machine one after the other (the native library is built at first use into its c
 first warm-up run per checkout keeps that out of the timing).
 
 Run: ``.venv/bin/python benchmarks/bench_studies.py [--src PATH] [--quick-only]
-[--studies fig1,fig2] [--repeats N]``
+[--full-only] [--studies fig1,fig2] [--repeats N]``
 """
 
 from __future__ import annotations
@@ -55,13 +55,15 @@ def environment(src: str | None) -> tuple[dict[str, str], str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", help="a checkout's src folder to time (default: as installed)")
-    parser.add_argument("--quick-only", action="store_true", help="only the --quick runs")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--quick-only", action="store_true", help="only the --quick runs")
+    only.add_argument("--full-only", action="store_true", help="only the full-length runs")
     parser.add_argument("--studies", default=",".join(STUDIES), help="comma-separated")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each (median shown)")
     args = parser.parse_args()
     env, where = environment(args.src)
     studies = [s.strip() for s in args.studies.split(",") if s.strip()]
-    modes = (True,) if args.quick_only else (True, False)
+    modes = (True,) if args.quick_only else (False,) if args.full_only else (True, False)
     print(f"decentopt from {where}; {os.cpu_count()} cores; --jobs at its default")
     seconds(studies[0], True, env)  # warm-up: a first-use native build stays out of the table
     print(f"{'study':<12} {'mode':<6} {'seconds (median)':>17} {'min':>8} {'runs':>5}")
