@@ -14,11 +14,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import types
+from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from decentopt._checks import as_count, as_real, unknown_name
 
-__all__ = ["ConfigError", "bounded", "call_value", "parse", "split_call"]
+__all__ = ["ConfigError", "bounded", "call_value", "parse", "read_call", "split_call"]
 
 T = TypeVar("T")
 
@@ -164,3 +165,42 @@ def call_value(text: str) -> Any:
         except ValueError:
             pass
     return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def read_call(
+    spec: object, table: Mapping[str, type[T]], what: str, examples: str, instance: str
+) -> tuple[str, type[T], dict[str, Any]]:
+    """Text ``NAME(ARGS)`` naming a dataclass of ``table`` (a gossip, a compression
+    operator): the name, the class and its arguments by field, each read by
+    :func:`call_value`. Bare values set the fields that are not keyword-only, in their
+    order, before the first ``KEY=VALUE``. Errors are one line, with ``examples`` of the
+    text and ``instance``, what else ``spec`` may be."""
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"{what} must be text such as {examples} or {instance}; "
+            f"got {type(spec).__name__} {spec!r}"
+        )
+    call = split_call(spec)
+    if call is None:
+        raise ValueError(f"{what} {spec!r}: write NAME or NAME(ARGS), e.g. {examples}")
+    name, args = call
+    if name not in table:
+        raise ValueError(unknown_name(what, name, table))
+    init = [f for f in dataclasses.fields(table[name]) if f.init]  # type: ignore[arg-type]
+    fields, order = [f.name for f in init], [f.name for f in init if not f.kw_only]
+    kwargs: dict[str, Any] = {}
+    for k, (key, raw) in enumerate(args):
+        if key is None and not order:
+            named = f" (or {name}({fields[0]}=...) for its {fields[0]})" if fields else ""
+            raise ValueError(
+                f"{what} {spec!r}: {name} takes no value in parentheses; write {name!r}{named}"
+            )
+        if key is None and (k >= len(order) or any(a[0] for a in args[:k])):
+            raise ValueError(
+                f"{what} {spec!r}: {name} takes {', '.join(order)} by position; name the "
+                f"argument {raw!r} (KEY=VALUE)"
+            )
+        kwargs[key or order[k]] = call_value(raw)
+    for key in (key for key in kwargs if key not in fields):
+        raise ValueError(f"{what} {spec!r}: {unknown_name(f'{name} argument', key, fields)}")
+    return name, table[name], kwargs

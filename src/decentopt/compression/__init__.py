@@ -55,8 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from decentopt._checks import unknown_name
-from decentopt._schema import call_value, split_call
+from decentopt._schema import read_call
 from decentopt.compression._bits import generator_for
 from decentopt.compression.operators import (
     COMPRESSORS,
@@ -109,43 +108,11 @@ def parse(spec: str | Compressor) -> Compressor:
     or an operator itself."""
     if isinstance(spec, Compressor):
         return spec
-    if not isinstance(spec, str):
-        raise TypeError(
-            f"compression must be text such as 'top_k(0.1)' or an operator of "
-            f"decentopt.compression; got {type(spec).__name__} {spec!r}"
-        )
-    call = split_call(spec)
-    if call is None:
-        raise ValueError(
-            f"compression {spec!r}: write NAME or NAME(ARGS), e.g. 'top_k(0.1)', 'qsgd(4)', "
-            f"'sign', 'none'"
-        )
-    name, args = call
-    if name not in COMPRESSORS:
-        raise ValueError(unknown_name("compression", name, COMPRESSORS))
-    cls = COMPRESSORS[name]
-    kwargs: dict[str, float] = {}
-    fields = dataclasses.fields(cls)
-    first = [f.name for f in fields if not f.kw_only]  # what a bare value sets: ratio, bits
-    for k, (key, part) in enumerate(args):
-        if key is None and not first:
-            raise ValueError(
-                f"compression {spec!r}: {name} takes no value in parentheses; write {name!r} "
-                f"(or {name}(seed=1) for its seed)"
-            )
-        if key is None and k:
-            raise ValueError(f"compression {spec!r}: name the argument {part!r} (KEY=VALUE)")
-        value = call_value(part)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"compression argument {part!r} is not a number")
-        kwargs[key or first[0]] = value
-    unknown = [k for k in kwargs if k not in [f.name for f in fields]]
-    if unknown:
-        raise ValueError(
-            f"compression {spec!r}: {name} takes {', '.join(f.name for f in fields)}; got "
-            f"{', '.join(unknown)}"
-        )
-    for f in fields:
+    name, cls, kwargs = read_call(
+        spec, COMPRESSORS, "compression", "'top_k(0.1)', 'qsgd(4)', 'sign', 'none'",
+        "an operator of decentopt.compression",
+    )  # fmt: skip
+    for f in dataclasses.fields(cls):
         if f.default is dataclasses.MISSING and f.name not in kwargs:
             raise ValueError(
                 f"compression {spec!r}: give the {f.name} of entries kept, e.g. '{name}(0.1)'"

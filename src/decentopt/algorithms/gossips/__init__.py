@@ -22,11 +22,9 @@ with :func:`register_gossip`).
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from decentopt._checks import unknown_name
-from decentopt._schema import call_value, split_call
+from decentopt._schema import read_call
 from decentopt.algorithms.gossips.base import SUM, VALUE, Channel, Exact, Fields, Gossip
 from decentopt.algorithms.gossips.choco import Choco
 from decentopt.algorithms.gossips.delayed import Delayed
@@ -73,29 +71,8 @@ def parse(spec: str | Gossip) -> Gossip:
     order (``choco``: compression, gamma; ``multi_round``: rounds, acceleration)."""
     if isinstance(spec, Gossip):
         return spec
-    if not isinstance(spec, str):
-        raise TypeError(
-            f"gossip must be text such as 'choco(top_k(0.1), gamma=0.4)' or a gossip of "
-            f"decentopt.algorithms.gossips; got {type(spec).__name__} {spec!r}"
-        )
-    call = split_call(spec)
-    if call is None:
-        raise ValueError(
-            f"gossip {spec!r}: write NAME or NAME(ARGS), e.g. 'push_sum', 'choco(sign)'"
-        )
-    name, args = call
-    if name not in GOSSIPS:
-        raise ValueError(unknown_name("gossip", name, GOSSIPS))
-    cls = GOSSIPS[name]
-    fields = [f.name for f in dataclasses.fields(cls) if f.init]
-    kwargs: dict[str, Any] = {}
-    named = False  # positional arguments only before the first keyword
-    for k, (key, raw) in enumerate(args):
-        named = named or key is not None
-        if key is None and (named or k >= len(fields)):
-            raise ValueError(f"gossip {spec!r}: {name} takes {', '.join(fields) or 'no arguments'}")
-        kwargs[key or fields[k]] = call_value(raw)
-    unknown = [key for key in kwargs if key not in fields]
-    if unknown:
-        raise ValueError(f"gossip {spec!r}: {unknown_name(f'{name} argument', unknown[0], fields)}")
+    _, cls, kwargs = read_call(
+        spec, GOSSIPS, "gossip", "'push_sum', 'choco(top_k(0.1), gamma=0.4)'",
+        "a gossip of decentopt.algorithms.gossips",
+    )  # fmt: skip
     return cls(**kwargs)
