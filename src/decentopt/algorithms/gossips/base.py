@@ -146,11 +146,8 @@ class Gossip:
             )
         return ""
 
-    def field_names(self, sends: Sends) -> tuple[str, ...]:
-        """The state fields this gossip adds for a rule that sends ``sends``."""
-        return ()
-
     def init(self, x0: torch.Tensor, sends: Sends) -> Fields:
+        """The state fields this gossip adds for a rule that sends ``sends``, at ``x0``."""
         return {}
 
     def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:

@@ -121,11 +121,10 @@ class Choco(Gossip):
             )
         return ""
 
-    def field_names(self, sends: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(f"{name}{_suffix(k)}" for k in range(len(sends)) for name in ("x_hat", "s"))
-
     def init(self, x0: torch.Tensor, sends: tuple[str, ...]) -> Fields:
-        return {name: public_copies(x0) for name in self.field_names(sends)}
+        return {
+            f"{n}{_suffix(k)}": public_copies(x0) for k in range(len(sends)) for n in ("x_hat", "s")
+        }
 
     def bind(
         self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: tuple[str, ...]

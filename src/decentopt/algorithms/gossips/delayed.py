@@ -173,11 +173,6 @@ class Delayed(Gossip):
             "diverges at any step size)"
         )
 
-    def field_names(self, sends: Sends) -> tuple[str, ...]:
-        own = self._wrapped.field_names(sends)
-        lags = range(1, self.tau + 1)
-        return own + tuple(_history(k, lag) for k in range(self._slots(sends)) for lag in lags)
-
     def init(self, x0: torch.Tensor, sends: Sends) -> Fields:
         fields = dict(self._wrapped.init(x0, sends))
         for k in range(self._slots(sends)):
@@ -186,11 +181,12 @@ class Delayed(Gossip):
         return fields
 
     def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
-        own = self._wrapped.field_names(sends)
-        inner_fields = {name: fields[name] for name in own}
+        lags = range(1, self.tau + 1)
+        kept = {_history(k, lag) for k in range(self._slots(sends)) for lag in lags}
+        inner_fields = {name: value for name, value in fields.items() if name not in kept}
         if self.tau == 0:
             return self._wrapped.bind(inner_fields, comm, x, sends)
-        history = {name: value for name, value in fields.items() if name not in own}
+        history = {name: value for name, value in fields.items() if name in kept}
         late = _LateComm(comm, history, self.tau, self._slots(sends), self.staleness)
         return _DelayedChannel(self._wrapped.bind(inner_fields, late, x, sends), late)
 

@@ -65,9 +65,6 @@ class PushSum(Gossip):
             )
         return super().refuses(rule)
 
-    def field_names(self, sends: Sends) -> tuple[str, ...]:
-        return ("w",)
-
     def init(self, x0: torch.Tensor, sends: Sends) -> Fields:
         return {"w": push_weights(x0)}
 
