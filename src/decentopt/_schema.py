@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 from decentopt._checks import as_count, as_real, unknown_name
 
-__all__ = ["ConfigError", "bounded", "call_value", "parse", "read_call", "split_call"]
+__all__ = ["ConfigError", "bounded", "call_value", "parse", "read_call"]
 
 T = TypeVar("T")
 
@@ -129,34 +129,8 @@ _CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", re.S)
 _KEY = re.compile(r"([A-Za-z_]\w*)\s*=(.*)", re.S)
 
 
-def split_call(text: str) -> tuple[str, list[tuple[str | None, str]]] | None:
-    """Text ``NAME`` or ``NAME(ARGS)`` (a gossip, a compression operator): the lower-case
-    name and each argument as ``(key or None, value text)``, the arguments split at the
-    commas outside parentheses and quotes; ``None`` for text of another form."""
-    match = _CALL.fullmatch(text)
-    if match is None:
-        return None
-    args, parts, depth, quote, start = match.group(2) or "", [], 0, "", 0
-    for i, ch in enumerate(args):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "()":
-            depth += 1 if ch == "(" else -1
-        elif ch == "," and depth == 0:
-            parts.append(args[start:i])
-            start = i + 1
-    parts.append(args[start:])
-    out: list[tuple[str | None, str]] = []
-    for part in filter(None, (p.strip() for p in parts)):
-        key = _KEY.fullmatch(part)
-        out.append((key.group(1), key.group(2).strip()) if key else (None, part))
-    return match.group(1).lower(), out
-
-
 def call_value(text: str) -> Any:
-    """An argument of :func:`split_call`: quoted text, a number, true or false, else the text."""
+    """An argument of :func:`read_call`: quoted text, a number, true or false, else the text."""
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1]
     for kind in (int, float):
@@ -180,12 +154,28 @@ def read_call(
             f"{what} must be text such as {examples} or {instance}; "
             f"got {type(spec).__name__} {spec!r}"
         )
-    call = split_call(spec)
-    if call is None:
+    match = _CALL.fullmatch(spec)
+    if match is None:
         raise ValueError(f"{what} {spec!r}: write NAME or NAME(ARGS), e.g. {examples}")
-    name, args = call
+    name, text = match.group(1).lower(), match.group(2) or ""
     if name not in table:
         raise ValueError(unknown_name(what, name, table))
+    parts: list[str] = []
+    depth, quote, start = 0, "", 0  # split at the commas outside () and quotes
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    args: list[tuple[str | None, str]] = []
+    for part in filter(None, (p.strip() for p in [*parts, text[start:]])):
+        key = _KEY.fullmatch(part)
+        args.append((key.group(1), key.group(2).strip()) if key else (None, part))
     init = [f for f in dataclasses.fields(table[name]) if f.init]  # type: ignore[arg-type]
     fields, order = [f.name for f in init], [f.name for f in init if not f.kw_only]
     kwargs: dict[str, Any] = {}
