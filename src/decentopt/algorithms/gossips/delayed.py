@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
+from decentopt._checks import as_count
 from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossip, Sends, Through
 from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
 
@@ -82,14 +83,6 @@ def self_weights(comm: Any, rows: int) -> torch.Tensor:
     return diag[rank : rank + rows]
 
 
-def _whole(value: Any, what: str) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"delayed: {what} must be a whole number >= 0; got {value!r}")
-    return value
-
-
 def _history(k: int, lag: int) -> str:
     return f"z{k}_lag{lag}"
 
@@ -107,19 +100,21 @@ class Delayed(Gossip):
     name: ClassVar[str] = "delayed"
 
     def __post_init__(self) -> None:
-        tau, bound = _whole(self.tau, "the delay tau"), self.staleness
+        tau, bound = as_count(self.tau, "delayed: the delay tau"), self.staleness
+        if bound is not None:
+            bound = as_count(bound, "delayed: the staleness bound")
         if bound is not None and tau == 0:
             raise ValueError(
                 "delayed: bounded staleness needs a delay tau >= 1 (messages of the current "
                 "round are never waited for); give delayed(1, staleness=S)"
             )
-        if bound is not None and _whole(bound, "the staleness bound") < tau:
+        if bound is not None and bound < tau:
             raise ValueError(
                 f"delayed: the staleness bound ({bound}) is below the delay tau ({tau}); give "
                 f"staleness >= {tau}"
             )
         object.__setattr__(self, "tau", tau)
-        object.__setattr__(self, "staleness", None if bound is None else int(bound))
+        object.__setattr__(self, "staleness", bound)
         from decentopt.algorithms.gossips import parse  # the package imports this module
 
         try:
@@ -191,10 +186,9 @@ class Delayed(Gossip):
         return _DelayedChannel(self._wrapped.bind(inner_fields, late, x, sends), late)
 
     def label(self) -> str:
+        inner = "" if isinstance(self._wrapped, Exact) else f", {self._wrapped.label()}"
         bound = "" if self.staleness is None else f", staleness={self.staleness}"
-        if isinstance(self._wrapped, Exact):
-            return f"delayed({self.tau}{bound})"
-        return f"delayed({self.tau}, {self._wrapped.label()}{bound})"
+        return f"delayed({self.tau}{inner}{bound})"
 
 
 class _LateComm(Channel):
