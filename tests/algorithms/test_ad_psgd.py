@@ -55,7 +55,7 @@ def test_ad_psgd_runs_at_its_own_pace_under_the_time_model():
     [
         (lambda: make("ad_psgd", seed=-1), r"seed must be a whole number >= 0"),
         (lambda: make("ad_psgd", gossip="push_sum"), r"ad_psgd cannot take push_sum gossip"),
-        (lambda: make("osgp", tau=-2), r"tau must be a whole number >= 0"),
+        (lambda: make("osgp", tau=-2), r"tau must be >= 0; got -2"),
     ],
 )
 def test_bad_input_is_refused_in_one_line(call, message):

@@ -168,12 +168,9 @@ def compose(rule: Any, gossip: str | Gossip, alias: str = "") -> Any:
 
 
 def _check_keys(name: str, given: dict[str, Any], valid: tuple[str, ...]) -> None:
-    for key in given:
-        if key not in valid:
-            hint = (
-                " (momentum is called beta here)" if key == "momentum" and "beta" in valid else ""
-            )
-            raise TypeError(f"{name}: {unknown_name('hyper-parameter', key, valid)}{hint}")
+    for key in (key for key in given if key not in valid):
+        hint = " (momentum is called beta here)" if key == "momentum" and "beta" in valid else ""
+        raise TypeError(f"{name}: {unknown_name('hyper-parameter', key, valid)}{hint}")
 
 
 def make(name: str, gossip: str | Gossip | None = None, **hyperparams: Any) -> Any:

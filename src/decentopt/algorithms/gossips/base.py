@@ -52,8 +52,10 @@ class Channel:
     #: Whether the rule may mix only once per step through this channel.
     one_round: ClassVar[bool] = True
 
-    def __init__(self, comm: Communicator, fields: Fields, sends: Sends = ()) -> None:
-        self.comm = comm
+    def __init__(
+        self, comm: Communicator, fields: Fields, sends: Sends = (), gossip: Any = None
+    ) -> None:
+        self.comm, self.gossip = comm, gossip  # the gossip whose round this is, if it needs it
         self.state = dict(fields)
         self.sends = sends
         self.rounds_done = 0
@@ -131,7 +133,6 @@ class Gossip:
     one_round: ClassVar[bool] = True
     #: State fields with one value per agent (push-sum weights), not one per coordinate.
     agent_fields: ClassVar[tuple[str, ...]] = ()
-
     #: Rounds of the network per call of the rule (for fair comparisons).
     rounds_per_call: ClassVar[int] = 1
 

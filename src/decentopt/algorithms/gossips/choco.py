@@ -136,11 +136,7 @@ class Choco(Gossip):
 
 
 class _ChocoChannel(Channel):
-    def __init__(
-        self, comm: Communicator, fields: Fields, sends: tuple[str, ...], gossip: Choco
-    ) -> None:
-        super().__init__(comm, fields, sends)
-        self.gossip = gossip
+    gossip: Choco
 
     def mix_map(
         self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
