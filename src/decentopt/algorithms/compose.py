@@ -87,11 +87,9 @@ class Composed:
     def with_hyperparams(self, **changes: Any) -> Composed:
         """A copy with some hyper-parameters changed, the rule's and the gossip's."""
         mine = {f.name for f in dataclasses.fields(self.gossip) if f.init}
-        gossip = {k: v for k, v in changes.items() if k in mine}
+        gossip = dataclasses.replace(self.gossip, **{k: v for k, v in changes.items() if k in mine})
         rule = self.rule.with_hyperparams(**{k: v for k, v in changes.items() if k not in mine})
-        return dataclasses.replace(
-            self, rule=rule, gossip=dataclasses.replace(self.gossip, **gossip)
-        )
+        return dataclasses.replace(self, rule=rule, gossip=gossip)
 
     def hyperparams(self) -> dict[str, Any]:
         """The rule's and the gossip's hyper-parameters, by name."""
