@@ -78,12 +78,10 @@ def _forked(jobs: int, pending: list, compute: Callable) -> Iterator[tuple[int, 
 
 def forked_map(jobs: int, compute: Callable[..., R], pending: Sequence[tuple]) -> list[R]:
     """``[compute(*args) for args in pending]``, in ``jobs`` forked processes (one thread
-    each) when there are more than one of both; for work that does not share a problem,
-    such as the sweeps of a graph study or the figures of a report."""
+    each) if more than one of both: the sweeps of a graph study, the figures of a report."""
     if jobs < 2 or len(pending) < 2:
         return [compute(*args) for args in pending]
-    results: dict[int, R] = dict(_forked(jobs, list(pending), compute))
-    return [results[index] for index in range(len(pending))]
+    return [r for _, r in sorted(_forked(jobs, list(pending), compute), key=lambda x: x[0])]
 
 
 def _in_workers(
