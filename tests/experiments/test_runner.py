@@ -385,3 +385,29 @@ def test_the_table_of_a_large_grid_shows_its_best_rows():
     table = summary_markdown(stats, spec)
     assert table.count("| EDM(lr=") + table.count("| edm(lr=") == MOST_ROWS
     assert "edm(lr=0)" in table and "edm(lr=99)" not in table and "of 100 variants" in table
+
+
+def _square_or_fail(x: int) -> tuple[int, int]:
+    if x < 0:
+        raise ValueError(f"negative: {x}")
+    return x, x * x
+
+
+def test_forked_map_keeps_the_order_and_raises_what_a_worker_raises():
+    from decentopt.experiments.runner import forked_map
+
+    pending = [(x,) for x in range(7)]
+    serial = forked_map(1, _square_or_fail, pending)
+    assert serial == [(x, x * x) for x in range(7)]
+    assert forked_map(2, _square_or_fail, pending) == serial
+    with pytest.raises(ValueError, match="negative: -1"):
+        forked_map(2, _square_or_fail, [(3,), (-1,)])
+
+
+def test_a_graph_is_built_once_for_the_same_table_and_afresh_for_another(cfg_path):
+    spec = load_spec(cfg_path, overrides=["agents=9", "topology.name=torus"])
+    first = spec.build_topology()
+    assert spec.build_topology() is first  # frozen: checks, run and report share it
+    other = load_spec(cfg_path, overrides=["topology.name=ring"]).build_topology()
+    assert other is not first and other.name != first.name
+    assert load_spec(cfg_path, overrides=["agents=16"]).build_topology().n == 16

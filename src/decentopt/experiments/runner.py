@@ -21,12 +21,12 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -45,7 +45,9 @@ from decentopt.problems.neural import BatchedRuns, NeuralProblem
 from decentopt.results import lock_folder, write_csv_atomic
 from decentopt.topology.footprint import build_bytes
 
-__all__ = ["Outcome", "Sweep", "check_memory", "memory_parts", "run_spec"]
+__all__ = ["Outcome", "Sweep", "check_memory", "forked_map", "memory_parts", "run_spec"]
+
+R = TypeVar("R")
 
 #: What forked workers compute with (set just before the fork, inherited, never pickled).
 _WORK: dict[str, Any] = {}
@@ -54,6 +56,32 @@ _WORK: dict[str, Any] = {}
 def _work(index: int) -> tuple[int, tuple[list, dict]]:
     with intra_op_threads(1, 0):
         return index, _WORK["compute"](*_WORK["pending"][index])
+
+
+def _forked(jobs: int, pending: list, compute: Callable) -> Iterator[tuple[int, Any]]:
+    """``(index, compute(*pending[index]))`` as ``jobs`` forked processes, one thread each,
+    finish them; ``pending`` and ``compute`` are inherited, only the results pickled."""
+    with intra_op_threads(1, 0):  # no thread pool may exist in the parent when it forks
+        _WORK.update(pending=pending, compute=compute)
+        context = multiprocessing.get_context("fork")
+        # a killed sweep leaves no worker computing on
+        stop = partial(die_with_parent, signal.SIGKILL)
+        pool = ProcessPoolExecutor(min(jobs, len(pending)), mp_context=context, initializer=stop)
+        try:
+            futures = [pool.submit(_work, index) for index in range(len(pending))]
+            for future in as_completed(futures):
+                yield future.result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            _WORK.clear()
+
+
+def forked_map(jobs: int, compute: Callable[..., R], pending: Sequence[tuple]) -> list[R]:
+    """``[compute(*args) for args in pending]``, in ``jobs`` forked processes (one thread
+    each) if more than one of both: the sweeps of a graph study, the figures of a report."""
+    if jobs < 2 or len(pending) < 2:
+        return [compute(*args) for args in pending]
+    return [r for _, r in sorted(_forked(jobs, list(pending), compute), key=lambda x: x[0])]
 
 
 def _in_workers(
@@ -67,22 +95,11 @@ def _in_workers(
     """Compute ``pending`` units in ``jobs`` forked processes; ``keep(unit, result)`` stores
     each one as soon as its worker returns it (an interrupted sweep keeps what finished).
     ``build()`` first: what every worker inherits (the batched problem, or the data set)."""
-    with intra_op_threads(1, 0):  # no thread pool may exist in the parent when it forks
+    with intra_op_threads(1, 0):  # built with the workers' one thread
         build()
-        _WORK.update(pending=pending, compute=compute)
-        context = multiprocessing.get_context("fork")
-        # a killed sweep leaves no worker computing on
-        stop = partial(die_with_parent, signal.SIGKILL)
-        pool = ProcessPoolExecutor(min(jobs, len(pending)), mp_context=context, initializer=stop)
-        try:
-            futures = [pool.submit(_work, index) for index in range(len(pending))]
-            for count, future in enumerate(as_completed(futures), start=1):
-                index, result = future.result()
-                keep(pending[index][0], result)
-                say(f"  {pending[index][0].name:14s} done ({count}/{len(pending)})")
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            _WORK.clear()
+        for count, (index, result) in enumerate(_forked(jobs, pending, compute), start=1):
+            keep(pending[index][0], result)
+            say(f"  {pending[index][0].name:14s} done ({count}/{len(pending)})")
 
 
 def _run_groups(spec: RunSpec) -> list[tuple[int, ...] | None]:

@@ -44,6 +44,7 @@ import torch
 from decentopt import algorithms, theory, topology
 from decentopt.driver import RunOptions
 from decentopt.experiments.reports import markdown_table
+from decentopt.experiments.runner import forked_map
 from decentopt.experiments.spec import ConfigError
 from decentopt.experiments.store import ResultStore, Unit
 from decentopt.experiments.study import Request, Study
@@ -164,27 +165,50 @@ def _consensus_sum(
 TRANSIENT_EXPONENT = {"ed": -2.0, "edm": -2.0, "dsgt": -3.0, "dsgt_hb": -3.0}
 
 
+def _measured_apart(
+    store: ResultStore | None, name: str, key: dict[str, Any], compute: Callable[[], np.ndarray]
+) -> tuple[np.ndarray, bool]:
+    """:func:`measured` (in a worker) and whether the store held it already."""
+    before = 0 if store is None else len(store.kept)
+    values = measured(store, name, key, compute)
+    return values, store is not None and len(store.kept) > before
+
+
 def transient_rows(
-    seeds: int, quick: bool, log: Callable[[str], None], store: ResultStore | None = None
+    seeds: int,
+    quick: bool,
+    log: Callable[[str], None],
+    store: ResultStore | None = None,
+    jobs: int = 1,
 ) -> list[ScalingRow]:
+    """The heterogeneity transient of ED, EDM, DSGT and DSGT-HB over ring sizes; the
+    simulations run in ``jobs`` workers, the longest (largest rings) first."""
     d, p = (4, 8) if quick else (5, 10)
     sizes = [6, 8, 12] if quick else [8, 12, 16, 24, 32, 48, 64]
     momentum = {"lr": 0.02, "beta": 0.5}
     hps = {"ed": {"lr": 0.02}, "edm": momentum, "dsgt": {"lr": 0.02}, "dsgt_hb": momentum}
     sums: dict[str, list[np.ndarray]] = {name: [] for name in hps}
-    gaps = []
+    gaps, zeta0s, said, pending = [], [], [], []
     for m in sizes:
         prob = Quadratic.paper(n=m, d=d, p=p, c=0.5, sigma2=0.0, repetitions=seeds, seed=13)
         topo = topology.ring(m)
         gaps.append(topo.spectral_gap)
         grad0 = prob.full_gradient(prob.initial_point())
-        zeta0 = np.array([theory.zeta0_squared(topo.W, grad0[:, r]) for r in range(seeds)])
+        zeta0s.append(np.array([theory.zeta0_squared(topo.W, grad0[:, r]) for r in range(seeds)]))
         T = int(min(80_000, 40 / (0.02 * float(prob.mu.min())) + 60 / topo.spectral_gap))
         for name, hp in hps.items():
             summed = functools.partial(_consensus_sum, name, hp, prob, topo, T)
             key = {"method": name, "hp": hp, "n": m, "d": d, "p": p, "seeds": seeds, "T": T}
-            sums[name].append(measured(store, f"transient-ring{m}-{name}", key, summed) / zeta0)
-        log(f"  transient, ring({m}), 1 - lambda = {topo.spectral_gap:.4g}, {T} iterations")
+            pending.append((store, f"transient-ring{m}-{name}", key, summed))
+        said.append(f"  transient, ring({m}), 1 - lambda = {topo.spectral_gap:.4g}, {T} iterations")
+    done = iter(forked_map(jobs, _measured_apart, pending[::-1])[::-1])
+    for m, zeta0, line in zip(sizes, zeta0s, said, strict=True):
+        for name in hps:
+            values, kept = next(done)
+            if store is not None:  # the workers' stores are copies: noted here
+                (store.kept if kept else store.ran).append(f"transient-ring{m}-{name}")
+            sums[name].append(values / zeta0)
+        log(line)
     labels = ("heterogeneity transient", "1 - lambda")
     return [
         ScalingRow.fitted(labels[0], name, labels[1], paper, xs=gaps, ys=sums[name])
@@ -198,10 +222,12 @@ def run_scaling(
     quick: bool = False,
     log: Callable[[str], None] = print,
     store: ResultStore | None = None,
+    jobs: int = 1,
 ) -> list[ScalingRow]:
     """Run both studies; ``quick`` uses small sizes (for tests), the default the full table.
 
     ``store``: every simulation is a unit of it (resumable); without one, all run afresh.
+    ``jobs``: worker processes for the transient's simulations (the bias's are short).
     """
     if seeds < 2:
         raise ValueError("the scaling study needs at least 2 seeds to report a spread")
@@ -209,7 +235,7 @@ def run_scaling(
     log("DmSGD steady-state bias (deterministic gradients):")
     rows = dmsgd_bias_rows(seeds, quick, log, store)
     log("heterogeneity transient (deterministic gradients):")
-    rows += transient_rows(seeds, quick, log, store)
+    rows += transient_rows(seeds, quick, log, store, jobs)
     return rows
 
 
@@ -252,7 +278,9 @@ def run_table1(study: Study, out: Path, options: RunOptions, how: Request) -> li
     say = options.log
     with lock_folder(out):
         store = ResultStore(out / "runs", force=options.force)
-        rows = run_scaling(seeds=study.seeds, quick=study.small, log=say, store=store)
+        rows = run_scaling(
+            seeds=study.seeds, quick=study.small, log=say, store=store, jobs=options.jobs
+        )
     if store.kept:
         say(f"resumed: {len(store.kept)} finished measurement(s) kept")
     md = scaling_markdown(rows)

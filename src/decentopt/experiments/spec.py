@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -67,6 +68,9 @@ ROW_FORMAT = 3
 
 #: Seeds are offset by runs, ranks and roles: kept well inside torch's 64-bit seeds.
 MAX_SEED = 2**62
+#: Graphs kept built (:func:`_built`): a study's part checks, runs and reports one graph
+#: after the other, and a few variants name graphs of their own.
+GRAPHS_KEPT = 8
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,13 @@ class _File(_Shared):
     problem_params: dict[str, Any] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
     quick: dict[str, Any] = field(default_factory=dict)
+
+
+@functools.lru_cache(maxsize=GRAPHS_KEPT)
+def _built(name: str, agents: int, options: str) -> topology.Network:
+    """The graph ``name`` over ``agents`` with the JSON ``options``, built once: a study
+    loads, checks, runs and reports each of its graphs (they are frozen, so shared)."""
+    return topology.REGISTRY[name](agents, **json.loads(options))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,7 +193,7 @@ class RunSpec(_Shared):
         if "seed" in inspect.signature(builder).parameters:
             spec.setdefault("seed", self.seeds.graph)
         try:
-            network = builder(self.agents, **spec)
+            network = _built(name, self.agents, json.dumps(spec, sort_keys=True))
         except (TypeError, ValueError) as exc:  # AssumptionError is a ValueError
             raise ConfigError(f"{self.source} {table} ({name}): {exc}") from None
         if network.n != self.agents:

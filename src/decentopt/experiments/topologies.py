@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from decentopt.analysis import ALPHA
+from decentopt.distributed import runtime
 from decentopt.driver import RunOptions
 from decentopt.experiments.claims import (
     Claim,
@@ -37,10 +38,11 @@ from decentopt.experiments.claims import (
 )
 from decentopt.experiments.measures import STEADY
 from decentopt.experiments.reports import markdown_table
-from decentopt.experiments.runner import Sweep
+from decentopt.experiments.runner import Sweep, forked_map, memory_parts
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import Stat, summarise
+from decentopt.perf import MEMORY_MARGIN, available_memory
 from decentopt.plotting import LABELS, plot_curves
 from decentopt.results import write_csv_atomic, write_text_atomic
 
@@ -61,6 +63,7 @@ class Case:
     stats: dict[str, dict[str, Stat]]  # graph -> method -> Stat
     rows: dict[str, list[dict[str, Any]]]  # graph -> rows
     judged: dict[str, list] = field(default_factory=dict)  # graph -> the part's own verdicts
+    built: dict[str, Any] = field(default_factory=dict)  # graph -> the network it ran on
 
     @property
     def name(self) -> str:
@@ -163,24 +166,50 @@ def tracking_exact(case: Case, k: int) -> tuple[bool | None, str]:
 
 
 # ------------------------------------------------------------------- report
-def _run_case(
-    study: Study, part: str, n: int, out: Path, options: RunOptions, how: Request
-) -> Case:
-    """One part at ``n`` agents over every graph of the study."""
-    case = Case("", n, {}, {}, {})
-    for graph, table in study.graphs.items():
-        sets = [f"agents={n}"] + [f"topology.{k}={json.dumps(v)}" for k, v in table.items()]
-        spec = how.load(study.spec_path(part), sets)
-        if how.only is not None:  # the labels of this part (all checked before)
-            spec = spec.select([x for x in how.only if x in spec.algorithms])
-        case.preset = spec.name
-        outcome = Sweep(spec, out / spec.name / f"n{n}" / graph, options).run()
-        stats = summarise(outcome.rows, spec)
-        case.specs[graph], case.rows[graph] = spec, outcome.rows
-        case.stats[graph] = {label: s for (_, label), s in stats.items()}
-        if how.check and spec.claims:
-            case.judged[graph] = check_claims(spec.claims, stats)
-    return case
+def _graph_sweep(
+    spec: RunSpec, folder: Path, options: RunOptions
+) -> tuple[list[dict[str, Any]], Any]:
+    """One part at one n over one graph, its units one after the other: its rows and the
+    graph it ran on."""
+    sweep = Sweep(spec, folder, options.but(jobs=1))
+    return sweep.run().rows, sweep.topology
+
+
+def _workers(specs: list[RunSpec], jobs: int) -> int:
+    """How many sweeps run at once: ``jobs`` for convex parts in one process, as many as
+    fit in memory (one sweep each); 1 under torchrun or for a kind that cannot fork."""
+    if jobs < 2 or not all(s.params.batch_runs for s in specs) or runtime.job().world > 1:
+        return 1
+    free = available_memory()
+    need = max(MEMORY_MARGIN * sum(memory_parts(s).values()) for s in specs)
+    return jobs if free is None else max(1, min(jobs, int(free // need)))
+
+
+def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> list[Case]:
+    """Every part at every n over every graph. The graphs' sweeps run in ``--jobs`` workers,
+    largest first, each computing its units one after the other: a quick sweep's units are
+    too short and too few to share out evenly."""
+    cases, pending = [], []
+    for part, n in itertools.product(study.specs, study.agents):
+        case = Case("", n, {}, {}, {})
+        for graph, table in study.graphs.items():
+            sets = [f"agents={n}"] + [f"topology.{k}={json.dumps(v)}" for k, v in table.items()]
+            spec = how.load(study.spec_path(part), sets)
+            if how.only is not None:  # the labels of this part (all checked before)
+                spec = spec.select([x for x in how.only if x in spec.algorithms])
+            case.preset, case.specs[graph] = spec.name, spec
+            pending.append((spec, out / spec.name / f"n{n}" / graph, options))
+        cases.append(case)
+    jobs = _workers([spec for spec, _, _ in pending], options.jobs)
+    done = iter(forked_map(jobs, _graph_sweep, pending[::-1])[::-1])
+    for case in cases:
+        for graph, spec in case.specs.items():
+            case.rows[graph], case.built[graph] = next(done)
+            stats = summarise(case.rows[graph], spec)
+            case.stats[graph] = {label: s for (_, label), s in stats.items()}
+            if how.check and spec.claims:
+                case.judged[graph] = check_claims(spec.claims, stats)
+    return cases
 
 
 def _case_section(case: Case) -> list[str]:
@@ -188,8 +217,8 @@ def _case_section(case: Case) -> list[str]:
     iteration and every method's steady error."""
     spec, methods = next(iter(case.specs.values())), list(next(iter(case.stats.values())))
     body = []
-    for graph, part in case.specs.items():
-        built, stats = part.build_topology(), [case.stats[graph][m] for m in methods]
+    for graph in case.specs:
+        built, stats = case.built[graph], [case.stats[graph][m] for m in methods]
         errors = [
             f"diverged ({s.diverged})" if s.steady != s.steady else f"{s.steady:.2e}" for s in stats
         ]
@@ -211,27 +240,33 @@ def _case_section(case: Case) -> list[str]:
     ]
 
 
-def _figures(study: Study, cases: list[Case], rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """Per part and drawn method: every graph's curves against iterations and modelled time."""
-    files: list[Path] = []
+def _figures(
+    study: Study, cases: list[Case], rows: list[dict[str, Any]], out: Path, jobs: int
+) -> list[Path]:
+    """Per part and drawn method: every graph's curves against iterations and modelled time
+    (drawn in ``jobs`` workers)."""
+    figures: list[tuple] = []
     for preset in dict.fromkeys(c.preset for c in cases):
         mine = [r for r in rows if r["problem"] == preset]
         spec = next(iter(next(c for c in cases if c.preset == preset).specs.values()))
         for method in [m for m in study.drawn if any(r["algorithm"] == m for r in mine)]:
             chosen = [r | {"algorithm": r["graph"]} for r in mine if r["algorithm"] == method]
             for x, what in (("step", "iterations"), ("model_time", "time")):
-                files += plot_curves(
-                    chosen,
-                    spec.metric,
-                    out / f"{preset}_{method}_{what}",
-                    panel="agents",
-                    panel_title="n = {value}",
-                    x=x,
-                    xscale="log" if x == "model_time" else "auto",
-                    title=f"{LABELS.get(method, method)} on {preset.removeprefix('topologies_')}"
-                    f" against {'modelled seconds' if x == 'model_time' else 'iterations'}",
+                title = (
+                    f"{LABELS.get(method, method)} on {preset.removeprefix('topologies_')}"
+                    f" against {'modelled seconds' if x == 'model_time' else 'iterations'}"
                 )
-    return files
+                figures.append((chosen, spec.metric, out / f"{preset}_{method}_{what}", x, title))
+    return [file for files in forked_map(jobs, _figure, figures) for file in files]
+
+
+def _figure(rows: list[dict[str, Any]], metric: str, path: Path, x: str, title: str) -> list[Path]:
+    """One figure of the study: every graph's curves, a panel per n."""
+    scale = "log" if x == "model_time" else "auto"
+    return plot_curves(
+        rows, metric, path, panel="agents", panel_title="n = {value}", x=x, xscale=scale,
+        title=title,
+    )  # fmt: skip
 
 
 def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:
@@ -249,7 +284,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
     label and claim is checked before anything runs."""
     study.parts(how)
     claims = parse_claims(study.claims, study.source, CHECKS)
-    cases = [_run_case(study, p, n, out, options, how) for p in study.specs for n in study.agents]
+    cases = _run_cases(study, out, options, how)
     everything = [
         r | {"problem": c.preset, "agents": c.n, "graph": g}
         for c in cases
@@ -258,7 +293,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
     ]
     files = [write_csv_atomic(out / "results.csv", everything)]
     sections = [f"# {study.title}", "", *(line for c in cases for line in _case_section(c))]
-    files += _figures(study, cases, everything, out)
+    files += _figures(study, cases, everything, out, options.jobs)
     if how.check:
         sections += _claims_section(claims, cases)
     text = "\n".join(sections)

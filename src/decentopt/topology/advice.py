@@ -13,6 +13,7 @@ converge. :func:`mixing_warning` says so before a run starts.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ def _smallest_eigenvalue(round_: Any) -> float:
     return float(2 * round_.self_weight.min() - 1)
 
 
+@functools.lru_cache(maxsize=16)  # a graph is frozen: judged once for every run on it
 def _rounds_below_lazy(network: Any) -> bool:
     count = network.period or 16  # a random schedule: its first rounds
     return any(_smallest_eigenvalue(network.at(t)) < LAZY_EIGENVALUE - _TOL for t in range(count))
