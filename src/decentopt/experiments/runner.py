@@ -24,7 +24,6 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,7 +64,7 @@ def _forked(jobs: int, pending: list, compute: Callable) -> Iterator[tuple[int, 
         _WORK.update(pending=pending, compute=compute)
         context = multiprocessing.get_context("fork")
         # a killed sweep leaves no worker computing on
-        stop = partial(die_with_parent, signal.SIGKILL)
+        stop = functools.partial(die_with_parent, signal.SIGKILL)
         pool = ProcessPoolExecutor(min(jobs, len(pending)), mp_context=context, initializer=stop)
         try:
             futures = [pool.submit(_work, index) for index in range(len(pending))]
