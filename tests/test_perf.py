@@ -1,4 +1,5 @@
-"""The memory a run may use: the system's, a container's cgroup limit, the address space."""
+"""Process-level settings: the memory a run may use (the system, a container's cgroup, the
+address space), and one thread for small dense linear algebra."""
 
 from __future__ import annotations
 
@@ -87,3 +88,54 @@ def test_an_address_space_limit_is_seen():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     room = float(done.stdout.strip())
     assert 0 < room < 8 << 30
+
+
+def _blas_threads() -> set[int]:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    return {
+        pool["num_threads"]
+        for pool in threadpoolctl.threadpool_info()
+        if pool["user_api"] == "blas"
+    }
+
+
+def test_one_thread_sets_torch_and_blas_to_one_and_restores_both():
+    import numpy as np
+    import torch
+
+    np.linalg.eigvalsh(np.eye(3))  # numpy's BLAS loaded
+    previous, blas = torch.get_num_threads(), _blas_threads()
+    torch.set_num_threads(2)
+    try:
+        with perf.one_thread():
+            assert torch.get_num_threads() == 1
+            assert _blas_threads() <= {1}
+        assert torch.get_num_threads() == 2 and _blas_threads() == blas
+        with pytest.raises(RuntimeError), perf.one_thread():
+            raise RuntimeError("restored on the way out")
+        assert torch.get_num_threads() == 2 and _blas_threads() == blas
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_a_graph_spectrum_is_computed_at_one_thread(monkeypatch):
+    import numpy as np
+    import torch
+
+    from decentopt.topology import star
+
+    seen = []
+    real = np.linalg.eigvalsh
+
+    def spy(matrix):
+        seen.append((torch.get_num_threads(), _blas_threads()))
+        return real(matrix)
+
+    monkeypatch.setattr(np.linalg, "eigvalsh", spy)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        star(12).eigenvalues  # noqa: B018 -- computed on first use
+    finally:
+        torch.set_num_threads(previous)
+    assert seen and all(threads == 1 and blas <= {1} for threads, blas in seen)

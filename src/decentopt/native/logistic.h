@@ -28,6 +28,14 @@
 #define BLOCK 64
 typedef double v4d __attribute__((vector_size(32)));
 
+/* Lanes i0..i3 of the eight of a and b (b's are 4..7). */
+#if defined(__clang__)
+#define PAIRS(a, b, i0, i1, i2, i3) __builtin_shufflevector(a, b, i0, i1, i2, i3)
+#else
+typedef int64_t v4i __attribute__((vector_size(32)));
+#define PAIRS(a, b, i0, i1, i2, i3) __builtin_shuffle(a, b, (v4i){i0, i1, i2, i3})
+#endif
+
 /* Vectors go through pointers: no vector is passed by value (whose ABI depends on the
    instruction set). */
 static inline void load_v4d(v4d *v, const double *p) { memcpy(v, p, sizeof *v); }
@@ -88,6 +96,13 @@ typedef T LFN(v4) __attribute__((vector_size(4 * sizeof(T))));
 
 /* p[0:4] widened to double. */
 static inline void LFN(load_wide)(v4d *v, const T *p) {
+#if defined(__AVX__)
+    if (sizeof(T) == sizeof(float)) { /* one conversion from memory (GCC splits it otherwise) */
+        const __m256d wide = _mm256_cvtps_pd(_mm_loadu_ps((const float *)p));
+        memcpy(v, &wide, sizeof *v);
+        return;
+    }
+#endif
     LFN(v4) narrow;
     memcpy(&narrow, p, sizeof narrow);
     *v = __builtin_convertvector(narrow, v4d);
@@ -113,7 +128,33 @@ static void LFN(logistic_rows)(const void *shared, int64_t first, int64_t last, 
         for (int64_t j0 = 0; j0 < m; j0 += BLOCK) { /* BLOCK is a multiple of 4: j mod 4 = b mod 4 */
             const int64_t count = m - j0 < BLOCK ? m - j0 : BLOCK, quads = count - count % 4;
             const T *restrict block = a + j0 * d;
-            for (int64_t b = 0; b < count; b++) { /* margins */
+            for (int64_t b = 0; b < quads; b += 4) { /* margins, four samples at a time */
+                const T *restrict u = block + b * d;
+                v4d s0 = {0.0, 0.0, 0.0, 0.0}, s1 = s0, s2 = s0, s3 = s0, xk, uk;
+                for (int64_t k = 0; k < whole; k += 4) { /* four independent sums */
+                    load_v4d(&xk, xd + k);
+                    LFN(load_wide)(&uk, u + k);
+                    s0 += uk * xk;
+                    LFN(load_wide)(&uk, u + d + k);
+                    s1 += uk * xk;
+                    LFN(load_wide)(&uk, u + 2 * d + k);
+                    s2 += uk * xk;
+                    LFN(load_wide)(&uk, u + 3 * d + k);
+                    s3 += uk * xk;
+                }
+                for (int64_t k = whole; k < d; k++) {
+                    s0[k - whole] += (double)u[k] * xd[k];
+                    s1[k - whole] += (double)u[d + k] * xd[k];
+                    s2[k - whole] += (double)u[2 * d + k] * xd[k];
+                    s3[k - whole] += (double)u[3 * d + k] * xd[k];
+                }
+                /* (s0 + s1) + (s2 + s3) of each of the four, at once */
+                const v4d p = PAIRS(s0, s1, 0, 4, 2, 6) + PAIRS(s0, s1, 1, 5, 3, 7);
+                const v4d q = PAIRS(s2, s3, 0, 4, 2, 6) + PAIRS(s2, s3, 1, 5, 3, 7);
+                const v4d sums = PAIRS(p, q, 0, 1, 4, 5) + PAIRS(p, q, 2, 3, 6, 7);
+                store_v4d(w + b, &sums);
+            }
+            for (int64_t b = quads; b < count; b++) { /* the last margins, one by one */
                 const T *restrict u = block + b * d;
                 v4d s = {0.0, 0.0, 0.0, 0.0}, uk, xk;
                 for (int64_t k = 0; k < whole; k += 4) {

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from decentopt._checks import as_count, as_real, check_problem_dtype
 from decentopt.native.problems import logistic_data_term
+from decentopt.perf import one_thread
 from decentopt.problems.base import StatelessProblem, normal_block
 
 if TYPE_CHECKING:
@@ -100,7 +101,8 @@ class Logistic(StatelessProblem):
         self.zeta2 = self.full_gradient(self.x_star.expand(self.n, -1, -1)).pow(2).sum(-1).mean(0)
         # smoothness of the local losses: lambda_max(U^T U) / (4 m) + mu
         gram = self._vU.transpose(-1, -2) @ self._vU / self.m
-        self.L = torch.linalg.eigvalsh(gram)[..., -1].amax(0) / 4 + self.mu
+        with one_thread():  # many small factorisations: threads only wait (decentopt.perf)
+            self.L = torch.linalg.eigvalsh(gram)[..., -1].amax(0) / 4 + self.mu
 
     @classmethod
     def paper(
@@ -190,7 +192,8 @@ class Logistic(StatelessProblem):
             s = torch.sigmoid(self._margins(x.expand(self.n, -1, -1)))
             curv = (s * (1 - s)) / self.m  # (n, R, m)
             H = (vU.transpose(-1, -2) @ (curv.unsqueeze(-1) * vU)).mean(0) + self.mu * eye
-            step = torch.linalg.solve(H, g)
+            with one_thread():
+                step = torch.linalg.solve(H, g)
             decrement = (g * step).sum(-1)  # (R,)
             if float(decrement.max()) < 1e-28:
                 break

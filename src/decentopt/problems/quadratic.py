@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from decentopt._checks import as_count, as_real, check_problem_dtype
+from decentopt.perf import one_thread
 from decentopt.problems.base import StatelessProblem, normal_block
 
 if TYPE_CHECKING:
@@ -103,21 +104,25 @@ class Quadratic(StatelessProblem):
             self.b = (self.H @ x_local.unsqueeze(-1)).squeeze(-1)  # H_i x_i*
             self.H_mean = self.H.mean(dim=0)  # (R, d, d), Hessian of f
         self.b_mean = self.b.mean(dim=0)
-        eig_mean = torch.linalg.eigvalsh(self.H_mean)
+        with one_thread():  # many small factorisations: threads only wait (decentopt.perf)
+            eig_mean = torch.linalg.eigvalsh(self.H_mean)
         if bool((eig_mean[:, 0] <= 1e-12 * eig_mean[:, -1].clamp_min(1e-300)).any()):
             raise ValueError(
                 "the global Hessian mean_i A_i^T A_i / p is singular, so x* is not unique; "
                 "use more rows in total (n * p >= d) or non-degenerate A"
             )
-        self.x_star = torch.linalg.solve(self.H_mean, self.b_mean)  # (R, d)
+        with one_thread():
+            self.x_star = torch.linalg.solve(self.H_mean, self.b_mean)  # (R, d)
         self.mu = eig_mean[:, 0]  # (R,) strong convexity of f
         # (R,) max local smoothness: lambda_max(A_i^T A_i) = lambda_max(A_i A_i^T)
         gram = self.H if self.H is not None else A @ At / p
-        self.L = torch.linalg.eigvalsh(gram)[..., -1].amax(dim=0)
+        with one_thread():
+            self.L = torch.linalg.eigvalsh(gram)[..., -1].amax(dim=0)
         # (R,) heterogeneity mean_i ||grad f_i(x*)||^2
         self.zeta2 = self.full_gradient(self.x_star.expand(n, -1, -1)).pow(2).sum(-1).mean(0)
         # noise = noise_factor @ z, z ~ N(0, I_k): covariance sigma2 H_i / p either way
-        chol, info = (None, None) if self.H is None else torch.linalg.cholesky_ex(self.H)
+        with one_thread():
+            chol, info = (None, None) if self.H is None else torch.linalg.cholesky_ex(self.H)
         if chol is not None and p >= d and bool((info == 0).all()):
             self.noise_factor = chol * (self.sigma2 / p) ** 0.5
         else:
@@ -176,7 +181,8 @@ class Quadratic(StatelessProblem):
             for r in range(repetitions):
                 G = A[:, r].transpose(-1, -2) @ A[:, r]  # (n, d, d)
                 gram[r], rhs[r] = G.sum(0), (G @ u[:, r].unsqueeze(-1)).squeeze(-1).sum(0)
-        x_star = torch.linalg.solve(gram, rhs)
+        with one_thread():
+            x_star = torch.linalg.solve(gram, rhs)
         x_local = torch.cat([x_star + (u - x_star) / v for v in cs], dim=1)
         return cls(A.repeat(1, len(cs), 1, 1), x_local, sigma2, dtype=dtype)
 

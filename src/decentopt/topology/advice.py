@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from decentopt.perf import one_thread
+
 __all__ = ["LAZY_EIGENVALUE", "mixing_warning"]
 
 #: Smallest eigenvalue of every round of a lazy schedule ((W_t + I) / 2 of a PSD W_t).
@@ -27,6 +29,7 @@ SPECTRUM_UP_TO = 512
 _TOL = 1e-9
 
 
+@one_thread()
 def _smallest_eigenvalue(round_: Any) -> float:
     """``lambda_min(W_t)``: exact on small graphs, else Gershgorin's ``min_i 2 w_ii - 1``."""
     if round_.n <= SPECTRUM_UP_TO:

@@ -34,6 +34,7 @@ from functools import cached_property
 import numpy as np
 
 from decentopt._checks import as_real
+from decentopt.perf import one_thread
 from decentopt.topology.schedule import GossipRound, TopologySchedule
 from decentopt.topology.topology import (
     _TOL,
@@ -104,6 +105,7 @@ class DirectedTopology(Graph):
         return frozenset({"column", "static"})
 
     @cached_property
+    @one_thread()
     def eigenvalues(self) -> np.ndarray:
         """Eigenvalues of ``W`` (complex in general), by increasing modulus."""
         values = np.linalg.eigvals(self._W_np)

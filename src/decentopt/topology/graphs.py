@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from decentopt._checks import as_count, as_real, unknown_name
+from decentopt.perf import one_thread
 from decentopt.topology.circulant import CirculantTopology, circulant_from_offsets
 from decentopt.topology.sparse import SPARSE_FROM, SparseTopology
 from decentopt.topology.topology import (
@@ -84,6 +85,7 @@ def max_degree_weights(adjacency: np.ndarray) -> np.ndarray:
 _WEIGHTS = {"metropolis": metropolis_hastings_weights, "max_degree": max_degree_weights}
 
 
+@one_thread()
 def from_adjacency(
     adjacency: np.ndarray | torch.Tensor,
     *,

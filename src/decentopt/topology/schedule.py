@@ -29,6 +29,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
+from decentopt.perf import one_thread
 from decentopt.topology.topology import _TOL, AssumptionError, components
 
 __all__ = ["GossipRound", "TopologySchedule"]
@@ -173,6 +174,7 @@ class GossipRound:
             )
 
     @cached_property
+    @one_thread()
     def psd(self) -> bool:
         """Whether ``W_t`` is positive semi-definite (Gershgorin, else its spectrum)."""
         if (self.self_weight >= self.weights.sum(axis=0) - _TOL).all():
@@ -192,6 +194,7 @@ class GossipRound:
         return GossipRound((1 + self.self_weight) / 2, self.peers, self.weights / 2)
 
 
+@one_thread()
 def _perron(P: np.ndarray) -> np.ndarray:
     """The right eigenvector of a column-stochastic ``P`` for eigenvalue 1, summing to 1."""
     values, vectors = np.linalg.eig(P)
@@ -273,6 +276,7 @@ class TopologySchedule:
         return self.period or RANDOM_SAMPLE
 
     # ---------------------------------------------------------------- spectra
+    @one_thread()
     def _contraction(self, count: int) -> float:
         """``||W_{count-1} ... W_0 - 11^T/n||_2`` (directed: ``- pi 1^T``, ``pi`` the product's
         Perron vector; dense up to ``DENSE_UP_TO`` agents, NaN above)."""

@@ -17,6 +17,7 @@ import torch
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import eigsh
 
+from decentopt.perf import one_thread
 from decentopt.topology.circulant import DENSE_LIMIT
 from decentopt.topology.topology import _TOL, AssumptionError, Topology
 
@@ -26,6 +27,7 @@ __all__ = ["SPARSE_FROM", "SparseTopology"]
 SPARSE_FROM = 1024
 
 
+@one_thread()
 def _extreme(W: sp.csr_matrix, which: str, k: int = 1) -> np.ndarray:
     return np.sort(eigsh(W, k=k, which=which, return_eigenvectors=False, tol=1e-10))
 
@@ -83,6 +85,7 @@ class SparseTopology(Topology):
         return max(abs(second), abs(self.lam_min))
 
     @cached_property
+    @one_thread()
     def eigenvalues(self) -> np.ndarray:
         return np.linalg.eigvalsh(self._W_np)
 

@@ -28,6 +28,8 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from decentopt.perf import one_thread
+
 __all__ = ["AssumptionError", "Topology", "check_assumption1"]
 
 _TOL = 1e-10
@@ -105,6 +107,7 @@ def square_weights(W: object, tol: float, builders: str) -> np.ndarray:
     return arr
 
 
+@one_thread()
 def check_assumption1(W: object, *, tol: float = _TOL) -> np.ndarray:
     """Validate a mixing matrix against Assumption 1 and return it as float64.
 
@@ -226,11 +229,13 @@ class Topology(Graph):
         return check_assumption1(W)
 
     @cached_property
+    @one_thread()
     def eigenvalues(self) -> np.ndarray:
         """Eigenvalues of ``W`` in ascending order."""
         return np.linalg.eigvalsh(self._W_np)
 
     @cached_property
+    @one_thread()
     def lam(self) -> float:
         """lambda = ||W - 11^T/n||_2, the paper's mixing rate (second largest |eigenvalue|)."""
         J = np.full_like(self._W_np, 1.0 / self.n)
