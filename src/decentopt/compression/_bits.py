@@ -32,12 +32,26 @@ def generator_for(seed: int, agent: int, row: int, round_: int) -> torch.Generat
     return torch.Generator().manual_seed(row_key(seed, agent, row, round_) >> 1)
 
 
+def _splitmix_array(value: np.ndarray) -> np.ndarray:
+    """:func:`splitmix` of every entry of a uint64 array (numpy's products wrap mod 2^64)."""
+    value = value + np.uint64(0x9E3779B97F4A7C15)
+    value = (value ^ (value >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    value = (value ^ (value >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return value ^ (value >> np.uint64(31))
+
+
 def row_keys(seed: int, agents: Sequence[int], rows: Sequence[int], round_: int) -> torch.Tensor:
     """:func:`row_key` of each of ``rows`` of each of ``agents``: an ``(agents, rows)``
-    int64 tensor (the keys' bits)."""
-    keys = [[row_key(seed, a, i, round_) for i in rows] for a in agents]
-    flat = np.array(keys, dtype=np.uint64).reshape(len(agents), len(rows))
-    return torch.from_numpy(flat.view(np.int64))
+    int64 tensor (the keys' bits), hashed in arrays (a round's keys in microseconds)."""
+
+    def bits(values: Sequence[int] | int) -> np.ndarray:
+        return np.array([int(v) & MASK for v in np.atleast_1d(values)], dtype=np.uint64)
+
+    key = _splitmix_array(bits(seed))  # the seed's part, then the agent's, row's, round's
+    key = _splitmix_array(key ^ bits(agents)[:, None])
+    key = _splitmix_array(key ^ bits(rows)[None, :])
+    key = _splitmix_array(key ^ bits(round_))
+    return torch.from_numpy(np.ascontiguousarray(key).view(np.int64))
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
