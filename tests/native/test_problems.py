@@ -41,7 +41,8 @@ def run(data, x, scale, threads, isa=None) -> torch.Tensor:
     suffix = "f32" if data.dtype == torch.float32 else "f64"
     fn = library().function("decentopt_logistic_gradient", suffix, isa)
     rows, m, d = data.shape
-    assert fn(rows, m, d, data.data_ptr(), x.data_ptr(), out.data_ptr(), scale, threads) == 0
+    args = (data.data_ptr(), 0, x.data_ptr(), out.data_ptr(), scale, threads)
+    assert fn(rows, 1, rows, m, d, *args) == 0
     return out
 
 
@@ -97,7 +98,12 @@ def test_what_the_kernel_does_not_take_is_left_to_torch():
     assert logistic_data_term(data, x.requires_grad_(), 1.0) is None
     with torch.no_grad():
         assert logistic_data_term(data, x, 1.0) is not None
-    assert library().function("decentopt_logistic_gradient", "f64")(-1, 1, 1, 0, 0, 0, 1.0, 1)
+    assert logistic_data_term(data, x[:1], 1.0) is None  # a point per row
+    assert logistic_data_term(data.unsqueeze(0), x.repeat(3, 1).unsqueeze(0), 1.0) is None
+    assert logistic_data_term(data, x, 1.0, torch.ones(2, 4, dtype=data.dtype)) is None
+    invalid = library().function("decentopt_logistic_gradient", "f64")
+    assert invalid(-1, 1, 1, 1, 1, 0, 0, 0, 0, 1.0, 1)  # groups < 0
+    assert invalid(3, 1, 2, 1, 1, 0, 0, 0, 0, 1.0, 1)  # groups not a multiple of the stride
 
 
 @pytest.fixture
@@ -119,10 +125,13 @@ def test_the_logistic_gradient_with_and_without_the_library(compute, request):
     fast = prob.full_gradient(x, exact=False)
     noisy = prob.gradient(x, torch.Generator().manual_seed(9))
     request.getfixturevalue("without_library")
-    assert logistic_data_term(prob._vU_fast, x.to(compute), 1.0) is None
+    assert logistic_data_term(prob._U_fast, x.to(compute), 1.0) is None
     torch_fast = prob.full_gradient(x, exact=False)
-    vU = prob._vU_fast
-    assert torch.equal(torch_fast, prob._torch_data_term(vU, x.to(compute)).double() + prob.mu * x)
+    U, v = prob._U_fast, prob._v_fast
+    assert torch.equal(
+        torch_fast, prob._torch_data_term(U, v, x.to(compute)).double() + prob.mu * x
+    )
+    vU = v.unsqueeze(-1) * U
     want, size = exact(vU, x.to(compute), -1.0 / prob.m)
     # torch sums float32 in float32: within 1e-5 of the terms' size; C within 1e-6
     assert ((torch_fast - prob.mu * x - want).abs() <= 10 * TOLERANCE[compute] * size).all()
@@ -132,3 +141,55 @@ def test_the_logistic_gradient_with_and_without_the_library(compute, request):
     torch_noise = prob.gradient(x, torch.Generator().manual_seed(9)) - torch_fast
     torch.testing.assert_close(noise, torch_noise, rtol=0, atol=1e-12)
     assert noise.abs().max() > 0.1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    ("agents", "shared", "levels", "m", "d"),
+    [(3, 2, 3, 70, 20), (2, 1, 2, 9, 5), (1, 3, 1, 130, 13)],
+)
+def test_rows_sharing_samples_give_the_numbers_of_their_own_copies(
+    dtype, agents, shared, levels, m, d
+):
+    """Levels that share samples and differ in labels: the kernel reads the samples once
+    and its numbers equal, bit for bit, those of each row's own samples v u."""
+    lib = library()
+    gen = torch.Generator().manual_seed(5)
+    u = torch.randn(agents, shared, m, d, generator=gen, dtype=torch.float64).to(dtype)
+    rows = shared * levels
+    v = torch.where(torch.rand(agents, rows, m, generator=gen) < 0.5, -1.0, 1.0).to(dtype)
+    x = (2 * torch.randn(agents, rows, d, generator=gen, dtype=torch.float64)).to(dtype)
+    own = (v.unsqueeze(-1) * u.repeat(1, levels, 1, 1)).contiguous()
+    want = run(own.reshape(-1, m, d), x.reshape(-1, d), -1 / m, 1).reshape(x.shape)
+    previous = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert torch.equal(logistic_data_term(u, x, -1 / m, v), want)
+    finally:
+        torch.set_num_threads(previous)
+    fn = {
+        isa: lib.function(
+            "decentopt_logistic_gradient", "f32" if dtype == torch.float32 else "f64", isa
+        )
+        for isa in lib.variants
+    }
+    for isa, call in fn.items():
+        out = torch.empty_like(x)
+        assert (
+            call(
+                agents * shared,
+                levels,
+                shared,
+                m,
+                d,
+                u.data_ptr(),
+                v.data_ptr(),
+                x.data_ptr(),
+                out.data_ptr(),
+                -1 / m,
+                3,
+            )
+            == 0
+        )
+        assert torch.equal(out, want), isa

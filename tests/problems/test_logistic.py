@@ -24,7 +24,8 @@ def test_optimum_is_exact(prob):
 
 def test_gradient_matches_autograd(prob):
     x = torch.randn(6, 4, 4, requires_grad=True)
-    z = (prob._vU @ x.unsqueeze(-1)).squeeze(-1)
+    U = prob._U.repeat(1, prob.repetitions // prob._U.shape[1], 1, 1)
+    z = ((prob.v.unsqueeze(-1) * U) @ x.unsqueeze(-1)).squeeze(-1)
     loss = torch.nn.functional.softplus(-z).mean(-1).sum() + 0.5 * prob.mu * x.pow(2).sum()
     (auto,) = torch.autograd.grad(loss, x)
     torch.testing.assert_close(prob.full_gradient(x.detach()), auto)
@@ -70,3 +71,23 @@ def test_errors():
         Logistic(torch.zeros(2, 3, 2), torch.zeros(2, 3), mu=0.1)
     with pytest.raises(ValueError, match="shape"):
         Logistic(torch.zeros(2, 3, 2), torch.ones(2, 4), mu=0.1)
+
+
+def test_levels_share_their_samples_and_give_the_numbers_of_their_own_copies():
+    """paper() stores each sample once for all heterogeneity levels; every quantity equals,
+    bit for bit, that of the same problem given one copy of the samples per level."""
+    shared = Logistic.paper(n=4, d=6, m=40, sigma_h2=[0.1, 10.0], repetitions=3, seed=2,
+                            compute_dtype=torch.float32)  # fmt: skip
+    assert shared._U.shape[1] == 3 and shared.repetitions == 6
+    copies = Logistic(shared._U.repeat(1, 2, 1, 1), shared.v, shared.mu, shared.sigma_s2,
+                      compute_dtype=torch.float32)  # fmt: skip
+    x = torch.randn(4, 6, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for a, b in [
+        (shared.x_star, copies.x_star), (shared.f_star, copies.f_star), (shared.L, copies.L),
+        (shared.zeta2, copies.zeta2), (shared.full_gradient(x), copies.full_gradient(x)),
+        (shared.full_gradient(x, exact=False), copies.full_gradient(x, exact=False)),
+        (shared.objective(x.mean(0)), copies.objective(x.mean(0))),
+    ]:  # fmt: skip
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="multiple of S"):
+        Logistic(shared._U, shared.v[:, :4], mu=0.1)

@@ -94,7 +94,7 @@ def _signatures(scalar: type) -> dict[str, list]:
             weights,
         ],
         # rows, m, d, data, x, out, scale, threads (logistic.h)
-        "decentopt_logistic_gradient": [_I64, _I64, _I64, _P, _P, _P, _F64, _INT],
+        "decentopt_logistic_gradient": [_I64, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _F64, _INT],
     }  # fmt: skip
 
 

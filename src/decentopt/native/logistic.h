@@ -1,17 +1,21 @@
 /* The logistic problem's full local gradient for element type T (names end in SUFFIX),
  * included by kernels.c after compress.h.
  *
- * decentopt_logistic_gradient_<t>_<isa> takes data a (rows, m, d) -- row r holds an
- * agent's samples for one repetition, a_rj = v_rj u_rj -- points x (rows, d) and a
- * scale, and computes for every row
+ * decentopt_logistic_gradient_<t>_<isa> takes samples u (groups, m, d), labels v
+ * (rows, m) of +-1 (or none: all +1), points x (rows, d) and a scale, where each group's
+ * samples serve `levels` rows (row (g / stride) * stride * levels + l * stride + g % stride
+ * for level l: decentopt.problems.Logistic's heterogeneity levels share their samples and
+ * differ in labels), and computes for every row r of group g, with a_rj = v_rj u_gj,
  *
  *     z_j = a_rj . x_r,   w_j = scale * sigmoid(-z_j) = scale / (1 + e^{z_j}),
  *     out_r = sum_j w_j a_rj                                   (j = 1 .. m),
  *
  * which with scale = -1/m is the data term of decentopt.problems.Logistic's gradient.
  * It reads the data once: a block of BLOCK samples (BLOCK d elements, in the first-level
- * cache) gives its margins, then its weights, then its terms of the sum before the next
- * block is read (torch's two batched products read all the data twice).
+ * cache) gives, for each of its group's rows in turn, its margins, then its weights,
+ * then its terms of the sum before the next block is read (torch's two batched products
+ * read all the data twice, and once per level). Since v = +-1, z_j = v_rj (u_gj . x_r)
+ * and w_j a_rj = (v_rj w_j) u_gj exactly: the numbers are those of the products with a.
  *
  * Everything is computed in double for either T, in a fixed order: z_j's products in
  * four partial sums (coordinates k mod 4), added as (s0 + s1) + (s2 + s3); the sum over
@@ -109,105 +113,124 @@ static inline void LFN(load_wide)(v4d *v, const T *p) {
 }
 
 struct LFN(logistic_job) {
-    int64_t m, d;
-    const T *a, *x;
+    int64_t m, d, levels, stride;
+    const T *u, *v, *x;
     T *out;
     double scale;
 };
 
-/* Rows [first, last); scratch: 5 d4 doubles (the point, then the four partial sums). */
+/* Groups [first, last); scratch: 5 d4 doubles per level (the point, then the four partial
+   sums). */
 static void LFN(logistic_rows)(const void *shared, int64_t first, int64_t last, void *scratch) {
     const struct LFN(logistic_job) *job = shared;
     const int64_t m = job->m, d = job->d, whole = d - d % 4, d4 = (d + 3) / 4 * 4;
-    double *restrict xd = scratch, *restrict part = xd + d4; /* part[q * d4 + k] */
+    const int64_t levels = job->levels, stride = job->stride;
     double w[BLOCK];
-    for (int64_t r = first; r < last; r++) {
-        const T *restrict a = job->a + r * m * d;
-        for (int64_t k = 0; k < d4; k++) xd[k] = k < d ? (double)job->x[r * d + k] : 0.0;
-        for (int64_t k = 0; k < 4 * d4; k++) part[k] = 0.0;
+    for (int64_t group = first; group < last; group++) {
+        const T *restrict a = job->u + group * m * d;
+        const int64_t row0 = group / stride * stride * levels + group % stride;
+        for (int64_t l = 0; l < levels; l++) {
+            double *restrict xd = (double *)scratch + l * 5 * d4, *restrict part = xd + d4;
+            const T *restrict x = job->x + (row0 + l * stride) * d;
+            for (int64_t k = 0; k < d4; k++) xd[k] = k < d ? (double)x[k] : 0.0;
+            for (int64_t k = 0; k < 4 * d4; k++) part[k] = 0.0;
+        }
         for (int64_t j0 = 0; j0 < m; j0 += BLOCK) { /* BLOCK is a multiple of 4: j mod 4 = b mod 4 */
             const int64_t count = m - j0 < BLOCK ? m - j0 : BLOCK, quads = count - count % 4;
             const T *restrict block = a + j0 * d;
-            for (int64_t b = 0; b < quads; b += 4) { /* margins, four samples at a time */
-                const T *restrict u = block + b * d;
-                v4d s0 = {0.0, 0.0, 0.0, 0.0}, s1 = s0, s2 = s0, s3 = s0, xk, uk;
-                for (int64_t k = 0; k < whole; k += 4) { /* four independent sums */
-                    load_v4d(&xk, xd + k);
-                    LFN(load_wide)(&uk, u + k);
-                    s0 += uk * xk;
-                    LFN(load_wide)(&uk, u + d + k);
-                    s1 += uk * xk;
-                    LFN(load_wide)(&uk, u + 2 * d + k);
-                    s2 += uk * xk;
-                    LFN(load_wide)(&uk, u + 3 * d + k);
-                    s3 += uk * xk;
+            for (int64_t l = 0; l < levels; l++) { /* the block in cache for each level */
+                const int64_t r = row0 + l * stride;
+                double *restrict xd = (double *)scratch + l * 5 * d4, *restrict part = xd + d4;
+                const T *restrict v = job->v != NULL ? job->v + r * m + j0 : NULL;
+                for (int64_t b = 0; b < quads; b += 4) { /* margins, four samples at a time */
+                    const T *restrict u = block + b * d;
+                    v4d s0 = {0.0, 0.0, 0.0, 0.0}, s1 = s0, s2 = s0, s3 = s0, xk, uk;
+                    for (int64_t k = 0; k < whole; k += 4) { /* four independent sums */
+                        load_v4d(&xk, xd + k);
+                        LFN(load_wide)(&uk, u + k);
+                        s0 += uk * xk;
+                        LFN(load_wide)(&uk, u + d + k);
+                        s1 += uk * xk;
+                        LFN(load_wide)(&uk, u + 2 * d + k);
+                        s2 += uk * xk;
+                        LFN(load_wide)(&uk, u + 3 * d + k);
+                        s3 += uk * xk;
+                    }
+                    for (int64_t k = whole; k < d; k++) {
+                        s0[k - whole] += (double)u[k] * xd[k];
+                        s1[k - whole] += (double)u[d + k] * xd[k];
+                        s2[k - whole] += (double)u[2 * d + k] * xd[k];
+                        s3[k - whole] += (double)u[3 * d + k] * xd[k];
+                    }
+                    /* (s0 + s1) + (s2 + s3) of each of the four, at once */
+                    const v4d p = PAIRS(s0, s1, 0, 4, 2, 6) + PAIRS(s0, s1, 1, 5, 3, 7);
+                    const v4d q = PAIRS(s2, s3, 0, 4, 2, 6) + PAIRS(s2, s3, 1, 5, 3, 7);
+                    const v4d sums = PAIRS(p, q, 0, 1, 4, 5) + PAIRS(p, q, 2, 3, 6, 7);
+                    store_v4d(w + b, &sums);
                 }
-                for (int64_t k = whole; k < d; k++) {
-                    s0[k - whole] += (double)u[k] * xd[k];
-                    s1[k - whole] += (double)u[d + k] * xd[k];
-                    s2[k - whole] += (double)u[2 * d + k] * xd[k];
-                    s3[k - whole] += (double)u[3 * d + k] * xd[k];
+                for (int64_t b = quads; b < count; b++) { /* the last margins, one by one */
+                    const T *restrict u = block + b * d;
+                    v4d s = {0.0, 0.0, 0.0, 0.0}, uk, xk;
+                    for (int64_t k = 0; k < whole; k += 4) {
+                        LFN(load_wide)(&uk, u + k);
+                        load_v4d(&xk, xd + k);
+                        s += uk * xk;
+                    }
+                    for (int64_t k = whole; k < d; k++) s[k - whole] += (double)u[k] * xd[k];
+                    w[b] = (s[0] + s[1]) + (s[2] + s[3]);
                 }
-                /* (s0 + s1) + (s2 + s3) of each of the four, at once */
-                const v4d p = PAIRS(s0, s1, 0, 4, 2, 6) + PAIRS(s0, s1, 1, 5, 3, 7);
-                const v4d q = PAIRS(s2, s3, 0, 4, 2, 6) + PAIRS(s2, s3, 1, 5, 3, 7);
-                const v4d sums = PAIRS(p, q, 0, 1, 4, 5) + PAIRS(p, q, 2, 3, 6, 7);
-                store_v4d(w + b, &sums);
-            }
-            for (int64_t b = quads; b < count; b++) { /* the last margins, one by one */
-                const T *restrict u = block + b * d;
-                v4d s = {0.0, 0.0, 0.0, 0.0}, uk, xk;
-                for (int64_t k = 0; k < whole; k += 4) {
-                    LFN(load_wide)(&uk, u + k);
-                    load_v4d(&xk, xd + k);
-                    s += uk * xk;
+                if (v != NULL)
+                    for (int64_t b = 0; b < count; b++) w[b] *= (double)v[b]; /* v u . x */
+                logistic_weights(w, count, job->scale);
+                if (v != NULL)
+                    for (int64_t b = 0; b < count; b++) w[b] *= (double)v[b]; /* w v u */
+                for (int64_t k = 0; k < whole; k += 4) { /* four columns, four samples at a time */
+                    v4d p0, p1, p2, p3, u0, u1, u2, u3;
+                    load_v4d(&p0, part + k);
+                    load_v4d(&p1, part + d4 + k);
+                    load_v4d(&p2, part + 2 * d4 + k);
+                    load_v4d(&p3, part + 3 * d4 + k);
+                    for (int64_t b = 0; b < quads; b += 4) {
+                        const T *u = block + b * d + k;
+                        LFN(load_wide)(&u0, u);
+                        LFN(load_wide)(&u1, u + d);
+                        LFN(load_wide)(&u2, u + 2 * d);
+                        LFN(load_wide)(&u3, u + 3 * d);
+                        p0 += w[b] * u0;
+                        p1 += w[b + 1] * u1;
+                        p2 += w[b + 2] * u2;
+                        p3 += w[b + 3] * u3;
+                    }
+                    store_v4d(part + k, &p0);
+                    store_v4d(part + d4 + k, &p1);
+                    store_v4d(part + 2 * d4 + k, &p2);
+                    store_v4d(part + 3 * d4 + k, &p3);
                 }
-                for (int64_t k = whole; k < d; k++) s[k - whole] += (double)u[k] * xd[k];
-                w[b] = (s[0] + s[1]) + (s[2] + s[3]);
-            }
-            logistic_weights(w, count, job->scale);
-            for (int64_t k = 0; k < whole; k += 4) { /* four columns, four samples at a time */
-                v4d p0, p1, p2, p3, u0, u1, u2, u3;
-                load_v4d(&p0, part + k);
-                load_v4d(&p1, part + d4 + k);
-                load_v4d(&p2, part + 2 * d4 + k);
-                load_v4d(&p3, part + 3 * d4 + k);
-                for (int64_t b = 0; b < quads; b += 4) {
-                    const T *u = block + b * d + k;
-                    LFN(load_wide)(&u0, u);
-                    LFN(load_wide)(&u1, u + d);
-                    LFN(load_wide)(&u2, u + 2 * d);
-                    LFN(load_wide)(&u3, u + 3 * d);
-                    p0 += w[b] * u0;
-                    p1 += w[b + 1] * u1;
-                    p2 += w[b + 2] * u2;
-                    p3 += w[b + 3] * u3;
+                for (int64_t b = 0; b < count; b++) { /* the last columns, and the last samples */
+                    double *restrict q = part + (b % 4) * d4;
+                    const T *restrict u = block + b * d;
+                    for (int64_t k = b < quads ? whole : 0; k < d; k++) q[k] += w[b] * (double)u[k];
                 }
-                store_v4d(part + k, &p0);
-                store_v4d(part + d4 + k, &p1);
-                store_v4d(part + 2 * d4 + k, &p2);
-                store_v4d(part + 3 * d4 + k, &p3);
-            }
-            for (int64_t b = 0; b < count; b++) { /* the last columns, and the last samples */
-                double *restrict q = part + (b % 4) * d4;
-                const T *restrict u = block + b * d;
-                for (int64_t k = b < quads ? whole : 0; k < d; k++) q[k] += w[b] * (double)u[k];
             }
         }
-        for (int64_t k = 0; k < d; k++)
-            job->out[r * d + k] =
-                (T)((part[k] + part[d4 + k]) + (part[2 * d4 + k] + part[3 * d4 + k]));
+        for (int64_t l = 0; l < levels; l++) {
+            const double *restrict part = (double *)scratch + l * 5 * d4 + d4;
+            T *restrict out = job->out + (row0 + l * stride) * d;
+            for (int64_t k = 0; k < d; k++)
+                out[k] = (T)((part[k] + part[d4 + k]) + (part[2 * d4 + k] + part[3 * d4 + k]));
+        }
     }
 }
 
-int EXPORT(decentopt_logistic_gradient)(int64_t rows, int64_t m, int64_t d, const T *a,
+int EXPORT(decentopt_logistic_gradient)(int64_t groups, int64_t levels, int64_t stride,
+                                        int64_t m, int64_t d, const T *u, const T *v,
                                         const T *x, T *out, double scale, int threads) {
-    if (rows < 0 || m < 0 || d < 0) return 1;
-    if (rows == 0 || d == 0) return 0;
-    const struct LFN(logistic_job) job = {m, d, a, x, out, scale};
+    if (groups < 0 || levels < 1 || stride < 1 || groups % stride || m < 0 || d < 0) return 1;
+    if (groups == 0 || d == 0) return 0;
+    const struct LFN(logistic_job) job = {m, d, levels, stride, u, v, x, out, scale};
     const int64_t d4 = (d + 3) / 4 * 4;
-    return run_parallel(LFN(logistic_rows), &job, rows, threads,
-                        (size_t)(5 * d4) * sizeof(double));
+    return run_parallel(LFN(logistic_rows), &job, groups, threads,
+                        (size_t)(5 * d4 * levels) * sizeof(double));
 }
 
 #undef LFN

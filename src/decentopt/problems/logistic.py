@@ -20,6 +20,8 @@ on the CPU the gradient computes it with the native C kernel
 (:mod:`decentopt.native.problems`) in one pass over the data: each agent's and
 repetition's samples are read once, a block at a time, for ``z_j``, the weight
 ``sigma(-z_j)`` and the sum, in float64 in a fixed order whatever the thread count.
+Heterogeneity levels that share their samples (:meth:`Logistic.paper`'s: only the labels
+differ) are stored once and read once per step for all levels.
 Without the library (or with ``DECENTOPT_NATIVE=0``, or on a GPU) torch computes
 the same sum in two batched products over the data, in the data's dtype. With
 ``compute_dtype=torch.float32`` the per-step gradients read a float32 copy of the
@@ -53,8 +55,9 @@ class Logistic(StatelessProblem):
     """Heterogeneous l2-regularised logistic regression over ``n`` agents, ``R`` repetitions.
 
     Args:
-        U: covariates ``(n, R, m, d)``.
-        v: labels in {-1, +1}, ``(n, R, m)``.
+        U: covariates ``(n, S, m, d)``, shared by the columns ``s, s + S, s + 2 S, ...``
+            of ``v`` (``S = R``: each column its own).
+        v: labels in {-1, +1}, ``(n, R, m)``, ``R`` a multiple of ``S``.
         mu: l2 penalty (> 0, makes every ``f_i`` mu-strongly convex).
         sigma_s2: variance of the additive gradient noise.
         compute_dtype: dtype of the data read by :meth:`gradient` (default: ``dtype``).
@@ -79,10 +82,16 @@ class Logistic(StatelessProblem):
         v = torch.as_tensor(v, dtype=dtype)
         if U.ndim == 3:
             U, v = U.unsqueeze(1), v.unsqueeze(1)
-        if U.ndim != 4 or v.shape != U.shape[:3]:
+        if (
+            U.ndim != 4
+            or v.ndim != 3
+            or v.shape[::2] != U.shape[:3:2]
+            or U.shape[1] == 0
+            or v.shape[1] % U.shape[1]
+        ):
             raise ValueError(
-                "Logistic expects U of shape (n, R, m, d) and v of shape (n, R, m); "
-                f"got U {tuple(U.shape)}, v {tuple(v.shape)}"
+                "Logistic expects U of shape (n, S, m, d) and v of shape (n, R, m), R a "
+                f"multiple of S; got U {tuple(U.shape)}, v {tuple(v.shape)}"
             )
         if not bool(((v == 1) | (v == -1)).all()):
             raise ValueError("labels v must be -1 or +1")
@@ -90,19 +99,19 @@ class Logistic(StatelessProblem):
             raise ValueError(f"the l2 penalty mu must be > 0; got {mu}")
         if not sigma_s2 >= 0:
             raise ValueError(f"sigma_s2 must be >= 0; got {sigma_s2}")
-        self.n, self.repetitions, self.m, self.dim = U.shape
+        self.n, self.repetitions, self.m, self.dim = v.shape[0], v.shape[1], *U.shape[2:]
         self.dtype, self.mu, self.sigma_s2, self.v = dtype, float(mu), float(sigma_s2), v
-        # rows v_ij u_ij; since v^2 = 1 they also give U^T D U = (vU)^T D (vU)
-        self._vU = (v.unsqueeze(-1) * U).contiguous()
+        self._U = U.contiguous()
         self.compute_dtype = compute_dtype or dtype
-        self._vU_fast = self._vU.to(self.compute_dtype)
+        self._U_fast, self._v_fast = self._U.to(self.compute_dtype), v.to(self.compute_dtype)
         self.x_star = self._solve()
         self.f_star = self.objective(self.x_star)
         self.zeta2 = self.full_gradient(self.x_star.expand(self.n, -1, -1)).pow(2).sum(-1).mean(0)
-        # smoothness of the local losses: lambda_max(U^T U) / (4 m) + mu
-        gram = self._vU.transpose(-1, -2) @ self._vU / self.m
+        # smoothness of the local losses: lambda_max(U^T U) / (4 m) + mu (v^2 = 1)
+        gram = self._U.transpose(-1, -2) @ self._U / self.m
         with one_thread():  # many small factorisations: threads only wait (decentopt.perf)
-            self.L = torch.linalg.eigvalsh(gram)[..., -1].amax(0) / 4 + self.mu
+            L = torch.linalg.eigvalsh(gram)[..., -1].amax(0) / 4 + self.mu
+        self.L = L.repeat(self.repetitions // U.shape[1])
 
     @classmethod
     def paper(
@@ -142,13 +151,17 @@ class Logistic(StatelessProblem):
         for h in hs:
             prob_one = torch.sigmoid((U @ (1.0 + h**0.5 * eps).unsqueeze(-1)).squeeze(-1))
             vs.append(torch.where(z <= prob_one, 1.0, -1.0).to(dtype))
-        U_all, v_all = U.repeat(1, len(hs), 1, 1), torch.cat(vs, 1)
-        return cls(U_all, v_all, mu, sigma_s2, dtype=dtype, compute_dtype=compute_dtype)
+        return cls(U, torch.cat(vs, 1), mu, sigma_s2, dtype=dtype, compute_dtype=compute_dtype)
 
     # ----------------------------------------------------------------- internals
+    def _levels(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """A stack ``(n, R, ...)`` split into the column blocks that share samples."""
+        return list(x.split(self._U.shape[1], dim=1))
+
     def _margins(self, x: torch.Tensor) -> torch.Tensor:
         """``v_ij u_ij^T x_i`` for a stack ``(n, R, d)`` -> ``(n, R, m)``."""
-        return (self._vU @ x.unsqueeze(-1)).squeeze(-1)
+        parts = zip(self._levels(x), self._levels(self.v), strict=True)
+        return torch.cat([(self._U @ xl.unsqueeze(-1)).squeeze(-1) * vl for xl, vl in parts], 1)
 
     def full_gradient(self, x: torch.Tensor, *, exact: bool = True) -> torch.Tensor:
         """Local gradients at a stack ``(n, R, d)`` (float64 data unless ``exact=False``).
@@ -157,18 +170,21 @@ class Logistic(StatelessProblem):
         runs on the CPU with the native kernel in one pass when the library is there
         (see the module), else with torch.
         """
-        vU = self._vU if exact else self._vU_fast
-        xc = x.to(vU.dtype)
-        data_term = logistic_data_term(vU, xc, -1.0 / self.m)
+        U, v = (self._U, self.v) if exact else (self._U_fast, self._v_fast)
+        xc = x.to(U.dtype)
+        data_term = logistic_data_term(U, xc, -1.0 / self.m, v)
         if data_term is None:
-            data_term = self._torch_data_term(vU, xc)
+            data_term = self._torch_data_term(U, v, xc)
         return data_term.to(self.dtype) + self.mu * x
 
-    def _torch_data_term(self, vU: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """``sum_j w_j vU_j`` with ``w_j = -sigmoid(-z_j) / m``, ``z = vU x``, by torch."""
-        z = (vU @ x.unsqueeze(-1)).squeeze(-1)
-        weights = torch.sigmoid(z.neg_()).mul_(-1.0 / self.m)  # d/dz log(1+e^-z) = -sigmoid(-z)
-        return (weights.unsqueeze(-2) @ vU).squeeze(-2)
+    def _torch_data_term(self, U: torch.Tensor, v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``sum_j w_j v_j u_j`` with ``w_j = -sigmoid(-z_j) / m``, ``z = v U x``, by torch."""
+        terms = []
+        for xl, vl in zip(self._levels(x), self._levels(v), strict=True):
+            z = (U @ xl.unsqueeze(-1)).squeeze(-1).mul_(vl)
+            weights = torch.sigmoid(z.neg_()).mul_(-1.0 / self.m).mul_(vl)  # -sigmoid(-z) v
+            terms.append((weights.unsqueeze(-2) @ U).squeeze(-2))
+        return torch.cat(terms, 1)
 
     def objective(self, xbar: torch.Tensor) -> torch.Tensor:
         """``f(xbar) = mean_i f_i(xbar)`` for ``xbar`` of shape ``(R, d)`` -> ``(R,)``."""
@@ -186,12 +202,21 @@ class Logistic(StatelessProblem):
         """
         x = torch.zeros(self.repetitions, self.dim, dtype=self.dtype)
         eye = torch.eye(self.dim, dtype=self.dtype)
-        vU = self._vU
         for _ in range(max_iter):
             g = self._global_gradient(x)
             s = torch.sigmoid(self._margins(x.expand(self.n, -1, -1)))
             curv = (s * (1 - s)) / self.m  # (n, R, m)
-            H = (vU.transpose(-1, -2) @ (curv.unsqueeze(-1) * vU)).mean(0) + self.mu * eye
+            # v^2 = 1: (v u)(v u)^T = u u^T, per block of columns sharing samples
+            H = (
+                torch.cat(
+                    [
+                        self._U.transpose(-1, -2) @ (c.unsqueeze(-1) * self._U)
+                        for c in self._levels(curv)
+                    ],
+                    1,
+                ).mean(0)
+                + self.mu * eye
+            )
             with one_thread():
                 step = torch.linalg.solve(H, g)
             decrement = (g * step).sum(-1)  # (R,)
