@@ -5,10 +5,12 @@ the native build check included, as a user sees it), writes into a temporary fol
 is removed afterwards, and uses ``--jobs`` at its default. ``--src PATH`` puts another
 checkout's ``src`` first on ``PYTHONPATH``, so that two versions can be timed on the same
 machine one after the other (the native library is built at first use into its cache: a
-first warm-up run per checkout keeps that out of the timing).
+first warm-up run per checkout keeps that out of the timing). ``--against PATH`` times a
+second checkout in the same run, interleaved with the first study by study (a slow
+spell of a shared machine then falls on both), and prints the ratio.
 
-Run: ``.venv/bin/python benchmarks/bench_studies.py [--src PATH] [--quick-only]
-[--full-only] [--studies fig1,fig2] [--repeats N]``
+Run: ``.venv/bin/python benchmarks/bench_studies.py [--src PATH] [--against PATH]
+[--quick-only] [--full-only] [--studies fig1,fig2] [--repeats N]``
 """
 
 from __future__ import annotations
@@ -60,22 +62,33 @@ def main() -> None:
     only.add_argument("--full-only", action="store_true", help="only the full-length runs")
     parser.add_argument("--studies", default=",".join(STUDIES), help="comma-separated")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each (median shown)")
+    parser.add_argument("--against", help="another checkout's src, timed interleaved")
     args = parser.parse_args()
-    env, where = environment(args.src)
+    versions = [environment(args.src)] + ([environment(args.against)] if args.against else [])
     studies = [s.strip() for s in args.studies.split(",") if s.strip()]
     modes = (True,) if args.quick_only else (False,) if args.full_only else (True, False)
-    print(f"decentopt from {where}; {os.cpu_count()} cores; --jobs at its default")
-    seconds(studies[0], True, env)  # warm-up: a first-use native build stays out of the table
-    print(f"{'study':<12} {'mode':<6} {'seconds (median)':>17} {'min':>8} {'runs':>5}")
+    for _, where in versions:
+        print(f"decentopt from {where}; {os.cpu_count()} cores; --jobs at its default")
+    for env, _ in versions:  # warm-up: a first-use native build stays out of the table
+        seconds(studies[0], True, env)
+    head = "".join(f" {'median':>8} {'min':>7}" for _ in versions)
+    print(
+        f"{'study':<12} {'mode':<6}{head} {'runs':>5}" + ("  against/src" if args.against else "")
+    )
     for study in studies:
         for quick in modes:
-            times = [seconds(study, quick, env) for _ in range(args.repeats)]
-            mode = "quick" if quick else "full"
-            print(
-                f"{study:<12} {mode:<6} {statistics.median(times):>17.1f} {min(times):>8.1f} "
-                f"{len(times):>5}",
-                flush=True,
+            times: list[list[float]] = [[] for _ in versions]
+            for _ in range(args.repeats):
+                for (env, _), found in zip(versions, times, strict=True):
+                    found.append(seconds(study, quick, env))
+            cells = "".join(f" {statistics.median(t):>8.1f} {min(t):>7.1f}" for t in times)
+            ratio = (
+                f"  {statistics.median(times[1]) / statistics.median(times[0]):.2f}x"
+                if args.against
+                else ""
             )
+            mode = "quick" if quick else "full"
+            print(f"{study:<12} {mode:<6}{cells} {args.repeats:>5}{ratio}", flush=True)
 
 
 if __name__ == "__main__":

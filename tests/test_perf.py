@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import threadpoolctl
 
 from decentopt import perf
 
@@ -91,7 +92,6 @@ def test_an_address_space_limit_is_seen():
 
 
 def _blas_threads() -> set[int]:
-    threadpoolctl = pytest.importorskip("threadpoolctl")
     return {
         pool["num_threads"]
         for pool in threadpoolctl.threadpool_info()

@@ -26,7 +26,6 @@ import ctypes
 import ctypes.util
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -72,28 +71,19 @@ def keep_freed_memory() -> bool:
     return _applied
 
 
-def _blas_pools() -> Any:
-    """The BLAS thread pools loaded in this process now (threadpoolctl's controller), or None."""
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # scikit-learn's dependency; without it only torch's threads are set
-        return None
-    return ThreadpoolController()
-
-
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """Run a block at one torch intra-op thread and one BLAS thread, then restore both."""
+    from threadpoolctl import ThreadpoolController  # the pools loaded now (about 1 ms)
+
     previous = torch.get_num_threads()
-    pools = _blas_pools()
-    limit = pools.limit(limits=1, user_api="blas") if pools is not None else None
+    limit = ThreadpoolController().limit(limits=1, user_api="blas")
     torch.set_num_threads(1)
     try:
         yield
     finally:
         torch.set_num_threads(previous)
-        if limit is not None:
-            limit.restore_original_limits()
+        limit.restore_original_limits()
 
 
 def _number(path: Path) -> float | None:

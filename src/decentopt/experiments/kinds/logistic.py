@@ -33,11 +33,12 @@ class LogisticSpec(ConvexSpec):
     compute_dtype: Literal["float32", "float64"] | None = None
 
     def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
-        """What building and running it holds, by part (samples in float64 and the
-        compute copy)."""
+        """What building and running it holds, by part: the samples (float64, the compute
+        copy and a temporary of the Newton solve's), shared by the levels, and the labels
+        and margins of every column."""
         cols = runs * len(self.sigma_h2)
-        samples = agents * cols * self.m * (self.d + 1)
         return {
-            "samples (three copies)": 3 * 8 * samples,
+            "samples (three copies)": 3 * 8 * agents * runs * self.m * self.d,
+            "labels and margins": 4 * 8 * agents * cols * self.m,
             "iterates and algorithm state": self.state_bytes(agents, cols, self.d),
         }
