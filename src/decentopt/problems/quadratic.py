@@ -104,25 +104,22 @@ class Quadratic(StatelessProblem):
             self.b = (self.H @ x_local.unsqueeze(-1)).squeeze(-1)  # H_i x_i*
             self.H_mean = self.H.mean(dim=0)  # (R, d, d), Hessian of f
         self.b_mean = self.b.mean(dim=0)
+        gram = self.H if self.H is not None else A @ At / p
         with one_thread():  # many small factorisations: threads only wait (decentopt.perf)
             eig_mean = torch.linalg.eigvalsh(self.H_mean)
-        if bool((eig_mean[:, 0] <= 1e-12 * eig_mean[:, -1].clamp_min(1e-300)).any()):
-            raise ValueError(
-                "the global Hessian mean_i A_i^T A_i / p is singular, so x* is not unique; "
-                "use more rows in total (n * p >= d) or non-degenerate A"
-            )
-        with one_thread():
+            if bool((eig_mean[:, 0] <= 1e-12 * eig_mean[:, -1].clamp_min(1e-300)).any()):
+                raise ValueError(
+                    "the global Hessian mean_i A_i^T A_i / p is singular, so x* is not unique; "
+                    "use more rows in total (n * p >= d) or non-degenerate A"
+                )
             self.x_star = torch.linalg.solve(self.H_mean, self.b_mean)  # (R, d)
-        self.mu = eig_mean[:, 0]  # (R,) strong convexity of f
-        # (R,) max local smoothness: lambda_max(A_i^T A_i) = lambda_max(A_i A_i^T)
-        gram = self.H if self.H is not None else A @ At / p
-        with one_thread():
+            # (R,) max local smoothness: lambda_max(A_i^T A_i) = lambda_max(A_i A_i^T)
             self.L = torch.linalg.eigvalsh(gram)[..., -1].amax(dim=0)
+            # noise = noise_factor @ z, z ~ N(0, I_k): covariance sigma2 H_i / p either way
+            chol, info = (None, None) if self.H is None else torch.linalg.cholesky_ex(self.H)
+        self.mu = eig_mean[:, 0]  # (R,) strong convexity of f
         # (R,) heterogeneity mean_i ||grad f_i(x*)||^2
         self.zeta2 = self.full_gradient(self.x_star.expand(n, -1, -1)).pow(2).sum(-1).mean(0)
-        # noise = noise_factor @ z, z ~ N(0, I_k): covariance sigma2 H_i / p either way
-        with one_thread():
-            chol, info = (None, None) if self.H is None else torch.linalg.cholesky_ex(self.H)
         if chol is not None and p >= d and bool((info == 0).all()):
             self.noise_factor = chol * (self.sigma2 / p) ** 0.5
         else:
