@@ -158,10 +158,14 @@ class Logistic(StatelessProblem):
         """A stack ``(n, R, ...)`` split into the column blocks that share samples."""
         return list(x.split(self._U.shape[1], dim=1))
 
-    def _margins(self, x: torch.Tensor) -> torch.Tensor:
-        """``v_ij u_ij^T x_i`` for a stack ``(n, R, d)`` -> ``(n, R, m)``."""
-        parts = zip(self._levels(x), self._levels(self.v), strict=True)
-        return torch.cat([(self._U @ xl.unsqueeze(-1)).squeeze(-1) * vl for xl, vl in parts], 1)
+    def _margins(
+        self, x: torch.Tensor, U: torch.Tensor | None = None, v: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``v_ij u_ij^T x_i`` for a stack ``(n, R, d)`` -> ``(n, R, m)`` (float64 data, or
+        the given ``U`` and ``v``)."""
+        U, v = (self._U, self.v) if U is None or v is None else (U, v)
+        parts = zip(self._levels(x), self._levels(v), strict=True)
+        return torch.cat([(U @ xl.unsqueeze(-1)).squeeze(-1) * vl for xl, vl in parts], 1)
 
     def full_gradient(self, x: torch.Tensor, *, exact: bool = True) -> torch.Tensor:
         """Local gradients at a stack ``(n, R, d)`` (float64 data unless ``exact=False``).
@@ -179,12 +183,9 @@ class Logistic(StatelessProblem):
 
     def _torch_data_term(self, U: torch.Tensor, v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """``sum_j w_j v_j u_j`` with ``w_j = -sigmoid(-z_j) / m``, ``z = v U x``, by torch."""
-        terms = []
-        for xl, vl in zip(self._levels(x), self._levels(v), strict=True):
-            z = (U @ xl.unsqueeze(-1)).squeeze(-1).mul_(vl)
-            weights = torch.sigmoid(z.neg_()).mul_(-1.0 / self.m).mul_(vl)  # -sigmoid(-z) v
-            terms.append((weights.unsqueeze(-2) @ U).squeeze(-2))
-        return torch.cat(terms, 1)
+        z = self._margins(x, U, v)
+        weights = torch.sigmoid(z.neg_()).mul_(-1.0 / self.m).mul_(v)  # -sigmoid(-z) v
+        return torch.cat([(w.unsqueeze(-2) @ U).squeeze(-2) for w in self._levels(weights)], 1)
 
     def objective(self, xbar: torch.Tensor) -> torch.Tensor:
         """``f(xbar) = mean_i f_i(xbar)`` for ``xbar`` of shape ``(R, d)`` -> ``(R,)``."""
