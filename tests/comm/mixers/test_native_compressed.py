@@ -285,3 +285,29 @@ def test_top_k_cuts_through_ties_spread_over_many_vectors(isa, dtype, ratio):
         assert torch.equal(a.reshape(b.shape), b)
     kept = (got[1].view(n, 2, k) != 0).sum(-1)
     assert (kept <= kept_count(ratio, k)).all() and (kept > 0).all()
+
+
+@needs_library
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize(("graph", "n"), [("ring", 9), ("ring", 2), ("exponential", 8)])
+def test_top_k_in_either_order_of_its_phases_at_any_thread_count(threads, graph, n):
+    """Top-k runs an agent's second phase as soon as its neighbours' first has run, within
+    each thread's range of agents, and the others' after all first phases: every split of
+    the agents into ranges gives the reference's numbers."""
+    gen = torch.Generator().manual_seed(n + threads)
+    topo = getattr(dopt.topology, graph)(n)
+    mixer = NativeMixer(topo)
+    codec = parse("top_k(0.2)")
+    z, hat, s = (torch.randn(n, 2, 300, generator=gen).double() for _ in range(3))
+    want = reference(codec, mixer.stencil, z.float(), hat, s, 0.3, round_=2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = mixer.choco(
+            codec, z.float().reshape(n, -1), hat.reshape(n, -1).clone(),
+            s.reshape(n, -1).clone(), 300, 0.3, 2,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.reshape(b.shape), b)
