@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from decentopt import native
-from decentopt.native.problems import logistic_data_term
-from decentopt.problems import Logistic
+from decentopt.native.problems import logistic_data_term, quadratic_gradient
+from decentopt.problems import Logistic, Quadratic
 
 #: Forward error bounds, relative to sum_j |w_j a_jk| (the size of the sum's terms).
 TOLERANCE = {torch.float32: 1e-6, torch.float64: 1e-13}
@@ -193,3 +193,73 @@ def test_rows_sharing_samples_give_the_numbers_of_their_own_copies(
             == 0
         )
         assert torch.equal(out, want), isa
+
+
+# ------------------------------------------------------------ the quadratic's gradient
+#: matrices, d: around the kernel's eight partial sums, and the block path's shapes.
+QUADRATIC_SHAPES = [(1, 1), (3, 7), (2, 8), (5, 9), (4, 17), (320, 10), (6, 100)]
+
+
+def quadratic_terms(count: int, d: int, dtype: torch.dtype, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
+            for shape in ((count, d, d), (count, d), (count, d), (count, d))]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", QUADRATIC_SHAPES)
+def test_the_quadratic_gradient_is_the_product_to_rounding(shape, dtype):
+    """``H x - b``: the product summed in float64 (within d units of 2^-53 of its terms'
+    size, as the float64 reference itself), rounded once to ``dtype``; the term then
+    added in ``dtype``: the kernel's result without it, plus the term, bit for bit."""
+    library()
+    H, x, b, term = quadratic_terms(*shape, dtype)
+    got = quadratic_gradient(H, x, b)
+    assert got is not None and got.dtype == dtype and got.shape == x.shape
+    product = (H.double() @ x.double().unsqueeze(-1)).squeeze(-1) - b.double()
+    size = (H.double().abs() @ x.double().abs().unsqueeze(-1)).squeeze(-1) + b.double().abs()
+    bound = torch.finfo(dtype).eps / 2 * product.abs() + 2 * shape[1] * 2.0**-53 * size
+    assert ((got.double() - product).abs() <= bound).all()
+    with_term = quadratic_gradient(H, x, b, term)
+    assert with_term is not None and torch.equal(with_term, got + term)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_quadratic_gradient_does_not_depend_on_threads_or_instruction_set(dtype):
+    """Each matrix is one thread's and every variant sums in the same order: bit for bit."""
+    lib = library()
+    H, x, b, term = quadratic_terms(96, 100, dtype, seed=3)  # 960,000 entries: 4 threads
+    suffix = "f32" if dtype == torch.float32 else "f64"
+    results = []
+    for isa in lib.variants:
+        fn = lib.function("decentopt_quadratic_gradient", suffix, isa)
+        for threads in (1, 2, 3, 4):
+            out = torch.empty_like(x)
+            args = (H.data_ptr(), x.data_ptr(), b.data_ptr(), term.data_ptr(), out.data_ptr())
+            assert fn(96, 100, *args, threads) == 0
+            results.append(out)
+    assert all(torch.equal(r, results[0]) for r in results[1:])
+
+
+def test_the_quadratic_gradient_declines_what_it_cannot_take():
+    H, x, b, term = quadratic_terms(2, 3, torch.float32)
+    assert quadratic_gradient(H.double(), x, b) is None  # mixed dtypes
+    assert quadratic_gradient(H.half(), x.half(), b.half()) is None  # no half kernel
+    assert quadratic_gradient(H[..., :2], x, b) is None  # not square
+    assert quadratic_gradient(H, x, b, term[:1]) is None  # the term's shape
+    assert quadratic_gradient(H.requires_grad_(), x, b) is None  # a gradient through it
+
+
+def test_the_block_path_gradient_equals_the_torch_sum_to_rounding(request):
+    """Quadratic.gradient_from in C and, with the library off, in torch: the same gradient
+    to float32's rounding (the C sum is the more exact)."""
+    library()
+    problem = Quadratic.paper(n=8, repetitions=3, d=100, p=200, c=(0.5, 2.0), dtype=torch.float32)
+    assert problem.H is not None
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 6, 100, generator=gen)
+    term = problem.noise_terms(problem.draw(1, gen))[0]
+    fast = problem.gradient_from(x, term)
+    request.getfixturevalue("without_library")
+    assert quadratic_gradient(problem.H, x, problem.b, term) is None
+    torch.testing.assert_close(fast, problem.gradient_from(x, term), rtol=1e-5, atol=1e-4)

@@ -2,9 +2,9 @@
 
 ``kernels.c`` fuses the library's own elementwise updates (DSGD's, DmSGD's, ED's
 and EDM's) with a circulant mix, and has the plain circulant mix, CHOCO-gossip's
-compressed round (``compress.h``) and the logistic problem's gradient in one pass
-over its data (``logistic.h``); ``blocks.c`` runs many steps of a quadratic
-problem with those updates in one call; ``build.py``
+compressed round (``compress.h``), the logistic problem's gradient in one pass
+over its data (``logistic.h``) and the quadratic's (``quadratic.h``); ``blocks.c``
+runs many steps of a quadratic problem with those updates in one call; ``build.py``
 compiles it once per instruction set (AVX-512, AVX2 + FMA, baseline) into one
 library. Which functions exist and which update each ``kind`` computes is known
 here and in :mod:`decentopt.comm.mixers.native`, the mixer that calls them;
@@ -95,6 +95,8 @@ def _signatures(scalar: type) -> dict[str, list]:
         ],
         # rows, m, d, data, x, out, scale, threads (logistic.h)
         "decentopt_logistic_gradient": [_I64, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _F64, _INT],
+        # count, d, H, x, b, term, out, threads (quadratic.h)
+        "decentopt_quadratic_gradient": [_I64, _I64, _P, _P, _P, _P, _P, _INT],
     }  # fmt: skip
 
 

@@ -33,7 +33,10 @@ __all__ = [
 
 HERE = Path(__file__).resolve().parent
 #: Every file the library is built from (a change to any of them rebuilds a cached copy).
-SOURCES = ("kernels.c", "kernels.h", "compress.h", "logistic.h", "blocks.c", "blocks.h", "api.c")
+SOURCES = (
+    "kernels.c", "kernels.h", "compress.h", "logistic.h", "quadratic.h", "blocks.c", "blocks.h",
+    "api.c",
+)  # fmt: skip
 #: The files compiled once per instruction set (each exports its functions with the suffix).
 PER_ISA = ("kernels.c", "blocks.c")
 #: Instruction-set variants of kernels.c: name and the compiler flags that enable it,

@@ -25,8 +25,8 @@
  * the ring's three-term sum unrolled (a loop over the terms cost more than the loads).
  *
  * The kernels for one element type are in kernels.h, CHOCO's compressed round in
- * compress.h and the logistic problem's gradient in logistic.h, each included once for
- * float and once for double.
+ * compress.h, the logistic problem's gradient in logistic.h and the quadratic's in
+ * quadratic.h, each included once for float and once for double.
  */
 #include <math.h>
 #include <pthread.h>
@@ -166,6 +166,7 @@ static int run_parallel(task_fn fn, const void *shared, int64_t tasks, int threa
 #include "kernels.h"
 #include "compress.h"
 #include "logistic.h"
+#include "quadratic.h"
 #undef T
 #undef U
 #undef SUFFIX
@@ -206,3 +207,4 @@ static int run_parallel(task_fn fn, const void *shared, int64_t tasks, int threa
 #include "kernels.h"
 #include "compress.h"
 #include "logistic.h"
+#include "quadratic.h"

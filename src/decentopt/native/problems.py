@@ -1,9 +1,11 @@
-"""The problems' own native kernels: the logistic problem's gradient in one pass over its data.
+"""The problems' own native kernels: the logistic problem's gradient in one pass over its
+data, and the quadratic's with its Hessians read once.
 
 :class:`decentopt.problems.Logistic` calls :func:`logistic_data_term` for its per-step
-gradient on the CPU; where the kernel cannot run (no library, ``DECENTOPT_NATIVE=0``,
-a GPU tensor, a gradient to be taken through it) it answers ``None`` and the problem
-computes the same sum with torch. The library is loaded at the first call, not at import.
+gradient on the CPU, :class:`decentopt.problems.Quadratic` :func:`quadratic_gradient` for
+the block path's; where a kernel cannot run (no library, ``DECENTOPT_NATIVE=0``, a GPU
+tensor, a gradient to be taken through it) it answers ``None`` and the problem computes
+the same with torch. The library is loaded at the first call, not at import.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 
 from decentopt.native import library
 
-__all__ = ["logistic_data_term"]
+__all__ = ["logistic_data_term", "quadratic_gradient"]
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
@@ -63,4 +65,41 @@ def logistic_data_term(
     )  # fmt: skip
     if status:
         raise RuntimeError("the native logistic gradient failed: a thread had no memory")
+    return out
+
+
+def quadratic_gradient(
+    H: torch.Tensor, x: torch.Tensor, b: torch.Tensor, term: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """``H x - b + term`` for every row, or ``None`` where C cannot run.
+
+    ``H`` is ``(..., d, d)``, ``x``, ``b`` and ``term`` (``None``: no term) ``(..., d)``,
+    all of one dtype (float32 or float64) on the CPU. The C kernel (``quadratic.h``) reads
+    each Hessian once and sums each product in float64 in a fixed order, each matrix on
+    one thread: the numbers depend on neither ``torch.get_num_threads()`` nor the CPU.
+    """
+    suffix = _SUFFIX.get(H.dtype)
+    tensors = (H, x, b) if term is None else (H, x, b, term)
+    if (
+        suffix is None
+        or H.ndim < 2
+        or H.shape[-1] != H.shape[-2]
+        or x.shape != H.shape[:-1]
+        or any(t.shape != x.shape for t in tensors[2:])
+        or any(t.dtype != H.dtype or t.device.type != "cpu" for t in tensors)
+        or (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+    ):
+        return None
+    lib, _ = library()
+    if lib is None:
+        return None
+    H, x, b = H.contiguous(), x.contiguous(), b.contiguous()
+    term = None if term is None else term.contiguous()
+    out = torch.empty_like(x)
+    status = lib.function("decentopt_quadratic_gradient", suffix)(
+        math.prod(x.shape[:-1]), x.shape[-1], H.data_ptr(), x.data_ptr(), b.data_ptr(),
+        None if term is None else term.data_ptr(), out.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    if status:
+        raise RuntimeError("the native quadratic gradient failed: a thread had no memory")
     return out
