@@ -6,7 +6,11 @@ import pytest
 import torch
 
 from decentopt import native
-from decentopt.native.problems import logistic_data_term, quadratic_gradient
+from decentopt.native.problems import (
+    logistic_data_term,
+    logistic_term_and_loss,
+    quadratic_gradient,
+)
 from decentopt.problems import Logistic, Quadratic
 
 #: Forward error bounds, relative to sum_j |w_j a_jk| (the size of the sum's terms).
@@ -41,7 +45,7 @@ def run(data, x, scale, threads, isa=None) -> torch.Tensor:
     suffix = "f32" if data.dtype == torch.float32 else "f64"
     fn = library().function("decentopt_logistic_gradient", suffix, isa)
     rows, m, d = data.shape
-    args = (data.data_ptr(), 0, x.data_ptr(), out.data_ptr(), scale, threads)
+    args = (data.data_ptr(), 0, x.data_ptr(), out.data_ptr(), None, scale, threads)
     assert fn(rows, 1, rows, m, d, *args) == 0
     return out
 
@@ -102,8 +106,8 @@ def test_what_the_kernel_does_not_take_is_left_to_torch():
     assert logistic_data_term(data.unsqueeze(0), x.repeat(3, 1).unsqueeze(0), 1.0) is None
     assert logistic_data_term(data, x, 1.0, torch.ones(2, 4, dtype=data.dtype)) is None
     invalid = library().function("decentopt_logistic_gradient", "f64")
-    assert invalid(-1, 1, 1, 1, 1, 0, 0, 0, 0, 1.0, 1)  # groups < 0
-    assert invalid(3, 1, 2, 1, 1, 0, 0, 0, 0, 1.0, 1)  # groups not a multiple of the stride
+    assert invalid(-1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1.0, 1)  # groups < 0
+    assert invalid(3, 1, 2, 1, 1, 0, 0, 0, 0, 0, 1.0, 1)  # groups not a multiple of the stride
 
 
 @pytest.fixture
@@ -187,6 +191,7 @@ def test_rows_sharing_samples_give_the_numbers_of_their_own_copies(
                 v.data_ptr(),
                 x.data_ptr(),
                 out.data_ptr(),
+                None,
                 -1 / m,
                 3,
             )
@@ -263,3 +268,38 @@ def test_the_block_path_gradient_equals_the_torch_sum_to_rounding(request):
     request.getfixturevalue("without_library")
     assert quadratic_gradient(problem.H, x, problem.b, term) is None
     torch.testing.assert_close(fast, problem.gradient_from(x, term), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("spread", [0.5, 2.0, 40.0, 400.0])
+def test_the_loss_is_the_softplus_sum_to_rounding(dtype, spread):
+    """``sum_j log(1 + e^{-z_j})`` from the gradient's pass, against float64's
+    ``logaddexp(0, -z)``, margins from small to far beyond the exponential's range (where
+    the loss is ``-z`` itself, or 0); the data term is the same with or without it."""
+    library()
+    data, x = sample(5, 70, 13, dtype, seed=4, spread=spread)
+    both = logistic_term_and_loss(data, x, -1 / 70)
+    assert both is not None
+    term, loss = both
+    assert loss.dtype == torch.float64 and loss.shape == (5,)
+    assert torch.equal(term, logistic_data_term(data, x, -1 / 70))
+    z = (data.double() @ x.double().unsqueeze(-1)).squeeze(-1)
+    terms = torch.logaddexp(torch.zeros(()), -z)
+    want = terms.sum(-1)
+    assert ((loss - want).abs() <= 1e-15 * terms.abs().sum(-1) + 1e-300).all()
+
+
+def test_the_logistic_metrics_with_and_without_the_library(request):
+    """The metrics read the data once for the gradient and the objective at the mean: the
+    gradient equal to full_gradient's, the objective torch's to rounding."""
+    library()
+    prob = Logistic.paper(n=4, d=7, m=33, repetitions=3, sigma_h2=(0.1, 10.0), seed=1)
+    x = torch.randn(4, 6, 7, generator=torch.Generator().manual_seed(2))
+    fast = prob.metrics(x)
+    assert torch.equal(fast["grad_norm"], prob._global_gradient(x.mean(0)).pow(2).sum(-1))
+    request.getfixturevalue("without_library")
+    plain = Logistic.paper(n=4, d=7, m=33, repetitions=3, sigma_h2=(0.1, 10.0), seed=1)
+    slow = plain.metrics(x)
+    for key in fast:
+        torch.testing.assert_close(fast[key], slow[key], rtol=1e-12, atol=1e-14)
+    assert (fast["opt_gap"] > 0).all()

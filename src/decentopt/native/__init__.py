@@ -93,8 +93,11 @@ def _signatures(scalar: type) -> dict[str, list]:
             ctypes.POINTER(_P), _P, _P, _P, _P, _INT, _I64, weights, scalar, _I64, offsets,
             weights,
         ],
-        # rows, m, d, data, x, out, scale, threads (logistic.h)
-        "decentopt_logistic_gradient": [_I64, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _F64, _INT],
+        # groups, levels, stride, m, d, samples, labels, x, out, loss, scale, threads
+        # (logistic.h)
+        "decentopt_logistic_gradient": [
+            _I64, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _P, _F64, _INT,
+        ],
         # count, d, H, x, b, term, out, threads (quadratic.h)
         "decentopt_quadratic_gradient": [_I64, _I64, _P, _P, _P, _P, _P, _INT],
     }  # fmt: skip

@@ -10,7 +10,11 @@
  *     z_j = a_rj . x_r,   w_j = scale * sigmoid(-z_j) = scale / (1 + e^{z_j}),
  *     out_r = sum_j w_j a_rj                                   (j = 1 .. m),
  *
- * which with scale = -1/m is the data term of decentopt.problems.Logistic's gradient.
+ * which with scale = -1/m is the data term of decentopt.problems.Logistic's gradient;
+ * given loss (else NULL), also each row's loss_r = sum_j log(1 + e^{-z_j}) in the same pass
+ * (the objective's data term at the same points: the metrics' gradient and objective at
+ * the agents' mean read the data once), in four partial sums (samples j mod 4) added as
+ * (l0 + l1) + (l2 + l3).
  * It reads the data once: a block of BLOCK samples (BLOCK d elements, in the first-level
  * cache) gives, for each of its group's rows in turn, its margins, then its weights,
  * then its terms of the sum before the next block is read (torch's two batched products
@@ -52,42 +56,73 @@ static inline void store_v4d(double *p, const v4d *v) { memcpy(p, v, sizeof *v);
    here reads the floating-point exception flags). */
 #pragma GCC optimize("no-trapping-math")
 #endif
-/* w[b] = scale * sigmoid(-w[b]) = scale / (1 + e^{w[b]}) for b < count, from
-   e = e^{-|z|} <= 1 (no overflow): 1 / (1 + e) for z <= 0, e / (1 + e) above. Where
-   -|z| < -708 (e below the smallest normal double), e is taken as 0. */
-static void logistic_weights(double *restrict w, int64_t count, double scale) {
+/* e^{-|z|} <= 1 (no overflow); 0 where -|z| < -708 (below the smallest normal double). */
+static inline double exp_neg_abs(double z) {
     const double log2e = 0x1.71547652b82fep0, shifter = 0x1.8p52;
     const double ln2_hi = 0x1.62e42fefa3800p-1, ln2_lo = 0x1.ef35793c7673p-45;
+    const double t_in = -fabs(z);
+    const int tiny = t_in < -708.0;
+    const double t = tiny ? -708.0 : t_in;
+    const double shifted = t * log2e + shifter; /* n = round(t / ln 2) in the low bits */
+    const double n = shifted - shifter;
+    const double r = (t - n * ln2_hi) - n * ln2_lo; /* n ln2_hi is exact */
+    double p = 1.0 / 6227020800.0;                   /* 1 / 13! */
+    p = p * r + 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    uint64_t n_bits, p_bits;
+    memcpy(&n_bits, &shifted, sizeof n_bits);
+    memcpy(&p_bits, &p, sizeof p_bits);
+    p_bits += n_bits << 52; /* p 2^n: n in [-1022, 0] adds to p's exponent */
+    double e;
+    memcpy(&e, &p_bits, sizeof e);
+    return tiny ? 0.0 : e;
+}
+
+/* w[b] = scale * sigmoid(-w[b]) = scale / (1 + e^{w[b]}) for b < count, from
+   e = e^{-|z|}: 1 / (1 + e) for z <= 0, e / (1 + e) above. */
+static void logistic_weights(double *restrict w, int64_t count, double scale) {
     for (int64_t b = 0; b < count; b++) {
-        const double z = w[b];
-        const double t_in = -fabs(z);
-        const int tiny = t_in < -708.0;
-        const double t = tiny ? -708.0 : t_in;
-        const double shifted = t * log2e + shifter; /* n = round(t / ln 2) in the low bits */
-        const double n = shifted - shifter;
-        const double r = (t - n * ln2_hi) - n * ln2_lo; /* n ln2_hi is exact */
-        double p = 1.0 / 6227020800.0;                   /* 1 / 13! */
-        p = p * r + 1.0 / 479001600.0;
-        p = p * r + 1.0 / 39916800.0;
-        p = p * r + 1.0 / 3628800.0;
-        p = p * r + 1.0 / 362880.0;
-        p = p * r + 1.0 / 40320.0;
-        p = p * r + 1.0 / 5040.0;
-        p = p * r + 1.0 / 720.0;
-        p = p * r + 1.0 / 120.0;
-        p = p * r + 1.0 / 24.0;
-        p = p * r + 1.0 / 6.0;
-        p = p * r + 0.5;
-        p = p * r + 1.0;
-        p = p * r + 1.0;
-        uint64_t n_bits, p_bits;
-        memcpy(&n_bits, &shifted, sizeof n_bits);
-        memcpy(&p_bits, &p, sizeof p_bits);
-        p_bits += n_bits << 52; /* p 2^n: n in [-1022, 0] adds to p's exponent */
-        double e;
-        memcpy(&e, &p_bits, sizeof e);
-        e = tiny ? 0.0 : e;
+        const double z = w[b], e = exp_neg_abs(z);
         w[b] = scale * ((z > 0.0 ? e : 1.0) / (1.0 + e));
+    }
+}
+
+/* loss[b] = log(1 + e^{-z[b]}) = max(-z, 0) + log1p(e^{-|z|}) for b < count; log1p(e) for
+   e in [0, 1] as 2 atanh(s), s = e / (2 + e) <= 1/3, by its series to s^35 (what is left
+   is below 2^-60 of it). A loop of its own, as logistic_weights: it vectorises. */
+static void logistic_losses(const double *restrict z, double *restrict loss, int64_t count) {
+    for (int64_t b = 0; b < count; b++) {
+        const double e = exp_neg_abs(z[b]), s = e / (2.0 + e), s2 = s * s;
+        double p = 1.0 / 35.0;
+        p = p * s2 + 1.0 / 33.0;
+        p = p * s2 + 1.0 / 31.0;
+        p = p * s2 + 1.0 / 29.0;
+        p = p * s2 + 1.0 / 27.0;
+        p = p * s2 + 1.0 / 25.0;
+        p = p * s2 + 1.0 / 23.0;
+        p = p * s2 + 1.0 / 21.0;
+        p = p * s2 + 1.0 / 19.0;
+        p = p * s2 + 1.0 / 17.0;
+        p = p * s2 + 1.0 / 15.0;
+        p = p * s2 + 1.0 / 13.0;
+        p = p * s2 + 1.0 / 11.0;
+        p = p * s2 + 1.0 / 9.0;
+        p = p * s2 + 1.0 / 7.0;
+        p = p * s2 + 1.0 / 5.0;
+        p = p * s2 + 1.0 / 3.0;
+        p = p * s2 + 1.0 / 1.0;
+        loss[b] = (z[b] < 0.0 ? -z[b] : 0.0) + 2.0 * s * p;
     }
 }
 #if defined(__GNUC__) && !defined(__clang__)
@@ -117,10 +152,11 @@ struct LFN(logistic_job) {
     const T *u, *v, *x;
     T *out;
     double scale;
+    double *loss; /* NULL, or each row's sum_j log(1 + e^{-z_j}) */
 };
 
-/* Groups [first, last); scratch: 5 d4 doubles per level (the point, then the four partial
-   sums). */
+/* Groups [first, last); scratch: 5 d4 + 4 doubles per level (the point, the four partial
+   sums, the loss's four). */
 static void LFN(logistic_rows)(const void *shared, int64_t first, int64_t last, void *scratch) {
     const struct LFN(logistic_job) *job = shared;
     const int64_t m = job->m, d = job->d, whole = d - d % 4, d4 = (d + 3) / 4 * 4;
@@ -130,17 +166,17 @@ static void LFN(logistic_rows)(const void *shared, int64_t first, int64_t last, 
         const T *restrict a = job->u + group * m * d;
         const int64_t row0 = group / stride * stride * levels + group % stride;
         for (int64_t l = 0; l < levels; l++) {
-            double *restrict xd = (double *)scratch + l * 5 * d4, *restrict part = xd + d4;
+            double *restrict xd = (double *)scratch + l * (5 * d4 + 4), *restrict part = xd + d4;
             const T *restrict x = job->x + (row0 + l * stride) * d;
             for (int64_t k = 0; k < d4; k++) xd[k] = k < d ? (double)x[k] : 0.0;
-            for (int64_t k = 0; k < 4 * d4; k++) part[k] = 0.0;
+            for (int64_t k = 0; k < 4 * d4 + 4; k++) part[k] = 0.0;
         }
         for (int64_t j0 = 0; j0 < m; j0 += BLOCK) { /* BLOCK is a multiple of 4: j mod 4 = b mod 4 */
             const int64_t count = m - j0 < BLOCK ? m - j0 : BLOCK, quads = count - count % 4;
             const T *restrict block = a + j0 * d;
             for (int64_t l = 0; l < levels; l++) { /* the block in cache for each level */
                 const int64_t r = row0 + l * stride;
-                double *restrict xd = (double *)scratch + l * 5 * d4, *restrict part = xd + d4;
+                double *restrict xd = (double *)scratch + l * (5 * d4 + 4), *restrict part = xd + d4;
                 const T *restrict v = job->v != NULL ? job->v + r * m + j0 : NULL;
                 for (int64_t b = 0; b < quads; b += 4) { /* margins, four samples at a time */
                     const T *restrict u = block + b * d;
@@ -181,6 +217,11 @@ static void LFN(logistic_rows)(const void *shared, int64_t first, int64_t last, 
                 }
                 if (v != NULL)
                     for (int64_t b = 0; b < count; b++) w[b] *= (double)v[b]; /* v u . x */
+                if (job->loss != NULL) { /* in four partial sums, samples j mod 4 */
+                    double lost[BLOCK];
+                    logistic_losses(w, lost, count);
+                    for (int64_t b = 0; b < count; b++) part[4 * d4 + b % 4] += lost[b];
+                }
                 logistic_weights(w, count, job->scale);
                 if (v != NULL)
                     for (int64_t b = 0; b < count; b++) w[b] *= (double)v[b]; /* w v u */
@@ -214,23 +255,27 @@ static void LFN(logistic_rows)(const void *shared, int64_t first, int64_t last, 
             }
         }
         for (int64_t l = 0; l < levels; l++) {
-            const double *restrict part = (double *)scratch + l * 5 * d4 + d4;
+            const double *restrict part = (double *)scratch + l * (5 * d4 + 4) + d4;
             T *restrict out = job->out + (row0 + l * stride) * d;
             for (int64_t k = 0; k < d; k++)
                 out[k] = (T)((part[k] + part[d4 + k]) + (part[2 * d4 + k] + part[3 * d4 + k]));
+            const double *restrict sums = part + 4 * d4;
+            if (job->loss != NULL)
+                job->loss[row0 + l * stride] = (sums[0] + sums[1]) + (sums[2] + sums[3]);
         }
     }
 }
 
 int EXPORT(decentopt_logistic_gradient)(int64_t groups, int64_t levels, int64_t stride,
                                         int64_t m, int64_t d, const T *u, const T *v,
-                                        const T *x, T *out, double scale, int threads) {
+                                        const T *x, T *out, double *loss, double scale,
+                                        int threads) {
     if (groups < 0 || levels < 1 || stride < 1 || groups % stride || m < 0 || d < 0) return 1;
     if (groups == 0 || d == 0) return 0;
-    const struct LFN(logistic_job) job = {m, d, levels, stride, u, v, x, out, scale};
+    const struct LFN(logistic_job) job = {m, d, levels, stride, u, v, x, out, scale, loss};
     const int64_t d4 = (d + 3) / 4 * 4;
     return run_parallel(LFN(logistic_rows), &job, groups, threads,
-                        (size_t)(5 * d4 * levels) * sizeof(double));
+                        (size_t)((5 * d4 + 4) * levels) * sizeof(double));
 }
 
 #undef LFN

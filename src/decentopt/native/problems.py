@@ -16,7 +16,7 @@ import torch
 
 from decentopt.native import library
 
-__all__ = ["logistic_data_term", "quadratic_gradient"]
+__all__ = ["logistic_data_term", "logistic_term_and_loss", "quadratic_gradient"]
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
@@ -35,6 +35,28 @@ def logistic_data_term(
     in a fixed order, each group on one thread: the numbers do not depend on
     ``torch.get_num_threads()``, and equal those of the products with ``a``.
     """
+    done = _logistic(samples, x, scale, labels, with_loss=False)
+    return None if done is None else done[0]
+
+
+def logistic_term_and_loss(
+    samples: torch.Tensor, x: torch.Tensor, scale: float, labels: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """:func:`logistic_data_term` and, from the same pass over the samples, each row's loss
+    ``sum_j log(1 + exp(-a_j . x))`` (float64, shape ``(..., R)``), or ``None`` where C
+    cannot run. The loss is exact to a few units of float64's last place, also for large
+    margins (torch's ``softplus`` returns ``-z`` itself below ``z = -20``)."""
+    return _logistic(samples, x, scale, labels, with_loss=True)
+
+
+def _logistic(
+    samples: torch.Tensor,
+    x: torch.Tensor,
+    scale: float,
+    labels: torch.Tensor | None,
+    *,
+    with_loss: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     suffix = _SUFFIX.get(samples.dtype)
     tensors = (samples, x) if labels is None else (samples, x, labels)
     if (
@@ -57,15 +79,17 @@ def logistic_data_term(
     x = x.contiguous()
     labels = None if labels is None else labels.contiguous()
     out = torch.empty_like(x)
+    loss = torch.zeros(x.shape[:-1], dtype=torch.float64) if with_loss else None
     stride, m, d = samples.shape[-3:]
     status = lib.function("decentopt_logistic_gradient", suffix)(
         math.prod(samples.shape[:-2]), x.shape[-2] // max(stride, 1), max(stride, 1), m, d,
         samples.data_ptr(), 0 if labels is None else labels.data_ptr(), x.data_ptr(),
-        out.data_ptr(), float(scale), torch.get_num_threads(),
+        out.data_ptr(), None if loss is None else loss.data_ptr(), float(scale),
+        torch.get_num_threads(),
     )  # fmt: skip
     if status:
         raise RuntimeError("the native logistic gradient failed: a thread had no memory")
-    return out
+    return out, loss
 
 
 def quadratic_gradient(

