@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_comm.py
 	$(PY) benchmarks/bench_topologies.py
 	$(PY) benchmarks/bench_compression.py
+	$(PY) benchmarks/bench_problems.py
 
 clean:
 	rm -rf $(VENV) results
