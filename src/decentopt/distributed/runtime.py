@@ -74,6 +74,19 @@ def _check_environment() -> None:
         ) from None
 
 
+def _use_local_gpu() -> None:
+    """NCCL's one GPU per process: this process's is the LOCAL_RANK-th of its machine."""
+    local, gpus = _whole("LOCAL_RANK", "0"), torch.cuda.device_count()
+    if local >= gpus:
+        raise StartupError(
+            f"rank {os.environ['RANK']}: LOCAL_RANK {local} but this machine has {gpus} "
+            f"GPU(s); NCCL needs one GPU per process: start at most {gpus} process(es) per "
+            "machine, or use backend='gloo' (ranks may then share a GPU; tensors travel "
+            "through host memory)"
+        )
+    torch.cuda.set_device(local)
+
+
 def init(backend: str = "auto", *, timeout: float = 300.0) -> tuple[int, int]:
     """Initialise the default process group from torchrun's environment; returns (rank, world).
 
@@ -88,15 +101,7 @@ def init(backend: str = "auto", *, timeout: float = 300.0) -> tuple[int, int]:
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        local, gpus = _whole("LOCAL_RANK", "0"), torch.cuda.device_count()
-        if local >= gpus:
-            raise StartupError(
-                f"rank {os.environ['RANK']}: LOCAL_RANK {local} but this machine has {gpus} "
-                f"GPU(s); NCCL needs one GPU per process: start at most {gpus} process(es) per "
-                "machine, or use backend='gloo' (ranks may then share a GPU; tensors travel "
-                "through host memory)"
-            )
-        torch.cuda.set_device(local)
+        _use_local_gpu()
     address = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
     outcome: dict[str, BaseException] = {}
