@@ -56,6 +56,32 @@ def _broadcast_x0(x0: torch.Tensor | None, problem: StackedProblem) -> torch.Ten
     return x0.clone()
 
 
+def _checked(
+    topology: Network, problem: StackedProblem, iterations: int, seed: int, blowup: float
+) -> tuple[int, int]:
+    """:func:`simulate`'s counts, once its arguments agree, or a ValueError naming the fix."""
+    if topology.n != problem.n:
+        raise ValueError(
+            f"the topology has n = {topology.n} agents but the problem has n = {problem.n}; "
+            "build both with the same number of agents"
+        )
+    counts = as_count(iterations, "simulate: iterations"), as_count(seed, "simulate: seed")
+    if not blowup > 1:
+        raise ValueError(f"blowup must be > 1; got {blowup}")
+    return counts
+
+
+def _stepwise(
+    problem: StackedProblem,
+) -> Callable[[torch.Tensor, torch.Generator], tuple[torch.Tensor, None]]:
+    """The problem's gradient as ``run_loop`` takes it step by step (no extra state)."""
+
+    def gradient(x: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, None]:
+        return problem.gradient(x, generator), None
+
+    return gradient
+
+
 def simulate(
     algorithm: Algorithm[Any],
     problem: StackedProblem,
@@ -97,20 +123,9 @@ def simulate(
         timing: a :class:`~decentopt.driver.TimeModel`: every row then carries ``sim_time``,
             the simulated seconds at its step (:mod:`decentopt.driver.timeline`).
     """
-    if topology.n != problem.n:
-        raise ValueError(
-            f"the topology has n = {topology.n} agents but the problem has n = {problem.n}; "
-            "build both with the same number of agents"
-        )
-    iterations = as_count(iterations, "simulate: iterations")
-    seed = as_count(seed, "simulate: seed")
-    if not blowup > 1:
-        raise ValueError(f"blowup must be > 1; got {blowup}")
+    iterations, seed = _checked(topology, problem, iterations, seed, blowup)
     steps = record_steps(iterations, record, points)
     comm = SimulatedCommunicator(topology, kernel=kernel)
-
-    def problem_gradient(x: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, None]:
-        return problem.gradient(x, generator), None
 
     result = run_loop(
         algorithm,
@@ -119,7 +134,7 @@ def simulate(
         Plan(iterations, tuple(steps.tolist())),
         RunOptions(seed=seed, threads=threads, progress=progress, blowup=blowup, path=path),
         # the problem's own gradients (in blocks where it draws them so), else step by step
-        gradient=None if isinstance(problem, BlockProblem) else problem_gradient,
+        gradient=None if isinstance(problem, BlockProblem) else _stepwise(problem),
         metrics=problem.metrics,
         x0=_broadcast_x0(x0, problem),
         labels=[{"run": r} for r in range(problem.repetitions)],
