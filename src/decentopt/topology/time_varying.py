@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -78,6 +79,28 @@ def one_peer_hypercube(n: int) -> TopologySchedule:
     return TopologySchedule(n, f"one_peer_hypercube({n})", base_graph(n, base=2).rounds)
 
 
+def _base_groups(n: int, base: int) -> list[tuple[int, int, int]]:
+    """``n``'s base-``base`` digits as groups ``(first agent, pieces a, power p)``, from the
+    highest power down: ``a`` pieces of ``base**p`` consecutive agents each."""
+    groups, start = [], 0
+    for p in reversed(range(int(math.log(n, base)) + 2)):
+        a = (n // base**p) % base
+        if a:
+            groups.append((start, a, p))
+            start += a * base**p
+    return groups
+
+
+def _digit_cliques(base: int, first: int, pieces: int, p: int, r: int) -> np.ndarray:
+    """Within each of ``pieces`` pieces of ``base**p`` agents from ``first``, the cliques
+    (rows) of agents whose positions differ only in base-``base`` digit ``r``."""
+    size, step = base**p, base**r
+    local = np.arange(size)
+    low = local[(local // step) % base == 0]
+    starts = (first + size * np.arange(pieces)[:, None] + low[None, :]).ravel()
+    return starts[:, None] + step * np.arange(base)[None, :]
+
+
 def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
     """A Base-(k+1) graph (``k = base - 1``): at most ``k`` peers per round, exact after a period.
 
@@ -105,22 +128,8 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
     if not isinstance(base, int | np.integer) or isinstance(base, bool) or base < 2:
         raise ValueError(f"base must be an integer >= 2 (k + 1 for k peers); got {base!r}")
     base = int(base)
-    groups = []  # (start, pieces a, power p)
-    start = 0
-    for p in reversed(range(int(math.log(n, base)) + 2)):
-        a = (n // base**p) % base
-        if a:
-            groups.append((start, a, p))
-            start += a * base**p
-
-    def digit_cliques(first: int, pieces: int, p: int, r: int) -> np.ndarray:
-        """Within each piece, cliques (rows) of agents differing only in digit ``r``."""
-        size, step = base**p, base**r
-        local = np.arange(size)
-        low = local[(local // step) % base == 0]
-        starts = (first + size * np.arange(pieces)[:, None] + low[None, :]).ravel()
-        return starts[:, None] + step * np.arange(base)[None, :]
-
+    groups = _base_groups(n, base)
+    digit_cliques = functools.partial(_digit_cliques, base)
     # round index -> its entries (every index up to the last gets some)
     rounds: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = defaultdict(list)
     # 1. every group averages
