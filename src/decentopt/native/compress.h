@@ -551,7 +551,7 @@ int EXPORT(decentopt_choco)(int op, int64_t n, int64_t D, int64_t k, int64_t kep
             const int64_t o = offsets[q] % n, apart = o <= n / 2 ? o : n - o;
             if (apart > job.reach) job.reach = apart;
         }
-        job.applied = calloc((size_t)n, 1);
+        job.applied = calloc((size_t)n + 1, 1); /* + 1: never a request for 0 bytes */
         if (job.applied == NULL) return 2;
         int failed = run_parallel(FN(choco_pipelined), &job, n, threads, scratch);
         if (!failed)
