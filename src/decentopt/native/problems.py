@@ -73,23 +73,29 @@ def _logistic(
         or (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
     ):
         return None
-    lib, _ = library()
-    if lib is None:
-        return None
     x = x.contiguous()
     labels = None if labels is None else labels.contiguous()
     out = torch.empty_like(x)
     loss = torch.zeros(x.shape[:-1], dtype=torch.float64) if with_loss else None
     stride, m, d = samples.shape[-3:]
-    status = lib.function("decentopt_logistic_gradient", suffix)(
+    ran = _run(
+        "decentopt_logistic_gradient", suffix, "logistic gradient",
         math.prod(samples.shape[:-2]), x.shape[-2] // max(stride, 1), max(stride, 1), m, d,
         samples.data_ptr(), 0 if labels is None else labels.data_ptr(), x.data_ptr(),
         out.data_ptr(), None if loss is None else loss.data_ptr(), float(scale),
-        torch.get_num_threads(),
     )  # fmt: skip
-    if status:
-        raise RuntimeError("the native logistic gradient failed: a thread had no memory")
-    return out, loss
+    return (out, loss) if ran else None
+
+
+def _run(name: str, suffix: str, what: str, *args: object) -> bool:
+    """Call kernel ``name`` (its ``suffix`` variant) with ``args`` and this process's torch
+    thread count; False without the library, a RuntimeError if a thread had no memory."""
+    lib, _ = library()
+    if lib is None:
+        return False
+    if lib.function(name, suffix)(*args, torch.get_num_threads()):
+        raise RuntimeError(f"the native {what} failed: a thread had no memory")
+    return True
 
 
 def quadratic_gradient(
@@ -114,16 +120,12 @@ def quadratic_gradient(
         or (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
     ):
         return None
-    lib, _ = library()
-    if lib is None:
-        return None
     H, x, b = H.contiguous(), x.contiguous(), b.contiguous()
     term = None if term is None else term.contiguous()
     out = torch.empty_like(x)
-    status = lib.function("decentopt_quadratic_gradient", suffix)(
+    ran = _run(
+        "decentopt_quadratic_gradient", suffix, "quadratic gradient",
         math.prod(x.shape[:-1]), x.shape[-1], H.data_ptr(), x.data_ptr(), b.data_ptr(),
-        None if term is None else term.data_ptr(), out.data_ptr(), torch.get_num_threads(),
+        None if term is None else term.data_ptr(), out.data_ptr(),
     )  # fmt: skip
-    if status:
-        raise RuntimeError("the native quadratic gradient failed: a thread had no memory")
-    return out
+    return out if ran else None
