@@ -18,16 +18,16 @@ of each case back to back):
   x_hat and S), the step of
 
   - DSGD (fused): x and g read, x written: 12;
-  - CHOCO-SGD (the update in the round): the first pass reads x, g and x_hat (16); then
-    for qsgd and sign the second reads x, g and x_hat again (the update and the quantised
-    difference are computed twice, not stored), writes x_hat, S (recomputed as W x_hat,
-    not read) and the output (36): 52; for top-k it reads x, g, x_hat, S and writes the
-    output (28), reads and writes x_hat and S only at the kept entries, its own and its
-    two neighbours' (4 x 16 r), and writes and reads its kept indices and values (8 r):
-    44 + 72 r. With the update separate (``separate``): DSGD's update writes z (12),
-    the round reads z and x_hat twice (24), so 56 for qsgd and sign, 48 + 72 r for top-k;
+  - CHOCO-SGD (the update in the round), with each agent's rows read from memory once
+    (the kernels run an agent's second pass right after its neighbours' first, while
+    their rows are still in cache): the first pass reads x, g and x_hat (16) and adds q
+    to x_hat in place (qsgd, sign: 8; top-k at ratio r: 8 (1 - (1 - r)^8), the x_hat
+    lines that hold a kept entry), the second writes S (recomputed as W x_hat, not read)
+    and the output (12): 36 for qsgd and sign, 28 + 8 (1 - (1 - r)^8) for top-k. With
+    the update separate (``separate``): DSGD's update writes z (12) and the round reads
+    z in place of x and g (4 fewer): 8 more;
   - compressed EDM (qsgd): EDM's fused update reads x, psi, m, g and writes phi, psi, m
-    (28), then the round of phi (44): 72; EDM (fused) 28.
+    (28), then the round of phi (32): 60; EDM (fused) 28.
 
 * encoding and decoding one agent's row of 10^6 float32 entries (what a rank of
   torch.distributed does each round), as a ratio to copying the row;
@@ -79,11 +79,11 @@ OPERATORS = ("top_k(0.1)", "top_k(0.01)", "qsgd(4)", "sign")
 #: Bytes per entry of the state each step reads and writes (the module docstring): the
 #: compressed step by method and operator, and the uncompressed fused step.
 STEP_BYTES = {
-    ("choco_dsgd", "qsgd(4)"): 52,
-    ("choco_dsgd", "sign"): 52,
-    ("choco_dsgd", "top_k(0.1)"): 44 + 72 * 0.1,
-    ("choco_dsgd", "top_k(0.01)"): 44 + 72 * 0.01,
-    ("choco_edm", "qsgd(4)"): 28 + 44,
+    ("choco_dsgd", "qsgd(4)"): 36,
+    ("choco_dsgd", "sign"): 36,
+    ("choco_dsgd", "top_k(0.1)"): 28 + 8 * (1 - 0.9**8),
+    ("choco_dsgd", "top_k(0.01)"): 28 + 8 * (1 - 0.99**8),
+    ("choco_edm", "qsgd(4)"): 28 + 32,
 }
 PLAIN_BYTES = {"dsgd": 12, "edm": 28}
 

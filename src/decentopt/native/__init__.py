@@ -79,12 +79,11 @@ def _signatures(scalar: type) -> dict[str, list]:
         ],
         # n, d, z, out, k, offsets, weights, width, threads
         "decentopt_mix": [_I64, _I64, _P, _P, _I64, offsets, weights, _I64, _INT],
-        # op, n, D, k, kept, levels, per_unit, z, hat, s, out, gamma, keys, idx, vals,
-        # units, terms, offsets, weights, float64 weights, x, g, alpha (z = x - alpha g
-        # where z is NULL), threads
+        # op, n, D, k, kept, levels, per_unit, z, hat, s, out, gamma, keys, units, terms,
+        # offsets, float64 weights, x, g, alpha (z = x - alpha g where z is NULL), threads
         "decentopt_choco": [
-            _INT, _I64, _I64, _I64, _I64, _F64, _F64, _P, _P, _P, _P, scalar, _P, _P, _P,
-            _P, _I64, offsets, weights, ctypes.POINTER(_F64), _P, _P, scalar, _INT,
+            _INT, _I64, _I64, _I64, _I64, _F64, _F64, _P, _P, _P, _P, scalar, _P, _P, _I64,
+            offsets, ctypes.POINTER(_F64), _P, _P, scalar, _INT,
         ],
         # kind, nesterov, dampening, n, panels, runs, d, k, lower, in, out, H, F, b, z,
         # wide, steps, alphas, beta, terms, offsets, weights (blocks.c)

@@ -9,19 +9,16 @@
  *     q = Q(z - hat),   hat += q,   s = W hat (see below),   out = z + gamma (s - hat),
  *
  * with Q one of TOP_K, QSGD, SIGN (decentopt.compression's operators, same numbers)
- * in two passes. Phase 1, agent by agent, reads z and hat and keeps only what q needs
- * of a whole row (top-k: its kept indices and values, quantised in cache; qsgd, sign:
- * the row's unit, and qsgd's scale). Phase 2 for top-k, agent by agent (each agent's
- * as soon as its neighbours' phase 1 has run, while its own x, g and hat are still in
- * cache: choco_pipelined) in chunks of columns, adds its own and its neighbours' q to
- * hat and s by a merge
- * over the sorted index lists (nothing densified, only the kept entries touched:
- * s += sum_o w_o q[(i + o) mod n], each term w_o q rounded to T, added one by one in
- * stencil order); for qsgd and sign, whose q is dense, chunk by chunk over all
- * agents, it computes q again from z - hat (read there anyway: no per-entry code is
- * written and read back), then recomputes s = sum_o w_o hat[(i + o) mod n] in float64
- * from the new hat (S = W X_hat is what CHOCO keeps; not reading S saves 8 bytes per
- * entry), and writes hat, s and the output by non-temporal stores.
+ * in two phases, agent by agent (choco_pipelined). Phase 1 reads an agent's z and hat
+ * and adds q to hat in place, the row still in cache: top-k selects its kept entries
+ * (a radix selection, no sort) and adds them; qsgd and sign sum the row's norm, then
+ * read z and hat again, from cache, and add q (no per-entry code is written and read
+ * back). Phase 2 of an agent runs as soon as its neighbours' phase 1 has, while their
+ * new hat and its own z are still in cache: it recomputes s = sum_o w_o hat[(i + o)
+ * mod n] in float64 (S = W X_hat is what CHOCO keeps; not reading S saves 8 bytes per
+ * entry, and S carries no accumulated rounding) and writes s and the output by
+ * non-temporal stores. No one needs an old hat once its agent's phase 1 has run, so
+ * the numbers depend neither on the threads nor on the order of the agents.
  *
  * Given x, g and alpha instead of z (z NULL), z is DSGD's update x - alpha g (rounded
  * as kernels.h's descend: no contraction), computed chunk by chunk wherever z is read
@@ -62,37 +59,35 @@ static inline void top_masks_f64(const double *d, uint64_t b, unsigned *above,
 }
 #endif
 
-/* Phase 2's end for one agent of a float state over m columns: s = sum_q w_q term_q
-   (float64, the stencil's terms in order: w_0 t_0, then + w_q t_q), the output
-   z + gamma (float)(s - x_hat), and x_hat, s and the output written. With AVX2 and
-   x_hat, s and the output aligned alike, 8 columns at a time, each stored by a
+/* Phase 2's end for one agent of a float state over m columns, its x_hat (mine)
+   already updated: s = sum_q w_q term_q (float64, the stencil's terms in order: w_0 t_0,
+   then + w_q t_q), the output z + gamma (float)(s - x_hat), s and the output written.
+   With AVX2 and s and the output aligned alike, 8 columns at a time, each stored by a
    non-temporal store straight from registers (no buffer of s or of the output);
    returns the columns done: all, or none (then the caller's loops run, to the same
    numbers). */
 #if defined(__AVX2__)
 static inline void finish_column_f32(int64_t j, int64_t terms, const double *const *term,
                                      const double *w, const double *restrict mine,
-                                     const float *restrict z, float gamma, double *restrict hat,
-                                     double *restrict s, float *restrict out) {
+                                     const float *restrict z, float gamma, double *restrict s,
+                                     float *restrict out) {
     double acc = w[0] * term[0][j];
     for (int64_t q = 1; q < terms; q++) acc += w[q] * term[q][j];
     out[j] = z[j] + gamma * (float)(acc - mine[j]);
-    hat[j] = mine[j];
     s[j] = acc;
 }
 #endif
 
 static int64_t finish_f32(int64_t m, int64_t terms, const double *const *term,
                           const double *w, const double *restrict mine,
-                          const float *restrict z, float gamma, double *restrict hat,
-                          double *restrict s, float *restrict out) {
+                          const float *restrict z, float gamma, double *restrict s,
+                          float *restrict out) {
 #if defined(__AVX2__)
     const int64_t head = (int64_t)((32 - ((uintptr_t)out & 31)) & 31) / 4;
-    if (((uintptr_t)out & 3) || ((uintptr_t)(hat + head) & 31) || ((uintptr_t)(s + head) & 31))
-        return 0;
+    if (((uintptr_t)out & 3) || ((uintptr_t)(s + head) & 31)) return 0;
     const __m256 g = _mm256_set1_ps(gamma);
     int64_t j = 0;
-    for (; j < head && j < m; j++) finish_column_f32(j, terms, term, w, mine, z, gamma, hat, s, out);
+    for (; j < head && j < m; j++) finish_column_f32(j, terms, term, w, mine, z, gamma, s, out);
     for (; j + 8 <= m; j += 8) {
         __m256d lo = _mm256_mul_pd(_mm256_set1_pd(w[0]), _mm256_loadu_pd(term[0] + j));
         __m256d hi = _mm256_mul_pd(_mm256_set1_pd(w[0]), _mm256_loadu_pd(term[0] + j + 4));
@@ -104,28 +99,102 @@ static int64_t finish_f32(int64_t m, int64_t terms, const double *const *term,
         const __m256d mlo = _mm256_loadu_pd(mine + j), mhi = _mm256_loadu_pd(mine + j + 4);
         const __m256 diff = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(hi, mhi)),
                                             _mm256_cvtpd_ps(_mm256_sub_pd(lo, mlo)));
-        _mm256_stream_pd(hat + j, mlo);
-        _mm256_stream_pd(hat + j + 4, mhi);
         _mm256_stream_pd(s + j, lo);
         _mm256_stream_pd(s + j + 4, hi);
         _mm256_stream_ps(out + j, _mm256_add_ps(_mm256_loadu_ps(z + j), _mm256_mul_ps(g, diff)));
     }
-    for (; j < m; j++) finish_column_f32(j, terms, term, w, mine, z, gamma, hat, s, out);
+    for (; j < m; j++) finish_column_f32(j, terms, term, w, mine, z, gamma, s, out);
     return m;
 #else
-    (void)m, (void)terms, (void)term, (void)w, (void)mine, (void)z, (void)gamma, (void)hat,
-        (void)s, (void)out;
+    (void)m, (void)terms, (void)term, (void)w, (void)mine, (void)z, (void)gamma, (void)s,
+        (void)out;
     return 0;
 #endif
+}
+
+/* qsgd's x_hat += q for the first columns of a chunk of a float state (z, x_hat there,
+   entry j's hash index a + j): 8 columns at a time with AVX2, where the levels fit a
+   table of 16 (qsgd of up to 4 bits). The same numbers as add_q's loop, with fewer
+   conversions between float and double, which bound that loop: the uniform h 2^-32 is
+   2^20 + h 2^-32 (exact in a double's 52 bits, h in the low ones) less 2^20, and the
+   magnitude (float)(level unit) is looked up in a table of the row's 16 values.
+   Returns the columns done (the caller's loop does the rest). */
+#if defined(__AVX2__)
+static inline __m256i mix_x8(__m256i x) {
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x2c1b3c6d));
+    return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+}
+
+static inline __m256d uniform_x4(__m128i h) {
+    const __m256i bits = _mm256_or_si256(_mm256_cvtepu32_epi64(h),
+                                         _mm256_set1_epi64x(0x4130000000000000LL));
+    return _mm256_sub_pd(_mm256_castsi256_pd(bits), _mm256_set1_pd(0x1p20));
+}
+#endif
+
+static int64_t qsgd_add_f32(int64_t m, int64_t a, uint32_t lo, uint32_t hi, double scale,
+                            double unit, int32_t top, const float *restrict z,
+                            double *restrict hat) {
+#if defined(__AVX2__)
+    if (top > 15) return 0;
+    float table[16];
+    for (int l = 0; l < 16; l++) table[l] = (float)((double)(l < top ? l : top) * unit);
+    const __m256 low = _mm256_loadu_ps(table), high = _mm256_loadu_ps(table + 8);
+    const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+    const __m256d sc = _mm256_set1_pd(scale);
+    const __m256i klo = _mm256_set1_epi32((int32_t)lo), khi = _mm256_set1_epi32((int32_t)hi);
+    const __m256i cap = _mm256_set1_epi32(top), eight = _mm256_set1_epi32(8);
+    __m256i index = _mm256_add_epi32(_mm256_set1_epi32((int32_t)a),
+                                     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    int64_t j = 0;
+    for (; j + 8 <= m; j += 8, index = _mm256_add_epi32(index, eight)) {
+        const __m256 zz = _mm256_loadu_ps(z + j);
+        const __m256d hlo = _mm256_loadu_pd(hat + j), hhi = _mm256_loadu_pd(hat + j + 4);
+        const __m256 d = _mm256_set_m128(
+            _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(zz, 1)), hhi)),
+            _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(zz)), hlo)));
+        const __m256 size = _mm256_andnot_ps(sign, d);
+        const __m256i h = mix_x8(_mm256_xor_si256(mix_x8(_mm256_xor_si256(index, klo)), khi));
+        const __m256d vlo = _mm256_add_pd(
+            _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(size)), sc),
+            uniform_x4(_mm256_castsi256_si128(h)));
+        const __m256d vhi = _mm256_add_pd(
+            _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(size, 1)), sc),
+            uniform_x4(_mm256_extracti128_si256(h, 1)));
+        const __m256i level = _mm256_min_epi32(
+            _mm256_set_m128i(_mm256_cvttpd_epi32(vhi), _mm256_cvttpd_epi32(vlo)), cap);
+        __m256 q = _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, level),
+                                    _mm256_permutevar8x32_ps(high, level),
+                                    _mm256_castsi256_ps(_mm256_slli_epi32(level, 28)));
+        q = _mm256_xor_ps(q, _mm256_and_ps(_mm256_cmp_ps(d, zero, _CMP_LT_OQ), sign));
+        _mm256_storeu_pd(hat + j, _mm256_add_pd(hlo, _mm256_cvtps_pd(_mm256_castps256_ps128(q))));
+        _mm256_storeu_pd(hat + j + 4,
+                         _mm256_add_pd(hhi, _mm256_cvtps_pd(_mm256_extractf128_ps(q, 1))));
+    }
+    return j;
+#else
+    (void)m, (void)a, (void)lo, (void)hi, (void)scale, (void)unit, (void)top, (void)z, (void)hat;
+    return 0;
+#endif
+}
+
+static int64_t qsgd_add_f64(int64_t m, int64_t a, uint32_t lo, uint32_t hi, double scale,
+                            double unit, int32_t top, const double *restrict z,
+                            double *restrict hat) {
+    (void)m, (void)a, (void)lo, (void)hi, (void)scale, (void)unit, (void)top, (void)z, (void)hat;
+    return 0;
 }
 
 /* finish_f32's counterpart for double states: the caller's loops do it all. */
 static int64_t finish_f64(int64_t m, int64_t terms, const double *const *term,
                           const double *w, const double *restrict mine,
-                          const double *restrict z, double gamma, double *restrict hat,
-                          double *restrict s, double *restrict out) {
-    (void)m, (void)terms, (void)term, (void)w, (void)mine, (void)z, (void)gamma, (void)hat,
-        (void)s, (void)out;
+                          const double *restrict z, double gamma, double *restrict s,
+                          double *restrict out) {
+    (void)m, (void)terms, (void)term, (void)w, (void)mine, (void)z, (void)gamma, (void)s,
+        (void)out;
     return 0;
 }
 #endif
@@ -255,18 +324,15 @@ struct FN(choco_job) {
     T *out;
     T gamma;
     const uint64_t *keys; /* qsgd: one per row of k */
-    int32_t *idx;         /* top-k: kept indices per row, ascending (kept + 1 slots) */
-    T *vals;              /* and their values */
     double *units;        /* qsgd, sign: one per row */
     double *scales;       /* qsgd: levels / norm per row (units' second half) */
     const int64_t *offsets;
-    const T *weights;
-    const double *weights64; /* qsgd, sign: S = W X_hat in float64 */
-    int64_t wide;            /* qsgd, sign: columns of a phase-2 chunk */
-    const T *x, *g;          /* z = x - alpha g where z is NULL */
+    const double *weights; /* S = W X_hat in float64 */
+    const T *x, *g;        /* z = x - alpha g where z is NULL */
     T alpha;
-    int64_t reach;          /* top-k: the farthest neighbour, in agents either way */
-    unsigned char *applied; /* top-k: the agents whose phase 2 has run */
+    int64_t reach;          /* the farthest neighbour, in agents either way */
+    unsigned char *applied; /* the agents whose phase 2 has run */
+    int64_t wide;           /* columns of choco_rest's chunk */
 };
 
 /* z over [c0, c0 + m) of the state (m <= CHUNK): the given z, or x - alpha g computed
@@ -283,12 +349,12 @@ static inline const T *FN(z_at)(const struct FN(choco_job) *job, int64_t c0, int
 /* Phase 1 of top-k for one row (index row): d = z - x_hat into the scratch after zbuf
    and the histogram of its keys' top 11 bits; the bin holding the kept-th largest key
    found from it; one pass over d then lists the entries above that bin (all kept) and
-   in it (candidates); the threshold refined over the candidates only, and the kept
-   candidates merged with the others into the row's kept indices and values. */
+   in it (candidates); the threshold refined over the candidates only; x_hat += d at
+   every kept entry (the row still in cache). */
 static void FN(top_k_row)(const struct FN(choco_job) *job, int64_t row, const uint32_t *pack,
                           T *restrict zbuf) {
     const int64_t k = job->k;
-    const double *restrict hat = job->hat + row * k;
+    double *restrict hat = job->hat + row * k;
     T *restrict d = zbuf + CHUNK;
     U *restrict keys = (U *)(d + k);
     int32_t *restrict sure = (int32_t *)(keys + k), *restrict cand = sure + k + 8;
@@ -323,28 +389,48 @@ static void FN(top_k_row)(const struct FN(choco_job) *job, int64_t row, const ui
     FN(split)(d, k, bin, pack, sure, &ns, cand, &nc);
     for (int64_t c = 0; c < nc; c++) keys[c] = FN(key)(d[cand[c]]);
     const U t = FN(threshold)(keys, nc, need, &ties);
-    int64_t picked = 0; /* the candidates kept, ascending: ties to the lowest indices */
-    for (int64_t c = 0; c < nc; c++) {
+    for (int64_t p = 0; p < ns; p++) hat[sure[p]] += (double)d[sure[p]];
+    for (int64_t c = 0; c < nc; c++) { /* ties to the lowest indices: cand ascends */
         const U key = FN(key)(d[cand[c]]);
-        cand[picked] = cand[c];
-        picked += key > t || (key == t && ties > 0);
+        if (key > t || (key == t && ties > 0)) hat[cand[c]] += (double)d[cand[c]];
         ties -= key == t;
-    }
-    sure[ns] = cand[picked] = INT32_MAX; /* sentinels: the merge runs branch-free */
-    int32_t *restrict idx = job->idx + row * (job->kept + 1);
-    T *restrict vals = job->vals + row * (job->kept + 1);
-    for (int64_t e = 0, p = 0, q = 0; e < job->kept; e++) {
-        const int32_t above = sure[p], in = cand[q], first = above < in;
-        idx[e] = first ? above : in;
-        vals[e] = d[idx[e]];
-        p += first;
-        q += !first;
     }
 }
 
-/* Phase 1 for agents [first, last): each row's q in its short form. */
-static void FN(choco_encode)(const void *shared, int64_t first, int64_t last, void *scratch) {
-    const struct FN(choco_job) *job = shared;
+/* x_hat += q over columns [a, a + m) of one row (index row) of k for qsgd and sign,
+   with z there, in place: q from z - x_hat (the numbers the row's unit was summed
+   from), the same q as decentopt.compression's. */
+static void FN(add_q)(const struct FN(choco_job) *job, int64_t row, int64_t a, int64_t m,
+                      const T *restrict z, double *restrict hat) {
+    const double unit = job->units[row];
+    if (job->op == SIGN) {
+        for (int64_t j = 0; j < m; j++) {
+            const T d = (T)((double)z[j] - hat[j]);
+            hat[j] += (double)((T)unit * (T)(1 - 2 * (d < 0)));
+        }
+        return;
+    }
+    const double scale = job->scales[row];
+    const uint32_t lo = (uint32_t)job->keys[row], hi = (uint32_t)(job->keys[row] >> 32);
+    const int32_t top = (int32_t)job->levels;
+    const int64_t done = CAT(qsgd_add, SUFFIX)(m, a, lo, hi, scale, unit, top, z, hat);
+    for (int64_t j = done; j < m; j++) { /* |d| scale + u >= 0: truncation floors */
+        const T d = (T)((double)z[j] - hat[j]);
+        const uint32_t h = FN(mix)(FN(mix)((uint32_t)(a + j) ^ lo) ^ hi);
+        const double u = ((double)(int32_t)(h ^ 0x80000000U) + 0x1p31) * 0x1p-32;
+        const int32_t l = (int32_t)(fabs((double)d) * scale + u);
+        const int32_t level = l > top ? top : l;
+        hat[j] += (double)((T)((double)level * unit) * (T)(1 - 2 * (d < 0)));
+    }
+}
+
+/* Phase 1 for one agent: each row's q = Q(z - x_hat) added to x_hat in place, while its
+   z and x_hat are in cache. Top-k selects in cache and adds its kept entries; qsgd and
+   sign sum the row's norm first (its unit, and qsgd's scale), then read z and x_hat
+   again, from cache, and add q (no per-entry code is written and read back). S is
+   recomputed from the new x_hat, so no one reads the old one after this. */
+static void FN(compress_agent)(const struct FN(choco_job) *job, int64_t agent,
+                               T *restrict zbuf) {
     const int64_t k = job->k, rows = job->D / k;
     uint32_t pack[256]; /* top-k: a mask's set lanes, 4 bits each, lowest first */
     for (unsigned mask = 0; job->op == TOP_K && mask < 256; mask++) {
@@ -352,223 +438,122 @@ static void FN(choco_encode)(const void *shared, int64_t first, int64_t last, vo
         for (unsigned lane = 0, at = 0; lane < 8; lane++)
             if (mask >> lane & 1) pack[mask] |= lane << (4 * at++);
     }
-    for (int64_t row = first * rows; row < last * rows; row++) {
+    for (int64_t row = agent * rows; row < (agent + 1) * rows; row++) {
         if (job->op == TOP_K) {
-            FN(top_k_row)(job, row, pack, scratch);
+            FN(top_k_row)(job, row, pack, zbuf);
             continue;
         }
         const double sum =
-            FN(difference)(job, row * k, job->hat + row * k, k, job->op == QSGD, scratch);
+            FN(difference)(job, row * k, job->hat + row * k, k, job->op == QSGD, zbuf);
         if (job->op == SIGN) {
             job->units[row] = (double)(T)(sum / (double)k);
-            continue;
+        } else {
+            const double norm = (double)(T)sqrt(sum);
+            job->units[row] = norm / job->per_unit;
+            job->scales[row] = job->levels / (norm > 0 ? norm : 1.0);
         }
-        const double norm = (double)(T)sqrt(sum);
-        job->units[row] = norm / job->per_unit;
-        job->scales[row] = job->levels / (norm > 0 ? norm : 1.0);
+        for (int64_t a = 0; a < k; a += CHUNK) {
+            const int64_t m = k - a < CHUNK ? k - a : CHUNK;
+            FN(add_q)(job, row, a, m, FN(z_at)(job, row * k + a, m, zbuf), job->hat + row * k + a);
+        }
     }
 }
 
-/* Phase 2's x_hat + q over columns [a, a + m) of one row (index row) of k, with z
-   and x_hat there: q recomputed from z - x_hat (the numbers phase 1 summed) and the
-   row's unit, the same q as decentopt.compression's, into fresh. */
-static void FN(fresh)(const struct FN(choco_job) *job, int64_t row, int64_t a, int64_t m,
-                      const T *restrict z, const double *restrict hat, double *restrict fresh) {
-    const double unit = job->units[row];
-    if (job->op == SIGN) {
-        for (int64_t j = 0; j < m; j++) {
-            const T d = (T)((double)z[j] - hat[j]);
-            fresh[j] = hat[j] + (double)((T)unit * (T)(1 - 2 * (d < 0)));
-        }
+/* Phase 2 for one agent over columns [a, a + m) of its row r (m <= CHUNK), once its
+   neighbours' x_hat are updated: s = W x_hat (the stencil's terms in order, float64
+   weights: S = W X_hat exactly as CHOCO keeps it, without reading S), and the
+   output. */
+static void FN(mix_hats)(const struct FN(choco_job) *job, int64_t agent, int64_t r, int64_t a,
+                         int64_t m, T *restrict zbuf) {
+    const int64_t n = job->n, D = job->D, at = r * job->k + a, c0 = agent * D + at;
+    const double *term[MAX_TERMS];
+    for (int64_t q = 0; q < job->terms; q++)
+        term[q] = job->hat + (agent + job->offsets[q]) % n * D + at;
+    const double *restrict mine = job->hat + c0;
+    const T *restrict z = FN(z_at)(job, c0, m, zbuf);
+    if (CAT(finish, SUFFIX)(m, job->terms, term, job->weights, mine, z, job->gamma,
+                            job->s + c0, job->out + c0) == m)
         return;
+    double acc[CHUNK];
+    for (int64_t j = 0; j < m; j++) acc[j] = job->weights[0] * term[0][j];
+    for (int64_t q = 1; q < job->terms; q++) {
+        const double *restrict t = term[q];
+        const double w = job->weights[q];
+        for (int64_t j = 0; j < m; j++) acc[j] += w * t[j];
     }
-    const double scale = job->scales[row];
-    const uint32_t lo = (uint32_t)job->keys[row], hi = (uint32_t)(job->keys[row] >> 32);
-    const int32_t top = (int32_t)job->levels;
-    for (int64_t j = 0; j < m; j++) { /* |d| scale + u >= 0: truncation floors */
-        const T d = (T)((double)z[j] - hat[j]);
-        const uint32_t h = FN(mix)(FN(mix)((uint32_t)(a + j) ^ lo) ^ hi);
-        const double u = ((double)(int32_t)(h ^ 0x80000000U) + 0x1p31) * 0x1p-32;
-        const int32_t l = (int32_t)(fabs((double)d) * scale + u);
-        const int32_t level = l > top ? top : l;
-        fresh[j] = hat[j] + (double)((T)((double)level * unit) * (T)(1 - 2 * (d < 0)));
-    }
+    T result[CHUNK];
+    for (int64_t j = 0; j < m; j++) result[j] = z[j] + job->gamma * (T)(acc[j] - mine[j]);
+    stream_f64(job->s + c0, acc, m);
+    STREAM_T(job->out + c0, result, m);
 }
 
-/* Phase 2 of top-k, columns [a, b) of one row of k (its first column c0 in the state):
-   the output from the old x_hat and s first, into a buffer (that pass streams the
-   chunk into cache, where the scattered updates then find it); then the output again
-   at the entries they changed, and the buffer written by non-temporal stores where the
-   CPU has them (no output line read first). */
-static void FN(choco_chunk)(const struct FN(choco_job) *job, int64_t agent, int64_t r,
-                            int64_t a, int64_t b, int64_t *cursor, T *restrict zbuf) {
-    const int64_t n = job->n, k = job->k, rows = job->D / k, c0 = agent * job->D + r * k;
-    const T *restrict z = FN(z_at)(job, c0 + a, b - a, zbuf); /* from column a */
-    double *restrict h2 = job->hat + c0, *restrict s2 = job->s + c0;
-#if defined(__AVX512F__) || defined(__AVX2__)
-    T buffer[CHUNK], *restrict res = buffer; /* from column a, streamed to the output */
-#else
-    T *restrict res = job->out + c0 + a; /* no non-temporal stores: the output itself */
-#endif
-    for (int64_t j = a; j < b; j++) res[j - a] = z[j - a] + job->gamma * (T)(s2[j] - h2[j]);
-    int64_t from[MAX_TERMS + 1];
-    for (int64_t q = -1; q < job->terms; q++) { /* -1: the agent's own q into hat */
-        const int64_t i = q < 0 ? agent : (agent + job->offsets[q]) % n;
-        const int64_t base = (i * rows + r) * (job->kept + 1), end = base + job->kept;
-        int64_t c = from[q + 1] = cursor[q + 1];
-        for (; base + c < end && job->idx[base + c] < b; c++) {
-            const int64_t j = job->idx[base + c];
-            if (q < 0)
-                h2[j] += (double)job->vals[base + c];
-            else
-                s2[j] += (double)(job->weights[q] * job->vals[base + c]);
-        }
-        cursor[q + 1] = c;
-    }
-    int64_t touched = 0;
-    for (int64_t q = 0; q <= job->terms; q++) touched += cursor[q] - from[q];
-    if (8 * touched > b - a) { /* dense changes: the whole chunk again, in cache */
-        for (int64_t j = a; j < b; j++) res[j - a] = z[j - a] + job->gamma * (T)(s2[j] - h2[j]);
-    } else {
-        for (int64_t q = -1; q < job->terms; q++) {
-            const int64_t i = q < 0 ? agent : (agent + job->offsets[q]) % n;
-            const int32_t *list = job->idx + (i * rows + r) * (job->kept + 1);
-            for (int64_t c = from[q + 1]; c < cursor[q + 1]; c++) {
-                const int64_t j = list[c];
-                res[j - a] = z[j - a] + job->gamma * (T)(s2[j] - h2[j]);
-            }
-        }
-    }
-#if defined(__AVX512F__) || defined(__AVX2__)
-    STREAM_T(job->out + c0 + a, res, b - a);
-#endif
-}
-
-/* Phase 2 of qsgd and sign, tasks [first, last) = (row segment, chunk of columns):
-   x_hat + q of every agent for the chunk into the scratch (n x wide rows, in cache),
-   then per agent s = W x_hat (the stencil's terms in order, float64 weights: S = W X_hat
-   exactly as CHOCO keeps it, without reading S), the output, and x_hat written back.
-   Threads own whole chunks, so no agent's x_hat is read after another wrote it. */
-static void FN(choco_dense)(const void *shared, int64_t first, int64_t last, void *scratch) {
+/* The two phases agent by agent over agents [first, last): phase 2 of an agent runs,
+   over all its rows, as soon as phase 1 has run for all its neighbours, that is right
+   after phase 1 of the agent reach places ahead, while its x, g and new x_hat and its
+   neighbours' are still in the last-level cache (top-k 1/10 on ring(32), 10^5 float32
+   per agent: 0.86x the time of the previous release's round, which kept S by adding
+   the neighbours' kept entries). Agents with a neighbour outside the range (for
+   exponential graphs: all) are left to choco_rest. */
+static void FN(choco_pipelined)(const void *shared, int64_t first, int64_t last, void *scratch) {
     const struct FN(choco_job) *job = shared;
-    const int64_t n = job->n, k = job->k, rows = job->D / k, wide = job->wide;
-    const int64_t chunks = (k + wide - 1) / wide;
-    double *restrict fresh = scratch, *restrict acc = fresh + n * wide;
-    T *restrict zs = (T *)(acc + wide); /* x - alpha g of every agent, where z is NULL */
+    const int64_t reach = job->reach, k = job->k, rows = job->D / k;
+    for (int64_t i = first; i < last; i++) {
+        FN(compress_agent)(job, i, scratch);
+        const int64_t j = i - reach; /* its farthest neighbour ahead is i */
+        if (j - reach < first) continue;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t a = 0; a < k; a += CHUNK)
+                FN(mix_hats)(job, j, r, a, k - a < CHUNK ? k - a : CHUNK, scratch);
+        job->applied[j] = 1;
+    }
+}
+
+/* Phase 2 of the agents choco_pipelined left, once every x_hat is updated: tasks
+   [first, last) = (row segment, chunk of columns), each chunk of all agents' x_hat
+   (wide columns) read once from memory and kept in cache while the agents' s that
+   need it are formed. */
+static void FN(choco_rest)(const void *shared, int64_t first, int64_t last, void *scratch) {
+    const struct FN(choco_job) *job = shared;
+    const int64_t k = job->k, wide = job->wide, chunks = (k + wide - 1) / wide;
     for (int64_t task = first; task < last; task++) {
         const int64_t r = task / chunks, a = task % chunks * wide;
         const int64_t m = k - a < wide ? k - a : wide;
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t c0 = i * job->D + r * k + a;
-            FN(fresh)(job, i * rows + r, a, m, FN(z_at)(job, c0, m, zs + i * wide),
-                      job->hat + c0, fresh + i * wide);
-        }
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t c0 = i * job->D + r * k + a;
-            const double *restrict mine = fresh + i * wide;
-            const T *restrict z = job->z != NULL ? job->z + c0 : zs + i * wide;
-            double *restrict hat = job->hat + c0, *restrict s = job->s + c0;
-            T *restrict out = job->out + c0;
-            const double *term[MAX_TERMS];
-            for (int64_t q = 0; q < job->terms; q++)
-                term[q] = fresh + (i + job->offsets[q]) % n * wide;
-            if (CAT(finish, SUFFIX)(m, job->terms, term, job->weights64, mine, z, job->gamma, hat,
-                                    s, out) == m)
-                continue;
-            const double *restrict first_term = fresh + (i + job->offsets[0]) % n * wide;
-            for (int64_t j = 0; j < m; j++) acc[j] = job->weights64[0] * first_term[j];
-            for (int64_t q = 1; q < job->terms; q++) {
-                const double *restrict term = fresh + (i + job->offsets[q]) % n * wide;
-                const double w = job->weights64[q];
-                for (int64_t j = 0; j < m; j++) acc[j] += w * term[j];
-            }
-            T result[CHUNK];
-            for (int64_t j = 0; j < m; j++) result[j] = z[j] + job->gamma * (T)(acc[j] - mine[j]);
-            stream_f64(hat, mine, m);
-            stream_f64(s, acc, m);
-            STREAM_T(out, result, m);
-        }
+        for (int64_t i = 0; i < job->n; i++)
+            if (!job->applied[i]) FN(mix_hats)(job, i, r, a, m, scratch);
     }
-}
-
-static void FN(choco_apply)(const void *shared, int64_t first, int64_t last, void *scratch) {
-    const struct FN(choco_job) *job = shared;
-    const int64_t k = job->k, rows = job->D / k;
-    for (int64_t agent = first; agent < last; agent++)
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t cursor[MAX_TERMS + 1] = {0};
-            for (int64_t a = 0; a < k; a += CHUNK)
-                FN(choco_chunk)(job, agent, r, a, a + CHUNK < k ? a + CHUNK : k, cursor, scratch);
-        }
-}
-
-/* Top-k's two phases agent by agent over agents [first, last): phase 2 of an agent runs
-   as soon as phase 1 has run for all its neighbours, that is right after phase 1 of
-   the agent reach places ahead, while its x, g and x_hat, read by its own phase 1, are
-   still in the last-level cache (on ring(32), 10^5 float32 per agent: 0.9-0.95x the time
-   of phase 1 for all agents, then phase 2 for all). Agents with a neighbour outside the
-   range (for exponential graphs: all) are left to choco_rest. */
-static void FN(choco_pipelined)(const void *shared, int64_t first, int64_t last, void *scratch) {
-    const struct FN(choco_job) *job = shared;
-    const int64_t reach = job->reach;
-    for (int64_t i = first; i < last; i++) {
-        FN(choco_encode)(shared, i, i + 1, scratch);
-        const int64_t j = i - reach; /* its farthest neighbour ahead is i */
-        if (j - reach >= first) {
-            FN(choco_apply)(shared, j, j + 1, scratch);
-            job->applied[j] = 1;
-        }
-    }
-}
-
-/* Phase 2 of the agents choco_pipelined left, once phase 1 has run for all. */
-static void FN(choco_rest)(const void *shared, int64_t first, int64_t last, void *scratch) {
-    const struct FN(choco_job) *job = shared;
-    for (int64_t agent = first; agent < last; agent++)
-        if (!job->applied[agent]) FN(choco_apply)(shared, agent, agent + 1, scratch);
 }
 
 int EXPORT(decentopt_choco)(int op, int64_t n, int64_t D, int64_t k, int64_t kept,
                             double levels, double per_unit, const T *z, double *hat, double *s,
-                            T *out, T gamma,
-                            const uint64_t *keys, int32_t *idx, T *vals,
-                            double *units, int64_t terms, const int64_t *offsets,
-                            const T *weights, const double *weights64, const T *x,
-                            const T *g, T alpha, int threads) {
+                            T *out, T gamma, const uint64_t *keys, double *units,
+                            int64_t terms, const int64_t *offsets, const double *weights,
+                            const T *x, const T *g, T alpha, int threads) {
     if (op < TOP_K || op > SIGN || terms < 1 || terms > MAX_TERMS || n < 0 || k < 1 ||
         D % k || (op == TOP_K && (kept < 1 || kept > k)) || k > INT32_MAX ||
         (z == NULL && (x == NULL || g == NULL)))
         return 1;
-    struct FN(choco_job) job = {op,  n,     D,    k,     kept, terms, levels, per_unit,
-                                      z,   hat,   s,    out,   gamma, keys, idx, vals,
-                                      units, units + n * (D / k), offsets, weights, weights64, 0,
-                                      x, g, alpha};
+    struct FN(choco_job) job = {op,    n,       D,     k,     kept,    terms,
+                                levels, per_unit, z,    hat,   s,       out,
+                                gamma, keys,    units, units + n * (D / k), offsets, weights,
+                                x,     g,       alpha, 0,     NULL,    0};
     const size_t scratch = op == TOP_K ? (size_t)(k + CHUNK) * sizeof(T) + k * sizeof(U) +
                                              2 * (k + 8) * sizeof(int32_t)
                                        : CHUNK * sizeof(T);
-    if (op == TOP_K) {
-        for (int64_t q = 0; n > 0 && q < terms; q++) { /* o ahead is n - o behind */
-            const int64_t o = offsets[q] % n, apart = o <= n / 2 ? o : n - o;
-            if (apart > job.reach) job.reach = apart;
-        }
-        job.applied = calloc((size_t)n + 1, 1); /* + 1: never a request for 0 bytes */
-        if (job.applied == NULL) return 2;
-        int failed = run_parallel(FN(choco_pipelined), &job, n, threads, scratch);
-        if (!failed)
-            failed = run_parallel(FN(choco_rest), &job, n, threads,
-                                  z == NULL ? CHUNK * sizeof(T) : 0);
-        free(job.applied);
-        return 2 * failed;
+    for (int64_t q = 0; n > 0 && q < terms; q++) { /* o ahead is n - o behind */
+        const int64_t o = offsets[q] % n, apart = o <= n / 2 ? o : n - o;
+        if (apart > job.reach) job.reach = apart;
     }
-    if (run_parallel(FN(choco_encode), &job, n, threads, scratch)) return 2;
-    /* a chunk of all n agents' x_hat in 256 KB */
+    job.applied = calloc((size_t)n + 1, 1); /* + 1: never a request for 0 bytes */
+    if (job.applied == NULL) return 2;
+    int failed = run_parallel(FN(choco_pipelined), &job, n, threads, scratch);
+    /* choco_rest's chunk of all n agents' x_hat in 256 KB */
     job.wide = n > 0 && 32768 / n < CHUNK ? (32768 / n > 8 ? 32768 / n : 8) : CHUNK;
-    const int64_t chunks = (k + job.wide - 1) / job.wide;
-    return 2 * run_parallel(FN(choco_dense), &job, D / k * chunks, threads,
-                            (size_t)(n + 1) * (size_t)job.wide * sizeof(double) +
-                                (z == NULL ? (size_t)n * (size_t)job.wide * sizeof(T) : 0));
+    if (!failed)
+        failed = run_parallel(FN(choco_rest), &job, D / k * ((k + job.wide - 1) / job.wide),
+                              threads, CHUNK * sizeof(T));
+    free(job.applied);
+    return 2 * failed;
 }
-
 #undef TOP_SHIFT
 #undef STREAM_T
 #undef FN

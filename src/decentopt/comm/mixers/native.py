@@ -178,10 +178,11 @@ class NativeMixer(MixerBase):
         t: int,
         descent: tuple[torch.Tensor, float] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | str:
-        """CHOCO's round in two passes of ``decentopt_choco`` (compress.h): the rows
-        quantised in cache and only their short form kept, then ``hat`` and ``s`` updated
-        in place and the output written in one pass (top-k's sparse differences merged
-        in, only the kept entries touched). With ``descent = (g, alpha)`` the round is
+        """CHOCO's round in two passes of ``decentopt_choco`` (compress.h), agent by agent:
+        the rows compressed in cache and ``q`` added to ``hat`` in place, then, as soon as
+        an agent's neighbours have had their first pass, its ``s = W hat`` (recomputed in
+        float64, not read) and its output written. ``s`` is overwritten, not updated: the
+        kernel keeps ``S = W X_hat`` exactly. With ``descent = (g, alpha)`` the round is
         that of ``z = flat - alpha g`` (DSGD's update, computed in the kernel where z is
         read, never written)."""
         why = self.supports(flat)
@@ -205,16 +206,13 @@ class NativeMixer(MixerBase):
         out = torch.empty_like(flat)
         g = None if descent is None else descent[0].contiguous()
         alpha = 0.0 if descent is None else float(descent[1])
-        idx, vals, units = self._scratch(
-            (n * rows * (kept + 1), torch.int32), (n * rows * (kept + 1), flat.dtype),
-            (n * rows * (2 if op == 1 else 1), torch.float64),  # qsgd: units, then scales
-        )  # fmt: skip
+        (units,) = self._scratch((n * rows * 2, torch.float64))  # qsgd: units, then scales
         status = self._function("decentopt_choco", flat.dtype)(
             op, n, d, k, kept, levels, per_unit, flat.data_ptr() if g is None else None,
             hat.data_ptr(), s.data_ptr(), out.data_ptr(), gamma, keys.data_ptr(),
-            idx.data_ptr(), vals.data_ptr(), units.data_ptr(), *self._stencil_args(flat.dtype),
-            self._weights["f64"], None if g is None else flat.data_ptr(),
-            None if g is None else g.data_ptr(), alpha, torch.get_num_threads(),
+            units.data_ptr(), len(self.stencil), self._offsets, self._weights["f64"],
+            None if g is None else flat.data_ptr(), None if g is None else g.data_ptr(), alpha,
+            torch.get_num_threads(),
         )  # fmt: skip
         if status:
             raise RuntimeError(f"the native compressed round failed (status {status})")
