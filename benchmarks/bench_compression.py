@@ -70,6 +70,7 @@ from decentopt.comm import SimulatedCommunicator
 from decentopt.comm.base import Communicator
 from decentopt.comm.mixers import NativeMixer
 from decentopt.compression import parse
+from decentopt.compression._bits import kept_count, row_keys
 from decentopt.perf import keep_freed_memory
 from decentopt.topology import ring
 from decentopt.updates import descend
@@ -98,19 +99,60 @@ class _SeparateDSGD(DSGD):
 
 
 class _OtherMixer(NativeMixer):
-    """The native mixer running another library's kernels (of the same signatures)."""
+    """The native mixer running another library's kernels: of the same signatures, or,
+    where ``legacy``, a ``decentopt_choco`` of the earlier signature (kept indices and
+    values, and the weights in the state's dtype, passed in: releases up to 0.2)."""
 
-    def __init__(self, lib: native.Library) -> None:
+    def __init__(self, lib: native.Library, legacy: bool) -> None:
         super().__init__(ring(N))
-        self.lib = lib
+        self.lib, self.legacy = lib, legacy
 
     def _function(self, name: str, dtype: torch.dtype) -> ctypes._CFuncPtr:
-        return self.lib.function(name, "f32" if dtype == torch.float32 else "f64")
+        suffix = "f32" if dtype == torch.float32 else "f64"
+        fn = self.lib.function(name, suffix)
+        if self.legacy and name == "decentopt_choco":
+            real = ctypes.c_float if suffix == "f32" else ctypes.c_double
+            pointer, i64 = ctypes.c_void_p, ctypes.c_int64
+            fn.argtypes = [
+                ctypes.c_int, i64, i64, i64, i64, ctypes.c_double, ctypes.c_double,
+                *[pointer] * 4, real, *[pointer] * 4, i64, ctypes.POINTER(i64),
+                ctypes.POINTER(real), ctypes.POINTER(ctypes.c_double), pointer, pointer, real,
+                ctypes.c_int,
+            ]  # fmt: skip
+        return fn
+
+    def choco(self, codec, flat, hat, s, k, gamma, t, descent=None):  # type: ignore[no-untyped-def]
+        if not self.legacy:
+            return super().choco(codec, flat, hat, s, k, gamma, t, descent)
+        n, d = flat.shape
+        op, rows = ("top_k", "qsgd", "sign").index(codec.name), d // k
+        kept = kept_count(codec.ratio, k) if op == 0 else 0
+        keys = row_keys(codec.seed, range(n), range(rows), t) if op == 1 else torch.empty(0)
+        levels = float(codec.levels) if op == 1 else 0.0
+        per_unit = levels * codec.tau(k) if op == 1 else 1.0
+        out = torch.empty_like(flat)
+        grad, alpha = descent if descent is not None else (None, 0.0)
+        z, x, g = (None, flat.data_ptr(), grad.data_ptr()) if grad is not None else (
+            flat.data_ptr(), None, None,
+        )  # fmt: skip
+        idx, vals, units = self._scratch(
+            (n * rows * (kept + 1), torch.int32), (n * rows * (kept + 1), flat.dtype),
+            (n * rows * 2, torch.float64),
+        )  # fmt: skip
+        status = self._function("decentopt_choco", flat.dtype)(
+            op, n, d, k, kept, levels, per_unit, z, hat.data_ptr(), s.data_ptr(),
+            out.data_ptr(), gamma, keys.data_ptr(), idx.data_ptr(), vals.data_ptr(),
+            units.data_ptr(), *self._stencil_args(flat.dtype), self._weights["f64"], x, g,
+            alpha, torch.get_num_threads(),
+        )  # fmt: skip
+        assert status == 0, status
+        return out, hat, s
 
 
-def other_library(src: str) -> native.Library:
+def other_library(src: str) -> tuple[native.Library, bool]:
     """The C kernels of another checkout's sources (``src``: its ``src`` folder), built by
-    its own recipe into a temporary folder, run in the variant this checkout's runs."""
+    its own recipe into a temporary folder, run in the variant this checkout's runs; and
+    whether its compressed round has the earlier signature."""
     recipe = Path(src) / "decentopt" / "native" / "build.py"
     spec = importlib.util.spec_from_file_location("_other_build", recipe)
     if spec is None or spec.loader is None:
@@ -124,7 +166,8 @@ def other_library(src: str) -> native.Library:
     target = folder / "kernels.so"
     build.build_unix(os.environ.get("CC", "cc").split(), target, folder)
     handle = ctypes.CDLL(str(target))
-    return native.Library(target, f"built from {src}", ours.isa, ours.variants, handle)
+    legacy = "int32_t *idx" in (recipe.parent / "compress.h").read_text()
+    return native.Library(target, f"built from {src}", ours.isa, ours.variants, handle), legacy
 
 
 def _descend_apart(x: torch.Tensor, g: torch.Tensor, alpha: float) -> tuple[torch.Tensor]:
@@ -142,12 +185,12 @@ def _stepper(
     name: str,
     kernel: str = "auto",
     separate: bool = False,
-    lib: native.Library | None = None,
+    lib: tuple[native.Library, bool] | None = None,
     **hp: object,
 ):
     comm = SimulatedCommunicator(ring(N), kernel="native" if lib is not None else kernel)
     if lib is not None:  # another checkout's kernels
-        comm.mixers = (_OtherMixer(lib),)
+        comm.mixers = (_OtherMixer(*lib),)
     alg = algorithms.make(name, lr=0.01, **hp)
     if separate:  # the update, then the round
         rule = {f.name: getattr(alg.rule, f.name) for f in fields(alg.rule) if f.init}
@@ -163,7 +206,7 @@ def _stepper(
     return step, comm
 
 
-def steps(repeats: int, plain: bool, before: native.Library | None) -> None:
+def steps(repeats: int, plain: bool, before: tuple[native.Library, bool] | None) -> None:
     size = torch.empty(N, D)
     copy = torch.empty_like(size)
     cases = [("choco_dsgd", "dsgd", {}, op) for op in OPERATORS]
