@@ -430,14 +430,8 @@ static void FN(add_q)(const struct FN(choco_job) *job, int64_t row, int64_t a, i
    again, from cache, and add q (no per-entry code is written and read back). S is
    recomputed from the new x_hat, so no one reads the old one after this. */
 static void FN(compress_agent)(const struct FN(choco_job) *job, int64_t agent,
-                               T *restrict zbuf) {
+                               const uint32_t *pack, T *restrict zbuf) {
     const int64_t k = job->k, rows = job->D / k;
-    uint32_t pack[256]; /* top-k: a mask's set lanes, 4 bits each, lowest first */
-    for (unsigned mask = 0; job->op == TOP_K && mask < 256; mask++) {
-        pack[mask] = 0;
-        for (unsigned lane = 0, at = 0; lane < 8; lane++)
-            if (mask >> lane & 1) pack[mask] |= lane << (4 * at++);
-    }
     for (int64_t row = agent * rows; row < (agent + 1) * rows; row++) {
         if (job->op == TOP_K) {
             FN(top_k_row)(job, row, pack, zbuf);
@@ -490,15 +484,22 @@ static void FN(mix_hats)(const struct FN(choco_job) *job, int64_t agent, int64_t
 /* The two phases agent by agent over agents [first, last): phase 2 of an agent runs,
    over all its rows, as soon as phase 1 has run for all its neighbours, that is right
    after phase 1 of the agent reach places ahead, while its x, g and new x_hat and its
-   neighbours' are still in the last-level cache (top-k 1/10 on ring(32), 10^5 float32
-   per agent: 0.86x the time of the previous release's round, which kept S by adding
-   the neighbours' kept entries). Agents with a neighbour outside the range (for
+   neighbours' are still in the last-level cache (on ring(32), 10^5 float32 per agent,
+   two threads: 0.82x the time of the previous release's round for top-k 1/10, which
+   kept S by adding the neighbours' kept entries, 0.63-0.75x for sign, which read x, g
+   and x_hat twice from memory). Agents with a neighbour outside the range (for
    exponential graphs: all) are left to choco_rest. */
 static void FN(choco_pipelined)(const void *shared, int64_t first, int64_t last, void *scratch) {
     const struct FN(choco_job) *job = shared;
     const int64_t reach = job->reach, k = job->k, rows = job->D / k;
+    uint32_t pack[256]; /* top-k: a mask's set lanes, 4 bits each, lowest first */
+    for (unsigned mask = 0; job->op == TOP_K && mask < 256; mask++) {
+        pack[mask] = 0;
+        for (unsigned lane = 0, at = 0; lane < 8; lane++)
+            if (mask >> lane & 1) pack[mask] |= lane << (4 * at++);
+    }
     for (int64_t i = first; i < last; i++) {
-        FN(compress_agent)(job, i, scratch);
+        FN(compress_agent)(job, i, pack, scratch);
         const int64_t j = i - reach; /* its farthest neighbour ahead is i */
         if (j - reach < first) continue;
         for (int64_t r = 0; r < rows; r++)
