@@ -19,8 +19,16 @@
    of the time against n·d.
 3. The full ``fig1`` preset with ``--jobs 1`` and ``--jobs 2``, quiet and with
    another process keeping one core busy.
+4. A simulated CHOCO-SGD step on ring(32), 32 x 10^5 float32 (top-k 1/10 and 1/100,
+   qsgd(4), sign) against the fused DSGD step and against its own memory-traffic bound:
+   ``benchmarks/bench_compression.py --steps-only``, run in a fresh process
+   (``--compressed-only`` runs this part alone).
 
-Run: ``.venv/bin/python benchmarks/bench_peers.py [--quick] [--skip-preset] [--fig1-only]``
+The convex studies' wall times, before and after a change, are
+``benchmarks/bench_studies.py``'s (20 minutes and more: not run here).
+
+Run: ``.venv/bin/python benchmarks/bench_peers.py [--quick] [--skip-preset] [--fig1-only]
+[--compressed-only]``
 """
 
 from __future__ import annotations
@@ -350,6 +358,13 @@ def large_states(repeats: int, default: int) -> None:
                     hog.join()
 
 
+def compressed_steps(repeats: int) -> None:
+    """Part 4: bench_compression.py's compressed steps, in a fresh process."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_compression.py")
+    command = [sys.executable, script, "--steps-only", "--repeats", str(repeats)]
+    subprocess.run(command, check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer iterations and repeats")
@@ -358,6 +373,7 @@ def main() -> None:
         "--large-only", action="store_true", help="only the large-state rows (ring(256), 10^5)"
     )
     parser.add_argument("--fig1-only", action="store_true", help="only part 1")
+    parser.add_argument("--compressed-only", action="store_true", help="only part 4")
     parser.add_argument("--fig1-row", nargs=3, help=argparse.SUPPRESS)  # threads dtype label
     args = parser.parse_args()
     iterations, repeats = (500, 3) if args.quick else (3000, 5)
@@ -370,6 +386,9 @@ def main() -> None:
 
     print(native.describe())
     default = torch.get_num_threads()
+    if args.compressed_only:
+        compressed_steps(3 if args.quick else 7)
+        return
     if args.large_only:
         large_states(3 if args.quick else 5, default)
         return
@@ -394,6 +413,7 @@ def main() -> None:
         torch.set_num_threads(threads)
         large_state(3, f"threads {threads}", n=16, d=9_231_114)
     torch.set_num_threads(default)
+    compressed_steps(3 if args.quick else 7)
     if args.skip_preset:
         return
     for jobs in (1, 2):
