@@ -23,7 +23,8 @@ __all__ = ["Choco", "FusesChoco", "public_copies"]
 class FusesChoco(Protocol):
     """A communicator that can run CHOCO's whole round in one kernel (the simulator's C
     kernels): ``(z + gamma (s' - hat'), hat', s')`` with ``hat' = hat + Q(z - hat)`` and
-    ``s' = s + W Q(z - hat)``, or the reason it cannot, and then nothing is done. With
+    ``s' = s + W Q(z - hat)`` (the C kernels compute it as ``W hat'``, the same while
+    ``s = W hat``, which CHOCO keeps), or the reason it cannot, and then nothing is done. With
     ``descent = (g, alpha)`` the round is that of DSGD's update ``z - alpha g``, computed
     in the same kernel."""
 
