@@ -28,6 +28,7 @@ from decentopt.experiments.runner import Sweep, say_line
 from decentopt.experiments.spec import PAPER_PRESETS, STUDIES, is_study, read_toml
 from decentopt.experiments.studies import run_study
 from decentopt.experiments.study import load_study
+from decentopt.integrations import loggers
 from decentopt.results import FolderBusy
 
 __all__ = ["COMMANDS", "main"]
@@ -151,6 +152,8 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
     p.add_argument("--out", type=Path, help="output folder (default results/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of resuming")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    log_help = "also log every run there: tensorboard:DIR, wandb:PROJECT, mlflow:URI, jsonl:DIR"
+    p.add_argument("--log", action="append", default=[], metavar="NAME:TARGET", help=log_help)
     _configure_plugins(p)
     p.add_argument(
         "--x",
@@ -202,12 +205,14 @@ def _run_command(args: argparse.Namespace) -> int:
             "(docs/experiments.md)"
         )
     out = _out(args, spec.name)
-    outcome = Sweep(spec, out, options).run()
+    monitor = loggers.make([*args.log, *loggers.targets(spec.logging)])
+    outcome = Sweep(spec, out, options.but(monitor=monitor)).run()
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
     claims = partial(claims_report, spec.claims) if args.check else None
     modified, x = args.quick or bool(args.overrides), X_AXES[args.x]
     files = write_report(spec, outcome.rows, out, modified=modified, claims=claims, x=x)
+    monitor.figures(files, group=spec.name)
     print(
         f"{spec.name}: {len(outcome.ran)} unit(s) computed, {len(outcome.kept)} resumed, "
         f"{outcome.seconds:.1f} s; wrote " + ", ".join(map(str, files))

@@ -85,7 +85,8 @@ class _Loop:
         if warning is not None:
             options.log(warning)
         self.guard = DivergenceGuard(x, problem.x_star, comm, options.blowup)
-        self.recorder = Recorder(metrics, comm, plan.period, algorithm.lr_at)
+        sink = None if options.monitor is None else options.monitor.record
+        self.recorder = Recorder(metrics, comm, plan.period, algorithm.lr_at, sink)
         self.timing = [0.0, 0.0]  # gradient, everything else
         self.start_step, self.bar = 0, None
         self.block: BlockRunner | None = None  # the block path (decentopt.driver.block)
@@ -272,6 +273,8 @@ def run_loop(
     metrics = metrics or (lambda z: problem.metrics(z, comm))
     loop = _Loop(algorithm, problem, comm, plan, options, x, metrics)
     state = loop.resume(state)
+    if options.monitor is not None:
+        options.monitor.start(loop.start_step, list(labels or []))
     if gradient is None:  # a gradient given by the caller is called step by step
         loop.block = choose(options.path, algorithm, problem, comm, state)
     loop.open_bar()
@@ -279,4 +282,7 @@ def run_loop(
         wall = time.perf_counter()
         state, last = loop.steps(state, gradient or problem.gradient_and_loss)
         wall = time.perf_counter() - wall
-    return loop.finish(loop.guard.check(state, last), wall, labels)
+    result = loop.finish(loop.guard.check(state, last), wall, labels)
+    if options.monitor is not None:
+        options.monitor.finish(result)
+    return result
