@@ -12,6 +12,7 @@ folder) with no network call, for ``wandb sync`` later. Needs ``pip install dece
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,9 @@ class WandbLogger(Logger):
             config=run.params,
             resume="allow",
             reinit="create_new",
+            # W&B's own settings, read at each start (the library keeps its first otherwise)
+            dir=os.environ.get("WANDB_DIR"),
+            mode=os.environ.get("WANDB_MODE"),
         )
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
