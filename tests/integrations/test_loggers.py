@@ -256,3 +256,51 @@ def test_a_users_logger_comes_from_the_entry_point_group(tmp_path, monkeypatch, 
     written = (tmp_path / "log.txt").read_text().split()
     steps = sorted({r["step"] for r in read_csv(out / "results.csv")})
     assert written == ["tiny/edm", *map(str, steps), "tiny/figures", "tiny"]
+
+
+def test_units_computed_by_parallel_workers_are_logged_each_as_its_run(tmp_path, monkeypatch):
+    """--jobs 2: each forked worker logs its unit (MLflow's experiment made by one of them)."""
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, BASE)
+    logs = ["--log", "jsonl:lines", "--log", "mlflow:ml"]
+    assert main(["run", str(path), "--out", "o", "--no-progress", "--jobs", "2", *logs]) == 0
+    rows = read_csv(tmp_path / "o" / "results.csv")
+    client = readers.mlflow_client(tmp_path / "ml")
+    experiment = client.get_experiment_by_name("tiny").experiment_id
+    runs = {r.info.run_name: r for r in client.search_runs([experiment])}
+    assert set(runs) == {"tiny/ed", "tiny/edm", "tiny/figures"}
+    for unit in ("ed", "edm"):
+        steps = scalar_steps(read_jsonl(tmp_path / "lines" / "tiny" / f"{unit}.jsonl"))
+        assert sorted(steps) == sorted({r["step"] for r in rows if r["algorithm"] == unit})
+        history = client.get_metric_history(runs[f"tiny/{unit}"].info.run_id, "rounds")
+        assert [m.step for m in history] == sorted(steps)
+
+
+@pytest.mark.slow  # two processes
+def test_a_sweep_under_torch_distributed_is_logged_once_by_rank_0(tmp_path):
+    """Two agents of a training sweep, one per process: rank 0 logs the rows it reports
+    (the agents' means), once."""
+    import subprocess
+
+    from tests.experiments.test_spec import NEURAL
+
+    text = NEURAL.replace("agents = 4", "agents = 2").replace("epochs = 3", "epochs = 2")
+    path = write(tmp_path, text.replace("milestones = [2]", "milestones = [1]"))
+    command = [sys.executable, "-m", "decentopt", "launch", "-n", "2", "-m", "decentopt"]
+    command += ["run", str(path), "--out", "o", "--no-progress", "--log", "jsonl:lines"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = read_csv(tmp_path / "o" / "results.csv")
+    files = sorted(str(p.relative_to(tmp_path / "lines")) for p in (tmp_path / "lines").rglob("*"))
+    units = ["tiny-train/ed-run0.jsonl", "tiny-train/edm-run0.jsonl"]
+    assert files == ["tiny-train", *units, "tiny-train/figures.jsonl"]
+    for unit in ("ed", "edm"):
+        lines = read_jsonl(tmp_path / "lines" / "tiny-train" / f"{unit}-run0.jsonl")
+        assert [e["event"] for e in lines].count("start") == 1  # one writer
+        steps = scalar_steps(lines)
+        mine = [r for r in rows if r["algorithm"] == unit]
+        assert sorted(steps) == [r["step"] for r in mine]
+        for r in mine:
+            assert steps[r["step"]]["train_loss"] == r["train_loss"]
+            assert steps[r["step"]]["test_acc"] == r["test_acc"]
+            assert steps[r["step"]]["consensus"] == r["consensus"]

@@ -13,12 +13,19 @@ from __future__ import annotations
 import os
 import re
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from decentopt.integrations.loggers.base import Logger, RunInfo, needs
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: parallel workers may not share a file store there
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["MlflowLogger", "tracking_uri"]
 
@@ -49,6 +56,22 @@ def _file_store_allowed() -> Iterator[None]:
             os.environ["MLFLOW_ALLOW_FILE_STORE"] = before
 
 
+@contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock on a ``file:`` store's folder (a no-op for other stores)."""
+    if not uri.startswith("file:") or fcntl is None:
+        yield
+        return
+    folder = Path(urllib.request.url2pathname(urllib.parse.urlparse(uri).path))
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".decentopt.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 class MlflowLogger(Logger):
     """Runs as MLflow runs at ``target`` (a tracking URI or a folder)."""
 
@@ -60,8 +83,22 @@ class MlflowLogger(Logger):
         self.after = -1  # steps up to this one were logged before a resume
 
     def _experiment(self, name: str) -> str:
+        """The experiment ``name``'s id, created if new (by whichever of parallel workers
+        comes first: in a file store, under a lock, as it checks names without one)."""
+        with _store_lock(self.uri):
+            return self._get_or_create(name)
+
+    def _get_or_create(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
-        return found.experiment_id if found is not None else self.client.create_experiment(name)
+        if found is not None:
+            return found.experiment_id
+        try:
+            return self.client.create_experiment(name)
+        except self.mlflow.exceptions.MlflowException:
+            found = self.client.get_experiment_by_name(name)  # another worker made it
+            if found is None:
+                raise
+            return found.experiment_id
 
     def start(self, run: RunInfo) -> None:
         with _file_store_allowed():
