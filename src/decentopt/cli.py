@@ -154,6 +154,8 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     log_help = "also log every run there: tensorboard:DIR, wandb:PROJECT, mlflow:URI, jsonl:DIR"
     p.add_argument("--log", action="append", default=[], metavar="NAME:TARGET", help=log_help)
+    every = "steps between progress lines of a distributed run (default: 20 lines a run)"
+    p.add_argument("--log-every", type=int, metavar="N", help=every)
     _configure_plugins(p)
     p.add_argument(
         "--x",
@@ -184,9 +186,15 @@ def _out(args: argparse.Namespace, name: str) -> Path:
 def _run_command(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
+    if args.log_every is not None and args.log_every < 1:
+        raise ValueError(f"--log-every must be >= 1; got {args.log_every}")
     # how the runs of this command are carried out: built once, passed down whole
     options = RunOptions(
-        progress=not args.no_progress, jobs=args.jobs, force=args.force, log=say_line
+        progress=not args.no_progress,
+        jobs=args.jobs,
+        force=args.force,
+        log=say_line,
+        log_every=args.log_every,
     )
     if is_study(read_toml(args.source)[0]):
         study = load_study(args.source, quick=args.quick)

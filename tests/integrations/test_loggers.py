@@ -279,7 +279,7 @@ def test_units_computed_by_parallel_workers_are_logged_each_as_its_run(tmp_path,
 @pytest.mark.slow  # two processes
 def test_a_sweep_under_torch_distributed_is_logged_once_by_rank_0(tmp_path):
     """Two agents of a training sweep, one per process: rank 0 logs the rows it reports
-    (the agents' means), once."""
+    (the agents' means), once, and prints its progress as lines."""
     import subprocess
 
     from tests.experiments.test_spec import NEURAL
@@ -287,9 +287,16 @@ def test_a_sweep_under_torch_distributed_is_logged_once_by_rank_0(tmp_path):
     text = NEURAL.replace("agents = 4", "agents = 2").replace("epochs = 3", "epochs = 2")
     path = write(tmp_path, text.replace("milestones = [2]", "milestones = [1]"))
     command = [sys.executable, "-m", "decentopt", "launch", "-n", "2", "-m", "decentopt"]
-    command += ["run", str(path), "--out", "o", "--no-progress", "--log", "jsonl:lines"]
+    command += ["run", str(path), "--out", "o", "--log", "jsonl:lines", "--log-every", "30"]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # rank 0's progress: a line every 30 steps and at the last, with the pace and time left
+    for unit in ("ed", "edm"):
+        progress = [line for line in proc.stdout.splitlines() if line.startswith(f"{unit}: step")]
+        total = int(progress[-1].split("/")[1].split()[0])
+        steps = [int(line.split()[2].split("/")[0]) for line in progress]
+        assert steps == [*range(30, total, 30), total]
+        assert all("steps/s" in line and " left" in line for line in progress[:-1])
     rows = read_csv(tmp_path / "o" / "results.csv")
     files = sorted(str(p.relative_to(tmp_path / "lines")) for p in (tmp_path / "lines").rglob("*"))
     units = ["tiny-train/ed-run0.jsonl", "tiny-train/edm-run0.jsonl"]

@@ -11,16 +11,10 @@ import numpy as np
 import pytest
 
 from decentopt.integrations.loggers.jsonl import read_jsonl
-from decentopt.integrations.monitor import Monitor, progress_line
+from decentopt.integrations.monitor import Monitor
 from tests.integrations import readers
 
 WORKER = Path(__file__).with_name("monitor_worker.py")
-
-
-def test_the_progress_line_gives_the_pace_and_the_time_left():
-    assert progress_line(200, 1000, 40.0) == "step 200/1000  40 steps/s  about 20 s left"
-    assert progress_line(100, 100_100, 10.0) == "step 100/100100  10 steps/s  about 2.8 h left"
-    assert progress_line(7, None, 3.5) == "step 7  3.5 steps/s"
 
 
 def test_one_process_logs_every_log_every_steps_and_the_last(tmp_path):

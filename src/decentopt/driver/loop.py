@@ -18,6 +18,7 @@ stacked convex problem; a run of a neural problem).
 from __future__ import annotations
 
 import bisect
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ from decentopt.driver.block import THREADS_CROSSOVER, BlockRunner, check_gradien
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard
 from decentopt.driver.options import RunOptions
+from decentopt.driver.progress import ProgressLines, in_a_job
 from decentopt.driver.recorder import Recorder
 from decentopt.driver.result import Record, Result
 from decentopt.perf import keep_freed_memory
@@ -132,7 +134,15 @@ class _Loop:
         self.saver.save(step, payload)
 
     def open_bar(self) -> None:
-        if self.options.progress is True:
+        if self.options.progress is True and in_a_job() and not sys.stdout.isatty():
+            self.bar = ProgressLines(  # rank 0 of a distributed run, writing to a log
+                self.plan.iterations,
+                self.start_step,
+                self.options.log,
+                self.algorithm.name,
+                self.options.log_every,
+            )
+        elif self.options.progress is True:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(

@@ -50,6 +50,7 @@ class RunOptions:
     jobs: int = 1  # worker processes for the units of a convex sweep or of CPU training
     force: bool = False  # compute finished units again instead of resuming them
     monitor: RecordSink | None = None  # told of the run's start, each record and its end
+    log_every: int | None = None  # steps between progress lines (distributed runs' rank 0)
 
     def but(self, **changes: Any) -> RunOptions:
         """A copy with ``changes``."""

@@ -26,25 +26,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from decentopt.driver.progress import progress_line
 from decentopt.integrations.loggers import Loggers, RunInfo, make
 
 __all__ = ["Monitor", "progress_line"]
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def progress_line(step: int, total: int | None, rate: float) -> str:
-    """``step 200/1000  41.3 steps/s  about 19 s left`` (no total: no time left)."""
-    line = f"step {step}" + (f"/{total}" if total else "") + f"  {rate:.3g} steps/s"
-    if total and rate > 0:
-        line += f"  about {_duration((total - step) / rate)} left"
-    return line
 
 
 class Monitor:
