@@ -198,10 +198,12 @@ def _run_command(args: argparse.Namespace) -> int:
     )
     if is_study(read_toml(args.source)[0]):
         study = load_study(args.source, quick=args.quick)
+        monitor = loggers.make(args.log)  # each unit of each part, grouped by the part
         files = run_study(
-            study, _out(args, study.name), options, quick=args.quick, sets=args.overrides,
-            only=_only(args), check=args.check,
+            study, _out(args, study.name), options.but(monitor=monitor), quick=args.quick,
+            sets=args.overrides, only=_only(args), check=args.check,
         )  # fmt: skip
+        monitor.figures(files, group=study.name)
         print("wrote " + ", ".join(map(str, files)))
         return 0
     spec = load_spec(args.source, quick=args.quick, overrides=args.overrides)

@@ -311,3 +311,15 @@ def test_a_sweep_under_torch_distributed_is_logged_once_by_rank_0(tmp_path):
             assert steps[r["step"]]["train_loss"] == r["train_loss"]
             assert steps[r["step"]]["test_acc"] == r["test_acc"]
             assert steps[r["step"]]["consensus"] == r["consensus"]
+
+
+def test_a_studys_cases_of_one_specification_are_runs_of_their_own():
+    """The graphs study runs one specification once per (n, graph) under
+    OUT/NAME/n16/ring: its units' runs are named after the case, so none overwrites
+    another of its group; a plain sweep's units keep their own names."""
+    from decentopt.integrations.loggers.hub import _unit_name
+
+    assert _unit_name("tiny", Path("results/tiny/runs/edm")) == "edm"
+    assert _unit_name("tiny", Path("o/runs/edm-run0")) == "edm-run0"
+    case = Path("out/topologies_quadratic/n16/one_peer_hypercube/runs/edm")
+    assert _unit_name("topologies_quadratic", case) == "n16/one_peer_hypercube/edm"

@@ -57,6 +57,17 @@ def record_scalars(record: Record, labels: Sequence[dict[str, Any]]) -> dict[str
     return out
 
 
+def _unit_name(sweep: str, folder: Path) -> str:
+    """The unit's name (its folder's), after the sweep's place under a folder named after
+    the sweep where it is one case of a study (``n32/ring/edm``): unique in its group."""
+    out = folder.parent.parent  # a sweep's units are OUT/runs/UNIT
+    for above in (out, *out.parents):
+        if above.name == sweep:
+            case = out.relative_to(above).as_posix()
+            return folder.name if case == "." else f"{case}/{folder.name}"
+    return folder.name
+
+
 def _is_main() -> bool:
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
@@ -100,7 +111,7 @@ class Loggers:
             "seed": spec.seeds.noise + (run or 0),
             "run": run,
         }
-        bound = self.bind(folder.name, spec.name, params)
+        bound = self.bind(_unit_name(spec.name, folder), spec.name, params)
         if spec.timing is not None:
             bound.timing = (spec.timing, spec.build_topology(variant.label), variant.make())
         return bound
