@@ -174,18 +174,35 @@ def test_a_resumed_run_is_one_run_with_continuous_steps(tmp_path):
     assert [(m.step, m.value) for m in history] == sorted(want.items())
 
 
-def test_a_resumed_wandb_run_continues_the_same_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    edm_run(
-        loggers.make(["wandb:p"]).bind("edm", "study"), checkpoint_dir=tmp_path / "c", stop_after=30
-    )
-    edm_run(loggers.make(["wandb:p"]).bind("edm", "study"), checkpoint_dir=tmp_path / "c")
+#: One W&B process of the resume test: the run stopped after step 30, or its restart.
+WANDB_PART = """
+import sys
+from decentopt.integrations import loggers
+from tests.integrations.test_loggers import edm_run
+stop = int(sys.argv[2]) if len(sys.argv) > 2 else None
+edm_run(loggers.make(["wandb:p"]).bind("edm", "study"), checkpoint_dir=sys.argv[1],
+        stop_after=stop)
+"""
+
+
+@pytest.mark.slow  # two processes, one after the other
+def test_a_resumed_wandb_run_continues_the_same_run(tmp_path):
+    """Two processes, as an interrupted job and its restart: one W&B run (one id), its
+    history the steps of both, each once."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    env = os.environ | {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), str(root), env.get("PYTHONPATH", "")])
+    for extra in (["30"], []):
+        command = [sys.executable, "-c", WANDB_PART, str(tmp_path / "c"), *extra]
+        proc = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
     runs = readers.wandb_run(tmp_path)
-    assert len(runs) == 1  # one id, written by two processes' worth of offline folders
+    assert len(runs) == 1  # one id: the second start continues the first's run
     (run,) = runs.values()
-    assert len(run["files"]) == 2
+    assert len(run["files"]) == 2  # an offline folder per process, synced as one run
     assert [row["step"] for row in run["history"] if "step" in row] == list(range(0, 61, 5))
 
 
