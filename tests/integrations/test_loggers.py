@@ -340,3 +340,14 @@ def test_a_studys_cases_of_one_specification_are_runs_of_their_own():
     assert _unit_name("tiny", Path("o/runs/edm-run0")) == "edm-run0"
     case = Path("out/topologies_quadratic/n16/one_peer_hypercube/runs/edm")
     assert _unit_name("topologies_quadratic", case) == "n16/one_peer_hypercube/edm"
+
+
+def test_a_sweep_under_a_time_model_logs_each_rows_simulated_time(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    timing = "[timing]\ncompute = 0.01\nslow = [0]\nfactor = 4.0\n[topology]"
+    path = write(tmp_path, BASE.replace("[topology]", timing))
+    args = ["--out", "o", "--no-progress", "--jobs", "1", "--only", "edm", "--log", "jsonl:l"]
+    assert main(["run", str(path), *args]) == 0
+    steps = scalar_steps(read_jsonl(tmp_path / "l" / "tiny" / "edm.jsonl"))
+    rows = read_csv(tmp_path / "o" / "results.csv")
+    assert {r["step"]: r["sim_time"] for r in rows} == {s: v["sim_time"] for s, v in steps.items()}
