@@ -222,13 +222,23 @@ def test_a_finished_simulation_is_logged_with_its_simulated_time(tmp_path):
         assert values["sim_time"] == r["sim_time"]
 
 
-def test_an_absent_extra_and_an_unknown_logger_are_refused_in_one_line(tmp_path, monkeypatch):
+def test_an_absent_extra_and_an_unknown_logger_are_refused_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
     for name, module in (("tensorboard", "tensorboard"), ("wandb", "wandb"), ("mlflow", "mlflow")):
         monkeypatch.setitem(sys.modules, module, None)  # as if not installed
         with pytest.raises(loggers.MissingExtra, match=rf"pip install decentopt\[{name}\]$"):
             loggers.make_logger(f"{name}:x")
     with pytest.raises(ValueError, match="unknown logger 'tensorbord'; known: tensorboard"):
         loggers.make_logger("tensorbord:x")
+    out = tmp_path / "o"
+    assert main(["run", str(write(tmp_path, BASE)), "--out", str(out), "--log", "mlflow:m"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "error: the mlflow logger needs the package 'mlflow': pip install decentopt[mlflow]\n"
+    )
+    assert not out.exists()  # refused before anything ran
     bad = BASE.replace("[topology]", '[logging]\nmlfow = "ml"\n[topology]')
     with pytest.raises(ConfigError, match=r"\[logging\]: unknown logger 'mlfow'"):
         load_spec(write(tmp_path, bad))
