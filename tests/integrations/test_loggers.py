@@ -361,3 +361,8 @@ def test_a_sweep_under_a_time_model_logs_each_rows_simulated_time(tmp_path, monk
     steps = scalar_steps(read_jsonl(tmp_path / "l" / "tiny" / "edm.jsonl"))
     rows = read_csv(tmp_path / "o" / "results.csv")
     assert {r["step"]: r["sim_time"] for r in rows} == {s: v["sim_time"] for s, v in steps.items()}
+
+
+def test_loggers_given_to_a_run_unnamed_are_refused_in_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"log no run yet: name one with .*\.bind\(NAME\)$"):
+        edm_run(loggers.make([f"jsonl:{tmp_path}"]))

@@ -89,7 +89,7 @@ class Loggers:
         self.run = run
         self.timing = timing  # (time model, graph, method): sim_time at the end
         self.labels: list[dict[str, Any]] = []
-        self.first = 1  # records before this step were logged by an earlier start
+        self.first = 0  # steps before this one were logged by an earlier start
 
     def bind(self, name: str, group: str = "", params: dict[str, Any] | None = None) -> Loggers:
         """The same loggers for the run ``name`` of ``group``, with its hyper-parameters."""
@@ -118,7 +118,10 @@ class Loggers:
 
     # the driver's record sink
     def start(self, resumed_from: int, labels: Sequence[dict[str, Any]]) -> None:
-        assert self.run is not None, "bind the loggers to a run first (Loggers.bind)"
+        if self.run is None:
+            raise ValueError(
+                "these loggers log no run yet: name one with loggers.make([...]).bind(NAME)"
+            )
         self.labels = list(labels)
         self.first = resumed_from + 1 if resumed_from else 0
         run = dataclasses.replace(self.run, resumed_from=resumed_from)
