@@ -30,7 +30,17 @@ LAYERS = (
     ("topology",),
     ("algorithms", "problems", "theory", "analysis", "results"),
     ("comm",),
-    ("distributed", "driver", "simulate", "training", "plotting", "drawing", "plugins", "catalog"),
+    (
+        "distributed",
+        "driver",
+        "simulate",
+        "training",
+        "plotting",
+        "drawing",
+        "plugins",
+        "catalog",
+        "integrations",
+    ),
     ("experiments",),
     ("cli", "__main__"),
 )

@@ -13,7 +13,7 @@ else:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parents[1]
 #: import name -> distribution name, where they differ
-DISTRIBUTIONS = {"sklearn": "scikit-learn", "tomli": "tomli"}
+DISTRIBUTIONS = {"sklearn": "scikit-learn", "tomli": "tomli", "mlflow": "mlflow-skinny"}
 
 
 def imported_modules() -> set[str]:
@@ -24,6 +24,12 @@ def imported_modules() -> set[str]:
                 found |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 found.add(node.module.split(".")[0])
+            elif (  # an optional extra, imported when asked for: needs("wandb", ...)
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "needs"
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                found.add(node.args[0].value.split(".")[0])
     return found - set(sys.stdlib_module_names) - {"decentopt"}
 
 

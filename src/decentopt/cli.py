@@ -28,6 +28,7 @@ from decentopt.experiments.runner import Sweep, say_line
 from decentopt.experiments.spec import PAPER_PRESETS, STUDIES, is_study, read_toml
 from decentopt.experiments.studies import run_study
 from decentopt.experiments.study import load_study
+from decentopt.integrations import loggers
 from decentopt.results import FolderBusy
 
 __all__ = ["COMMANDS", "main"]
@@ -151,6 +152,10 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
     p.add_argument("--out", type=Path, help="output folder (default results/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of resuming")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    log_help = "also log every run there: tensorboard:DIR, wandb:PROJECT, mlflow:URI, jsonl:DIR"
+    p.add_argument("--log", action="append", default=[], metavar="NAME:TARGET", help=log_help)
+    every = "steps between progress lines of a distributed run (default: 20 lines a run)"
+    p.add_argument("--log-every", type=int, metavar="N", help=every)
     _configure_plugins(p)
     p.add_argument(
         "--x",
@@ -181,16 +186,24 @@ def _out(args: argparse.Namespace, name: str) -> Path:
 def _run_command(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
+    if args.log_every is not None and args.log_every < 1:
+        raise ValueError(f"--log-every must be >= 1; got {args.log_every}")
     # how the runs of this command are carried out: built once, passed down whole
     options = RunOptions(
-        progress=not args.no_progress, jobs=args.jobs, force=args.force, log=say_line
+        progress=not args.no_progress,
+        jobs=args.jobs,
+        force=args.force,
+        log=say_line,
+        log_every=args.log_every,
     )
     if is_study(read_toml(args.source)[0]):
         study = load_study(args.source, quick=args.quick)
+        monitor = loggers.make(args.log)  # each unit of each part, grouped by the part
         files = run_study(
-            study, _out(args, study.name), options, quick=args.quick, sets=args.overrides,
-            only=_only(args), check=args.check,
+            study, _out(args, study.name), options.but(monitor=monitor), quick=args.quick,
+            sets=args.overrides, only=_only(args), check=args.check,
         )  # fmt: skip
+        monitor.figures(files, group=study.name)
         print("wrote " + ", ".join(map(str, files)))
         return 0
     spec = load_spec(args.source, quick=args.quick, overrides=args.overrides)
@@ -202,12 +215,14 @@ def _run_command(args: argparse.Namespace) -> int:
             "(docs/experiments.md)"
         )
     out = _out(args, spec.name)
-    outcome = Sweep(spec, out, options).run()
+    monitor = loggers.make([*args.log, *loggers.targets(spec.logging)])
+    outcome = Sweep(spec, out, options.but(monitor=monitor)).run()
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
     claims = partial(claims_report, spec.claims) if args.check else None
     modified, x = args.quick or bool(args.overrides), X_AXES[args.x]
     files = write_report(spec, outcome.rows, out, modified=modified, claims=claims, x=x)
+    monitor.figures(files, group=spec.name)
     print(
         f"{spec.name}: {len(outcome.ran)} unit(s) computed, {len(outcome.kept)} resumed, "
         f"{outcome.seconds:.1f} s; wrote " + ", ".join(map(str, files))

@@ -18,6 +18,7 @@ stacked convex problem; a run of a neural problem).
 from __future__ import annotations
 
 import bisect
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ from decentopt.driver.block import THREADS_CROSSOVER, BlockRunner, check_gradien
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard
 from decentopt.driver.options import RunOptions
+from decentopt.driver.progress import ProgressLines, in_a_job
 from decentopt.driver.recorder import Recorder
 from decentopt.driver.result import Record, Result
 from decentopt.perf import keep_freed_memory
@@ -85,7 +87,8 @@ class _Loop:
         if warning is not None:
             options.log(warning)
         self.guard = DivergenceGuard(x, problem.x_star, comm, options.blowup)
-        self.recorder = Recorder(metrics, comm, plan.period, algorithm.lr_at)
+        sink = None if options.monitor is None else options.monitor.record
+        self.recorder = Recorder(metrics, comm, plan.period, algorithm.lr_at, sink)
         self.timing = [0.0, 0.0]  # gradient, everything else
         self.start_step, self.bar = 0, None
         self.block: BlockRunner | None = None  # the block path (decentopt.driver.block)
@@ -131,7 +134,15 @@ class _Loop:
         self.saver.save(step, payload)
 
     def open_bar(self) -> None:
-        if self.options.progress is True:
+        if self.options.progress is True and in_a_job() and not sys.stdout.isatty():
+            self.bar = ProgressLines(  # rank 0 of a distributed run, writing to a log
+                self.plan.iterations,
+                self.start_step,
+                self.options.log,
+                self.algorithm.name,
+                self.options.log_every,
+            )
+        elif self.options.progress is True:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(
@@ -272,6 +283,8 @@ def run_loop(
     metrics = metrics or (lambda z: problem.metrics(z, comm))
     loop = _Loop(algorithm, problem, comm, plan, options, x, metrics)
     state = loop.resume(state)
+    if options.monitor is not None:
+        options.monitor.start(loop.start_step, list(labels or []))
     if gradient is None:  # a gradient given by the caller is called step by step
         loop.block = choose(options.path, algorithm, problem, comm, state)
     loop.open_bar()
@@ -279,4 +292,7 @@ def run_loop(
         wall = time.perf_counter()
         state, last = loop.steps(state, gradient or problem.gradient_and_loss)
         wall = time.perf_counter() - wall
-    return loop.finish(loop.guard.check(state, last), wall, labels)
+    result = loop.finish(loop.guard.check(state, last), wall, labels)
+    if options.monitor is not None:
+        options.monitor.finish(result)
+    return result

@@ -12,9 +12,25 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["RunOptions"]
+if TYPE_CHECKING:
+    from decentopt.driver.result import Record, Result
+
+__all__ = ["RecordSink", "RunOptions"]
+
+
+class RecordSink(Protocol):
+    """Told of a run as it goes (loggers: :mod:`decentopt.integrations.loggers`); a sweep
+    hands each of its units the sink ``unit(spec, variant, run, folder)`` returns."""
+
+    def unit(self, spec: Any, variant: Any, run: int | None, folder: Path) -> RecordSink | None: ...
+
+    def start(self, resumed_from: int, labels: list[dict[str, Any]]) -> None: ...
+
+    def record(self, record: Record) -> None: ...
+
+    def finish(self, result: Result) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,8 @@ class RunOptions:
     path: str = "auto"  # steps one by one or in blocks: see decentopt.driver.block
     jobs: int = 1  # worker processes for the units of a convex sweep or of CPU training
     force: bool = False  # compute finished units again instead of resuming them
+    monitor: RecordSink | None = None  # told of the run's start, each record and its end
+    log_every: int | None = None  # steps between progress lines (distributed runs' rank 0)
 
     def but(self, **changes: Any) -> RunOptions:
         """A copy with ``changes``."""

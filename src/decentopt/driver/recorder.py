@@ -40,8 +40,10 @@ class Recorder:
         comm: Communicator,
         period: int | None,
         lr_at: Callable[[int], float],
+        sink: Callable[[Record], None] | None = None,
     ) -> None:
         self.metrics, self.comm, self.period, self.lr_at = metrics, comm, period, lr_at
+        self.sink = sink  # given each record as it is written
         self.records: list[Record] = []
         self.losses: torch.Tensor | None = None  # summed over the current epoch
         self.agents = comm.topology.n  # in total; a rank holds fewer
@@ -70,6 +72,8 @@ class Recorder:
         lr = float(self.lr_at(max(t - 1, 0)))
         wall = self.offset + time.perf_counter() - self.started
         self.records.append(Record(t, values, lr, *timing, *counts(self.comm.stats), wall))
+        if self.sink is not None:
+            self.sink(self.records[-1])
 
     def pad(self, steps: list[int], timing: list[float]) -> None:
         """NaN records for the steps a run stopped before (every column diverged)."""

@@ -294,6 +294,7 @@ class Sweep:
             checkpoint_dir=folder if plan.period else None,
             checkpoint_every=spec.checkpoint_every,
             checkpoint_minutes=spec.checkpoint_minutes,
+            monitor=self.options.monitor and self.options.monitor.unit(spec, variant, run, folder),
         )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(1000 + noise + 7919 * self.job.rank)  # dropout, per agent

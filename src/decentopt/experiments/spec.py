@@ -40,6 +40,7 @@ from decentopt.driver.timeline import TimeModel
 from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.variants import Variant, check_labels, variants
+from decentopt.integrations import loggers
 from decentopt.perf import MEMORY_MARGIN, available_memory, gib
 from decentopt.plotting import display_name
 from decentopt.topology.footprint import build_bytes
@@ -60,7 +61,7 @@ PAPER_PRESETS = [p for p in PRESETS if "reproduces" in _BUILT_IN[p]]  # the pape
 #: Fields that change how results are shown, not what they are: outside the fingerprint.
 PRESENTATION = frozenset(
     "claims name description reproduces source metric also_report threshold timeout threads "
-    "network timing checkpoint_every checkpoint_minutes".split()
+    "network timing checkpoint_every checkpoint_minutes logging".split()
 )
 #: The layout of result rows; stored units of another layout are recomputed.
 ROW_FORMAT = 3
@@ -105,6 +106,7 @@ class _Shared:
     timing: TimeModel | None = None
     checkpoint_every: int | None = bounded(None, minimum=1)
     checkpoint_minutes: float | None = bounded(None, above=0)
+    logging: dict[str, str] = field(default_factory=dict)  # logger name -> its target
     name: str = ""
     description: str = ""
     reproduces: str = ""
@@ -369,6 +371,10 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
         if m not in kind.metrics:
             raise ConfigError(f"{source}: {unknown_name('metric', m, kind.metrics)}")
     claims = parse_claims(top.claims, source)
+    try:
+        loggers.check_table(top.logging)
+    except ValueError as exc:
+        raise ConfigError(f"{source} [logging]: {exc}") from None
     _load_plugins(top.plugins, source)  # before the algorithms are resolved
     shared = {f.name: getattr(top, f.name) for f in dataclasses.fields(_Shared)}
     spec = RunSpec(

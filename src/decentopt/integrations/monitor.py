@@ -1,0 +1,122 @@
+"""A training loop's scalars under torch.distributed, logged on rank 0, with a progress line.
+
+Every ``log_every`` steps (and at the last) each rank's own scalars travel to rank 0 in one
+small collective (a ``gather`` of one float64 vector per rank), and rank 0 logs the agents'
+mean as ``mean/NAME`` and each rank's value as ``rank{r}/NAME``, then prints one line::
+
+    step 200/1000  41.3 steps/s  about 19 s left
+
+(steps per second over the last ``log_every`` steps; the time left at that pace)::
+
+    monitor = Monitor(["tensorboard:runs/tb"], log_every=50, total=steps, name="edm")
+    for xb, yb in loader:
+        ...; opt.step()
+        monitor.step(loss=loss)          # every rank, the same names each step
+    monitor.close()
+
+Without torch.distributed (or with one process) the same runs with one agent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from decentopt.driver.progress import progress_line
+from decentopt.integrations.loggers import Loggers, RunInfo, make
+
+__all__ = ["Monitor", "progress_line"]
+
+
+class Monitor:
+    """Scalars of every rank, logged on rank 0 every ``log_every`` steps (module docstring).
+
+    Args:
+        loggers: ``NAME:TARGET`` strings or a :class:`~decentopt.integrations.loggers.Loggers`
+            (none: only the progress line).
+        log_every: steps between logs and progress lines.
+        total: the steps the run will take (for the time left).
+        name, group, params: the run as loggers name it, and its hyper-parameters.
+        start: the step the run resumes from (0: a new run); a resumed run continues.
+        say: where the progress line goes (``print``; ``None``: nowhere).
+    """
+
+    def __init__(
+        self,
+        loggers: Sequence[str] | Loggers = (),
+        *,
+        log_every: int = 50,
+        total: int | None = None,
+        name: str = "train",
+        group: str = "",
+        params: dict[str, Any] | None = None,
+        start: int = 0,
+        say: Callable[[str], None] | None = print,
+    ) -> None:
+        if int(log_every) < 1:
+            raise ValueError(f"log_every must be a positive number of steps; got {log_every}")
+        self.log_every, self.total, self.say = int(log_every), total, say
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.world = dist.get_world_size() if self.distributed else 1
+        hub = loggers if isinstance(loggers, Loggers) else make(list(loggers))
+        self.loggers = hub.bind(name, group, params) if self.rank == 0 else None
+        self.t = self.start = int(start)
+        self.opened = False
+        self.clock = (self.t, time.perf_counter())
+
+    def step(self, **scalars: float | torch.Tensor) -> None:
+        """One step done, with this rank's ``scalars`` (the same names on every rank)."""
+        self.t += 1
+        if self.t % self.log_every and self.t != self.total:
+            return
+        names = sorted(scalars)
+        device = "cuda" if self.distributed and dist.get_backend() == "nccl" else "cpu"
+        mine = torch.tensor([float(scalars[k]) for k in names], dtype=torch.float64, device=device)
+        every = self._gather(mine)  # (world, len(names)) on rank 0
+        if self.rank != 0 or every is None:
+            return
+        values = {f"mean/{k}": float(v) for k, v in zip(names, every.mean(0), strict=True)}
+        for r in range(self.world):
+            values |= {f"rank{r}/{k}": float(v) for k, v in zip(names, every[r], strict=True)}
+        self._log(values)
+        now = time.perf_counter()
+        rate = (self.t - self.clock[0]) / max(now - self.clock[1], 1e-9)
+        self.clock = (self.t, now)
+        if self.say is not None:
+            self.say(progress_line(self.t, self.total, rate))
+
+    def _gather(self, mine: torch.Tensor) -> torch.Tensor | None:
+        """Every rank's vector on rank 0, in one collective (None elsewhere)."""
+        if self.world == 1:
+            return mine[None].cpu()
+        if self.rank == 0:
+            parts = [torch.empty_like(mine) for _ in range(self.world)]
+            dist.gather(mine, parts, dst=0)
+            return torch.stack(parts).cpu()
+        dist.gather(mine, None, dst=0)
+        return None
+
+    def _log(self, values: dict[str, float]) -> None:
+        assert self.loggers is not None
+        if not self.loggers.loggers:
+            return
+        if not self.opened:
+            run = self.loggers.run
+            assert run is not None
+            for logger in self.loggers.loggers:
+                logger.start(RunInfo(run.name, run.group, run.params, self.start))
+            self.opened = True
+        for logger in self.loggers.loggers:
+            logger.scalars(self.t, values)
+
+    def close(self) -> None:
+        """Finish the run (rank 0)."""
+        if self.loggers is not None and self.opened:
+            for logger in self.loggers.loggers:
+                logger.finish()
+            self.opened = False
