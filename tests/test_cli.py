@@ -206,3 +206,21 @@ def test_a_wrong_distributed_environment_is_one_line_naming_the_variable(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and named in err and len(err.strip().splitlines()) == 1
     assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("deep", ["[" * 30000 + "]" * 30000, "{a = " * 30000 + "1" + "}" * 30000])
+def test_a_specification_nested_thousands_deep_is_one_line(tmp_path, capsys, deep):
+    path = tmp_path / "deep.toml"
+    path.write_text(f'name = "deep"\nproblem = "quadratic"\nagents = 4\nv = {deep}\n')
+    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "values are nested too deeply" in err and str(path) in err
+
+
+def test_a_time_model_naming_a_missing_agent_is_refused_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "o"
+    args = ["compare", "--quick", "--set", "agents=8", "--set", "timing.slow=[99]"]
+    assert main([*args, "--out", str(out), "--no-progress", "--jobs", "1"]) == 2
+    captured = capsys.readouterr()
+    assert "slow agent 99 does not exist among agents = 8" in captured.err
+    assert captured.out == "" and not out.exists()  # no unit ran, nothing was written

@@ -72,6 +72,9 @@ def _convert(hint: Any, value: Any, where: str, key: str) -> Any:
             try:
                 return _convert(option, value, where, key)
             except ConfigError:
+                # a table read as its dataclass: that table's own error says what is wrong
+                if dataclasses.is_dataclass(option) and isinstance(value, dict):
+                    raise
                 continue
     elif origin is tuple and isinstance(value, list | tuple):
         try:
@@ -122,7 +125,10 @@ def parse(cls: type[T], table: dict[str, Any], where: str) -> T:
         if above is not None and value is not None and not value > above:
             raise ConfigError(f"{where}: '{name}' must be > {above}, found {value}")
         values[name] = value
-    return cls(**values)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:  # the dataclass's own cross-field checks
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 _CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", re.S)

@@ -25,7 +25,7 @@ from decentopt.driver import RunOptions
 from decentopt.experiments import ConfigError, load_spec, write_report
 from decentopt.experiments.claims import claims_report
 from decentopt.experiments.runner import Sweep, say_line
-from decentopt.experiments.spec import PAPER_PRESETS, STUDIES, is_study, read_toml
+from decentopt.experiments.sources import PAPER_PRESETS, STUDIES, is_study, read_toml
 from decentopt.experiments.studies import run_study
 from decentopt.experiments.study import load_study
 from decentopt.results import FolderBusy

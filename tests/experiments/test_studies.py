@@ -5,7 +5,7 @@ import torch
 
 from decentopt.cli import main
 from decentopt.experiments import ConfigError, load_spec
-from decentopt.experiments.spec import PAPER_PRESETS, PRESET_DIR, STUDIES, tomllib
+from decentopt.experiments.sources import PAPER_PRESETS, PRESET_DIR, STUDIES, tomllib
 from decentopt.experiments.study import load_study
 from tests.experiments.test_spec import BASE, NEURAL, write
 

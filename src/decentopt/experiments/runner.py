@@ -138,6 +138,7 @@ def memory_parts(spec: RunSpec) -> dict[str, float]:
     """About how many bytes a run holds beyond what the process holds already, by part."""
     runs = max(spec.runs if g is None else len(g) for g in _run_groups(spec))
     parts = dict(spec.params.memory_bytes(agents=spec.agents, runs=runs))
+    parts["delayed gossip's messages of past rounds"] = spec.history_bytes(runs)
     levels = len(getattr(spec.params, spec.panel)) if spec.panel else 1
     records = spec.record_points + TAIL_POINTS + 2  # a log grid's points at most
     rows = len(spec.algorithms) * spec.runs * levels * records
@@ -163,8 +164,8 @@ def check_memory(spec: RunSpec, available: float | None = None) -> float:
         raise ConfigError(
             f"{spec.source}: this run needs about {gib(need)} ({detail}), and peaks reach "
             f"{MEMORY_MARGIN:g} times the estimate, but {gib(available)} of memory are "
-            "available; lower runs, agents, record_points, the grids of [algorithms] or the "
-            "sizes in [problem_params]"
+            "available; lower runs, agents, record_points, the grids of [algorithms], a "
+            "delayed gossip's tau or the sizes in [problem_params]"
         )
     return need
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from decentopt._schema import ConfigError, bounded, parse
-from decentopt.experiments.spec import PRESETS, RunSpec, is_study, load_spec, merge, read_toml
+from decentopt.experiments.sources import PRESETS, is_study, merge, read_toml
+from decentopt.experiments.spec import RunSpec, load_spec
 from decentopt.experiments.variants import check_labels
 
 __all__ = ["Request", "Study", "load_study"]
