@@ -224,3 +224,42 @@ def test_a_time_model_naming_a_missing_agent_is_refused_before_anything_runs(tmp
     captured = capsys.readouterr()
     assert "slow agent 99 does not exist among agents = 8" in captured.err
     assert captured.out == "" and not out.exists()  # no unit ran, nothing was written
+
+
+NEURAL_WITHOUT_PHI_AND_BATCH = """
+name = "train"
+problem = "neural"
+agents = 2
+[topology]
+name = "ring"
+[problem_params]
+dataset = "digits"
+model = "small_cnn"
+epochs = 2
+[algorithms.edm]
+"""
+
+
+def test_every_missing_key_of_a_training_run_is_named_before_any_process_starts(
+    tmp_path, capsys, monkeypatch
+):
+    path = tmp_path / "train.toml"
+    path.write_text(NEURAL_WITHOUT_PHI_AND_BATCH)
+    started = []
+    monkeypatch.setattr("decentopt.cli.launch", lambda *a, **k: started.append(a) or 0)
+    assert main(["launch", "-n", "2", "-m", "decentopt", "run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing required keys 'phi', 'batch_size'" in err
+    assert started == []  # refused by the launcher itself
+    assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 2  # and without it
+    assert "missing required keys 'phi', 'batch_size'" in capsys.readouterr().err
+    fixed = NEURAL_WITHOUT_PHI_AND_BATCH.replace(
+        "epochs = 2", "epochs = 2\nphi = 0.5\nbatch_size = 8"
+    )
+    path.write_text(fixed)
+    assert main(["launch", "-n", "2", "-m", "decentopt", "run", str(path)]) == 0
+    assert len(started) == 1  # a valid specification is launched
+    # what the launcher does not read (another command, arguments the ranks refuse) goes on
+    assert main(["launch", "-n", "2", "-m", "decentopt", "methods", "edm"]) == 0
+    assert main(["launch", "-n", "2", "-m", "decentopt", "run", "--no-such-flag"]) == 0
+    assert len(started) == 3

@@ -6,8 +6,10 @@ Commands are registered in :data:`COMMANDS` (name -> (help, configure, run)).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import inspect
+import io
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -124,8 +126,30 @@ def _configure_launch(p: argparse.ArgumentParser) -> None:
 
 
 def _run_launch(args: argparse.Namespace) -> int:
+    if args.module and args.script in ("decentopt", "decentopt.cli"):
+        _check_launched(args.args)
     options = {k: getattr(args, k) for k in ("module", "threads", "max_restarts", "grace")}
     return launch(args.nproc, args.script, args.args, **options)
+
+
+def _check_launched(argv: list[str]) -> None:
+    """Read the specification a launched ``decentopt run`` (``reproduce``, ``compare``) will
+    run, here, before any process starts: a mistake is one line once, not one per rank after
+    every rank has started. Arguments its own parser refuses are left to the ranks."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            inner = build_parser().parse_args(argv)
+    except SystemExit:
+        return
+    if inner.command not in ("run", "reproduce", "compare"):
+        return
+    source = getattr(inner, "source", "compare")
+    for plugin in inner.plugin:
+        plugins.load(plugin)
+    if is_study(read_toml(source)[0]):
+        load_study(source, quick=inner.quick)
+    else:
+        load_spec(source, quick=inner.quick, overrides=inner.overrides)
 
 
 # ------------------------------------------------------------ reproduce / run
