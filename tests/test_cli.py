@@ -263,3 +263,45 @@ def test_every_missing_key_of_a_training_run_is_named_before_any_process_starts(
     assert main(["launch", "-n", "2", "-m", "decentopt", "methods", "edm"]) == 0
     assert main(["launch", "-n", "2", "-m", "decentopt", "run", "--no-such-flag"]) == 0
     assert len(started) == 3
+
+
+@pytest.mark.parametrize(
+    ("launcher", "flag"),
+    [("decentopt", "decentopt launch -n 6"), ("torchrun", "torchrun --nproc-per-node 6")],
+)
+def test_the_world_size_error_names_the_flag_of_the_launcher_in_use(
+    tmp_path, capsys, monkeypatch, launcher, flag
+):
+    from decentopt.distributed.runtime import Job
+
+    if launcher == "decentopt":
+        monkeypatch.setenv("DECENTOPT_ATTEMPT", "0")  # what decentopt launch sets
+    else:
+        monkeypatch.delenv("DECENTOPT_ATTEMPT", raising=False)
+    monkeypatch.setattr("decentopt.distributed.runtime.job", lambda timeout: Job(0, 2))
+    args = ["compare", "--quick", "--set", "agents=6", "--out", str(tmp_path / "o")]
+    assert main([*args, "--no-progress", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "6 agents but 2 processes" in err and f"start it with {flag} (one agent" in err
+    other = "--nproc-per-node" if launcher == "decentopt" else "launch -n"
+    assert other not in err
+
+
+def test_edm_refuses_push_sum_without_speaking_of_a_directed_graph_it_was_not_given(capsys):
+    assert main(["compare", "--set", 'algorithms.edm.gossip="push_sum"', "--only", "edm"]) == 2
+    err = capsys.readouterr().err
+    assert "edm's correction needs a symmetric W" in err and "leave gossip out" in err
+    assert "push-sum over a directed graph does not give" not in err
+
+
+def test_the_version_is_the_release_the_changelog_describes(capsys):
+    import re
+    from pathlib import Path
+
+    import decentopt
+
+    changes = (Path(__file__).resolve().parents[1] / "CHANGELOG.md").read_text()
+    newest = re.search(r"^## (\d+\.\d+\.\d+)", changes, re.M)
+    assert newest is not None and decentopt.__version__ == newest.group(1)
+    with pytest.raises(AttributeError, match=r"renamed decentopt\.distributed in 0\.2 and removed"):
+        decentopt.dist  # noqa: B018  # announced to go in 0.3

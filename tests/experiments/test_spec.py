@@ -444,3 +444,16 @@ def test_every_mistake_of_the_time_model_is_named_when_the_file_is_read(tmp_path
     with pytest.raises(ConfigError, match=message) as info:
         load_spec(write(tmp_path, text))
     assert "must be TimeModel" not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_only_takes_a_grids_label_for_all_its_members(tmp_path):
+    grid = BASE + '[algorithms.sweep]\nmethod = "edm"\nlr = [0.01, 0.02]\nbeta = [0.5, 0.9]\n'
+    spec = load_spec(write(tmp_path, grid))
+    members = [k for k in spec.algorithms if k.startswith("sweep(")]
+    assert len(members) == 4
+    assert list(spec.select(["sweep"]).algorithms) == members
+    assert list(spec.select(["ed", "sweep"]).algorithms) == ["ed", *members]
+    one = "sweep(lr=0.01, beta=0.5)"
+    assert list(spec.select([one]).algorithms) == [one]  # a member alone still works
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'swep'; did you mean 'sweep'\?"):
+        spec.select(["swep"])  # the grid's label is suggested, not one member

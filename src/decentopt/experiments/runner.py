@@ -33,7 +33,7 @@ from decentopt._process import die_with_parent
 from decentopt.comm.accelerated import MultiRound
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
-from decentopt.distributed import runtime
+from decentopt.distributed import launch, runtime
 from decentopt.driver import RunOptions, intra_op_threads, run_loop
 from decentopt.driver.timeline import clock_rows
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
@@ -217,8 +217,8 @@ class Sweep:
         self.job = runtime.job(spec.timeout)
         if self.job.world > 1 and self.job.world != spec.agents:
             raise ConfigError(
-                f"{spec.source}: {spec.agents} agents but {self.job.world} processes; launch "
-                f"with --nproc-per-node {spec.agents} (one agent per process)"
+                f"{spec.source}: {spec.agents} agents but {self.job.world} processes; start "
+                f"it with {launch.processes_flag(spec.agents)} (one agent per process)"
             )
         say = options.log if self.job.main else (lambda _: None)
         self.spec, self.out, self.say = spec, out, say

@@ -265,16 +265,32 @@ def scaling_markdown(rows: Sequence[ScalingRow]) -> str:
         [r.quantity, r.method, r.variable, fit.format(r), f"{r.paper_exponent:+g}", _verdict(r)]
         for r in rows
     ]
-    return markdown_table([*header, "paper", ""], cells)
+    return markdown_table([*header, "paper", "against the paper's bound"], cells)
 
 
-def run_table1(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
-    """Table 1's scaling study into ``out``; each simulation a unit of ``out/runs``."""
+def _refuse_options(study: Study, how: Request) -> None:
+    """What a run's options would change and this study has not: refused before it runs."""
     if how.only is not None:
         raise ConfigError(
             f"--only: {study.name} measures fixed methods in fixed roles and has no "
             "algorithm labels to choose from; leave --only out"
         )
+    if how.check:
+        raise ConfigError(
+            f"--check: {study.name} states no claims to judge; its table gives every fitted "
+            "exponent's verdict against the paper's (matches, milder than the bound, differs) "
+            "on every run; leave --check out"
+        )
+    if how.sets:
+        raise ConfigError(
+            f"--set: {study.name}'s measurements are built in (decentopt.experiments.scaling); "
+            "its file has seeds and [quick] only: edit a copy and run it with decentopt run"
+        )
+
+
+def run_table1(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
+    """Table 1's scaling study into ``out``; each simulation a unit of ``out/runs``."""
+    _refuse_options(study, how)
     say = options.log
     with lock_folder(out):
         store = ResultStore(out / "runs", force=options.force)

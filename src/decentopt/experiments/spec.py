@@ -33,7 +33,7 @@ from decentopt.driver.timeline import TimeModel, pace
 from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.sources import PRESETS, is_study, merge, parse_override, read_toml
-from decentopt.experiments.variants import Variant, check_labels, variants
+from decentopt.experiments.variants import Variant, check_labels, present, variants
 from decentopt.perf import MEMORY_MARGIN, available_memory, gib
 from decentopt.plotting import display_name
 from decentopt.topology.footprint import build_bytes
@@ -150,9 +150,16 @@ class RunSpec(_Shared):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def select(self, labels: list[str]) -> RunSpec:
-        """Only the variants ``labels`` (e.g. ``--only ed,edm``), in that order."""
+        """Only the variants ``labels`` (e.g. ``--only ed,edm``), in that order; a grid's
+        label (``edm`` of ``[algorithms.edm] lr = [...]``) selects all its members."""
         check_labels(labels, list(self.algorithms))
-        return dataclasses.replace(self, algorithms={k: self.algorithms[k] for k in labels})
+        chosen = present(labels, list(self.algorithms))
+        return dataclasses.replace(self, algorithms={k: self.algorithms[k] for k in chosen})
+
+    def present(self, labels: tuple[str, ...] | list[str]) -> list[str]:
+        """The variants of this specification that the ``--only`` labels name (a grid's
+        label: its members); labels of other specifications' variants are left out."""
+        return present(labels, list(self.algorithms))
 
     def build_problem(self, runs: tuple[int, ...] | None = None, rank: int | None = None) -> Any:
         """The problem of all runs (``None``, batched kinds) or of the runs ``runs``

@@ -70,7 +70,7 @@ class Study:
         if only is None:
             return specs
         check_labels(only, list(dict.fromkeys(x for spec in specs for x in spec.algorithms)))
-        chosen = [[x for x in only if x in spec.algorithms] for spec in specs]
+        chosen = [spec.present(only) for spec in specs]
         return [spec.select(labels) for spec, labels in zip(specs, chosen, strict=True) if labels]
 
 

@@ -196,7 +196,7 @@ def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> li
             sets = [f"agents={n}"] + [f"topology.{k}={json.dumps(v)}" for k, v in table.items()]
             spec = how.load(study.spec_path(part), sets)
             if how.only is not None:  # the labels of this part (all checked before)
-                spec = spec.select([x for x in how.only if x in spec.algorithms])
+                spec = spec.select(spec.present(how.only))
             case.preset, case.specs[graph] = spec.name, spec
             pending.append((spec, out / spec.name / f"n{n}" / graph, options))
         cases.append(case)
