@@ -212,9 +212,14 @@ def _run_command(args: argparse.Namespace) -> int:
     if is_study(read_toml(args.source)[0]):
         study = load_study(args.source, quick=args.quick)
         files = run_study(
-            study, _out(args, study.name), options, quick=args.quick, sets=args.overrides,
-            only=_only(args), check=args.check,
-        )  # fmt: skip
+            study,
+            _out(args, study.name),
+            options,
+            quick=args.quick,
+            sets=args.overrides,
+            only=_only(args),
+            check=args.check,
+        )
         print("wrote " + ", ".join(map(str, files)))
         return 0
     spec = load_spec(args.source, quick=args.quick, overrides=args.overrides)
@@ -230,7 +235,8 @@ def _run_command(args: argparse.Namespace) -> int:
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
     claims = partial(claims_report, spec.claims) if args.check else None
-    modified, x = args.quick or bool(args.overrides), X_AXES[args.x]
+    modified = args.quick or bool(args.overrides)
+    x = X_AXES[args.x]
     files = write_report(spec, outcome.rows, out, modified=modified, claims=claims, x=x)
     print(
         f"{spec.name}: {len(outcome.ran)} unit(s) computed, {len(outcome.kept)} resumed, "

@@ -457,3 +457,10 @@ def test_only_takes_a_grids_label_for_all_its_members(tmp_path):
     assert list(spec.select([one]).algorithms) == [one]  # a member alone still works
     with pytest.raises(ConfigError, match=r"unknown algorithm 'swep'; did you mean 'sweep'\?"):
         spec.select(["swep"])  # the grid's label is suggested, not one member
+
+
+def test_the_title_says_which_methods_a_momentum_is_for():
+    spec = load_spec("compare", quick=True)
+    assert spec.title().endswith("α = 0.05, β = 0.9 (the methods with momentum)")
+    assert spec.select(["edm", "dmsgd"]).title().endswith("α = 0.05, β = 0.9")  # all have one
+    assert "β" not in spec.select(["dsgd", "ed"]).title()

@@ -75,7 +75,8 @@ class ScalingRow:
         value per row of ``ys``, or one per entry (then the row shows their means)."""
         ys = np.asarray(ys)
         xs = np.broadcast_to(np.asarray(xs, dtype=float).reshape(len(ys), -1), ys.shape)
-        lx, ly = np.log(xs), np.log(ys)
+        lx = np.log(xs)
+        ly = np.log(ys)
         exponents = tuple(float(np.polyfit(lx[:, s], ly[:, s], 1)[0]) for s in range(ys.shape[1]))
         moments = (float(np.mean(exponents)), float(np.std(exponents)))
         return cls(
@@ -145,7 +146,8 @@ def dmsgd_bias_rows(
     betas = [0.0, 0.3, 0.6, 0.8]
     ys = [bias(f"beta{b:g}", base | {"beta": b})[0] for b in betas]
     rows.append(row("1 - beta", -2.0, [1 - b for b in betas], ys))
-    gaps, ys = [], []
+    gaps: list[float] = []
+    ys = []
     for m in [6, 8, 12, 16, 24] if not quick else [6, 8, 12]:
         values, prob, topo = bias(f"ring{m}", base, m)
         gaps.append(topo.spectral_gap)
@@ -183,7 +185,8 @@ def transient_rows(
 ) -> list[ScalingRow]:
     """The heterogeneity transient of ED, EDM, DSGT and DSGT-HB over ring sizes; the
     simulations run in ``jobs`` workers, the longest (largest rings) first."""
-    d, p = (4, 8) if quick else (5, 10)
+    d = 4 if quick else 5
+    p = 8 if quick else 10
     sizes = [6, 8, 12] if quick else [8, 12, 16, 24, 32, 48, 64]
     momentum = {"lr": 0.02, "beta": 0.5}
     hps = {"ed": {"lr": 0.02}, "edm": momentum, "dsgt": {"lr": 0.02}, "dsgt_hb": momentum}
@@ -240,7 +243,8 @@ def run_scaling(
 
 
 def _verdict(row: ScalingRow) -> str:
-    measured, paper = row.mean, row.paper_exponent
+    measured = row.mean
+    paper = row.paper_exponent
     if abs(measured - paper) <= max(0.25, 2 * row.spread):
         return "matches"
     if abs(measured) < abs(paper) and math.copysign(1, measured) == math.copysign(1, paper):

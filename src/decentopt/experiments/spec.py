@@ -35,7 +35,7 @@ from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.sources import PRESETS, is_study, merge, parse_override, read_toml
 from decentopt.experiments.variants import Variant, check_labels, present, variants
 from decentopt.perf import MEMORY_MARGIN, available_memory, gib
-from decentopt.plotting import display_name
+from decentopt.styles import display_name
 from decentopt.topology.footprint import build_bytes
 
 __all__ = ["PRESETS", "ConfigError", "RunSpec", "Seeds", "Variant", "load_spec", "read_toml"]
@@ -231,9 +231,13 @@ class RunSpec(_Shared):
         """A title built from what runs; "the paper's ..." only for an unmodified preset."""
         runs = (f"{self.iterations} iterations × " if self.iterations else "") + f"{self.runs} runs"
         parts = [self.params.describe(), self.graphs_text(), runs]
-        for key, sym in (("lr", "α"), ("beta", "β")):
-            hp = {str(v.hyperparams[key]) for v in self.algorithms.values() if key in v.hyperparams}
-            parts += [f"{sym} = {'/'.join(sorted(hp))}"] if hp else []
+        for key, sym, whose in (("lr", "α", "step size"), ("beta", "β", "momentum")):
+            having = [v for v in self.algorithms.values() if key in v.hyperparams]
+            values = "/".join(sorted({str(v.hyperparams[key]) for v in having}))
+            if having and len(having) < len(self.algorithms):  # not every method has one
+                parts.append(f"{sym} = {values} (the methods with {whose})")
+            elif having:
+                parts.append(f"{sym} = {values}")
         paper = f" — the paper's {self.reproduces}" if self.reproduces and not modified else ""
         return ", ".join(parts) + paper
 

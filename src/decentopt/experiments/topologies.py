@@ -37,7 +37,7 @@ from decentopt.experiments.claims import (
     tally,
 )
 from decentopt.experiments.measures import STEADY
-from decentopt.experiments.reports import markdown_table
+from decentopt.experiments.reports import CHANGED_RUN, markdown_table
 from decentopt.experiments.runner import Sweep, forked_map, memory_parts
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
@@ -296,6 +296,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
     files += _figures(study, cases, everything, out, options.jobs)
     if how.check:
         sections += _claims_section(claims, cases)
+        sections += [CHANGED_RUN, ""] if how.quick or how.sets else []
     text = "\n".join(sections)
     options.log(text)
     write_text_atomic(out / "summary.md", text)

@@ -52,7 +52,8 @@ def variants(tables: dict[str, Any], defaults: dict[str, Any], source: str) -> d
             raise ConfigError(f"{where}: must be a table of hyper-parameters")
         method = table.get("method", label)
         if method not in algorithms.names():
-            what, names = "method" if "method" in table else "algorithm", algorithms.names()
+            what = "method" if "method" in table else "algorithm"
+            names = algorithms.names()
             raise ConfigError(
                 f"{source} [algorithms]: {unknown_name(what, method, names)}; a method of "
                 "your own is loaded by --plugin FILE_OR_MODULE or plugins = [...] in the file"
