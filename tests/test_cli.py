@@ -206,3 +206,102 @@ def test_a_wrong_distributed_environment_is_one_line_naming_the_variable(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and named in err and len(err.strip().splitlines()) == 1
     assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("deep", ["[" * 30000 + "]" * 30000, "{a = " * 30000 + "1" + "}" * 30000])
+def test_a_specification_nested_thousands_deep_is_one_line(tmp_path, capsys, deep):
+    path = tmp_path / "deep.toml"
+    path.write_text(f'name = "deep"\nproblem = "quadratic"\nagents = 4\nv = {deep}\n')
+    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "values are nested too deeply" in err and str(path) in err
+
+
+def test_a_time_model_naming_a_missing_agent_is_refused_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "o"
+    args = ["compare", "--quick", "--set", "agents=8", "--set", "timing.slow=[99]"]
+    assert main([*args, "--out", str(out), "--no-progress", "--jobs", "1"]) == 2
+    captured = capsys.readouterr()
+    assert "slow agent 99 does not exist among agents = 8" in captured.err
+    assert captured.out == "" and not out.exists()  # no unit ran, nothing was written
+
+
+NEURAL_WITHOUT_PHI_AND_BATCH = """
+name = "train"
+problem = "neural"
+agents = 2
+[topology]
+name = "ring"
+[problem_params]
+dataset = "digits"
+model = "small_cnn"
+epochs = 2
+[algorithms.edm]
+"""
+
+
+def test_every_missing_key_of_a_training_run_is_named_before_any_process_starts(
+    tmp_path, capsys, monkeypatch
+):
+    path = tmp_path / "train.toml"
+    path.write_text(NEURAL_WITHOUT_PHI_AND_BATCH)
+    started = []
+    monkeypatch.setattr("decentopt.cli.launch", lambda *a, **k: started.append(a) or 0)
+    assert main(["launch", "-n", "2", "-m", "decentopt", "run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing required keys 'phi', 'batch_size'" in err
+    assert started == []  # refused by the launcher itself
+    assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 2  # and without it
+    assert "missing required keys 'phi', 'batch_size'" in capsys.readouterr().err
+    fixed = NEURAL_WITHOUT_PHI_AND_BATCH.replace(
+        "epochs = 2", "epochs = 2\nphi = 0.5\nbatch_size = 8"
+    )
+    path.write_text(fixed)
+    assert main(["launch", "-n", "2", "-m", "decentopt", "run", str(path)]) == 0
+    assert len(started) == 1  # a valid specification is launched
+    # what the launcher does not read (another command, arguments the ranks refuse) goes on
+    assert main(["launch", "-n", "2", "-m", "decentopt", "methods", "edm"]) == 0
+    assert main(["launch", "-n", "2", "-m", "decentopt", "run", "--no-such-flag"]) == 0
+    assert len(started) == 3
+
+
+@pytest.mark.parametrize(
+    ("launcher", "flag"),
+    [("decentopt", "decentopt launch -n 6"), ("torchrun", "torchrun --nproc-per-node 6")],
+)
+def test_the_world_size_error_names_the_flag_of_the_launcher_in_use(
+    tmp_path, capsys, monkeypatch, launcher, flag
+):
+    from decentopt.distributed.runtime import Job
+
+    if launcher == "decentopt":
+        monkeypatch.setenv("DECENTOPT_ATTEMPT", "0")  # what decentopt launch sets
+    else:
+        monkeypatch.delenv("DECENTOPT_ATTEMPT", raising=False)
+    monkeypatch.setattr("decentopt.distributed.runtime.job", lambda timeout: Job(0, 2))
+    args = ["compare", "--quick", "--set", "agents=6", "--out", str(tmp_path / "o")]
+    assert main([*args, "--no-progress", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "6 agents but 2 processes" in err and f"start it with {flag} (one agent" in err
+    other = "--nproc-per-node" if launcher == "decentopt" else "launch -n"
+    assert other not in err
+
+
+def test_edm_refuses_push_sum_without_speaking_of_a_directed_graph_it_was_not_given(capsys):
+    assert main(["compare", "--set", 'algorithms.edm.gossip="push_sum"', "--only", "edm"]) == 2
+    err = capsys.readouterr().err
+    assert "edm's correction needs a symmetric W" in err and "leave gossip out" in err
+    assert "push-sum over a directed graph does not give" not in err
+
+
+def test_the_version_is_the_release_the_changelog_describes(capsys):
+    import re
+    from pathlib import Path
+
+    import decentopt
+
+    changes = (Path(__file__).resolve().parents[1] / "CHANGELOG.md").read_text()
+    newest = re.search(r"^## (\d+\.\d+\.\d+)", changes, re.M)
+    assert newest is not None and decentopt.__version__ == newest.group(1)
+    with pytest.raises(AttributeError, match=r"renamed decentopt\.distributed in 0\.2 and removed"):
+        decentopt.dist  # noqa: B018  # announced to go in 0.3

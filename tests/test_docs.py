@@ -77,3 +77,11 @@ def test_specification_examples_are_valid(doc, tmp_path):
             path = tmp_path / f"example{k}.toml"
             path.write_text(text)
             load_spec(path)
+
+
+def test_the_distributed_guide_gives_wrap_every_method_it_takes():
+    """``wrap`` takes any method whose gradient is a step direction, composed ones too: the
+    guide says so, not an older list of three."""
+    text = (ROOT / "docs" / "distributed.md").read_text()
+    assert '"dsgd" | "ed" | "edm"' not in text
+    assert "any registered method" in text and 'gossip="choco(qsgd(4))"' in text

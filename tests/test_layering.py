@@ -35,6 +35,8 @@ LAYERS = (
         "driver",
         "simulate",
         "training",
+        "styles",
+        "figures",
         "plotting",
         "drawing",
         "plugins",

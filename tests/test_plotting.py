@@ -145,3 +145,61 @@ def test_a_saved_figure_is_the_one_savefig_cuts_tight(tmp_path):
     assert mine.shape == tight.shape
     np.testing.assert_array_equal(mine, tight)
     assert pdf.read_bytes().startswith(b"%PDF") and plt.get_fignums() == before
+
+
+def test_markers_of_coinciding_curves_never_sit_on_each_other():
+    """DSGD, DmSGD and DecentLaM give one curve on the quadratic: each marks other points."""
+    from decentopt.plotting import _draw_curves, new_figure
+
+    for steps in (record_steps(1000, "log"), list(range(0, 300, 3))):
+        rows = [
+            {"algorithm": alg, "step": s, "run": 0, "err": 1.0 / (s + 1)}
+            for alg in ("dsgd", "dmsgd", "decentlam")
+            for s in steps
+        ]
+        _, axes = new_figure(1, 1, (4, 3))
+        _draw_curves(axes[0][0], rows, "err", "step", {})
+        marked = []
+        for line in axes[0][0].get_lines():
+            every = line.get_markevery()
+            start, step = every if isinstance(every, tuple) else (0, every)
+            marked.append(set(range(start, len(line.get_xdata()), step)))
+        assert len(marked) == 3 and all(6 <= len(m) <= 10 for m in marked)
+        assert all(not (a & b) for k, a in enumerate(marked) for b in marked[k + 1 :])
+
+
+def test_a_long_title_does_not_shrink_the_panels(tmp_path):
+    """The title is wrapped to the panels and legend: the figure is as wide as they are."""
+    import matplotlib.image
+
+    from decentopt.figures import DPI, LEGEND_INCHES
+    from decentopt.plotting import PANEL_INCHES
+
+    rows = [
+        {"algorithm": alg, "step": s, "run": 0, "err": 1.0 / (s + 1)}
+        for alg in ("dsgd", "dmsgd", "edm")
+        for s in record_steps(100, "log")
+    ]
+    title = "Quadratic (d = 10, p = 20, sigma2 = 0.05), ring of 32 agents, " * 4
+    [png] = plot_curves(rows, "err", tmp_path / "fig", title=title, formats=("png",))
+    width = matplotlib.image.imread(png).shape[1] / DPI
+    assert PANEL_INCHES < width < PANEL_INCHES + LEGEND_INCHES + 0.8
+    for panels in (2, 4):  # several panels: still as wide as they are
+        many = [r | {"c": c} for r in rows for c in range(panels)]
+        out = tmp_path / f"f{panels}"
+        [png] = plot_curves(many, "err", out, panel="c", title=title, formats=("png",))
+        width = matplotlib.image.imread(png).shape[1] / DPI
+        assert width < panels * PANEL_INCHES + LEGEND_INCHES + 0.8
+
+
+def test_the_default_comparison_figure_is_the_width_of_its_panel(tmp_path, capsys):
+    import matplotlib.image
+
+    from decentopt.cli import main
+    from decentopt.figures import DPI, LEGEND_INCHES
+    from decentopt.plotting import PANEL_INCHES
+
+    args = ["compare", "--quick", "--set", "agents=8", "--set", "iterations=60"]
+    assert main([*args, "--set", "runs=2", "--out", str(tmp_path), "--no-progress"]) == 0
+    width = matplotlib.image.imread(tmp_path / "compare.png").shape[1] / DPI
+    assert width < PANEL_INCHES + LEGEND_INCHES + 0.8  # was 9 inches: a third of it the panel

@@ -398,3 +398,111 @@ def test_in_the_decentralized_optimizer_on_two_gloo_processes(tmp_path):
     script = write(tmp_path, "train.py", OPTIMIZER)
     done = decentopt("launch", "-n", "2", str(script), str(EXAMPLE), cwd=tmp_path)
     assert "rank 0 ok" in done.stdout and "rank 1 ok" in done.stdout
+
+
+# ------------------------------------------------------------- what a plugin may do wrong
+@pytest.mark.parametrize(
+    ("raising", "expected"),
+    [
+        ("import sys\nsys.exit(3)\n", r"SystemExit: it called sys\.exit\(3\) while importing"),
+        ("import sys\nsys.exit()\n", r"SystemExit: it called sys\.exit\(None\) while importing"),
+        ("import sys\nraise KeyboardInterrupt\n", r"KeyboardInterrupt: raised while importing"),
+    ],
+    ids=["exit-3", "exit", "interrupt"],
+)
+def test_a_plugin_that_exits_while_importing_is_its_own_failure(tmp_path, raising, expected):
+    path = write(tmp_path, "userplug_exits.py", raising)
+    with pytest.raises(plugins.PluginError, match=expected) as caught:
+        plugins.load(str(path))
+    assert "plugin " in str(caught.value) and "userplug_exits.py, line 2" in str(caught.value)
+    assert "\n" not in str(caught.value)
+    module = write(tmp_path, "userplug_exits_mod.py", raising)
+    sys.path.insert(0, str(module.parent))
+    try:
+        with pytest.raises(plugins.PluginError, match=expected):
+            plugins.load("userplug_exits_mod")
+    finally:
+        sys.path.remove(str(module.parent))
+
+
+def test_an_installed_plugin_that_exits_does_not_stop_the_commands(tmp_path, monkeypatch, capsys):
+    install(tmp_path, "userplug-exits", "userplug_exiting", "import sys\nsys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["methods", "edm"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("edm  ")
+    warning = [line for line in captured.err.splitlines() if "userplug-exits" in line]
+    assert len(warning) == 1 and "sys.exit(3)" in warning[0] and "unavailable" in warning[0]
+
+
+WRONG_STEPS = """
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+from decentopt.algorithms import HyperParams, register
+
+
+class State(NamedTuple):
+    x: object
+    t: int = 0
+
+
+@register
+@dataclass(frozen=True)
+class Narrow(HyperParams):
+    name: ClassVar[str] = "userplug_narrow"
+    reference: ClassVar[str] = "a wrong shape"
+
+    def init(self, x0):
+        return State(x=x0)
+
+    def step(self, state, grad, comm):
+        return State(x=comm.mix(state.x - self.lr * grad)[..., :1], t=state.t + 1)
+
+
+@register
+@dataclass(frozen=True)
+class Single(Narrow):
+    name: ClassVar[str] = "userplug_single"
+    reference: ClassVar[str] = "another dtype"
+
+    def step(self, state, grad, comm):
+        return State(x=comm.mix(state.x - self.lr * grad).float(), t=state.t + 1)
+
+
+@register
+@dataclass(frozen=True)
+class Bare(Narrow):
+    name: ClassVar[str] = "userplug_bare"
+    reference: ClassVar[str] = "no state"
+
+    def step(self, state, grad, comm):
+        return comm.mix(state.x - self.lr * grad)
+"""
+
+
+WRONG = {
+    "userplug_narrow": r"step returned x of shape \(6, 2, 1\), torch\.float64 on cpu for ",
+    "userplug_single": r"step returned x of shape \(6, 2, 10\), torch\.float32 on cpu for ",
+    "userplug_bare": r"step returned Tensor; it must return the state it was given, a State",
+}
+
+
+@pytest.mark.parametrize("method", list(WRONG))
+def test_a_step_of_the_wrong_shape_or_dtype_is_one_line_naming_the_method(tmp_path, capsys, method):
+    plugin = write(tmp_path, "userplug_steps.py", WRONG_STEPS)
+    args = ["compare", "--quick", "--set", "agents=6", "--set", "runs=2", "--set", "iterations=20"]
+    args += ["--set", f"algorithms.{method}={{}}", "--only", method, "--plugin", str(plugin)]
+    assert main([*args, "--out", str(tmp_path / "o"), "--no-progress", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert re.search(f"method {method} \\(\\w+, {re.escape(str(plugin))}\\): {WRONG[method]}", err)
+
+
+@pytest.mark.parametrize("path", ["block", "step"])
+@pytest.mark.parametrize("method", list(WRONG))
+def test_every_path_checks_the_first_step(tmp_path, method, path):
+    plugins.load(str(write(tmp_path, "userplug_steps.py", WRONG_STEPS)))
+    problem = dopt.problems.Quadratic.paper(n=6, repetitions=2, seed=0)
+    with pytest.raises((ValueError, TypeError), match=f"method {method} .*{WRONG[method]}"):
+        dopt.simulate(algorithms.make(method), problem, dopt.topology.ring(6), 5, path=path)

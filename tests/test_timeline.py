@@ -109,10 +109,16 @@ def test_same_seed_same_timeline_in_every_row():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: TimeModel(factor=0.5), r"factor >= 1"),
+        (lambda: TimeModel(factor=0.5), r"factor must be >= 1 and <= 1e\+09"),
         (lambda: TimeModel(compute=0), r"compute must be > 0"),
         (lambda: TimeModel(slow=(-1,)), r"slow names agents by index >= 0; got -1"),
-        (lambda: TimeModel(bandwidth=0), r"bandwidth must be > 0"),
+        (lambda: TimeModel(bandwidth=0), r"bandwidth must be >= 0.001 and"),
+        (lambda: TimeModel(compute=float("inf")), r"compute must be >= 0 and <= 1e\+09 seconds"),
+        (lambda: TimeModel(noise=float("nan")), r"noise must be a number; got nan"),
+        (lambda: TimeModel(noise=1e308), r"noise must be >= 0 and <= 10 .*; got 1e\+308"),
+        (lambda: TimeModel(latency=1e308), r"latency must be >= 0 and <= 1e\+09 seconds"),
+        (lambda: TimeModel(bandwidth=5e-324), r"bandwidth must be >= 0.001 .*; got 5e-324"),
+        (lambda: TimeModel(seed=2**64), r"seed must be <= 2\*\*63 - 1"),
         (lambda: compute_times(TimeModel(slow=(9,)), 8, 3), r"slow agent 9 does not exist"),
     ],
 )
@@ -138,3 +144,24 @@ def test_a_specification_with_a_time_model_clocks_every_row(tmp_path):
     faster = load_spec(write(tmp_path, text.replace("factor = 4.0", "factor = 2.0")))
     again = run_spec(faster, tmp_path / "out", progress=False, log=lambda _: None)
     assert again.ran == [] and all(r["sim_time"] == 2.0 * r["step"] for r in again.rows)
+
+
+def test_the_clock_stays_finite_at_every_limit_of_the_time_model():
+    """The largest times the model takes (30 years a step, a billion times slower, sigma 10,
+    a message of a kilobyte at 1e-3 bytes/s) give a finite clock, without a warning."""
+    from decentopt.driver.timeline import LIMITS
+
+    worst = {
+        "compute": LIMITS["compute"][1],
+        "noise": LIMITS["noise"][1],
+        "factor": LIMITS["factor"][1],
+        "latency": LIMITS["latency"][1],
+        "bandwidth": LIMITS["bandwidth"][0],
+    }
+    model = TimeModel(**worst, slow=(0,), seed=2**63 - 1)
+    graph = dopt.topology.ring(8)
+    with np.errstate(all="raise"):  # an overflow anywhere raises
+        for lag, asynchronous in ((0, False), (2, False), (0, True)):
+            seconds = clock(model, graph, 200, 1024.0, lag, asynchronous)
+            assert np.isfinite(seconds).all() and (np.diff(seconds) >= 0).all()
+            assert seconds[-1] > 200 * 1024 / 1e-3  # each step sends a kilobyte at least

@@ -13,7 +13,7 @@ matplotlib backend, thread counts).
 from decentopt import algorithms, comm, distributed, plugins, problems, schedules, topology
 from decentopt.simulate import SimulationResult, simulate
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "SimulationResult",
@@ -30,13 +30,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name == "dist":  # renamed in 0.2: "dist/" is the folder Python tooling builds into
-        import warnings
-
-        warnings.warn(
-            "decentopt.dist is now decentopt.distributed; the old name goes in 0.3",
-            DeprecationWarning,
-            stacklevel=2,
+    if name == "dist":  # renamed in 0.2 ("dist/" is the folder Python tooling builds into)
+        raise AttributeError(
+            "decentopt.dist was renamed decentopt.distributed in 0.2 and removed in 0.3; "
+            "use decentopt.distributed"
         )
-        return distributed
     raise AttributeError(f"module 'decentopt' has no attribute {name!r}")

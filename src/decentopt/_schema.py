@@ -72,6 +72,9 @@ def _convert(hint: Any, value: Any, where: str, key: str) -> Any:
             try:
                 return _convert(option, value, where, key)
             except ConfigError:
+                # a table read as its dataclass: that table's own error says what is wrong
+                if dataclasses.is_dataclass(option) and isinstance(value, dict):
+                    raise
                 continue
     elif origin is tuple and isinstance(value, list | tuple):
         try:
@@ -106,11 +109,14 @@ def parse(cls: type[T], table: dict[str, Any], where: str) -> T:
     for key in table:
         if key not in fields:
             raise ConfigError(f"{where}: {unknown_name('key', key, fields)}")
+    missing = [name for name, f in fields.items() if name not in table and _required(f)]
+    if missing:  # every one at once: a run of many processes is not restarted key by key
+        keys = ", ".join(f"'{name}'" for name in missing)
+        plural = "s" if len(missing) > 1 else ""
+        raise ConfigError(f"{where}: missing required key{plural} {keys}")
     values = {}
     for name, f in fields.items():
         if name not in table:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ConfigError(f"{where}: missing required key '{name}'")
             continue
         value = _convert(hints[name], table[name], where, name)
         low, above = f.metadata.get("minimum"), f.metadata.get("above")
@@ -122,7 +128,14 @@ def parse(cls: type[T], table: dict[str, Any], where: str) -> T:
         if above is not None and value is not None and not value > above:
             raise ConfigError(f"{where}: '{name}' must be > {above}, found {value}")
         values[name] = value
-    return cls(**values)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:  # the dataclass's own cross-field checks
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _required(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 _CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", re.S)

@@ -6,8 +6,10 @@ Commands are registered in :data:`COMMANDS` (name -> (help, configure, run)).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import inspect
+import io
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -25,7 +27,7 @@ from decentopt.driver import RunOptions
 from decentopt.experiments import ConfigError, load_spec, write_report
 from decentopt.experiments.claims import claims_report
 from decentopt.experiments.runner import Sweep, say_line
-from decentopt.experiments.spec import PAPER_PRESETS, STUDIES, is_study, read_toml
+from decentopt.experiments.sources import PAPER_PRESETS, STUDIES, is_study, read_toml
 from decentopt.experiments.studies import run_study
 from decentopt.experiments.study import load_study
 from decentopt.integrations import loggers
@@ -125,8 +127,30 @@ def _configure_launch(p: argparse.ArgumentParser) -> None:
 
 
 def _run_launch(args: argparse.Namespace) -> int:
+    if args.module and args.script in ("decentopt", "decentopt.cli"):
+        _check_launched(args.args)
     options = {k: getattr(args, k) for k in ("module", "threads", "max_restarts", "grace")}
     return launch(args.nproc, args.script, args.args, **options)
+
+
+def _check_launched(argv: list[str]) -> None:
+    """Read the specification a launched ``decentopt run`` (``reproduce``, ``compare``) will
+    run, here, before any process starts: a mistake is one line once, not one per rank after
+    every rank has started. Arguments its own parser refuses are left to the ranks."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            inner = build_parser().parse_args(argv)
+    except SystemExit:
+        return
+    if inner.command not in ("run", "reproduce", "compare"):
+        return
+    source = getattr(inner, "source", "compare")
+    for plugin in inner.plugin:
+        plugins.load(plugin)
+    if is_study(read_toml(source)[0]):
+        load_study(source, quick=inner.quick)
+    else:
+        load_spec(source, quick=inner.quick, overrides=inner.overrides)
 
 
 # ------------------------------------------------------------ reproduce / run
@@ -200,9 +224,14 @@ def _run_command(args: argparse.Namespace) -> int:
         study = load_study(args.source, quick=args.quick)
         monitor = loggers.make(args.log)  # each unit of each part, grouped by the part
         files = run_study(
-            study, _out(args, study.name), options.but(monitor=monitor), quick=args.quick,
-            sets=args.overrides, only=_only(args), check=args.check,
-        )  # fmt: skip
+            study,
+            _out(args, study.name),
+            options.but(monitor=monitor),
+            quick=args.quick,
+            sets=args.overrides,
+            only=_only(args),
+            check=args.check,
+        )
         monitor.figures(files, group=study.name)
         print("wrote " + ", ".join(map(str, files)))
         return 0
@@ -220,7 +249,8 @@ def _run_command(args: argparse.Namespace) -> int:
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
     claims = partial(claims_report, spec.claims) if args.check else None
-    modified, x = args.quick or bool(args.overrides), X_AXES[args.x]
+    modified = args.quick or bool(args.overrides)
+    x = X_AXES[args.x]
     files = write_report(spec, outcome.rows, out, modified=modified, claims=claims, x=x)
     monitor.figures(files, group=spec.name)
     print(

@@ -2,111 +2,67 @@
 
 Curves show, for each algorithm, the mean over repetitions with a band from
 the 10th to the 90th percentile, on a log scale. Every method has its own
-colour, line style and marker, so curves that coincide stay visible, and the
-legend says which coincide. The x axis is logarithmic when the records are
-log-spaced (the default), so the transient is not squeezed into the margin. Figures are
-drawn on an Agg canvas without pyplot, laid out once and cut to a box measured once.
+colour, line style and marker, its markers offset from the other curves' so that
+curves that coincide stay visible (:mod:`decentopt.styles`), and the panel says which
+coincide. The x axis is logarithmic when the records are log-spaced (the default), so the
+transient is not squeezed into the margin. Figures are drawn on an Agg canvas without
+pyplot, their titles wrapped to the panels' width, laid out once and cut to a box
+measured once (:mod:`decentopt.figures`).
 """
 
 from __future__ import annotations
 
 import math
-import textwrap
 import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.layout_engine import TightLayoutEngine
 
-from decentopt.algorithms.registry import PAPER_ORDER
+from decentopt.figures import (
+    DPI,
+    FORMATS,
+    LEGEND_INCHES,
+    new_figure,
+    save_figure,
+    suptitle,
+    tight_box,
+    tight_layout,
+)
+from decentopt.styles import (
+    LABELS,
+    METRIC_LABELS,
+    display_name,
+    marks,
+    ordered,
+    shown,
+    style_for,
+)
 
 __all__ = [
+    "DPI",
+    "FORMATS",
     "LABELS",
+    "METRIC_LABELS",
+    "MOST_CURVES",
+    "X_LABELS",
+    "band",
+    "best_methods",
     "coincident_groups",
+    "display_name",
+    "new_figure",
     "ordered",
     "plot_curves",
     "plot_epochs",
     "plot_scaling",
     "save_figure",
     "style_for",
+    "tight_box",
+    "tight_layout",
     "x_scale",
 ]
-
-LABELS = {
-    "dsgd": "DSGD",
-    "dmsgd": "DmSGD",
-    "decentlam": "DecentLaM",
-    "qg_dsgdm": "QG-DSGDm",
-    "dsgt": "DSGT",
-    "dsgt_hb": "DSGT-HB",
-    "ed": "ED/D²",
-    "edm": "EDM",
-    "extra": "EXTRA",
-    "nids": "NIDS",
-    "mt": "Momentum Tracking",
-    "choco_dsgd": "CHOCO-SGD",
-    "choco_ed": "CHOCO-ED",
-    "choco_edm": "CHOCO-EDM",
-    "sgp": "SGP",
-    "osgp": "OSGP",
-    "ad_psgd": "AD-PSGD",
-    "push_diging": "Push-DIGing",
-    "relaysgd": "RelaySGD",
-}
-METRIC_LABELS = {
-    "dist_to_opt": r"$\frac{1}{n}\sum_i \|x_i - x^\star\|^2$",
-    "grad_norm": r"$\|\nabla f(\bar x)\|^2$",
-    "consensus": r"$\frac{1}{n}\sum_i \|x_i - \bar x\|^2$",
-    "opt_gap": r"$f(\bar x) - f^\star$",
-    "train_loss": r"training loss $\sum_i f_i(x_i)$",
-    "test_loss": "test loss (averaged model)",
-    "test_acc": "test accuracy (averaged model)",
-}
-
-
-_LINESTYLES = ("-", "--", "-.", ":")
-_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
-
-
-def display_name(label: str, method: str) -> str:
-    """How a variant is shown: ``EDM``, a grid point ``EDM(beta=0.5)``, or its own label
-    with the method's name, ``choco_top10 (CHOCO-SGD)``."""
-    shown = LABELS.get(method)
-    if shown is None or label == method:  # no display name (a plugin's): the label itself
-        return shown or label
-    if label.startswith(method + "("):
-        return shown + label[len(method) :]
-    return f"{label} ({shown})"
-
-
-def _shown(alg: str, names: dict[str, str] | None) -> str:
-    return (names or {}).get(alg) or LABELS.get(alg, alg)
-
-
-def ordered(names: Sequence[str]) -> list[str]:
-    """Distinct labels: the paper's methods in its order (variants ``edm(lr=...)`` by their
-    method), then the rest sorted."""
-    rank = {name: i for i, name in enumerate(PAPER_ORDER)}
-    return sorted(set(names), key=lambda s: (rank.get(s.split("(")[0], len(rank)), s))
-
-
-def style_for(name: str, index: int) -> dict[str, Any]:
-    """Colour, line style and marker of a method (EDM: thick black solid line)."""
-    if name == "edm":
-        return {"color": "black", "lw": 2.2, "ls": "-", "marker": "o", "ms": 4}
-    return {
-        "color": matplotlib.colormaps["tab10"](index % 10),
-        "lw": 1.3,
-        "ls": _LINESTYLES[index % len(_LINESTYLES)],
-        "marker": _MARKERS[index % len(_MARKERS)],
-        "ms": 4,
-    }
 
 
 def x_scale(steps: Sequence[int]) -> str:
@@ -138,11 +94,10 @@ X_LABELS = {
 }
 
 
-#: Resolution of the saved figures (dots per inch) and the formats written by default.
-DPI, FORMATS = 130, ("png", "pdf")
-
 #: Most curves a figure of :func:`plot_curves` draws (its legend has as many entries).
 MOST_CURVES = 12
+#: The width of a panel of :func:`plot_curves`.
+PANEL_INCHES = 4.2
 
 
 def best_methods(rows: Sequence[dict[str, Any]], metric: str, most: int) -> set[str]:
@@ -173,13 +128,6 @@ def band(values: np.ndarray, q: Sequence[float] = (10, 90)) -> np.ndarray:
     return out
 
 
-def new_figure(rows: int, cols: int, figsize: tuple[float, float]) -> tuple[Figure, np.ndarray]:
-    """A figure on an Agg canvas (no pyplot: nothing to close) and its axes, a 2-D array."""
-    fig = Figure(figsize=figsize)
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(rows, cols, squeeze=False)
-
-
 def plot_curves(
     rows: Sequence[dict[str, Any]],
     metric: str,
@@ -206,16 +154,18 @@ def plot_curves(
     on the horizontal axis: ``"step"``, ``"rounds"``, ``"bytes_per_agent"`` or
     ``"model_time"`` (the run's network model).
     """
-    shown, every = best_methods(rows, metric, MOST_CURVES), {row["algorithm"] for row in rows}
-    if len(shown) < len(every):
+    best = best_methods(rows, metric, MOST_CURVES)
+    every = {row["algorithm"] for row in rows}
+    if len(best) < len(every):
         note = f"the {MOST_CURVES} of {len(every)} with the lowest final {metric}"
         title = f"{title}\n{note}" if title else note
-        rows = [row for row in rows if row["algorithm"] in shown]
+        rows = [row for row in rows if row["algorithm"] in best]
     panels: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         panels[row[panel] if panel else None].append(row)
     keys = list(panel_order) if panel_order else sorted(panels, key=lambda v: (v is None, v))
-    fig, axes = new_figure(1, len(keys), figsize=(4.2 * len(keys), 3.6))
+    width = PANEL_INCHES * len(keys)
+    fig, axes = new_figure(1, len(keys), figsize=(width, 3.6))
     legend: dict[str, Any] = {}
     for ax, key in zip(axes[0], keys, strict=True):
         means, all_steps = _draw_curves(ax, panels[key], metric, x, legend)
@@ -227,10 +177,11 @@ def plot_curves(
         ax.grid(alpha=0.3, which="both", lw=0.4)
         _note_coincident(ax, means, names)
     order = ordered(list(legend))
-    handles, labels = [legend[a] for a in order], [_shown(a, names) for a in order]
+    handles = [legend[a] for a in order]
+    labels = [shown(a, names) for a in order]
     fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    if title:  # a grid's title lists every value: cut, so that the figure stays small
-        fig.suptitle("\n".join(textwrap.shorten(line, 160) for line in title.splitlines()))
+    if title:  # wrapped to what is drawn: a long title does not widen the figure
+        suptitle(fig, title, width + LEGEND_INCHES)
     tight_layout(fig)
     return save_figure(fig, out, formats)
 
@@ -247,7 +198,8 @@ def _draw_curves(
         where[row["algorithm"]][row["step"]] = row[x]
     means: dict[str, np.ndarray] = {}
     all_steps: list[float] = []
-    for i, alg in enumerate(ordered(list(curves))):
+    methods = ordered(list(curves))
+    for i, alg in enumerate(methods):
         by_step = sorted(curves[alg])
         steps = np.array([where[alg][s] for s in by_step])
         all_steps += steps.tolist()
@@ -257,7 +209,7 @@ def _draw_curves(
             means[alg] = mean = np.nanmean(vals, axis=1)  # every run diverged: NaN, a gap
         lo, hi = band(vals)
         style = style_for(alg, i)
-        every = max(1, len(steps) // 8)
+        every = marks(len(steps), i, len(methods))  # coinciding curves show every marker
         (line,) = ax.plot(steps, mean, markevery=every, zorder=3 if alg == "edm" else 2, **style)
         ax.fill_between(steps, lo, hi, color=style["color"], alpha=0.12, lw=0)
         legend.setdefault(alg, line)
@@ -279,10 +231,12 @@ def _note_coincident(ax: Any, means: dict[str, np.ndarray], names: dict[str, str
     """Say in the panel's corner which methods' curves coincide (drawn on top of each other)."""
     coincide = [g for g in coincident_groups(means) if len(g) > 1]
     if coincide:
-        note = "; ".join(" = ".join(_shown(a, names) for a in g) for g in coincide)
+        note = "; ".join(" = ".join(shown(a, names) for a in g) for g in coincide)
         box = {"fc": "white", "alpha": 0.7, "lw": 0}
-        ax.text(0.02, 0.02, f"coincide: {note}", transform=ax.transAxes, fontsize=7, va="bottom",
-                ha="left", bbox=box)  # fmt: skip
+        text = f"coincide: {note}"
+        ax.text(
+            0.02, 0.02, text, transform=ax.transAxes, fontsize=7, va="bottom", ha="left", bbox=box
+        )
 
 
 def plot_epochs(
@@ -303,8 +257,9 @@ def plot_epochs(
         style = style_for(alg, i)
         for ax, key in zip(axes[0], metrics, strict=True):
             vals = [[float(r[key]) for r in mine if r[x] == e] for e in epochs]
-            ax.plot(epochs, [np.mean(v) for v in vals], label=_shown(alg, names), **style)
-            lo, hi = [min(v) for v in vals], [max(v) for v in vals]
+            ax.plot(epochs, [np.mean(v) for v in vals], label=shown(alg, names), **style)
+            lo = [min(v) for v in vals]
+            hi = [max(v) for v in vals]
             ax.fill_between(epochs, lo, hi, color=style["color"], alpha=0.15, lw=0)
             ax.set_xlabel(x)
             ax.set_ylabel(METRIC_LABELS.get(key, key))
@@ -314,7 +269,7 @@ def plot_epochs(
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     if title:
-        fig.suptitle(title)
+        suptitle(fig, title, 4.3 * len(metrics) + LEGEND_INCHES)
     tight_layout(fig)
     return save_figure(fig, out)
 
@@ -344,34 +299,3 @@ def plot_scaling(rows: Sequence[Any], out: str | Path) -> list[Path]:
     ax.grid(alpha=0.3, which="both", lw=0.4)
     tight_layout(fig)
     return save_figure(fig, out)
-
-
-def tight_layout(fig: Figure) -> None:
-    """``fig.tight_layout()`` leaving no layout engine: a save then draws the figure once."""
-    TightLayoutEngine(rect=None).execute(fig)  # as fig.tight_layout() does
-
-
-def tight_box(fig: Figure, dpi: float = DPI) -> Any:
-    """``bbox_inches="tight"``'s padded box (inches) as a PNG at ``dpi`` measures it, measured
-    once on the Agg renderer (another canvas: ``"tight"``, measured by each format)."""
-    if not isinstance(fig.canvas, FigureCanvasAgg):
-        return "tight"
-    shown, fig.dpi = fig.dpi, dpi
-    try:
-        box = fig.get_tightbbox(fig.canvas.get_renderer())
-    finally:
-        fig.dpi = shown
-    pad = matplotlib.rcParams["savefig.pad_inches"]
-    return box.padded(pad, pad)
-
-
-def save_figure(fig: Figure, out: str | Path, formats: Sequence[str] = FORMATS) -> list[Path]:
-    """Write ``fig`` as ``out.<fmt>`` for each format, all cut to one :func:`tight_box` (not
-    measured again per format); returns the paths."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written = [out.with_suffix(f".{fmt}") for fmt in formats]
-    box = tight_box(fig) if written else None
-    for path in written:
-        fig.savefig(path, dpi=DPI, bbox_inches=box)
-    return written

@@ -40,6 +40,10 @@ _LOADED: dict[str, list[str]] = {}
 _FAILED: dict[str, str] = {}
 #: Prefix of the module names files are loaded under (one unique name per file).
 MODULE_PREFIX = "decentopt_plugin_"
+#: What a plugin may raise while it imports, all reported as its failure: its exceptions,
+#: and ``sys.exit()`` or ``KeyboardInterrupt`` raised by its code, which would otherwise end
+#: the program that loads it (with no word of the plugin).
+IMPORT_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
 
 
 class PluginError(ValueError):
@@ -104,7 +108,7 @@ def _import_file(path: Path, spec: str) -> None:
     sys.path.insert(0, str(path.parent))
     try:
         found.loader.exec_module(module)
-    except Exception as exc:
+    except IMPORT_FAILURES as exc:
         del sys.modules[name]
         raise PluginError(_failed(spec, exc, path)) from None
     finally:
@@ -130,7 +134,7 @@ def _import_module(spec: str) -> None:
                 f"provides it, add its folder to PYTHONPATH, or give a .py file's path{there}"
             ) from None
         raise PluginError(_failed(spec, exc, None)) from None
-    except Exception as exc:
+    except IMPORT_FAILURES as exc:
         raise PluginError(_failed(spec, exc, None)) from None
 
 
@@ -151,7 +155,9 @@ def _failed(spec: str, exc: BaseException, path: Path | None) -> str:
     mine = [f for f in frames if path is None or Path(f.filename).resolve() == path]
     if mine:
         where = f" ({Path(mine[-1].filename).name}, line {mine[-1].lineno})"
-    message = str(exc).splitlines()[0] if str(exc) else ""
+    message = str(exc).splitlines()[0] if str(exc) else "raised while importing"
+    if isinstance(exc, SystemExit):  # sys.exit(code): the code, not an empty message
+        message = f"it called sys.exit({exc.code!r}) while importing"
     return f"plugin {spec} failed to import: {type(exc).__name__}: {message}{where}"
 
 
@@ -167,7 +173,7 @@ def load_entry_points() -> dict[str, str]:
             continue
         try:
             _once(f"{point.value} ({dist})", point.load)
-        except Exception as exc:
+        except IMPORT_FAILURES as exc:
             _FAILED[dist] = _failed(f"{point.value} (distribution {dist})", exc, None)
     return dict(_FAILED)
 

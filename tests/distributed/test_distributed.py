@@ -274,7 +274,9 @@ def test_training_preset_runs_one_agent_per_process(tmp_path):
         text=True,
         timeout=300,
     )
-    assert wrong.returncode != 0 and "4 agents but 2 processes" in wrong.stderr + wrong.stdout
+    said = wrong.stderr + wrong.stdout
+    assert wrong.returncode != 0 and "4 agents but 2 processes" in said
+    assert "start it with decentopt launch -n 4" in said and "--nproc-per-node" not in said
 
 
 #: rank 1 dies (kill -9 alike) right after the first complete checkpoint, on the first attempt

@@ -72,6 +72,9 @@ class MeanSpec:
     def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
         return {"targets, iterates and state": 6 * 8 * agents * runs * self.d}
 
+    def iterate_bytes(self, *, agents: int, runs: int) -> float:
+        return 8 * agents * runs * self.d
+
 
 TOY = """
 problem = "mean"

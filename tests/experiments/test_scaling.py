@@ -66,3 +66,15 @@ def test_the_study_goes_through_the_store_and_resumes(tmp_path):
         third = ResultStore(tmp_path / "runs")
         run_scaling(seeds=2, quick=True, log=quiet, store=third)
     assert third.ran == [first.ran[0]]
+
+
+def test_every_column_of_table1_has_a_header():
+    from decentopt.experiments.scaling import ScalingRow
+
+    square = ScalingRow.fitted(
+        "bias", "dmsgd", "alpha", 2.0, xs=[1.0, 2.0, 4.0], ys=[[1.0, 1.0], [4.0, 4.0], [16.0, 16.0]]
+    )
+    table = scaling_markdown([square])
+    header = [cell.strip() for cell in table.splitlines()[0].strip("|").split("|")]
+    assert all(header) and header[-1] == "against the paper's bound"
+    assert table.splitlines()[2].rstrip(" |").endswith("matches")  # y = x^2: exponent 2

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 
 from decentopt.experiments import PRESETS, ConfigError, load_spec
-from decentopt.experiments.spec import PRESET_DIR, parse_override
+from decentopt.experiments.sources import PRESET_DIR, parse_override
 
 BASE = """
 name = "tiny"
@@ -368,8 +369,37 @@ def test_spec_mistakes_name_the_fix(tmp_path, change, pattern):
 
 
 def test_many_gossip_rounds_count_in_the_work_warning():
-    with pytest.warns(UserWarning, match=r"1e\+03 iterations × 1,000,000,000 gossip rounds"):
+    # gradient tracking makes two rounds a step: its 2 x 10^9 are the most of compare's methods
+    many = r"1e\+03 iterations × 2,000,000,000 gossip rounds each \(dsgt\)"
+    with pytest.warns(UserWarning, match=many):
         load_spec("compare", overrides=["iterations=1000", "mix_rounds=1000000000"])
+
+
+def test_a_gossip_of_many_rounds_warns_of_the_work_as_mix_rounds_does():
+    text = 'algorithms.dsgd.gossip="multi_round(1000000000)"'
+    many = r"1e\+03 iterations × 1,000,000,000 gossip rounds each \(dsgd\)"
+    with pytest.warns(UserWarning, match=many):
+        load_spec("compare", overrides=["iterations=1000", text])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a few rounds a step: no warning
+        load_spec("compare", overrides=["iterations=1000", text.replace("1000000000", "4")])
+
+
+def test_a_delayed_gossip_s_history_is_in_the_memory_estimate():
+    from decentopt.experiments.runner import check_memory, memory_parts
+
+    plain = load_spec("compare", overrides=["iterations=20"]).select(["dsgd"])
+    delayed = load_spec(
+        "compare", overrides=["iterations=20", 'algorithms.dsgd.gossip="delayed(100000)"']
+    ).select(["dsgd"])
+    one = 32 * 20 * 10 * 8  # an iterate: 32 agents, 20 runs, d = 10, float64
+    part = "delayed gossip's messages of past rounds"
+    assert memory_parts(plain)[part] == 0
+    assert memory_parts(delayed)[part] == 100_000 * one  # tau copies of the one value sent
+    assert sum(memory_parts(delayed).values()) - sum(memory_parts(plain).values()) == 100_000 * one
+    with pytest.raises(ConfigError, match=r"delayed gossip's messages of past rounds 4\.77 GiB"):
+        check_memory(delayed, available=3 * 2**30)  # refused before anything is allocated
+    assert check_memory(plain, available=3 * 2**30) > 0
 
 
 def test_an_absurd_number_of_threads_is_one_line():
@@ -387,3 +417,50 @@ def test_values_nested_too_deeply_are_one_line(tmp_path, where):
     else:
         with pytest.raises(ConfigError, match="nested too deeply"):
             load_spec("compare", overrides=[f"problem_params.c={deep}"])
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("compute = -0.01", r"\[timing\]: 'compute' must be > 0, found -0.01"),
+        ("compute = 0", r"\[timing\]: 'compute' must be > 0, found 0"),
+        ("compute = nan", r"\[timing\]: 'compute' must be a number, found nan"),
+        ("compute = inf", r"\[timing\]: 'compute' must be a number, found inf"),
+        ("factor = 0", r"\[timing\]: 'factor' must be >= 1, found 0"),
+        ("noise = -1", r"\[timing\]: 'noise' must be >= 0, found -1"),
+        ("bandwidth = 0", r"\[timing\]: 'bandwidth' must be > 0, found 0"),
+        ("comput = 0.1", r"\[timing\]: unknown key 'comput'; did you mean 'compute'\?"),
+        ("compute = 1e308", r"\[timing\]: TimeModel: compute must be .* got 1e\+308"),
+        ("latency = 1e308", r"\[timing\]: TimeModel: latency must be .* got 1e\+308"),
+        ("noise = 1e308", r"\[timing\]: TimeModel: noise must be >= 0 and <= 10 "),
+        ("factor = 1e308", r"\[timing\]: TimeModel: factor must be .* got 1e\+308"),
+        ("bandwidth = 5e-324", r"\[timing\]: TimeModel: bandwidth must be >= 0.001 "),
+        ("seed = 99999999999999999999", r"\[timing\]: 'seed' must be <= 9223372036854775807"),
+        ("slow = [99]", r"\[timing\]: slow agent 99 does not exist among agents = 6 \(numbered"),
+    ],
+)
+def test_every_mistake_of_the_time_model_is_named_when_the_file_is_read(tmp_path, setting, message):
+    text = BASE + f"[timing]\n{setting}\n"
+    with pytest.raises(ConfigError, match=message) as info:
+        load_spec(write(tmp_path, text))
+    assert "must be TimeModel" not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_only_takes_a_grids_label_for_all_its_members(tmp_path):
+    grid = BASE + '[algorithms.sweep]\nmethod = "edm"\nlr = [0.01, 0.02]\nbeta = [0.5, 0.9]\n'
+    spec = load_spec(write(tmp_path, grid))
+    members = [k for k in spec.algorithms if k.startswith("sweep(")]
+    assert len(members) == 4
+    assert list(spec.select(["sweep"]).algorithms) == members
+    assert list(spec.select(["ed", "sweep"]).algorithms) == ["ed", *members]
+    one = "sweep(lr=0.01, beta=0.5)"
+    assert list(spec.select([one]).algorithms) == [one]  # a member alone still works
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'swep'; did you mean 'sweep'\?"):
+        spec.select(["swep"])  # the grid's label is suggested, not one member
+
+
+def test_the_title_says_which_methods_a_momentum_is_for():
+    spec = load_spec("compare", quick=True)
+    assert spec.title().endswith("α = 0.05, β = 0.9 (the methods with momentum)")
+    assert spec.select(["edm", "dmsgd"]).title().endswith("α = 0.05, β = 0.9")  # all have one
+    assert "β" not in spec.select(["dsgd", "ed"]).title()

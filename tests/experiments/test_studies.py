@@ -5,7 +5,7 @@ import torch
 
 from decentopt.cli import main
 from decentopt.experiments import ConfigError, load_spec
-from decentopt.experiments.spec import PAPER_PRESETS, PRESET_DIR, STUDIES, tomllib
+from decentopt.experiments.sources import PAPER_PRESETS, PRESET_DIR, STUDIES, tomllib
 from decentopt.experiments.study import load_study
 from tests.experiments.test_spec import BASE, NEURAL, write
 
@@ -134,3 +134,30 @@ def test_a_copied_compression_study_draws_errors_against_bytes_and_judges_claims
     assert "bytes per iteration" in text and "## Claims" in text
     assert "sends fewer bytes per agent than DSGD" in text
     assert (out / "tiny" / "tiny.png").is_file()
+
+
+@pytest.mark.parametrize("option", [["--check"], ["--set", "seeds=2"]])
+def test_table1_refuses_what_it_would_ignore_before_it_runs(tmp_path, capsys, monkeypatch, option):
+    def measured(**_):
+        raise AssertionError("the study ran")
+
+    monkeypatch.setattr("decentopt.experiments.scaling.run_scaling", measured)
+    out = tmp_path / "out"
+    assert main(["reproduce", "table1", "--quick", *option, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: {option[0]}: table1" in err and not out.exists()
+
+
+def test_a_grids_label_selects_every_member_in_a_study(tmp_path):
+    from decentopt.experiments.study import Request, load_study
+
+    study = load_study("methods", quick=True)
+    whole = study.parts(Request(quick=True))
+    member = next(k for k in whole[0].algorithms if k.startswith("ed("))
+    parts = study.parts(Request(quick=True, only=("edm", member)))
+    assert len(parts) == len(whole)
+    for spec, full in zip(parts, whole, strict=True):
+        edm = [k for k in full.algorithms if k.startswith("edm(")]
+        assert len(edm) == 3  # the grid of three step sizes, each part its own
+        assert list(spec.algorithms) == [*edm, *([member] if member in full.algorithms else [])]
+    assert member in parts[0].algorithms

@@ -140,7 +140,7 @@ def test_tracking_within_noise_of_dsgd_is_inconclusive_not_a_failure():
 
 
 def test_a_graph_study_claim_must_name_one_of_its_checks(tmp_path):
-    from decentopt.experiments.spec import PRESET_DIR
+    from decentopt.experiments.sources import PRESET_DIR
 
     text = (PRESET_DIR / "topologies.toml").read_text().replace('"tracking_exact"', '"tracking"')
     study = load_study(write(tmp_path, text, "t.toml"))

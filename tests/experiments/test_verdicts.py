@@ -206,7 +206,7 @@ def test_every_preset_has_runs_enough_for_its_rank_test_claims(quick):
 
     from decentopt.analysis import rank_test_can_decide
     from decentopt.experiments import PRESETS
-    from decentopt.experiments.spec import PRESET_DIR
+    from decentopt.experiments.sources import PRESET_DIR
 
     strict = {"settles_sooner": True, "fewer_bytes": True, "settles_no_later": False}
     for name in PRESETS:

@@ -83,7 +83,8 @@ class DistributedCommunicator(Shared):
         if topology.n != self.world_size:
             raise ValueError(
                 f"the topology has n = {topology.n} agents but the job has {self.world_size} "
-                f"processes; launch with --nproc-per-node {topology.n} (one agent per process)"
+                f"processes; start {topology.n}, one agent each (decentopt launch -n {topology.n}, "
+                f"torchrun --nproc-per-node {topology.n})"
             )
         self.topology = topology
         self.timeout = timedelta(seconds=timeout)

@@ -35,10 +35,18 @@ from collections.abc import Callable, Iterator, Sequence
 
 from decentopt._process import die_with_parent
 
-__all__ = ["launch", "worker_command"]
+__all__ = ["launch", "processes_flag", "worker_command"]
 
 #: How often the launcher looks at its processes (seconds).
 POLL = 0.05
+
+
+def processes_flag(n: int) -> str:
+    """How to ask for ``n`` processes of the launcher this process runs under: ``decentopt
+    launch -n N`` (it sets ``DECENTOPT_ATTEMPT``), else torchrun's ``--nproc-per-node N``."""
+    if "DECENTOPT_ATTEMPT" in os.environ:
+        return f"decentopt launch -n {n}"
+    return f"torchrun --nproc-per-node {n}"
 
 
 def worker_command(target: str, args: Sequence[str], *, module: bool) -> list[str]:

@@ -30,12 +30,14 @@ to rounding, and a rerun equals itself bit for bit. The path taken is
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from decentopt.algorithms.compose import Composed
 from decentopt.comm.mixers import MixerUnavailable, NativeMixer
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.problems.base import BlockProblem
@@ -45,7 +47,15 @@ if TYPE_CHECKING:
     from decentopt.algorithms.base import Algorithm
     from decentopt.comm.base import Communicator
 
-__all__ = ["PATHS", "BlockRunner", "FusedPlan", "check_gradient", "choose", "fused_plan"]
+__all__ = [
+    "PATHS",
+    "BlockRunner",
+    "FusedPlan",
+    "check_gradient",
+    "check_step",
+    "choose",
+    "fused_plan",
+]
 
 #: State size (entries) from which the loop keeps torch's intra-op threads. Measured on a
 #: 2-core machine: below it a second thread gains at most 2x when the machine is idle and
@@ -74,6 +84,40 @@ def check_gradient(grad: object, x: torch.Tensor, owner: str) -> None:
             f"iterates of shape {tuple(x.shape)} and dtype {x.dtype}; it must return one "
             "gradient per agent and repetition, of the iterates' shape and dtype"
         )
+
+
+def check_step(new: object, old: Any, algorithm: Any) -> None:
+    """Refuse a step that returned another kind of state, or an iterate of another shape,
+    dtype or device than the one it was given (a user's method, most likely): one line
+    naming the method and where it is defined, before the guard or the problem's metrics
+    meet it. (Other fields may change shape: RelaySGD's buffers fill on the first step.)"""
+    if type(new) is not type(old):
+        raise TypeError(
+            f"{_method(algorithm)}: step returned {type(new).__name__}; it must return the "
+            f"state it was given, a {type(old).__name__}, with every field updated"
+        )
+    x, before = new.x, old.x  # type: ignore[attr-defined]
+    if not isinstance(x, torch.Tensor):
+        found = f"a {type(x).__name__}"
+    elif (x.shape, x.dtype, x.device) != (before.shape, before.dtype, before.device):
+        found = f"shape {tuple(x.shape)}, {x.dtype} on {x.device}"
+    else:
+        return
+    raise ValueError(
+        f"{_method(algorithm)}: step returned x of {found} for iterates of shape "
+        f"{tuple(before.shape)}, {before.dtype} on {before.device}; a step keeps the "
+        "iterates' shape, dtype and device"
+    )
+
+
+def _method(algorithm: Any) -> str:
+    """``method NAME (Class, path/to/file.py)``: where an error of its step should look."""
+    cls = type(algorithm.rule) if isinstance(algorithm, Composed) else type(algorithm)
+    try:
+        where = f"{cls.__name__}, {inspect.getsourcefile(cls)}"
+    except (TypeError, OSError):  # defined in __main__ or an interactive session
+        where = f"{cls.__name__}, module {cls.__module__}"
+    return f"method {algorithm.name} ({where})"
 
 
 #: What the native path runs with: the mixer, the method's fused update, the problem's
@@ -176,9 +220,12 @@ class BlockRunner:
             grad = self.problem.gradient_from(state.x, None if terms is None else terms[s])
             if not self.checked:
                 check_gradient(grad, state.x, type(self.problem).__name__)
-                self.checked = True
             t1 = time.perf_counter()
-            state = self.algorithm.step(state, grad, self.comm)
+            new = self.algorithm.step(state, grad, self.comm)
+            if not self.checked:
+                check_step(new, state, self.algorithm)
+                self.checked = True
+            state = new
             timing[0] += t1 - t0
             timing[1] += time.perf_counter() - t1
         return state

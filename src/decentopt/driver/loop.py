@@ -30,7 +30,13 @@ import torch
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
-from decentopt.driver.block import THREADS_CROSSOVER, BlockRunner, check_gradient, choose
+from decentopt.driver.block import (
+    THREADS_CROSSOVER,
+    BlockRunner,
+    check_gradient,
+    check_step,
+    choose,
+)
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard
 from decentopt.driver.options import RunOptions
@@ -158,7 +164,10 @@ class _Loop:
             check_gradient(grad, state.x, type(self.problem).__name__)
         self.sync()
         t1 = time.perf_counter()
-        state = self.algorithm.step(state, grad, self.comm)
+        new = self.algorithm.step(state, grad, self.comm)
+        if t == self.start_step:
+            check_step(new, state, self.algorithm)
+        state = new
         self.recorder.add_loss(loss)
         self.sync()
         self.timing[0] += t1 - t0

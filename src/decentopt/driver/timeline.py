@@ -30,9 +30,32 @@ from typing import Any
 import numpy as np
 
 from decentopt._schema import bounded
-from decentopt.comm.cost import NetworkModel
 
 __all__ = ["TimeModel", "clock", "clock_rows", "compute_times", "pace", "timed"]
+
+
+#: The time model's numbers, each between a lowest and a highest value (and a unit): within
+#: them every step's time, and so the clock of any run of up to 10^12 steps, stays finite in
+#: double precision (a step costs at most compute x factor x e^(noise x 40), lognormal draws
+#: beyond 40 sigma aside, plus its messages at latency + payload / bandwidth each).
+LIMITS: dict[str, tuple[float, float, str]] = {
+    "compute": (0.0, 1e9, " seconds"),
+    "noise": (0.0, 10.0, ""),
+    "factor": (1.0, 1e9, ""),
+    "latency": (0.0, 1e9, " seconds"),
+    "bandwidth": (1e-3, 1e300, " bytes/s"),
+}
+#: Why each limit is there, said with its error.
+WHY = {
+    "compute": "seconds per step; 1e9 is 30 years",
+    "noise": "the sigma of a step time's logarithm; at 10, one step in a thousand takes "
+    "1e13 times the median",
+    "factor": "how many times slower a slow agent is; 1 is not slower",
+    "latency": "seconds per message; 1e9 is 30 years",
+    "bandwidth": "bytes per second; at 1e-3 a kilobyte takes 30 years",
+}
+#: The largest seed of the time model's random stream (a 64-bit seed).
+MAX_TIMING_SEED = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -48,22 +71,29 @@ class TimeModel:
     moves_every: int = bounded(0, minimum=0)
     latency: float = bounded(5e-5, minimum=0)
     bandwidth: float = bounded(1e9, above=0)
-    seed: int = bounded(0, minimum=0)
+    seed: int = bounded(0, minimum=0, maximum=MAX_TIMING_SEED)
 
     def __post_init__(self) -> None:
-        NetworkModel(bandwidth=self.bandwidth, latency=self.latency)  # its one-line checks
-        for name in ("compute", "noise", "factor"):
+        for name, (low, high, unit) in LIMITS.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-                raise ValueError(f"timing: {name} must be a number; got {value!r}")
-        if self.compute <= 0 or self.noise < 0 or self.factor < 1:
-            raise ValueError(
-                "timing: compute must be > 0 seconds, noise >= 0 and factor >= 1 (a slow agent "
-                f"is slower); got compute={self.compute}, noise={self.noise}, factor={self.factor}"
-            )
+                raise ValueError(f"TimeModel: {name} must be a number; got {value!r}")
+            if not low <= value <= high:
+                raise ValueError(
+                    f"TimeModel: {name} must be >= {low:g} and <= {high:g}{unit} ({WHY[name]}); "
+                    f"got {value!r}"
+                )
+        if self.compute <= 0:
+            raise ValueError(f"TimeModel: compute must be > 0 seconds; got {self.compute}")
         bad = [a for a in self.slow if isinstance(a, bool) or not isinstance(a, int) or a < 0]
         if bad:
-            raise ValueError(f"timing: slow names agents by index >= 0; got {bad[0]!r}")
+            raise ValueError(f"TimeModel: slow names agents by index >= 0; got {bad[0]!r}")
+        for name in ("moves_every", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"TimeModel: {name} must be a whole number >= 0; got {value!r}")
+        if self.seed > MAX_TIMING_SEED:
+            raise ValueError(f"TimeModel: seed must be <= 2**63 - 1 (64 bits); got {self.seed}")
 
     def message_seconds(self, payload: float) -> float:
         return self.latency + payload / self.bandwidth

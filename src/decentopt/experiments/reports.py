@@ -155,9 +155,23 @@ def panel_curves(
     scale = "auto" if options.get("x", "step") in ("step", "rounds") else "log"
     title_of_panel = "{key} = {value:g}  (ζ² = {zeta2:.3g})"
     return plot_curves(
-        rows, spec.metric, path, panel=spec.panel, panel_order=order,
-        panel_title=title_of_panel, title=title, xscale=scale, **options,
-    )  # fmt: skip
+        rows,
+        spec.metric,
+        path,
+        panel=spec.panel,
+        panel_order=order,
+        panel_title=title_of_panel,
+        title=title,
+        xscale=scale,
+        **options,
+    )
+
+
+#: Beside the verdicts of a run changed by ``--quick`` or ``--set``.
+CHANGED_RUN = (
+    "These verdicts judge a run changed from the specification by --quick or --set (fewer "
+    "runs or iterations, other settings); the full run's verdicts may differ."
+)
 
 
 def write_report(
@@ -174,7 +188,8 @@ def write_report(
 
     ``x``: the column the curves of a panel sweep are drawn against (see
     :data:`~decentopt.plotting.X_LABELS`)."""
-    title, names = spec.title(modified), spec.display_names()
+    title = spec.title(modified)
+    names = spec.display_names()
     if spec.panel is None:
         tables = final_markdown(rows, spec.params.metrics, names)
         shown = [m for m in ("train_loss", "test_loss", spec.metric) if m in rows[0]]
@@ -193,7 +208,7 @@ def write_report(
     if claims is not None:
         if stats is None:
             raise ValueError(f"{spec.name}: claims are checked on panel sweeps only")
-        text = claims(stats)
+        text = claims(stats) + (f"\n{CHANGED_RUN}\n" if modified else "")
         say(text)
         report += ["## The paper's claims" if spec.reproduces else "## Claims", "", text]
     write_text_atomic(out / "summary.md", "\n".join(report))

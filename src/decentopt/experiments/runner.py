@@ -33,7 +33,7 @@ from decentopt._process import die_with_parent
 from decentopt.comm.accelerated import MultiRound
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
-from decentopt.distributed import runtime
+from decentopt.distributed import launch, runtime
 from decentopt.driver import RunOptions, intra_op_threads, run_loop
 from decentopt.driver.timeline import clock_rows
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
@@ -138,6 +138,7 @@ def memory_parts(spec: RunSpec) -> dict[str, float]:
     """About how many bytes a run holds beyond what the process holds already, by part."""
     runs = max(spec.runs if g is None else len(g) for g in _run_groups(spec))
     parts = dict(spec.params.memory_bytes(agents=spec.agents, runs=runs))
+    parts["delayed gossip's messages of past rounds"] = spec.history_bytes(runs)
     levels = len(getattr(spec.params, spec.panel)) if spec.panel else 1
     records = spec.record_points + TAIL_POINTS + 2  # a log grid's points at most
     rows = len(spec.algorithms) * spec.runs * levels * records
@@ -163,8 +164,8 @@ def check_memory(spec: RunSpec, available: float | None = None) -> float:
         raise ConfigError(
             f"{spec.source}: this run needs about {gib(need)} ({detail}), and peaks reach "
             f"{MEMORY_MARGIN:g} times the estimate, but {gib(available)} of memory are "
-            "available; lower runs, agents, record_points, the grids of [algorithms] or the "
-            "sizes in [problem_params]"
+            "available; lower runs, agents, record_points, the grids of [algorithms], a "
+            "delayed gossip's tau or the sizes in [problem_params]"
         )
     return need
 
@@ -216,8 +217,8 @@ class Sweep:
         self.job = runtime.job(spec.timeout)
         if self.job.world > 1 and self.job.world != spec.agents:
             raise ConfigError(
-                f"{spec.source}: {spec.agents} agents but {self.job.world} processes; launch "
-                f"with --nproc-per-node {spec.agents} (one agent per process)"
+                f"{spec.source}: {spec.agents} agents but {self.job.world} processes; start "
+                f"it with {launch.processes_flag(spec.agents)} (one agent per process)"
             )
         say = options.log if self.job.main else (lambda _: None)
         self.spec, self.out, self.say = spec, out, say

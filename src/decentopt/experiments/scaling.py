@@ -75,7 +75,8 @@ class ScalingRow:
         value per row of ``ys``, or one per entry (then the row shows their means)."""
         ys = np.asarray(ys)
         xs = np.broadcast_to(np.asarray(xs, dtype=float).reshape(len(ys), -1), ys.shape)
-        lx, ly = np.log(xs), np.log(ys)
+        lx = np.log(xs)
+        ly = np.log(ys)
         exponents = tuple(float(np.polyfit(lx[:, s], ly[:, s], 1)[0]) for s in range(ys.shape[1]))
         moments = (float(np.mean(exponents)), float(np.std(exponents)))
         return cls(
@@ -145,7 +146,8 @@ def dmsgd_bias_rows(
     betas = [0.0, 0.3, 0.6, 0.8]
     ys = [bias(f"beta{b:g}", base | {"beta": b})[0] for b in betas]
     rows.append(row("1 - beta", -2.0, [1 - b for b in betas], ys))
-    gaps, ys = [], []
+    gaps: list[float] = []
+    ys = []
     for m in [6, 8, 12, 16, 24] if not quick else [6, 8, 12]:
         values, prob, topo = bias(f"ring{m}", base, m)
         gaps.append(topo.spectral_gap)
@@ -183,7 +185,8 @@ def transient_rows(
 ) -> list[ScalingRow]:
     """The heterogeneity transient of ED, EDM, DSGT and DSGT-HB over ring sizes; the
     simulations run in ``jobs`` workers, the longest (largest rings) first."""
-    d, p = (4, 8) if quick else (5, 10)
+    d = 4 if quick else 5
+    p = 8 if quick else 10
     sizes = [6, 8, 12] if quick else [8, 12, 16, 24, 32, 48, 64]
     momentum = {"lr": 0.02, "beta": 0.5}
     hps = {"ed": {"lr": 0.02}, "edm": momentum, "dsgt": {"lr": 0.02}, "dsgt_hb": momentum}
@@ -240,7 +243,8 @@ def run_scaling(
 
 
 def _verdict(row: ScalingRow) -> str:
-    measured, paper = row.mean, row.paper_exponent
+    measured = row.mean
+    paper = row.paper_exponent
     if abs(measured - paper) <= max(0.25, 2 * row.spread):
         return "matches"
     if abs(measured) < abs(paper) and math.copysign(1, measured) == math.copysign(1, paper):
@@ -265,16 +269,32 @@ def scaling_markdown(rows: Sequence[ScalingRow]) -> str:
         [r.quantity, r.method, r.variable, fit.format(r), f"{r.paper_exponent:+g}", _verdict(r)]
         for r in rows
     ]
-    return markdown_table([*header, "paper", ""], cells)
+    return markdown_table([*header, "paper", "against the paper's bound"], cells)
 
 
-def run_table1(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
-    """Table 1's scaling study into ``out``; each simulation a unit of ``out/runs``."""
+def _refuse_options(study: Study, how: Request) -> None:
+    """What a run's options would change and this study has not: refused before it runs."""
     if how.only is not None:
         raise ConfigError(
             f"--only: {study.name} measures fixed methods in fixed roles and has no "
             "algorithm labels to choose from; leave --only out"
         )
+    if how.check:
+        raise ConfigError(
+            f"--check: {study.name} states no claims to judge; its table gives every fitted "
+            "exponent's verdict against the paper's (matches, milder than the bound, differs) "
+            "on every run; leave --check out"
+        )
+    if how.sets:
+        raise ConfigError(
+            f"--set: {study.name}'s measurements are built in (decentopt.experiments.scaling); "
+            "its file has seeds and [quick] only: edit a copy and run it with decentopt run"
+        )
+
+
+def run_table1(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
+    """Table 1's scaling study into ``out``; each simulation a unit of ``out/runs``."""
+    _refuse_options(study, how)
     say = options.log
     with lock_folder(out):
         store = ResultStore(out / "runs", force=options.force)

@@ -14,50 +14,33 @@ every error names the file, the table, the key, what was found and the fix.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import hashlib
 import inspect
 import json
 import re
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 from decentopt import algorithms, plugins, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError, bounded, parse
 from decentopt.comm.cost import NetworkModel
-from decentopt.driver.timeline import TimeModel
+from decentopt.driver.timeline import TimeModel, pace
 from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
-from decentopt.experiments.variants import Variant, check_labels, variants
+from decentopt.experiments.sources import PRESETS, is_study, merge, parse_override, read_toml
+from decentopt.experiments.variants import Variant, check_labels, present, variants
 from decentopt.integrations import loggers
 from decentopt.perf import MEMORY_MARGIN, available_memory, gib
-from decentopt.plotting import display_name
+from decentopt.styles import display_name
 from decentopt.topology.footprint import build_bytes
 
-__all__ = ["PAPER_PRESETS", "PRESETS", "ConfigError", "RunSpec", "Seeds", "Variant", "load_spec"]
+__all__ = ["PRESETS", "ConfigError", "RunSpec", "Seeds", "Variant", "load_spec", "read_toml"]
 
-PRESET_DIR = Path(__file__).with_name("presets")
-_BUILT_IN = {p.stem: tomllib.loads(p.read_text()) for p in PRESET_DIR.glob("*.toml")}
-
-
-def is_study(raw: dict[str, Any]) -> bool:
-    return "study" in raw  # a study file (:mod:`.study`) names its kind
-
-
-PRESETS = sorted(k for k, raw in _BUILT_IN.items() if not is_study(raw))
-STUDIES = sorted(k for k, raw in _BUILT_IN.items() if is_study(raw))  # :mod:`.study`
-PAPER_PRESETS = [p for p in PRESETS if "reproduces" in _BUILT_IN[p]]  # the paper's results
 #: Fields that change how results are shown, not what they are: outside the fingerprint.
 PRESENTATION = frozenset(
     "claims name description reproduces source metric also_report threshold timeout threads "
@@ -69,6 +52,9 @@ ROW_FORMAT = 3
 
 #: Seeds are offset by runs, ranks and roles: kept well inside torch's 64-bit seeds.
 MAX_SEED = 2**62
+#: Gossip rounds of a run (iterations x rounds per step) beyond which it is warned of: each
+#: round is about a step's work, and 10^8 take days.
+MOST_ROUNDS = 10**8
 #: Graphs kept built (:func:`_built`): a study's part checks, runs and reports one graph
 #: after the other, and a few variants name graphs of their own.
 GRAPHS_KEPT = 8
@@ -124,6 +110,13 @@ class _File(_Shared):
     quick: dict[str, Any] = field(default_factory=dict)
 
 
+def history_copies(method: Any) -> int:
+    """Copies of the iterates a method keeps of past rounds: its gossip's delay (or staleness
+    bound) times the tensors it sends a round."""
+    lag = pace(method)[0]
+    return lag * max(1, len(method.sends or ())) if lag else 0
+
+
 @functools.lru_cache(maxsize=GRAPHS_KEPT)
 def _built(name: str, agents: int, options: str) -> topology.Network:
     """The graph ``name`` over ``agents`` with the JSON ``options``, built once: a study
@@ -159,17 +152,31 @@ class RunSpec(_Shared):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def select(self, labels: list[str]) -> RunSpec:
-        """Only the variants ``labels`` (e.g. ``--only ed,edm``), in that order."""
+        """Only the variants ``labels`` (e.g. ``--only ed,edm``), in that order; a grid's
+        label (``edm`` of ``[algorithms.edm] lr = [...]``) selects all its members."""
         check_labels(labels, list(self.algorithms))
-        return dataclasses.replace(self, algorithms={k: self.algorithms[k] for k in labels})
+        chosen = present(labels, list(self.algorithms))
+        return dataclasses.replace(self, algorithms={k: self.algorithms[k] for k in chosen})
+
+    def present(self, labels: tuple[str, ...] | list[str]) -> list[str]:
+        """The variants of this specification that the ``--only`` labels name (a grid's
+        label: its members); labels of other specifications' variants are left out."""
+        return present(labels, list(self.algorithms))
 
     def build_problem(self, runs: tuple[int, ...] | None = None, rank: int | None = None) -> Any:
         """The problem of all runs (``None``, batched kinds) or of the runs ``runs``
         (consecutive; run r has data seed ``seeds.data + r``); ``rank``: only that agent
         (one process per agent)."""
-        first, count = (0, self.runs) if runs is None else (runs[0], len(runs))
+        first = 0 if runs is None else runs[0]
+        count = self.runs if runs is None else len(runs)
         seed = self.seeds.data + first
         return self.params.build(agents=self.agents, runs=count, seed=seed, rank=rank)
+
+    def history_bytes(self, runs: int) -> float:
+        """Bytes of the past messages a delayed gossip keeps (``tau`` rounds of each tensor
+        it sends: ``tau`` copies of the iterates or more), for its largest variant."""
+        copies = max(history_copies(v.make()) for v in self.algorithms.values())
+        return copies * self.params.iterate_bytes(agents=self.agents, runs=runs)
 
     def topology_of(self, label: str | None = None) -> dict[str, Any]:
         """The ``[topology]`` table the variant ``label`` runs on (None: the shared one)."""
@@ -184,7 +191,8 @@ class RunSpec(_Shared):
         table = "[topology]" if spec == self.topology else f"[algorithms.{label}] topology"
         name = spec.pop("name")
         builder = topology.REGISTRY[name]
-        need, room = build_bytes(name, self.agents, spec), available_memory()
+        need = build_bytes(name, self.agents, spec)
+        room = available_memory()
         if room is not None and need * MEMORY_MARGIN > room:  # refused before it is built
             raise ConfigError(
                 f"{self.source} {table}: {name} over {self.agents:,} agents needs about "
@@ -225,53 +233,15 @@ class RunSpec(_Shared):
         """A title built from what runs; "the paper's ..." only for an unmodified preset."""
         runs = (f"{self.iterations} iterations × " if self.iterations else "") + f"{self.runs} runs"
         parts = [self.params.describe(), self.graphs_text(), runs]
-        for key, sym in (("lr", "α"), ("beta", "β")):
-            hp = {str(v.hyperparams[key]) for v in self.algorithms.values() if key in v.hyperparams}
-            parts += [f"{sym} = {'/'.join(sorted(hp))}"] if hp else []
+        for key, sym, whose in (("lr", "α", "step size"), ("beta", "β", "momentum")):
+            having = [v for v in self.algorithms.values() if key in v.hyperparams]
+            values = "/".join(sorted({str(v.hyperparams[key]) for v in having}))
+            if having and len(having) < len(self.algorithms):  # not every method has one
+                parts.append(f"{sym} = {values} (the methods with {whose})")
+            elif having:
+                parts.append(f"{sym} = {values}")
         paper = f" — the paper's {self.reproduces}" if self.reproduces and not modified else ""
         return ", ".join(parts) + paper
-
-
-def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def parse_override(text: str) -> dict[str, Any]:
-    """``"a.b=VALUE"`` -> ``{"a": {"b": VALUE}}``; VALUE is read as TOML (else a string)."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. iterations=500")
-    key, raw = (s.strip() for s in text.split("=", 1))
-    if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override {text!r}: empty key")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    for part in reversed(key.split(".")):
-        value = {part: value}
-    return value
-
-
-def read_toml(path_or_preset: str | Path) -> tuple[dict[str, Any], str]:
-    path = Path(path_or_preset)
-    if not path.suffix and str(path_or_preset) in _BUILT_IN:
-        path = PRESET_DIR / f"{path_or_preset}.toml"
-    if not path.is_file():
-        raise ConfigError(
-            f"no configuration file at {path}; give a TOML file or a preset ({', '.join(PRESETS)})"
-        )
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8")), str(path)
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a UTF-8 text file; give a TOML specification") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
 
 
 def load_spec(
@@ -344,12 +314,7 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     if top.problem not in kinds.KINDS:
         raise ConfigError(f"{source}: {unknown_name('problem', top.problem, kinds.KINDS)}")
     kind = kinds.KINDS[top.problem]
-    if (top.iterations or 0) * top.mix_rounds > 10**8:  # each gossip round is a step's work
-        each = f" × {top.mix_rounds:,} gossip rounds each" if top.mix_rounds > 1 else ""
-        warnings.warn(
-            f"{source}: {top.iterations:.3g} iterations{each} will take days; is that meant?",
-            stacklevel=3,
-        )
+    _check_timing(top, source)
     params = parse(kind, top.problem_params, f"{source} [problem_params]")
     missing = kinds.missing_members(params)
     if missing:
@@ -384,6 +349,33 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
         claims=claims,
         source=source,
     )
+    _warn_of_days(spec)
     spec.build_topology()  # every option checked now, with the file and table named
     _check_graphs(spec)
     return spec
+
+
+def _check_timing(top: _File, source: str) -> None:
+    """The ``[timing]`` table against the rest: its slow agents must exist."""
+    late = [a for a in (top.timing.slow if top.timing else ()) if a >= top.agents]
+    if late:
+        raise ConfigError(
+            f"{source} [timing]: slow agent {late[0]} does not exist among agents = "
+            f"{top.agents} (numbered 0 to {top.agents - 1}); name agents below {top.agents}"
+        )
+
+
+def _warn_of_days(spec: RunSpec) -> None:
+    """Warn of a run of more than :data:`MOST_ROUNDS` gossip rounds: each round is about a
+    step's work, whether ``mix_rounds`` or a gossip (``multi_round(k)``) asks for it."""
+    if not spec.iterations:
+        return
+    rounds = {label: v.make().rounds_per_step for label, v in spec.algorithms.items()}
+    label = max(rounds, key=rounds.__getitem__)
+    most = rounds[label] * spec.mix_rounds
+    if spec.iterations * most > MOST_ROUNDS:
+        each = f" × {most:,} gossip rounds each ({label})" if most > 1 else ""
+        warnings.warn(
+            f"{spec.source}: {spec.iterations:.3g} iterations{each} will take days; is that meant?",
+            stacklevel=4,
+        )

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from decentopt._schema import ConfigError, bounded, parse
-from decentopt.experiments.spec import PRESETS, RunSpec, is_study, load_spec, merge, read_toml
+from decentopt.experiments.sources import PRESETS, is_study, merge, read_toml
+from decentopt.experiments.spec import RunSpec, load_spec
 from decentopt.experiments.variants import check_labels
 
 __all__ = ["Request", "Study", "load_study"]
@@ -69,7 +70,7 @@ class Study:
         if only is None:
             return specs
         check_labels(only, list(dict.fromkeys(x for spec in specs for x in spec.algorithms)))
-        chosen = [[x for x in only if x in spec.algorithms] for spec in specs]
+        chosen = [spec.present(only) for spec in specs]
         return [spec.select(labels) for spec, labels in zip(specs, chosen, strict=True) if labels]
 
 

@@ -93,9 +93,15 @@ def _stat(
     alive = np.all(np.isfinite(values), axis=1)
     if not alive.any():
         return Stat(
-            np.nan, np.nan, np.nan, None, len(values), zeta2, deterministic=exact,
+            np.nan,
+            np.nan,
+            np.nan,
+            None,
+            len(values),
+            zeta2,
+            deterministic=exact,
             bytes_per_step=per_step,
-        )  # fmt: skip
+        )
     tail = steps >= steps[-1] - 0.1 * (steps[-1] - steps[0])
     per_rep = values[alive][:, tail].mean(axis=1)
     mean_curve = values[alive].mean(axis=0)

@@ -37,7 +37,7 @@ from decentopt.experiments.claims import (
     tally,
 )
 from decentopt.experiments.measures import STEADY
-from decentopt.experiments.reports import markdown_table
+from decentopt.experiments.reports import CHANGED_RUN, markdown_table
 from decentopt.experiments.runner import Sweep, forked_map, memory_parts
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
@@ -196,7 +196,7 @@ def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> li
             sets = [f"agents={n}"] + [f"topology.{k}={json.dumps(v)}" for k, v in table.items()]
             spec = how.load(study.spec_path(part), sets)
             if how.only is not None:  # the labels of this part (all checked before)
-                spec = spec.select([x for x in how.only if x in spec.algorithms])
+                spec = spec.select(spec.present(how.only))
             case.preset, case.specs[graph] = spec.name, spec
             pending.append((spec, out / spec.name / f"n{n}" / graph, options))
         cases.append(case)
@@ -296,6 +296,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
     files += _figures(study, cases, everything, out, options.jobs)
     if how.check:
         sections += _claims_section(claims, cases)
+        sections += [CHANGED_RUN, ""] if how.quick or how.sets else []
     text = "\n".join(sections)
     options.log(text)
     write_text_atomic(out / "summary.md", text)

@@ -52,7 +52,8 @@ def variants(tables: dict[str, Any], defaults: dict[str, Any], source: str) -> d
             raise ConfigError(f"{where}: must be a table of hyper-parameters")
         method = table.get("method", label)
         if method not in algorithms.names():
-            what, names = "method" if "method" in table else "algorithm", algorithms.names()
+            what = "method" if "method" in table else "algorithm"
+            names = algorithms.names()
             raise ConfigError(
                 f"{source} [algorithms]: {unknown_name(what, method, names)}; a method of "
                 "your own is loaded by --plugin FILE_OR_MODULE or plugins = [...] in the file"
@@ -103,13 +104,35 @@ def _own_topology(value: Any, where: str) -> dict[str, Any] | None:
     return dict(table)
 
 
+def grids(known: Sequence[str]) -> dict[str, list[str]]:
+    """The grids among the variants ``known``: a table's label -> its members' labels
+    (``edm`` -> ``edm(lr=0.1)``, ``edm(lr=0.05)``; a label itself has no parentheses)."""
+    out: dict[str, list[str]] = {}
+    for label in known:
+        if "(" in label:
+            out.setdefault(label.split("(", 1)[0], []).append(label)
+    return out
+
+
+def present(labels: Sequence[str], known: Sequence[str]) -> list[str]:
+    """The variants of ``known`` that ``--only`` labels name, in their order: a variant's
+    label names it, a grid's label every member (labels naming none are left out)."""
+    members = grids(known)
+    chosen = [
+        x for label in labels for x in ([label] if label in known else members.get(label, []))
+    ]
+    return list(dict.fromkeys(chosen))
+
+
 def check_labels(labels: Sequence[str], known: list[str]) -> None:
-    """Refuse an empty ``--only`` or a label that names none of the variants ``known``."""
+    """Refuse an empty ``--only`` or a label that names none of the variants ``known`` (nor
+    a grid of them)."""
     if not labels:
         raise ConfigError(
             f"--only: no algorithm labels given; name some of {', '.join(known)}, "
             "e.g. --only ed,edm"
         )
+    choices = [*known, *(g for g in grids(known) if g not in known)]
     for label in labels:
-        if label not in known:
-            raise ConfigError(f"--only: {unknown_name('algorithm', label, known)}")
+        if label not in choices:
+            raise ConfigError(f"--only: {unknown_name('algorithm', label, choices)}")

@@ -55,8 +55,9 @@ class PushSum(Gossip):
     def refuses(self, rule: Any) -> str:
         if rule.needs_symmetric:
             return (
-                f"{rule.name}'s correction needs a symmetric W, which push-sum over a "
-                "directed graph does not give"
+                f"{rule.name}'s correction needs a symmetric W; push-sum is for the "
+                "column-stochastic W of a directed graph (over a symmetric W it is exact "
+                "gossip: leave gossip out)"
             )
         if rule.sends is not None and VALUE in rule.sends[1:]:
             return (

@@ -63,6 +63,11 @@ class ProblemSpec(Protocol):
         more than the available memory is refused before anything is allocated."""
         ...
 
+    def iterate_bytes(self, *, agents: int, runs: int) -> float:
+        """Bytes of one iterate of every agent over ``runs`` runs: what each further copy a
+        method keeps costs (delayed gossip keeps ``tau`` rounds of its messages)."""
+        ...
+
     def run_groups(self, runs: int, agents: int) -> list[tuple[int, ...]]:
         """Kinds with ``batch_runs = False``: the units of work over runs, groups of
         consecutive run indices, each built and stepped together."""
@@ -106,8 +111,17 @@ class ConvexSpec:
     metrics: ClassVar[tuple[str, ...]] = ("dist_to_opt", "grad_norm", "opt_gap", "consensus")
     batch_runs: ClassVar[bool] = True
 
+    #: The dimension and dtype of the iterates (fields of each kind's section).
+    d: int
+    dtype: str
+
     def levels(self) -> tuple[float, ...]:
         return getattr(self, self.panel)
+
+    def iterate_bytes(self, *, agents: int, runs: int) -> float:
+        """One ``(n, columns, d)`` iterate: every agent, run and panel level."""
+        width = 4 if self.dtype == "float32" else 8
+        return width * agents * runs * len(self.levels()) * self.d
 
     @staticmethod
     def state_bytes(agents: int, columns: int, d: int, width: int = 8) -> float:

@@ -103,6 +103,11 @@ class NeuralSpec:
             "data set (and its copy on the device)": 2 * 4 * images,
         }
 
+    def iterate_bytes(self, *, agents: int, runs: int) -> float:
+        """Every agent's parameters, of every run of a group."""
+        params = sum(p.numel() for p in make_model(self.model).parameters())
+        return (8 if self.dtype == "float64" else 4) * agents * runs * params
+
     def check(self, iterations: int | None) -> None:
         try:
             device = torch.device(self.device)
