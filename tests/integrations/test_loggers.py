@@ -366,3 +366,18 @@ def test_a_sweep_under_a_time_model_logs_each_rows_simulated_time(tmp_path, monk
 def test_loggers_given_to_a_run_unnamed_are_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"log no run yet: name one with .*\.bind\(NAME\)$"):
         edm_run(loggers.make([f"jsonl:{tmp_path}"]))
+
+
+def test_a_finished_wandb_run_leaves_the_process_exit_hooks_as_it_found_them(tmp_path, monkeypatch):
+    """wandb.init replaces sys.exit and sys.excepthook; after finish() the process's own are
+    back, so that sys.exit() still exits with code None for whatever runs next."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    before = (sys.exit, sys.excepthook)
+    logger = loggers.make(["wandb:hooks"]).bind("edm", "hooks")
+    edm_run(logger)
+    assert (sys.exit, sys.excepthook) == before
+    with pytest.raises(SystemExit) as exited:
+        sys.exit()
+    assert exited.value.code is None

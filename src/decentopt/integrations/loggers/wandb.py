@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,14 @@ class WandbLogger(Logger):
         self.wandb = needs("wandb", "wandb", "the wandb logger")
         self.project = project or "decentopt"
         self.run: Any = None
+        # wandb.init replaces sys.exit and sys.excepthook (to record the exit code) and
+        # leaves them replaced after finish(): put the process's own back then
+        self._exit = sys.exit
+        self._excepthook = sys.excepthook
 
     def start(self, run: RunInfo) -> None:
+        self._exit = sys.exit
+        self._excepthook = sys.excepthook
         self.run = self.wandb.init(
             project=self.project,
             id=run_id(self.project, run),
@@ -60,3 +67,5 @@ class WandbLogger(Logger):
         if self.run is not None:
             self.run.finish()
             self.run = None
+            sys.exit = self._exit
+            sys.excepthook = self._excepthook
