@@ -60,7 +60,7 @@ PAPER_PRESETS = [p for p in PRESETS if "reproduces" in _BUILT_IN[p]]  # the pape
 #: Fields that change how results are shown, not what they are: outside the fingerprint.
 PRESENTATION = frozenset(
     "claims name description reproduces source metric also_report threshold timeout threads "
-    "network timing checkpoint_every checkpoint_minutes".split()
+    "network timing checkpoint_every checkpoint_minutes executor".split()
 )
 #: The layout of result rows; stored units of another layout are recomputed.
 ROW_FORMAT = 3
@@ -105,6 +105,7 @@ class _Shared:
     timing: TimeModel | None = None
     checkpoint_every: int | None = bounded(None, minimum=1)
     checkpoint_minutes: float | None = bounded(None, above=0)
+    executor: dict[str, Any] = field(default_factory=dict)  # engines.py: where units run
     name: str = ""
     description: str = ""
     reproduces: str = ""

@@ -1,0 +1,45 @@
+"""What a sweep says while it runs: one whole line per event, never interleaved.
+
+Lines of parallel workers are each written in one call, so that they never run
+together; the parent says at once which units it reuses, then one line per unit
+finished, and one line for a unit whose worker died.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+__all__ = ["Progress", "say_line"]
+
+
+def say_line(text: str) -> None:
+    """Print one whole line in a single write: lines of parallel workers never run together."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+class Progress:
+    """The lines of one sweep: what it reuses, each unit done, each worker lost."""
+
+    def __init__(self, say: Callable[[str], None], total: int) -> None:
+        self.say = say
+        self.total = total
+        self.done = 0
+
+    def reused(self, names: Sequence[str]) -> None:
+        """Said before anything is computed: the finished units a rerun keeps."""
+        if names:
+            left = self.total - len(names)
+            self.say(
+                f"resuming: {len(names)} finished unit(s) kept ({', '.join(names)}); "
+                f"{left} to compute"
+            )
+
+    def finished(self, name: str, pending: int) -> None:
+        self.done += 1
+        self.say(f"  {name:14s} done ({self.done}/{pending})")
+
+    def lost(self, name: str, why: str, again: bool) -> None:
+        then = "computing it again" if again else "it is left for a rerun"
+        self.say(f"  {name:14s} {why}; finished units are kept; {then}")
