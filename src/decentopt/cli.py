@@ -24,6 +24,8 @@ from decentopt.distributed.runtime import StartupError
 from decentopt.driver import RunOptions
 from decentopt.experiments import ConfigError, load_spec, write_report
 from decentopt.experiments.claims import claims_report
+from decentopt.experiments.engines import ENGINES
+from decentopt.experiments.execution import WorkersLost
 from decentopt.experiments.runner import Sweep, say_line
 from decentopt.experiments.spec import PAPER_PRESETS, STUDIES, is_study, read_toml
 from decentopt.experiments.studies import run_study
@@ -148,6 +150,12 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
         "the cores)"
     )
     p.add_argument("--jobs", type=int, default=cores, metavar="N", help=jobs_help)
+    p.add_argument(
+        "--executor",
+        choices=["local", *ENGINES],
+        help="where the units run: local forked workers (the default), a SLURM cluster through "
+        "submitit, or a dask cluster; set up by [executor] (docs/experiments.md)",
+    )
     p.add_argument("--out", type=Path, help="output folder (default results/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of resuming")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -186,6 +194,11 @@ def _run_command(args: argparse.Namespace) -> int:
         progress=not args.no_progress, jobs=args.jobs, force=args.force, log=say_line
     )
     if is_study(read_toml(args.source)[0]):
+        if args.executor not in (None, "local"):
+            raise ValueError(
+                f"--executor {args.executor}: a study runs here; give --executor to the run of "
+                "one of its specifications instead"
+            )
         study = load_study(args.source, quick=args.quick)
         files = run_study(
             study, _out(args, study.name), options, quick=args.quick, sets=args.overrides,
@@ -202,7 +215,7 @@ def _run_command(args: argparse.Namespace) -> int:
             "(docs/experiments.md)"
         )
     out = _out(args, spec.name)
-    outcome = Sweep(spec, out, options).run()
+    outcome = Sweep(spec, out, options, executor=args.executor).run()
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
     claims = partial(claims_report, spec.claims) if args.check else None
@@ -344,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the file system refused: a path that is a file, no permission, full
         print(f"error: {_file_system_advice(exc)}", file=sys.stderr)
         return 2
-    except (PeerFailure, StartupError, dist.DistError) as exc:  # a rank died, hung, or cannot start
+    except (PeerFailure, StartupError, dist.DistError, WorkersLost) as exc:  # a rank or worker died
         text = " ".join(str(exc).split())
         print(f"error: {text}", file=sys.stderr)
         return 1

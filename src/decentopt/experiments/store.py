@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from decentopt.experiments.lease import BEAT, STALE, Lease
+from decentopt.experiments.lease import BEAT, POLL, STALE, Lease
 from decentopt.results import read_csv, write_csv_atomic, write_text_atomic
 
 __all__ = ["Claimed", "ResultStore", "Unit"]
@@ -152,7 +152,8 @@ class ResultStore:
         return self.record(unit, *compute(folder))
 
     def lease(self, unit: Unit) -> Lease:
-        return Lease(self.inside(unit.name) / LEASE, stale=self.stale, beat=self.beat)
+        path = self.inside(unit.name) / LEASE
+        return Lease(path, stale=self.stale, beat=self.beat, poll=min(POLL, self.beat))
 
     def claimed(
         self, unit: Unit, compute: Callable[[Path], tuple[Rows, dict[str, Any]]]
