@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from decentopt.experiments.execution import Engine, WorkerDied
+from decentopt.experiments.execution import Engine, WorkerLost
 from decentopt.experiments.spec import ConfigError, RunSpec
 
 __all__ = ["ENGINES", "SubmititExecutor", "make", "needs"]
@@ -58,6 +58,7 @@ class SubmititExecutor(Executor):
     one task of an array job, :meth:`submit_all`), its future set when the job ends."""
 
     executor: Any  # submitit.SlurmExecutor, LocalExecutor or DebugExecutor
+    uncompleted: type[BaseException]  # submitit's error of a job that ended without a result
     poll: float = POLL
     jobs: list[tuple[Any, Future]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -99,7 +100,10 @@ class SubmititExecutor(Executor):
                 continue
             try:
                 future.set_result(job.result())
-            except BaseException as exc:  # the job's error, or its loss
+            except self.uncompleted:  # killed, pre-empted for good, out of memory
+                why = f"its job {job.job_id} ended without a result ({job.state.lower()})"
+                future.set_exception(WorkerLost(why))
+            except BaseException as exc:  # the unit's own error
                 future.set_exception(exc)
             with self._lock:
                 self.jobs.remove((job, future))
@@ -145,10 +149,10 @@ def _slurm(settings: dict[str, Any], out: Path) -> Engine:
     except (ValueError, TypeError) as exc:
         first = str(exc).strip().splitlines()[0]
         raise ConfigError(f"[executor] of --executor slurm: {first}") from None
-    pool = SubmititExecutor(executor, poll=poll)
+    pool = SubmititExecutor(executor, utils.UncompletedJobError, poll=poll)
     return Engine(
         pool,
-        lost=(utils.UncompletedJobError, WorkerDied),
+        lost=(WorkerLost,),
         stop=pool.stop,
         close=pool.shutdown,
         submit_all=pool.submit_all,
@@ -168,7 +172,7 @@ def _dask(settings: dict[str, Any], out: Path) -> Engine:
     cluster = None
     if address is None:
         cluster = distributed.LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
         )
         client = distributed.Client(cluster)
     else:
@@ -183,7 +187,7 @@ def _dask(settings: dict[str, Any], out: Path) -> Engine:
 
     return Engine(
         executor,
-        lost=(distributed.KilledWorker, WorkerDied),
+        lost=(distributed.KilledWorker, WorkerLost),
         stop=close,
         close=close,
     )

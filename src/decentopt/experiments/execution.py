@@ -31,13 +31,25 @@ from decentopt._process import die_with_parent
 from decentopt.driver import intra_op_threads
 from decentopt.experiments.progress import Progress
 
-__all__ = ["Engine", "ForkPool", "WorkerDied", "WorkersLost", "forked_map", "run_tasks"]
+__all__ = [
+    "Engine",
+    "ForkPool",
+    "WorkerDied",
+    "WorkerLost",
+    "WorkersLost",
+    "forked_map",
+    "run_tasks",
+]
 
 R = TypeVar("R")
 
 
-class WorkerDied(RuntimeError):
-    """The worker process computing a task ended before it returned (a signal, or an exit)."""
+class WorkerLost(RuntimeError):
+    """The worker, process or job computing a task ended before it returned its result."""
+
+
+class WorkerDied(WorkerLost):
+    """The forked worker computing a task ended before it returned (a signal, or an exit)."""
 
     def __init__(self, pid: int | None = None, exitcode: int | None = None) -> None:
         if pid is None:
@@ -223,7 +235,7 @@ class Engine:
     (an array job), by default one by one."""
 
     executor: Executor
-    lost: tuple[type[BaseException], ...] = (WorkerDied, BrokenProcessPool)
+    lost: tuple[type[BaseException], ...] = (WorkerLost, BrokenProcessPool)
     stop: Callable[[], None] = lambda: None
     close: Callable[[], None] = lambda: None
     submit_all: Callable[[list[Callable[[], Any]]], list[Future]] | None = None

@@ -42,4 +42,5 @@ class Progress:
 
     def lost(self, name: str, why: str, again: bool) -> None:
         then = "computing it again" if again else "it is left for a rerun"
-        self.say(f"  {name:14s} {why}; finished units are kept; {then}")
+        first = why.strip().splitlines()[0] if why.strip() else "its worker was lost"
+        self.say(f"  {name:14s} {first}; finished units are kept; {then}")

@@ -35,6 +35,7 @@ from decentopt.comm.accelerated import MultiRound
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.distributed import runtime
+from decentopt.distributed.checkpoint import latest_checkpoint
 from decentopt.driver import RunOptions, intra_op_threads, run_loop
 from decentopt.driver.timeline import clock_rows
 from decentopt.experiments import engines
@@ -114,14 +115,22 @@ class UnitTask:
     force: bool = False
     stale: float = STALE
     beat: float = BEAT
+    #: torch's default dtype where the sweep runs (what tensors made without one take)
+    dtype: str = "float32"
 
     def __call__(self) -> Claimed:
-        sweep = _SWEEPS.get(self.out)
-        if sweep is None:
-            options = RunOptions(progress=False, force=self.force, log=say_line)
-            sweep = Sweep(self.spec, Path(self.out), options, stale=self.stale, beat=self.beat)
-            _SWEEPS[self.out] = sweep
-        return sweep.compute_unit(self.index)
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(getattr(torch, self.dtype))
+        try:
+            sweep = _SWEEPS.get(self.out)
+            if sweep is None:
+                options = RunOptions(progress=False, force=self.force, log=say_line)
+                path = Path(self.out)
+                sweep = Sweep(self.spec, path, options, stale=self.stale, beat=self.beat)
+                _SWEEPS[self.out] = sweep
+            return sweep.compute_unit(self.index)
+        finally:
+            torch.set_default_dtype(previous)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """Under submitit: a unit pre-empted or timed out is requeued as it is, and
@@ -245,10 +254,12 @@ class Sweep:
         options = self.options.but(
             seed=noise,
             threads=spec.threads,
-            checkpoint_dir=folder if plan.period else None,
+            checkpoint_dir=folder if plan.period or spec.checkpoint_every else None,
             checkpoint_every=spec.checkpoint_every,
             checkpoint_minutes=spec.checkpoint_minutes,
         )
+        # the newest checkpoint when the unit starts: where it resumes (0: from the start)
+        resumed_from = (latest_checkpoint(folder) if options.checkpoint_dir else None) or 0
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(1000 + noise + 7919 * self.job.rank)  # dropout, per agent
             result = run_loop(alg, problem, comm, plan, options, labels=labels)
@@ -257,6 +268,7 @@ class Sweep:
         diverged = f", {n_div} diverged" if n_div else ""
         self.say(f"  {unit_name(variant.label, group):14s} {result.wall_time:7.2f} s{diverged}")
         facts = {"seconds": result.wall_time, "diverged": n_div, "gossip_rounds": comm.stats.rounds}
+        facts["resumed_from"] = resumed_from
         if isinstance(problem, NeuralProblem | BatchedRuns):  # the rule's choice, on record
             facts["backend"] = problem.backend
         return result.rows, facts
@@ -324,7 +336,8 @@ class Sweep:
         else:
             out = str(self.out)
             spec = replace(self.spec, claims=())  # what a unit needs, and all pickles
-            tasks = [UnitTask(spec, out, i, self.options.force) for i in pending]
+            dtype = str(torch.get_default_dtype()).removeprefix("torch.")
+            tasks = [UnitTask(spec, out, i, self.options.force, dtype=dtype) for i in pending]
             if isinstance(engine.executor, ForkPool):  # one thread per forked worker
                 tasks = [partial(_one_thread, task) for task in tasks]
             try:
