@@ -52,11 +52,23 @@ def test_any_executor_runs_the_units_with_the_default_rows(tmp_path):
     assert numbers(other.rows) == numbers(default.rows) and sorted(other.ran) == ["ed", "edm"]
 
 
+@pytest.fixture
+def job_signals():
+    """What submitit's job start-up installs (USR2, SIGTERM, SIGCONT handlers), undone."""
+    from submitit import JobEnvironment
+
+    signals = (JobEnvironment._usr_sig(), signal.SIGTERM, signal.SIGCONT)
+    saved = {sig: signal.getsignal(sig) for sig in signals}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
 def _slurm_spec(tmp_path: Path, table: str):
     return load_spec(write(tmp_path, BASE + "[executor]\n" + table))
 
 
-def test_slurm_submits_one_array_job_with_the_resources_of_its_table(tmp_path):
+def test_slurm_submits_one_array_job_with_the_resources_of_its_table(tmp_path, job_signals):
     """Against submitit's mocked sbatch/sacct: one array job, the [executor] table's
     resources in its script, each task computing its unit; the rows of the default run."""
     from submitit.core import submission
@@ -87,7 +99,9 @@ def test_slurm_submits_one_array_job_with_the_resources_of_its_table(tmp_path):
     assert numbers(rows) == numbers(default.rows)
 
 
-def test_a_unit_preempted_on_slurm_is_requeued_and_resumes_from_its_checkpoint(tmp_path):
+def test_a_unit_preempted_on_slurm_is_requeued_and_resumes_from_its_checkpoint(
+    tmp_path, job_signals
+):
     """Against submitit's doubles: SLURM warns the job (its USR2) mid-unit; submitit calls
     the unit's checkpoint() and requeues it, and the requeued job resumes from the unit's
     own checkpoint in the store: its rows are the default run's."""
@@ -104,7 +118,6 @@ def test_a_unit_preempted_on_slurm_is_requeued_and_resumes_from_its_checkpoint(t
     out = tmp_path / "o"
     folder = out / "runs" / "edm"
     usr = JobEnvironment._usr_sig()
-    saved = {sig: signal.getsignal(sig) for sig in (usr, signal.SIGTERM, signal.SIGCONT)}
     warned = threading.Event()
 
     def warn_once_checkpointed() -> None:  # SLURM's warning before pre-emption
@@ -114,24 +127,20 @@ def test_a_unit_preempted_on_slurm_is_requeued_and_resumes_from_its_checkpoint(t
         signal.pthread_kill(threading.main_thread().ident, usr)
 
     requeue = "submitit.slurm.slurm.SlurmJobEnvironment._requeue"
-    try:
-        with mocked_slurm() as mock, patch(requeue) as requeued:
-            engine = engines.make("slurm", spec, out)
-            [future] = engine.submit_all([UnitTask(spec, str(out), 1)])  # the unit edm
-            [(job, _)] = engine.executor.jobs
-            threading.Thread(target=warn_once_checkpointed, daemon=True).start()
-            with mock.job_context(job.job_id), pytest.raises(SystemExit):
-                submission.process_job(job.paths.folder)  # its first run, pre-empted
-            assert warned.is_set() and requeued.call_count == 1
-            assert not (folder / "meta.json").exists() and not (folder / "lease").exists()
-            with mock.job_context(job.job_id):  # the requeued job
-                submission.process_job(job.paths.folder)
-            engine.executor.check()
-            rows = future.result(timeout=0).rows
-            engine.close()
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+    with mocked_slurm() as mock, patch(requeue) as requeued:
+        engine = engines.make("slurm", spec, out)
+        [future] = engine.submit_all([UnitTask(spec, str(out), 1)])  # the unit edm
+        [(job, _)] = engine.executor.jobs
+        threading.Thread(target=warn_once_checkpointed, daemon=True).start()
+        with mock.job_context(job.job_id), pytest.raises(SystemExit):
+            submission.process_job(job.paths.folder)  # its first run, pre-empted
+        assert warned.is_set() and requeued.call_count == 1
+        assert not (folder / "meta.json").exists() and not (folder / "lease").exists()
+        with mock.job_context(job.job_id):  # the requeued job
+            submission.process_job(job.paths.folder)
+        engine.executor.check()
+        rows = future.result(timeout=0).rows
+        engine.close()
     assert numbers(rows) == [r for r in numbers(default.rows) if r["algorithm"] == "edm"]
     assert json.loads((folder / "meta.json").read_text())["resumed_from"] >= 2000
 

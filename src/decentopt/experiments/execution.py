@@ -82,6 +82,7 @@ class _Worker:
 def _serve(conn: multiprocessing.connection.Connection) -> None:
     """A worker: compute ``(fn, args, kwargs)`` messages until ``None`` or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # whatever the parent made of it: it ends
     die_with_parent(signal.SIGKILL)  # a killed sweep leaves no worker computing on
     while True:
         try:

@@ -108,11 +108,11 @@ class Lease:
         """Link a lease naming this holder into place; False if one is there."""
         text = json.dumps({"host": self.me.host, "pid": self.me.pid, "token": self.me.token})
         temporary = self.path.with_name(f".{self.path.name}.{self.me.token}.tmp")
-        temporary.write_text(text)
         try:
+            temporary.write_text(text)
             os.link(temporary, self.path)
             return True
-        except FileExistsError:
+        except (FileExistsError, FileNotFoundError):  # held; or its folder was just emptied
             return False
         finally:
             temporary.unlink(missing_ok=True)

@@ -24,7 +24,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -115,8 +115,8 @@ class UnitTask:
     force: bool = False
     stale: float = STALE
     beat: float = BEAT
-    #: torch's default dtype where the sweep runs (what tensors made without one take)
-    dtype: str = "float32"
+    #: torch's default dtype where the task is made (what tensors made without one take)
+    dtype: str = field(default_factory=lambda: str(torch.get_default_dtype()).split(".")[-1])
 
     def __call__(self) -> Claimed:
         previous = torch.get_default_dtype()
@@ -335,9 +335,11 @@ class Sweep:
                 rows[index] = self.compute_unit(index).rows
         else:
             out = str(self.out)
+            if self.options.force:  # emptied once, here: a requeued job then resumes
+                for index in pending:
+                    self.store.prepare(self.planned[index].unit)
             spec = replace(self.spec, claims=())  # what a unit needs, and all pickles
-            dtype = str(torch.get_default_dtype()).removeprefix("torch.")
-            tasks = [UnitTask(spec, out, i, self.options.force, dtype=dtype) for i in pending]
+            tasks = [UnitTask(spec, out, i) for i in pending]
             if isinstance(engine.executor, ForkPool):  # one thread per forked worker
                 tasks = [partial(_one_thread, task) for task in tasks]
             try:

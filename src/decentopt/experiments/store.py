@@ -130,8 +130,8 @@ class ResultStore:
                 for path in folder.iterdir():
                     if path.is_dir():
                         shutil.rmtree(path)
-                    elif path.name != LEASE:
-                        path.unlink()
+                    elif path.name != LEASE and not path.name.startswith(f".{LEASE}."):
+                        path.unlink(missing_ok=True)
             (folder / "meta.json").unlink(missing_ok=True)
             write_text_atomic(started, unit.fingerprint)
         return folder
@@ -178,7 +178,7 @@ class ResultStore:
                 published.append(found)
             return found is not None
 
-        if not lease.claim(done) or (not self.force and done()):
+        if not lease.claim(lambda: not self.force and done()) or (not self.force and done()):
             lease.release()
             self.kept.append(unit.name)
             return Claimed(published[-1], False)
