@@ -16,6 +16,7 @@ import pytest
 from decentopt.experiments import load_spec, run_spec
 from decentopt.experiments.runner import UnitTask
 from tests.experiments.test_spec import BASE, write
+from tests.test_plugins import fresh_registry  # noqa: F401  (autouse: no plugin left behind)
 
 #: Units that write checkpoints (every 2,000 steps), so that a killed one resumes.
 LONG = BASE.replace("iterations = 50", "iterations = 20000\ncheckpoint_every = 2000")
@@ -187,3 +188,33 @@ def test_a_dask_local_cluster_writes_the_default_rows_and_a_killed_unit_resumes(
     killer.join()
     assert numbers(got.rows) == numbers(default.rows)
     assert json.loads((out / "runs" / "edm" / "meta.json").read_text())["resumed_from"] >= 2000
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_a_unit_of_a_plugin_method_runs_in_a_fresh_process(tmp_path):
+    """The users' methods loaded where the task is made are loaded where it runs."""
+    import subprocess
+
+    import cloudpickle
+
+    from tests.test_plugins import NAME, SWEEP
+
+    small = ["iterations=30", "runs=1", "agents=6"]
+    spec = load_spec(SWEEP, quick=True, overrides=small)
+    index = [v.method for v in spec.algorithms.values()].index(NAME)
+    default = run_spec(spec, tmp_path / "d", progress=False, log=quiet)
+    task = tmp_path / "task.pkl"
+    task.write_bytes(cloudpickle.dumps(UnitTask(spec, str(tmp_path / "o"), index)))
+    code = (
+        "import pickle, sys, json; task = pickle.load(open(sys.argv[1], 'rb')); "
+        "print(json.dumps(task().rows))"
+    )
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(task)], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout.splitlines()[-1])
+    label = list(spec.algorithms)[index]
+    expected = [r for r in numbers(default.rows) if r["algorithm"] == label]
+    assert numbers(rows) == json.loads(json.dumps(expected))
