@@ -3,8 +3,9 @@
 A unit is one algorithm variant with all its runs and panel levels batched into
 the columns of one problem (convex kinds), or one (variant, run) pair (neural
 kind): :mod:`~decentopt.experiments.planning`. Every algorithm sees the same
-problem, graph and noise (seeds by role; :mod:`~decentopt.experiments.units`). Each unit is computed under its lease
-in the store (:meth:`~decentopt.experiments.store.ResultStore.claimed`), so an
+problem, graph and noise (seeds by role; :mod:`~decentopt.experiments.units`).
+Each unit is computed under its lease in the store
+(:meth:`~decentopt.experiments.store.ResultStore.claimed`), so an
 interrupted sweep resumes, a changed setting reruns only what it affects, nothing
 corrupt is trusted and no two processes (or hosts) compute a unit at once.
 
