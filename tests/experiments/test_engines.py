@@ -45,6 +45,27 @@ def test_a_missing_engine_is_one_line_naming_its_extra(
     assert len(err.splitlines()) == 1 and f"pip install decentopt[{engine}]" in err
 
 
+@pytest.mark.parametrize(
+    "engine,setting,named",
+    [
+        ("slurm", 'executor.partion="gpu"', "partion"),
+        ("slurm", 'executor.cluster="pbs"', "pbs"),
+        ("dask", 'executor.adress="tcp://x:1"', "adress"),
+    ],
+)
+def test_a_wrong_executor_table_is_one_line(tmp_path, capsys, engine, setting, named):
+    from submitit.slurm.test_slurm import mocked_slurm
+
+    from decentopt.cli import main
+
+    path = write(tmp_path, BASE)
+    args = ["run", str(path), "--out", str(tmp_path / "o"), "--executor", engine]
+    with mocked_slurm():  # nothing is ever submitted
+        assert main([*args, "--set", setting, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and named in err and "[executor]" in err
+
+
 def test_any_executor_runs_the_units_with_the_default_rows(tmp_path):
     spec = load_spec(write(tmp_path, BASE))
     default = run_spec(spec, tmp_path / "d", progress=False, log=quiet)

@@ -148,7 +148,10 @@ def _slurm(settings: dict[str, Any], out: Path) -> Engine:
         executor.update_parameters(**settings)
     except (ValueError, TypeError) as exc:
         first = str(exc).strip().splitlines()[0]
-        raise ConfigError(f"[executor] of --executor slurm: {first}") from None
+        raise ConfigError(
+            f"[executor] of --executor slurm: {first}; submitit's SlurmExecutor takes "
+            "partition, time, cpus_per_task, gpus_per_node, mem_gb, array_parallelism, ..."
+        ) from None
     pool = SubmititExecutor(executor, utils.UncompletedJobError, poll=poll)
     return Engine(
         pool,
