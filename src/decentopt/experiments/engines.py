@@ -23,33 +23,28 @@ Each engine is an extra: ``pip install decentopt[slurm]``, ``decentopt[dask]``.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from decentopt.experiments.execution import Engine, WorkerLost
 from decentopt.experiments.spec import ConfigError, RunSpec
 
-__all__ = ["ENGINES", "SubmititExecutor", "make", "needs"]
+__all__ = ["ENGINES", "SubmititExecutor", "make", "missing"]
 
 #: Seconds between looks at the states of submitted jobs (``sacct`` on SLURM).
 POLL = 5.0
 
 
-def needs(module: str, extra: str, engine: str) -> ModuleType:
-    """``import module``, or one line naming the extra that installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ConfigError(
-            f"--executor {engine} needs {module.split('.')[0]}, which is not installed: "
-            f"pip install decentopt[{extra}]"
-        ) from None
+def missing(engine: str, module: str) -> ConfigError:
+    """The one line for an engine whose package is not installed, naming its extra."""
+    return ConfigError(
+        f"--executor {engine} needs {module}, which is not installed: "
+        f"pip install decentopt[{engine}]"
+    )
 
 
 @dataclass
@@ -125,8 +120,11 @@ class SubmititExecutor(Executor):
 
 
 def _slurm(settings: dict[str, Any], out: Path) -> Engine:
-    submitit = needs("submitit", "slurm", "slurm")
-    utils = importlib.import_module("submitit.core.utils")
+    try:  # the extra decentopt[slurm], imported only when asked for
+        import submitit
+        from submitit.core import utils
+    except ImportError:
+        raise missing("slurm", "submitit") from None
     settings = dict(settings)
     folder = Path(settings.pop("folder", out / "slurm"))
     poll = float(settings.pop("poll", POLL))
@@ -163,7 +161,10 @@ def _slurm(settings: dict[str, Any], out: Path) -> Engine:
 
 
 def _dask(settings: dict[str, Any], out: Path) -> Engine:
-    distributed = needs("distributed", "dask", "dask")
+    try:  # the extra decentopt[dask], imported only when asked for
+        import distributed
+    except ImportError:
+        raise missing("dask", "distributed") from None
     settings = dict(settings)
     address = settings.pop("address", None)
     workers = settings.pop("workers", None)
