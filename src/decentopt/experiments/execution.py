@@ -179,7 +179,8 @@ class ForkPool(Executor):
                         self._collect(worker)
 
     def _collect(self, worker: _Worker) -> None:
-        task, worker.task = worker.task, None
+        task = worker.task
+        worker.task = None
         assert task is not None
         try:
             ok, value = worker.conn.recv()

@@ -135,7 +135,8 @@ class Lease:
             if seen is None:
                 continue  # released meanwhile: claim it now
             if seen != watched:  # it beat, or another holder came: watch it afresh
-                watched, since = seen, time.monotonic()
+                watched = seen
+                since = time.monotonic()
             holder = seen[0]
             if (holder is not None and holder.gone()) or time.monotonic() - since >= self.stale:
                 self._take_over(seen)

@@ -97,7 +97,8 @@ class ResultStore:
     def stored(self, unit: Unit) -> Rows | None:
         """The unit's rows if stored intact for these settings, else None."""
         folder = self.inside(unit.name)
-        meta_path, table = folder / "meta.json", folder / "rows.csv"
+        meta_path = folder / "meta.json"
+        table = folder / "rows.csv"
         if not meta_path.is_file():
             return None  # never finished (or never started)
         try:
