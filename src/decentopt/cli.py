@@ -25,7 +25,7 @@ from decentopt.driver import RunOptions
 from decentopt.experiments import ConfigError, load_spec, write_report
 from decentopt.experiments.claims import claims_report
 from decentopt.experiments.engines import ENGINES
-from decentopt.experiments.execution import WorkersLost
+from decentopt.experiments.execution import SweepFailed
 from decentopt.experiments.runner import Sweep, say_line
 from decentopt.experiments.spec import PAPER_PRESETS, STUDIES, is_study, read_toml
 from decentopt.experiments.studies import run_study
@@ -357,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the file system refused: a path that is a file, no permission, full
         print(f"error: {_file_system_advice(exc)}", file=sys.stderr)
         return 2
-    except (PeerFailure, StartupError, dist.DistError, WorkersLost) as exc:  # a rank or worker died
+    except (PeerFailure, StartupError, dist.DistError, SweepFailed) as exc:  # a rank, worker or job
         text = " ".join(str(exc).split())
         print(f"error: {text}", file=sys.stderr)
         return 1

@@ -121,6 +121,29 @@ def test_slurm_submits_one_array_job_with_the_resources_of_its_table(tmp_path, j
     assert numbers(rows) == numbers(default.rows)
 
 
+def test_a_unit_that_raises_in_its_slurm_job_is_one_line_with_its_log(tmp_path, job_signals):
+    from submitit.core import submission
+    from submitit.slurm.test_slurm import mocked_slurm
+
+    from decentopt.experiments import engines
+    from decentopt.experiments.execution import UnitFailed
+
+    spec = _slurm_spec(tmp_path, "poll = 60\n")
+    out = tmp_path / "o"
+    with mocked_slurm() as mock:
+        engine = engines.make("slurm", spec, out)
+        [future] = engine.submit_all([UnitTask(spec, str(out), 7)])  # no unit 7: it raises
+        [(job, _)] = engine.executor.jobs
+        with mock.job_context(job.job_id), pytest.raises(IndexError):  # in the job
+            submission.process_job(job.paths.folder)
+        engine.executor.check()
+        engine.close()
+    error = future.exception(timeout=0)
+    assert isinstance(error, UnitFailed) and len(str(error).splitlines()) == 1
+    assert "failed: IndexError: list index out of range" in str(error)
+    assert f"its log: {out / 'slurm'}" in str(error)
+
+
 def test_a_unit_preempted_on_slurm_is_requeued_and_resumes_from_its_checkpoint(
     tmp_path, job_signals
 ):

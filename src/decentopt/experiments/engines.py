@@ -23,6 +23,7 @@ Each engine is an extra: ``pip install decentopt[slurm]``, ``decentopt[dask]``.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decentopt.experiments.execution import Engine, WorkerLost
+from decentopt.experiments.execution import Engine, UnitFailed, WorkerLost
 from decentopt.experiments.spec import ConfigError, RunSpec
 
 __all__ = ["ENGINES", "SubmititExecutor", "make", "missing"]
@@ -54,6 +55,8 @@ class SubmititExecutor(Executor):
 
     executor: Any  # submitit.SlurmExecutor, LocalExecutor or DebugExecutor
     uncompleted: type[BaseException]  # submitit's error of a job that ended without a result
+    failed: type[BaseException]  # submitit's error of a job whose function raised (checked first:
+    # it is a kind of ``uncompleted``)
     poll: float = POLL
     jobs: list[tuple[Any, Future]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -95,10 +98,12 @@ class SubmititExecutor(Executor):
                 continue
             try:
                 future.set_result(job.result())
+            except self.failed as exc:  # the unit's own error, its traceback in the log
+                future.set_exception(UnitFailed(f"{_last_error(exc)}; its log: {job.paths.stderr}"))
             except self.uncompleted:  # killed, pre-empted for good, out of memory
                 why = f"its job {job.job_id} ended without a result ({job.state.lower()})"
                 future.set_exception(WorkerLost(why))
-            except BaseException as exc:  # the unit's own error
+            except BaseException as exc:
                 future.set_exception(exc)
             with self._lock:
                 self.jobs.remove((job, future))
@@ -117,6 +122,13 @@ class SubmititExecutor(Executor):
         self._stop.set()
         if wait:
             self._watcher.join()
+
+
+def _last_error(exc: BaseException) -> str:
+    """The line of a job's traceback that says what was raised."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    raised = [line for line in lines if re.match(r"[A-Za-z_][\w.]*(Error|Exception)\b", line)]
+    return f"a unit's job failed: {raised[-1] if raised else lines[0]}"
 
 
 def _slurm(settings: dict[str, Any], out: Path) -> Engine:
@@ -150,7 +162,7 @@ def _slurm(settings: dict[str, Any], out: Path) -> Engine:
             f"[executor] of --executor slurm: {first}; submitit's SlurmExecutor takes "
             "partition, time, cpus_per_task, gpus_per_node, mem_gb, array_parallelism, ..."
         ) from None
-    pool = SubmititExecutor(executor, utils.UncompletedJobError, poll=poll)
+    pool = SubmititExecutor(executor, utils.UncompletedJobError, utils.FailedJobError, poll)
     return Engine(
         pool,
         lost=(WorkerLost,),

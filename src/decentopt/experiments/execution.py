@@ -34,6 +34,8 @@ from decentopt.experiments.progress import Progress
 __all__ = [
     "Engine",
     "ForkPool",
+    "SweepFailed",
+    "UnitFailed",
     "WorkerDied",
     "WorkerLost",
     "WorkersLost",
@@ -62,8 +64,16 @@ class WorkerDied(WorkerLost):
         super().__init__(f"its worker (PID {pid}) died ({how})")
 
 
-class WorkersLost(RuntimeError):
+class SweepFailed(RuntimeError):
+    """A sweep ended without some of its units (the finished ones are stored)."""
+
+
+class WorkersLost(SweepFailed):
     """Units not computed because their workers died again and again."""
+
+
+class UnitFailed(SweepFailed):
+    """A unit raised where it ran (a cluster's job), reported in one line with its log."""
 
 
 @dataclass
