@@ -8,6 +8,8 @@ import os
 import threading
 import time
 
+import pytest
+
 from decentopt.experiments.lease import Holder, Lease, _read
 
 
@@ -68,3 +70,22 @@ def test_a_claimant_gives_up_waiting_once_the_unit_is_published(tmp_path):
     waiter = Lease(path, stale=60, poll=0.01, me=Holder("b", 2, "y"))
     assert not waiter.claim(done=lambda: calls.append(1) or len(calls) >= 3)
     assert len(calls) == 3 and not waiter.holds()
+
+
+@pytest.mark.parametrize("reused", [False, True], ids=["its-process", "reused"])
+def test_a_pid_of_this_host_given_to_another_process_is_no_holder(tmp_path, reused):
+    """A lease names a live PID of this host; when that process started at another time
+    than the holder did, the holder is gone and the lease is taken over at once, else
+    the claimant waits (here until the unit is published)."""
+    from decentopt.experiments.lease import _started, host_name
+
+    path = tmp_path / "lease"
+    live = os.getpid()  # alive: a bare PID check would wait the whole stale time
+    started = _started(live) - (1 if reused else 0)
+    holder = {"host": host_name(), "pid": live, "token": "t", "started": started}
+    path.write_text(json.dumps(holder))
+    looks: list[int] = []
+    lease = Lease(path, stale=60, poll=0.01, me=Holder("here", 2, "u"))
+    start = time.monotonic()
+    assert lease.claim(done=lambda: looks.append(1) or len(looks) >= 5) == reused
+    assert time.monotonic() - start < 5 and lease.holds() == reused

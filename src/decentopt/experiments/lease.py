@@ -1,14 +1,15 @@
 """Leases: which process, on which host, computes a unit; safe on a network file system.
 
-A lease is a small file (``UNIT/lease``) naming its holder: the host, the PID and a
-random token. It is written under a unique temporary name and then *linked* into
-place: ``link`` fails when the name exists, atomically on NFS as on a local disk, so
-two claimants never both hold it. The holder beats: it touches the lease every
-``beat`` seconds. A claimant that finds the lease held watches it; when neither its
-holder nor its time of modification changed for ``stale`` seconds of the claimant's
-own clock (the clocks of two hosts are never compared), the holder stopped and the
-lease is taken over -- at once when the holder is a process of the claimant's own
-host that no longer exists. A PID alone is never trusted: it means nothing on
+A lease is a small file (``UNIT/lease``) naming its holder: the host, the PID (with
+the time its process started) and a random token. It is written under a unique
+temporary name and then *linked* into place: ``link`` fails when the name exists,
+atomically on NFS as on a local disk, so two claimants never both hold it. The
+holder beats: it touches the lease every ``beat`` seconds. A claimant that finds
+the lease held watches it; when neither its holder nor its time of modification
+changed for ``stale`` seconds of the claimant's own clock (the clocks of two hosts
+are never compared), the holder stopped and the lease is taken over -- at once when
+the holder is a process of the claimant's own host that no longer exists, or whose
+PID a process started later has. A PID alone is never trusted: it means nothing on
 another host, and one that is alive may be another process by now.
 
 Taking over moves the stale lease aside under a unique name (``rename``: of two
@@ -21,6 +22,7 @@ The host name is ``socket.gethostname()``, or ``DECENTOPT_HOST`` where that is s
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -48,20 +50,34 @@ def host_name() -> str:
     return os.environ.get("DECENTOPT_HOST") or socket.gethostname()
 
 
+def _started(pid: int) -> int | None:
+    """When the process ``pid`` of this host started (clock ticks since boot; Linux), or
+    None where that cannot be read: with the PID, it names one process, even after the
+    PID is given to another."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a lease: host, PID and a token no other claim shares."""
+    """Who holds a lease: host, PID (and when that process started) and a token no other
+    claim shares."""
 
     host: str
     pid: int
     token: str
+    started: int | None = None
 
     @staticmethod
     def me() -> Holder:
-        return Holder(host_name(), os.getpid(), uuid.uuid4().hex)
+        return Holder(host_name(), os.getpid(), uuid.uuid4().hex, _started(os.getpid()))
 
     def gone(self) -> bool:
-        """Whether it is a process of this host that no longer exists (else: unknown)."""
+        """Whether it is a process of this host that no longer exists, or whose PID another
+        process has now (else: unknown, and only its beats tell)."""
         if self.host != host_name():
             return False
         try:
@@ -69,8 +85,9 @@ class Holder:
         except ProcessLookupError:
             return True
         except PermissionError:  # alive, under another user
-            return False
-        return False
+            pass
+        now = _started(self.pid)
+        return self.started is not None and now is not None and now != self.started
 
     def describe(self) -> str:
         return f"PID {self.pid} on {self.host}"
@@ -86,7 +103,8 @@ def _read(path: Path) -> tuple[Holder | None, int, int] | None:
         return None
     try:
         data = json.loads(text)
-        holder = Holder(str(data["host"]), int(data["pid"]), str(data["token"]))
+        started = None if data.get("started") is None else int(data["started"])
+        holder = Holder(str(data["host"]), int(data["pid"]), str(data["token"]), started)
     except (ValueError, KeyError, TypeError):
         holder = None
     return holder, info.st_ino, info.st_mtime_ns
@@ -106,7 +124,7 @@ class Lease:
 
     def _write(self) -> bool:
         """Link a lease naming this holder into place; False if one is there."""
-        text = json.dumps({"host": self.me.host, "pid": self.me.pid, "token": self.me.token})
+        text = json.dumps(dataclasses.asdict(self.me))
         temporary = self.path.with_name(f".{self.path.name}.{self.me.token}.tmp")
         try:
             temporary.write_text(text)
