@@ -95,3 +95,15 @@ def test_a_pool_stops_its_busy_workers_at_once():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert futures[2].cancelled()
+
+
+def test_a_rerun_names_at_most_a_few_of_the_units_it_keeps():
+    from decentopt.experiments.progress import SHOWN, Progress
+
+    lines: list[str] = []
+    names = [f"u{k}" for k in range(20)]
+    Progress(lines.append, 25).reused(names)
+    assert lines == [
+        f"resuming: 20 finished unit(s) kept ({', '.join(names[:SHOWN])} and "
+        f"{20 - SHOWN} more); 5 to compute"
+    ]

@@ -12,6 +12,9 @@ from collections.abc import Callable, Sequence
 
 __all__ = ["Progress", "say_line"]
 
+#: Units named in the line that says what a rerun keeps (the rest are counted).
+SHOWN = 8
+
 
 def say_line(text: str) -> None:
     """Print one whole line in a single write: lines of parallel workers never run together."""
@@ -31,9 +34,10 @@ class Progress:
         """Said before anything is computed: the finished units a rerun keeps."""
         if names:
             left = self.total - len(names)
+            shown = ", ".join(names[:SHOWN])
+            more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
             self.say(
-                f"resuming: {len(names)} finished unit(s) kept ({', '.join(names)}); "
-                f"{left} to compute"
+                f"resuming: {len(names)} finished unit(s) kept ({shown}{more}); {left} to compute"
             )
 
     def finished(self, name: str, pending: int) -> None:
