@@ -262,3 +262,15 @@ def test_a_unit_of_a_plugin_method_runs_in_a_fresh_process(tmp_path):
     label = list(spec.algorithms)[index]
     expected = [r for r in numbers(default.rows) if r["algorithm"] == label]
     assert numbers(rows) == json.loads(json.dumps(expected))
+
+
+def test_a_study_refuses_an_engine_in_one_line(tmp_path, capsys):
+    from decentopt.cli import main
+    from decentopt.experiments.spec import PRESET_DIR, STUDIES
+
+    study = PRESET_DIR / f"{STUDIES[0]}.toml"
+    args = ["run", str(study), "--out", str(tmp_path / "o"), "--executor", "dask"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--executor dask: a study runs here" in err
+    assert not (tmp_path / "o").exists()
