@@ -21,7 +21,7 @@ def test_claimants_racing_for_a_stale_lease_hold_it_one_at_a_time(tmp_path):
     holds: list[tuple[float, float]] = []
 
     def claimant(k: int) -> None:
-        lease = Lease(path, stale=0.2, beat=0.02, poll=0.005, me=Holder(f"h{k}", 1, f"k{k}"))
+        lease = Lease(path, stale=1.0, beat=0.02, poll=0.005, me=Holder(f"h{k}", 1, f"k{k}"))
         assert lease.claim()
         with lease.beating():
             begin = time.monotonic()

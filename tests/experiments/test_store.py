@@ -232,14 +232,14 @@ def test_a_beating_holder_keeps_its_unit_and_the_other_host_takes_its_rows(tmp_p
     log, started = tmp_path / "log", tmp_path / "started"
     unit = Unit("u", "f1")
 
-    def holder():  # computes for 1.5 s, beating every 0.05 s
-        ResultStore(tmp_path / "runs", beat=0.05).claimed(unit, _logging_compute(log, 1.5, started))
+    def holder():  # computes for 2.5 s, beating every 0.05 s
+        ResultStore(tmp_path / "runs", beat=0.05).claimed(unit, _logging_compute(log, 2.5, started))
 
     pid = _as_host("a", holder)
     while not started.exists():
         time.sleep(0.01)
     monkeypatch.setenv("DECENTOPT_HOST", "b")
-    store = ResultStore(tmp_path / "runs", stale=0.5, beat=0.05)  # far below 1.5 s
+    store = ResultStore(tmp_path / "runs", stale=1.0, beat=0.05)  # far below 2.5 s
     got = store.claimed(unit, _logging_compute(log))
     assert os.waitpid(pid, 0)[1] == 0
     assert not got.computed and store.kept == ["u"] and got.rows == [{"step": 0, "x": 1.0}]
