@@ -252,7 +252,7 @@ class Sweep(Units):
                 _SWEEPS.pop(out, None)
             if lost:
                 raise WorkersLost(
-                    f"{len(lost)} unit(s) not computed, their workers died twice: "
+                    f"{len(lost)} unit(s) not computed (their workers died): "
                     f"{', '.join(lost)}; the finished units are saved and a rerun computes the rest"
                 )
         return [row for index in range(len(self.planned)) for row in rows[index]]
