@@ -107,3 +107,26 @@ def test_a_rerun_names_at_most_a_few_of_the_units_it_keeps():
         f"resuming: 20 finished unit(s) kept ({', '.join(names[:SHOWN])} and "
         f"{20 - SHOWN} more); 5 to compute"
     ]
+
+
+def test_a_broken_pool_of_the_callers_is_one_error_naming_the_units_not_computed(
+    tmp_path, monkeypatch
+):
+    """A ProcessPoolExecutor given by the caller breaks when one worker dies (it cannot
+    tell which): the units it lost are named in one error, the finished ones stored."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from decentopt.experiments.execution import WorkersLost
+
+    spec = load_spec(write(tmp_path, FOUR))
+    dying(monkeypatch, "dmsgd", tmp_path / "tries", signal.SIGKILL, times=10)
+    out = tmp_path / "o"
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        with pytest.raises(WorkersLost) as error:
+            run_spec(spec, out, progress=False, log=lambda _: None, executor=pool)
+    message = str(error.value)
+    assert len(message.splitlines()) == 1 and "dmsgd" in message
+    lost = set(message.split(": ", 1)[1].split(";")[0].split(", "))
+    stored = {p.name for p in (out / "runs").iterdir() if (p / "meta.json").is_file()}
+    assert lost | stored == {"ed", "edm", "dsgd", "dmsgd"} and not lost & stored
