@@ -274,3 +274,21 @@ def test_a_study_refuses_an_engine_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--executor dask: a study runs here" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_process_that_ran_units_of_other_settings_builds_the_new_ones(tmp_path):
+    """A worker of a long-lived cluster keeps its sweep between tasks; a task of other
+    settings on the same folder gets a sweep of its own."""
+    from decentopt.experiments.runner import _SWEEPS
+
+    path = write(tmp_path, BASE)
+    out = str(tmp_path / "o")
+    first = load_spec(path)
+    second = load_spec(path, overrides=["algorithms.edm.beta=0.5"])
+    try:
+        UnitTask(first, out, 1)()
+        rows = UnitTask(second, out, 1)().rows
+    finally:
+        _SWEEPS.pop(out, None)
+    alone = run_spec(second, tmp_path / "alone", progress=False, log=quiet).rows
+    assert numbers(rows) == [r for r in numbers(alone) if r["algorithm"] == "edm"]

@@ -122,7 +122,7 @@ class UnitTask:
         torch.set_default_dtype(getattr(torch, self.dtype))
         try:
             sweep = _SWEEPS.get(self.out)
-            if sweep is None:
+            if sweep is None or replace(sweep.spec, claims=()) != self.spec:  # another sweep
                 options = RunOptions(progress=False, force=self.force, log=say_line)
                 path = Path(self.out)
                 sweep = Sweep(self.spec, path, options, stale=self.stale, beat=self.beat)
