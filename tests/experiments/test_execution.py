@@ -130,3 +130,11 @@ def test_a_broken_pool_of_the_callers_is_one_error_naming_the_units_not_computed
     lost = set(message.split(": ", 1)[1].split(";")[0].split(", "))
     stored = {p.name for p in (out / "runs").iterdir() if (p / "meta.json").is_file()}
     assert lost | stored == {"ed", "edm", "dsgd", "dmsgd"} and not lost & stored
+
+
+def test_forked_workers_inherit_the_problem_built_once(tmp_path):
+    lines: list[str] = []
+    spec = load_spec(write(tmp_path, FOUR))
+    run_spec(spec, tmp_path / "o", progress=False, jobs=2, log=lines.append)
+    assert sum("built in" in line for line in lines) == 1
+    assert sorted(line.split()[0] for line in lines if " done (" in line) == sorted(spec.algorithms)
