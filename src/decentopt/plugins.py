@@ -76,6 +76,12 @@ def load(spec: str, *, base: str | Path | None = None) -> list[str]:
     return _once(spec, lambda: _import_module(spec))
 
 
+def loaded() -> list[str]:
+    """The plugins loaded in this process (resolved file paths, module names), in order:
+    what a process computing units elsewhere loads to know the same methods."""
+    return list(_LOADED)
+
+
 def _once(key: str, run: Callable[[], object]) -> list[str]:
     """Run the import ``run`` unless ``key`` was loaded; undo half a failed registration."""
     if key in _LOADED:

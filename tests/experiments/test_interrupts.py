@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -79,6 +81,87 @@ def test_a_killed_parallel_sweep_keeps_every_finished_unit(tmp_path):
     )
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert f"{len(stored)} finished unit(s) kept" in rerun.stdout
+
+
+def _lines_until(proc: subprocess.Popen, marker: str, seconds: float) -> list[str]:
+    """The lines ``proc`` prints up to the first one holding ``marker``."""
+    lines: list[str] = []
+    deadline = time.monotonic() + seconds
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if marker in line:
+            return lines
+        assert time.monotonic() < deadline, f"no {marker!r} in time: {lines}"
+    raise AssertionError(f"the sweep ended before {marker!r}: {lines}")
+
+
+def _ctrl_c(proc: subprocess.Popen) -> float:
+    """Ctrl-C as a terminal sends it (to the whole process group); seconds until it ended."""
+    start = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=60)
+    return time.monotonic() - start
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_keeps_finished_units_exits_at_once_and_the_rerun_says_what_it_keeps(tmp_path):
+    """--jobs 2, Ctrl-C while both workers are early in long units: the sweep ends at once
+    (never waits for the running units), every finished unit is on disk, no worker runs
+    on, and a rerun says before it computes anything which units it keeps."""
+    spec = BASE.replace("iterations = 50", "iterations = 80000")
+    for name in ("dsgd", "dmsgd", "decentlam", "dsgt"):
+        spec += f"[algorithms.{name}]\n"
+    path = write(tmp_path, spec)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "decentopt", "run", str(path), "--out", str(out)]
+    command += ["--jobs", "2", "--no-progress"]
+    options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    proc = subprocess.Popen(command, start_new_session=True, **options)
+    lines = _lines_until(proc, "done (2/6)", 300)
+    workers = children(proc.pid)
+    time.sleep(1.0)  # both workers are a second into their next units
+    took = _ctrl_c(proc)
+    assert proc.returncode == 130 and "interrupted" in proc.stderr.read()
+    assert took < 3.0, f"the sweep took {took:.1f} s to stop after Ctrl-C"
+    assert gone_within(workers, 5), "workers ran on after Ctrl-C"
+    finished = {line.split()[0] for line in lines if " done (" in line}
+    stored = {p.name for p in (out / "runs").iterdir() if (p / "meta.json").is_file()}
+    assert finished <= stored and len(stored) >= 2
+    rerun = subprocess.Popen(command, start_new_session=True, **options)
+    first = _lines_until(rerun, "resuming", 120)
+    assert not any(" done (" in line for line in first)  # said before anything is computed
+    assert f"{len(stored)} finished unit(s) kept" in first[-1]
+    assert f"{6 - len(stored)} to compute" in first[-1]
+    assert _ctrl_c(rerun) < 3.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_worker_killed_from_outside_costs_only_its_unit(tmp_path, how):
+    """One --jobs worker killed mid-unit: one line names its unit, which is computed again;
+    the sweep finishes with every unit."""
+    spec = BASE.replace("iterations = 50", "iterations = 20000")
+    for name in ("dsgd", "dmsgd", "decentlam", "dsgt"):
+        spec += f"[algorithms.{name}]\n"
+    path = write(tmp_path, spec)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "decentopt", "run", str(path), "--out", str(out)]
+    options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    proc = subprocess.Popen([*command, "--jobs", "2", "--no-progress"], **options)
+    deadline = time.monotonic() + 300
+    while not (leases := list(out.glob("runs/*/lease"))):  # a worker holds a unit
+        assert time.monotonic() < deadline and proc.poll() is None, "no unit started"
+        time.sleep(0.05)
+    unit = leases[0].parent.name
+    os.kill(json.loads(leases[0].read_text())["pid"], how)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    died = [line for line in stdout.splitlines() if "died" in line]
+    assert len(died) == 1 and died[0].split()[0] == unit, stdout
+    assert f"killed by {how.name}" in died[0] and "computing it again" in died[0]
+    stored = [p for p in (out / "runs").iterdir() if (p / "meta.json").is_file()]
+    assert len(stored) == 6 and "6 unit(s) computed" in stdout
 
 
 SLEEPER = """

@@ -130,3 +130,125 @@ def test_the_store_touches_nothing_outside_its_unit_folders(tmp_path, name):
     with pytest.raises(ValueError, match="not a plain folder name"):
         store.cached(Unit(name, "f"), compute_counting([]))
     assert (tmp_path / "out" / "precious.txt").read_text() == "keep me"
+
+
+# ---------------------------------------------------------------- a store shared by hosts
+def _as_host(host: str, work) -> int:
+    """Fork a process that presents the host name ``host`` and runs ``work()``."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the test
+        code = 1
+        try:
+            os.environ["DECENTOPT_HOST"] = host
+            work()
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _logging_compute(log, seconds: float = 0.0, started=None):
+    """A unit's work that appends "HOST UNIT" to ``log`` (one write: lines never mix)."""
+    import os
+    import time
+
+    def compute(folder):
+        if started is not None:
+            started.write_text(str(os.getpid()))
+        with open(log, "a") as fh:
+            fh.write(f"{os.environ.get('DECENTOPT_HOST')} {folder.name}\n")
+        time.sleep(seconds)
+        return [{"step": 0, "x": float(len(folder.name))}], {"seconds": seconds}
+
+    return compute
+
+
+def test_two_hosts_racing_for_every_unit_compute_each_once(tmp_path):
+    import os
+
+    log = tmp_path / "log"
+    units = [Unit(f"u{k}", "f1") for k in range(8)]
+
+    def host(name):
+        def work():
+            store = ResultStore(tmp_path / "runs", beat=0.05)
+            got = [store.claimed(unit, _logging_compute(log, 0.05)) for unit in units]
+            (tmp_path / name).write_text(json.dumps([c.rows for c in got]))
+
+        return work
+
+    pids = [_as_host(name, host(name)) for name in ("a", "b")]
+    assert all(os.waitpid(pid, 0)[1] == 0 for pid in pids)
+    computed = log.read_text().splitlines()
+    assert sorted(line.split()[1] for line in computed) == [u.name for u in units]
+    assert {line.split()[0] for line in computed} <= {"a", "b"}
+    rows = {json.dumps(json.loads((tmp_path / n).read_text())) for n in ("a", "b")}
+    assert len(rows) == 1  # both hosts hold every unit's rows
+    assert not list((tmp_path / "runs").glob("*/lease"))  # every lease released
+
+
+@pytest.mark.parametrize("other_host", [True, False], ids=["other-host", "same-host"])
+def test_a_lease_whose_holder_was_killed_mid_unit_is_taken_over(tmp_path, monkeypatch, other_host):
+    import os
+    import signal
+    import time
+
+    log, started = tmp_path / "log", tmp_path / "started"
+    unit = Unit("u", "f1")
+
+    def holder():
+        ResultStore(tmp_path / "runs", beat=0.05).claimed(unit, _logging_compute(log, 60, started))
+
+    pid = _as_host("a", holder)
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert time.monotonic() < deadline, "the holder did not start its unit"
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert (tmp_path / "runs" / "u" / "lease").is_file()  # left behind by the killed holder
+    monkeypatch.setenv("DECENTOPT_HOST", "b" if other_host else "a")
+    stale = 1.0 if other_host else 60.0
+    store = ResultStore(tmp_path / "runs", stale=stale, beat=0.05)
+    start = time.monotonic()
+    got = store.claimed(unit, _logging_compute(log))
+    waited = time.monotonic() - start
+    assert got.computed and store.ran == ["u"]
+    if other_host:  # its PID means nothing here: taken over once it stopped beating
+        assert waited >= stale
+    else:  # a process of this host that is gone: at once
+        assert waited < 5
+    assert [line.split()[0] for line in log.read_text().splitlines()][-1] == os.environ[
+        "DECENTOPT_HOST"
+    ]
+
+
+def test_a_beating_holder_keeps_its_unit_and_the_other_host_takes_its_rows(tmp_path, monkeypatch):
+    import os
+    import time
+
+    log, started = tmp_path / "log", tmp_path / "started"
+    unit = Unit("u", "f1")
+
+    def holder():  # computes for 2.5 s, beating every 0.05 s
+        ResultStore(tmp_path / "runs", beat=0.05).claimed(unit, _logging_compute(log, 2.5, started))
+
+    pid = _as_host("a", holder)
+    while not started.exists():
+        time.sleep(0.01)
+    monkeypatch.setenv("DECENTOPT_HOST", "b")
+    store = ResultStore(tmp_path / "runs", stale=1.0, beat=0.05)  # far below 2.5 s
+    got = store.claimed(unit, _logging_compute(log))
+    assert os.waitpid(pid, 0)[1] == 0
+    assert not got.computed and store.kept == ["u"] and got.rows == [{"step": 0, "x": 1.0}]
+    assert log.read_text().splitlines() == ["a u"]
+
+
+def test_emptying_a_unit_of_other_settings_keeps_its_lease(tmp_path):
+    store = ResultStore(tmp_path)
+    ResultStore(tmp_path).cached(Unit("a", "f1"), compute_counting([]))
+    (tmp_path / "a" / "lease").write_text("{}")
+    store.prepare(Unit("a", "f2"))
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["lease", "started"]

@@ -44,7 +44,7 @@ __all__ = ["PRESETS", "ConfigError", "RunSpec", "Seeds", "Variant", "load_spec",
 #: Fields that change how results are shown, not what they are: outside the fingerprint.
 PRESENTATION = frozenset(
     "claims name description reproduces source metric also_report threshold timeout threads "
-    "network timing checkpoint_every checkpoint_minutes logging".split()
+    "network timing checkpoint_every checkpoint_minutes logging executor".split()
 )
 #: The layout of result rows; stored units of another layout are recomputed.
 ROW_FORMAT = 3
@@ -93,6 +93,7 @@ class _Shared:
     checkpoint_every: int | None = bounded(None, minimum=1)
     checkpoint_minutes: float | None = bounded(None, above=0)
     logging: dict[str, str] = field(default_factory=dict)  # logger name -> its target
+    executor: dict[str, Any] = field(default_factory=dict)  # engines.py: where units run
     name: str = ""
     description: str = ""
     reproduces: str = ""

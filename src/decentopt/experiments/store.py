@@ -7,6 +7,12 @@ so that checkpoints of other settings are never resumed), any checkpoints,
 table). :meth:`ResultStore.cached` returns the stored rows only when all of
 that agrees; a corrupt or partial unit is recomputed with a warning, never
 trusted, and a unit of other settings is recomputed from scratch.
+
+A store may be shared by processes on several hosts (a cluster's network file
+system): :meth:`ResultStore.claimed` computes a unit under its ``lease``
+(:mod:`~decentopt.experiments.lease`), so that no two processes compute it at once
+unless one of them died, and every file is published by writing it under a unique
+name and renaming it into place (atomic on NFS too).
 """
 
 from __future__ import annotations
@@ -18,11 +24,15 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from decentopt.experiments.lease import BEAT, POLL, STALE, Lease
 from decentopt.results import read_csv, write_csv_atomic, write_text_atomic
 
-__all__ = ["ResultStore", "Unit"]
+__all__ = ["Claimed", "ResultStore", "Unit"]
+
+#: The lease of a unit, in its folder (kept when the folder is emptied for other settings).
+LEASE = "lease"
 
 Rows = list[dict[str, Any]]
 
@@ -48,6 +58,14 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+class Claimed(NamedTuple):
+    """What :meth:`ResultStore.claimed` returns: the unit's rows, and whether this process
+    computed them (False: they were stored, by an earlier run or another process)."""
+
+    rows: Rows
+    computed: bool
+
+
 @dataclass
 class ResultStore:
     """``cached(unit, compute)`` for every kind of run.
@@ -62,6 +80,8 @@ class ResultStore:
     barrier: Callable[[], None] = lambda: None
     ran: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+    stale: float = STALE  # seconds without a beat after which a lease is taken over
+    beat: float = BEAT  # seconds between a holder's beats
 
     def inside(self, name: str) -> Path:
         """The unit folder ``ROOT/name``, refused unless it is a folder right inside ``ROOT``:
@@ -77,7 +97,8 @@ class ResultStore:
     def stored(self, unit: Unit) -> Rows | None:
         """The unit's rows if stored intact for these settings, else None."""
         folder = self.inside(unit.name)
-        meta_path, table = folder / "meta.json", folder / "rows.csv"
+        meta_path = folder / "meta.json"
+        table = folder / "rows.csv"
         if not meta_path.is_file():
             return None  # never finished (or never started)
         try:
@@ -106,8 +127,12 @@ class ResultStore:
         started = folder / "started"
         if self.writer:
             stale = self.force or not started.is_file() or started.read_text() != unit.fingerprint
-            if stale and folder.exists():
-                shutil.rmtree(folder)
+            if stale and folder.exists():  # all but the lease of the process computing it
+                for path in folder.iterdir():
+                    if path.is_dir():
+                        shutil.rmtree(path)
+                    elif path.name != LEASE and not path.name.startswith(f".{LEASE}."):
+                        path.unlink(missing_ok=True)
             (folder / "meta.json").unlink(missing_ok=True)
             write_text_atomic(started, unit.fingerprint)
         return folder
@@ -126,6 +151,44 @@ class ResultStore:
         folder = self.prepare(unit)
         self.barrier()
         return self.record(unit, *compute(folder))
+
+    def lease(self, unit: Unit) -> Lease:
+        path = self.inside(unit.name) / LEASE
+        return Lease(path, stale=self.stale, beat=self.beat, poll=min(POLL, self.beat))
+
+    def claimed(
+        self, unit: Unit, compute: Callable[[Path], tuple[Rows, dict[str, Any]]]
+    ) -> Claimed:
+        """:meth:`cached` for a store that several processes or hosts share: the unit is
+        computed under its lease, so that while its holder beats no other process computes
+        it; one that finds it held waits, and takes the stored rows once they are published
+        (or the lease, once its holder stopped beating). Not for a distributed job (its
+        ranks compute a unit together: :meth:`cached`)."""
+        rows = None if self.force else self.stored(unit)
+        if rows is not None:
+            self.kept.append(unit.name)
+            return Claimed(rows, False)
+        lease = self.lease(unit)
+        published: list[Rows] = []
+
+        def done() -> bool:  # another process published it while this one waited
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a unit being written is not corrupt
+                found = self.stored(unit)
+            if found is not None:
+                published.append(found)
+            return found is not None
+
+        if not lease.claim(lambda: not self.force and done()) or (not self.force and done()):
+            lease.release()
+            self.kept.append(unit.name)
+            return Claimed(published[-1], False)
+        try:
+            with lease.beating():
+                folder = self.prepare(unit)
+                return Claimed(self.record(unit, *compute(folder)), True)
+        finally:
+            lease.release()
 
     def record(self, unit: Unit, rows: Rows, facts: dict[str, Any]) -> Rows:
         """Store the rows of a unit computed in its :meth:`prepare`-d folder, with its facts

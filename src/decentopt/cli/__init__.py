@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import inspect
 import io
 import os
 import sys
@@ -16,16 +15,18 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch.distributed as dist
 
-from decentopt import __version__, catalog, plugins, theory, topology
+from decentopt import __version__, catalog, plugins
+from decentopt.cli.topology import TOPOLOGY_OPTIONS, configure_topology, run_topology
 from decentopt.comm.distributed import PeerFailure
 from decentopt.distributed.launch import launch
 from decentopt.distributed.runtime import StartupError
 from decentopt.driver import RunOptions
 from decentopt.experiments import ConfigError, load_spec, write_report
 from decentopt.experiments.claims import claims_report
+from decentopt.experiments.engines import ENGINES
+from decentopt.experiments.execution import SweepFailed
 from decentopt.experiments.runner import Sweep, say_line
 from decentopt.experiments.sources import PAPER_PRESETS, STUDIES, is_study, read_toml
 from decentopt.experiments.studies import run_study
@@ -33,71 +34,7 @@ from decentopt.experiments.study import load_study
 from decentopt.integrations import loggers
 from decentopt.results import FolderBusy
 
-__all__ = ["COMMANDS", "main"]
-
-
-# -------------------------------------------------------------------- topology
-#: The builders' parameters the command passes on (every one a registered builder has).
-TOPOLOGY_OPTIONS = ("weights", "lazy", "cols", "p", "seed", "base", "graph", "root")
-_LAZY: dict[str, bool | str] = {"auto": "auto", "yes": True, "no": False}
-
-
-def _configure_topology(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", help=f"one of {', '.join(topology.REGISTRY)}, or 'matrix' with --matrix")
-    p.add_argument("--n", type=int, help="number of agents")
-    p.add_argument("--weights", help="metropolis or max_degree (ring: also 'paper', the default)")
-    p.add_argument("--lazy", choices=_LAZY, help="the lazy transform (W + I)/2 (default auto)")
-    p.add_argument("--cols", type=int, help="columns (grid, torus; default: most square)")
-    p.add_argument("--p", type=float, help="edge probability (erdos_renyi, random_directed)")
-    p.add_argument("--seed", type=int, help="graph seed (erdos_renyi, random_*; default 0)")
-    p.add_argument("--base", type=int, help="base_graph's base k+1 (k peers per round)")
-    p.add_argument("--graph", help="the graph spanning_tree spans (default torus)")
-    p.add_argument("--root", type=int, help="spanning_tree's root (default 0)")
-    p.add_argument("--draw", type=Path, metavar="FILE.png", help="also draw the graph (each round)")
-    p.add_argument("--matrix", type=Path, help="a W saved with numpy.save (.npy) or as text")
-    p.add_argument("--L", type=float, default=1.0, help="smoothness constant (default 1)")
-    p.add_argument("--beta", type=float, default=0.9, help="momentum (default 0.9)")
-
-
-def _build_topology(args: argparse.Namespace) -> topology.Network:
-    if args.name == "matrix":
-        if args.matrix is None:
-            raise ValueError("'matrix' needs --matrix FILE (.npy or a text file of numbers)")
-        if not args.matrix.is_file():
-            raise FileNotFoundError(f"no matrix file at {args.matrix}")
-        loader = np.load if args.matrix.suffix == ".npy" else np.loadtxt
-        return topology.from_matrix(loader(args.matrix), name=args.matrix.name)
-    if args.n is None:
-        raise ValueError(f"give the number of agents: decentopt topology {args.name} --n 32")
-    builder = topology.REGISTRY.get(args.name)
-    accepted = inspect.signature(builder).parameters if builder is not None else {}
-    given = {k: getattr(args, k) for k in TOPOLOGY_OPTIONS if getattr(args, k) is not None}
-    for key in given:
-        if builder is not None and key not in accepted:
-            own = ", ".join(f"--{k}" for k in list(accepted)[1:]) or "none"
-            raise ValueError(f"{args.name} takes no --{key}; its options: {own}")
-    kwargs = {k: _LAZY.get(v, v) if k == "lazy" else v for k, v in given.items()}
-    if "p" in accepted and accepted["p"].default is inspect.Parameter.empty:
-        kwargs.setdefault("p", 0.2)  # erdos_renyi's required edge probability
-    return topology.make(args.name, args.n, **kwargs)
-
-
-def _run_topology(args: argparse.Namespace) -> int:
-    try:
-        topo = _build_topology(args)
-    except topology.AssumptionError as exc:
-        print(f"Assumption 1: fails -- {exc}")
-        return 1
-    rows = theory.topology_report(topo, L=args.L, beta=args.beta)
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        print(f"{key:<{width}}  {value}")
-    if args.draw is not None:
-        from decentopt.drawing import plot_network
-
-        fmt = args.draw.suffix.lstrip(".") or "png"
-        print("drew " + ", ".join(map(str, plot_network(topo, args.draw, formats=(fmt,)))))
-    return 0
+__all__ = ["COMMANDS", "TOPOLOGY_OPTIONS", "build_parser", "main"]
 
 
 # ---------------------------------------------------------------------- launch
@@ -173,6 +110,12 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
         "the cores)"
     )
     p.add_argument("--jobs", type=int, default=cores, metavar="N", help=jobs_help)
+    p.add_argument(
+        "--executor",
+        choices=["local", *ENGINES],
+        help="where the units run: local forked workers (the default), a SLURM cluster through "
+        "submitit, or a dask cluster; set up by [executor] (docs/experiments.md)",
+    )
     p.add_argument("--out", type=Path, help="output folder (default results/NAME[-quick])")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of resuming")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -221,6 +164,11 @@ def _run_command(args: argparse.Namespace) -> int:
         log_every=args.log_every,
     )
     if is_study(read_toml(args.source)[0]):
+        if args.executor not in (None, "local"):
+            raise ValueError(
+                f"--executor {args.executor}: a study runs here; give --executor to the run of "
+                "one of its specifications instead"
+            )
         study = load_study(args.source, quick=args.quick)
         monitor = loggers.make(args.log)  # each unit of each part, grouped by the part
         files = run_study(
@@ -245,7 +193,7 @@ def _run_command(args: argparse.Namespace) -> int:
         )
     out = _out(args, spec.name)
     monitor = loggers.make([*args.log, *loggers.targets(spec.logging)])
-    outcome = Sweep(spec, out, options.but(monitor=monitor)).run()
+    outcome = Sweep(spec, out, options.but(monitor=monitor), executor=args.executor).run()
     if not outcome.main:  # under torchrun, rank 0 reports
         return 0
     claims = partial(claims_report, spec.claims) if args.check else None
@@ -310,8 +258,8 @@ COMMANDS: dict[
     ),
     "topology": (
         "print a topology's spectral quantities, Assumption 1 and the theorems' step sizes",
-        _configure_topology,
-        _run_topology,
+        configure_topology,
+        run_topology,
     ),
     "launch": (
         "start N local processes (one agent each) of a script, supervised; --max-restarts K "
@@ -389,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the file system refused: a path that is a file, no permission, full
         print(f"error: {_file_system_advice(exc)}", file=sys.stderr)
         return 2
-    except (PeerFailure, StartupError, dist.DistError) as exc:  # a rank died, hung, or cannot start
+    except (PeerFailure, StartupError, dist.DistError, SweepFailed) as exc:  # a rank, worker or job
         text = " ".join(str(exc).split())
         print(f"error: {text}", file=sys.stderr)
         return 1

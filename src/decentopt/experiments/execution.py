@@ -1,0 +1,336 @@
+"""Executing units: forked local workers, or any ``concurrent.futures.Executor``.
+
+:class:`ForkPool` is the default engine of ``--jobs N``: N processes forked from the
+sweep (they inherit its built problem and data; only the units' results travel back),
+one thread each. Unlike :class:`~concurrent.futures.ProcessPoolExecutor`, it knows
+which task each worker runs: a worker that dies (killed, out of memory) fails only its
+own task, with :class:`WorkerDied` naming its PID and signal, and the others go on;
+:meth:`ForkPool.stop` ends every worker at once (Ctrl-C). Workers ignore SIGINT:
+the sweep's process decides, and stops them.
+
+:func:`run_tasks` runs tasks through an :class:`Engine` (an executor, the exceptions
+by which it reports a lost worker, and how to stop it): each result is kept as soon as
+it arrives, a task whose worker was lost is submitted once more, and on any exception
+or interruption the rest are cancelled and the engine stopped before it propagates.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import signal
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from decentopt._process import die_with_parent
+from decentopt.driver import intra_op_threads
+from decentopt.experiments.progress import Progress
+
+__all__ = [
+    "Engine",
+    "ForkPool",
+    "SweepFailed",
+    "UnitFailed",
+    "WorkerDied",
+    "WorkerLost",
+    "WorkersLost",
+    "forked_map",
+    "run_tasks",
+]
+
+R = TypeVar("R")
+
+
+class WorkerLost(RuntimeError):
+    """The worker, process or job computing a task ended before it returned its result."""
+
+
+class WorkerDied(WorkerLost):
+    """The forked worker computing a task ended before it returned (a signal, or an exit)."""
+
+    def __init__(self, pid: int | None = None, exitcode: int | None = None) -> None:
+        if pid is None:
+            super().__init__("no worker was left to compute it (they all died)")
+            return
+        if exitcode is not None and exitcode < 0:
+            how = f"killed by {signal.Signals(-exitcode).name}"
+        else:
+            how = f"exit code {exitcode}"
+        super().__init__(f"its worker (PID {pid}) died ({how})")
+
+
+class SweepFailed(RuntimeError):
+    """A sweep ended without some of its units (the finished ones are stored)."""
+
+
+class WorkersLost(SweepFailed):
+    """Units not computed because their workers died again and again."""
+
+
+class UnitFailed(SweepFailed):
+    """A unit raised where it ran (a cluster's job), reported in one line with its log."""
+
+
+@dataclass
+class _Task:
+    future: Future
+    call: tuple[Callable[..., Any], tuple, dict]
+
+
+@dataclass
+class _Worker:
+    process: Any  # multiprocessing's forked Process
+    conn: multiprocessing.connection.Connection
+    task: _Task | None = None
+
+
+def _serve(conn: multiprocessing.connection.Connection) -> None:
+    """A worker: compute ``(fn, args, kwargs)`` messages until ``None`` or the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # whatever the parent made of it: it ends
+    die_with_parent(signal.SIGKILL)  # a killed sweep leaves no worker computing on
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        fn, args, kwargs = message
+        try:
+            reply: tuple[bool, Any] = (True, fn(*args, **kwargs))
+        except BaseException as exc:  # the caller's to raise
+            reply = (False, exc)
+        try:
+            conn.send(reply)
+        except Exception as exc:  # a result that cannot be pickled
+            conn.send((False, RuntimeError(f"the result could not be sent back: {exc}")))
+
+
+@dataclass
+class ForkPool(Executor):
+    """``workers`` forked processes, each computing one task at a time (see the module)."""
+
+    workers: int
+    _pool: list[_Worker] = field(default_factory=list)
+    _queue: deque[_Task] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _closed: bool = False
+
+    def __post_init__(self) -> None:
+        self._context = multiprocessing.get_context("fork")
+        self._wake_read, self._wake_write = self._context.Pipe(duplex=False)
+        self._refill()
+        self._thread = threading.Thread(target=self._dispatch, name="decentopt-pool", daemon=True)
+        self._thread.start()
+
+    def _refill(self) -> None:
+        """Fork workers up to ``workers`` (in the caller's thread, never the dispatcher's)."""
+        with self._lock:
+            self._pool = [w for w in self._pool if w.process.is_alive() or w.task is not None]
+            while len(self._pool) < self.workers:
+                mine, theirs = self._context.Pipe()
+                process = self._context.Process(target=_serve, args=(theirs,), daemon=False)
+                process.start()
+                theirs.close()
+                self._pool.append(_Worker(process, mine))
+
+    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
+        if self._closed:
+            raise RuntimeError("cannot submit to a pool that was shut down")
+        self._refill()  # a worker lost since the last submission is replaced
+        future: Future[R] = Future()
+        with self._lock:
+            self._queue.append(_Task(future, (fn, args, kwargs)))
+        self._wake_write.send_bytes(b".")
+        return future
+
+    def _assign(self) -> None:
+        for worker in self._pool:
+            while worker.task is None and self._queue and worker.process.is_alive():
+                task = self._queue.popleft()
+                if not task.future.running() and not task.future.set_running_or_notify_cancel():
+                    continue  # cancelled while it waited
+                try:
+                    worker.conn.send(task.call)
+                except OSError:  # the worker is gone: the task waits for another
+                    self._queue.appendleft(task)
+                    break
+                except Exception as exc:  # the task cannot be pickled
+                    task.future.set_exception(exc)
+                    continue
+                worker.task = task
+
+    def _dispatch(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed and not self._queue and all(w.task is None for w in self._pool):
+                    return
+                self._assign()
+                if self._queue and not any(w.process.is_alive() for w in self._pool):
+                    while self._queue:  # no worker left to take them: lost too
+                        self._queue.popleft().future.set_exception(WorkerDied())
+                waits: list[Any] = [self._wake_read]
+                for worker in self._pool:
+                    waits += [worker.conn, worker.process.sentinel] if worker.task else []
+            ready = multiprocessing.connection.wait(waits)
+            with self._lock:
+                if self._wake_read in ready:
+                    while self._wake_read.poll():
+                        self._wake_read.recv_bytes()
+                for worker in self._pool:
+                    ended = worker.conn in ready or not worker.process.is_alive()
+                    if worker.task is not None and ended:
+                        self._collect(worker)
+
+    def _collect(self, worker: _Worker) -> None:
+        task = worker.task
+        worker.task = None
+        assert task is not None
+        try:
+            ok, value = worker.conn.recv()
+        except (EOFError, OSError):  # it died computing the task
+            worker.process.join(1.0)
+            if task.future.done():
+                return
+            task.future.set_exception(WorkerDied(worker.process.pid, worker.process.exitcode))
+            return
+        if task.future.done():
+            return
+        if ok:
+            task.future.set_result(value)
+        else:
+            task.future.set_exception(value)
+
+    def stop(self) -> None:
+        """End every worker now; what they were computing is lost, queued tasks cancelled."""
+        with self._lock:
+            self._closed = True
+            for task in self._queue:
+                task.future.cancel()
+            self._queue.clear()
+            for worker in self._pool:
+                if worker.process.is_alive():
+                    worker.process.kill()
+        for worker in self._pool:
+            worker.process.join(5.0)
+        self._wake_write.send_bytes(b".")
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._closed = True
+            if cancel_futures:
+                for task in self._queue:
+                    task.future.cancel()
+                self._queue.clear()
+        self._wake_write.send_bytes(b".")
+        if wait:
+            self._thread.join()
+            for worker in self._pool:
+                try:
+                    worker.conn.send(None)
+                except OSError:
+                    pass
+                worker.process.join()
+
+
+@dataclass
+class Engine:
+    """An executor as :func:`run_tasks` uses it: ``lost``, the exceptions by which it says
+    that a worker was lost (its task may run again); ``stop()``, ending it at once;
+    ``close()``, when every task is done; ``submit_all``, submitting many tasks at once
+    (an array job), by default one by one."""
+
+    executor: Executor
+    lost: tuple[type[BaseException], ...] = (WorkerLost, BrokenProcessPool)
+    stop: Callable[[], None] = lambda: None
+    close: Callable[[], None] = lambda: None
+    submit_all: Callable[[list[Callable[[], Any]]], list[Future]] | None = None
+
+
+def run_tasks(
+    engine: Engine,
+    tasks: Sequence[Callable[[], R]],
+    names: Sequence[str],
+    keep: Callable[[int, R], None],
+    progress: Progress,
+    retries: int = 1,
+) -> list[str]:
+    """Run every task through ``engine``; ``keep(index, result)`` as each one arrives. A
+    task whose worker is lost runs again up to ``retries`` times; the names of those that
+    could not run are returned. Any other exception, or an interruption, cancels the rest
+    and stops the engine before it propagates."""
+    tries = [0] * len(tasks)
+    running: dict[Future, int] = {}
+    lost: list[str] = []
+
+    def submit(index: int) -> None:
+        try:
+            running[engine.executor.submit(tasks[index])] = index
+        except engine.lost as exc:  # a broken pool takes nothing more
+            progress.lost(names[index], str(exc), again=False)
+            lost.append(names[index])
+
+    try:
+        if engine.submit_all is not None and tasks:
+            running.update(zip(engine.submit_all(list(tasks)), range(len(tasks)), strict=True))
+        else:
+            for index in range(len(tasks)):
+                submit(index)
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                index = running.pop(future)
+                try:
+                    result = future.result()
+                except engine.lost as exc:
+                    again = tries[index] < retries
+                    progress.lost(names[index], str(exc) or type(exc).__name__, again)
+                    tries[index] += 1
+                    if again:
+                        submit(index)
+                    else:
+                        lost.append(names[index])
+                    continue
+                keep(index, result)
+                progress.finished(names[index], len(tasks))
+    except BaseException:
+        for future in running:
+            future.cancel()
+        engine.stop()
+        raise
+    return lost
+
+
+#: What forked workers of :func:`forked_map` compute with (set before the fork, inherited).
+_WORK: dict[str, Any] = {}
+
+
+def _work(index: int) -> Any:
+    with intra_op_threads(1, 0):
+        return _WORK["compute"](*_WORK["pending"][index])
+
+
+def forked_map(jobs: int, compute: Callable[..., R], pending: Sequence[tuple]) -> list[R]:
+    """``[compute(*args) for args in pending]``, in ``jobs`` forked processes (one thread
+    each) if more than one of both: the sweeps of a graph study, the figures of a report.
+    ``compute`` and ``pending`` are inherited, only the results pickled."""
+    if jobs < 2 or len(pending) < 2:
+        return [compute(*args) for args in pending]
+    with intra_op_threads(1, 0):  # no thread pool may exist in the parent when it forks
+        _WORK.update(pending=list(pending), compute=compute)
+        pool = ForkPool(min(jobs, len(pending)))
+        try:
+            futures = [pool.submit(_work, index) for index in range(len(pending))]
+            return [future.result() for future in futures]
+        except BaseException:
+            pool.stop()
+            raise
+        finally:
+            pool.shutdown()
+            _WORK.clear()

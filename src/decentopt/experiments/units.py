@@ -1,0 +1,130 @@
+"""What the units of one specification compute: their graphs, problems and runs.
+
+Every variant sees the same problem, graph and noise; a graph is built once per
+distinct table (and, under torchrun, its communicator made in the same order on
+every rank: units run in order), a batched problem once for every variant. The
+store, the plan and where the units run are the runner's
+(:mod:`~decentopt.experiments.runner`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from decentopt.comm.accelerated import MultiRound
+from decentopt.comm.distributed import DistributedCommunicator
+from decentopt.comm.simulated import SimulatedCommunicator
+from decentopt.distributed import launch, runtime
+from decentopt.distributed.checkpoint import latest_checkpoint
+from decentopt.driver import RunOptions, run_loop
+from decentopt.experiments.planning import unit_name
+from decentopt.experiments.spec import ConfigError, RunSpec, Variant
+from decentopt.problems.neural import BatchedRuns, NeuralProblem
+
+__all__ = ["Units"]
+
+
+class Units:
+    """The graphs, problems and runs of the units of ``spec`` in this process (one agent
+    of each under torchrun, where ``job`` is its process group)."""
+
+    def __init__(self, spec: RunSpec, options: RunOptions) -> None:
+        self.job = runtime.job(spec.timeout)
+        if self.job.world > 1 and self.job.world != spec.agents:
+            raise ConfigError(
+                f"{spec.source}: {spec.agents} agents but {self.job.world} processes; start "
+                f"it with {launch.processes_flag(spec.agents)} (one agent per process)"
+            )
+        self.spec = spec
+        self.say = options.log if self.job.main else (lambda _: None)
+        self.options = options.but(log=self.say, progress=options.progress and self.job.main)
+        self.topology = spec.build_topology()
+        self.graphs: dict[str, tuple[Any, DistributedCommunicator | None]] = {}
+        self.built: dict[tuple[int, ...] | None, Any] = {}
+
+    def barrier(self) -> None:
+        self.job.barrier(self.spec.timeout)
+
+    def graph_for(self, label: str) -> tuple[Any, DistributedCommunicator | None]:
+        """The variant's graph and, under torchrun, the communicator over it."""
+        key = json.dumps(self.spec.topology_of(label), sort_keys=True, default=repr)
+        if key not in self.graphs:  # the shared table's graph is the one built at the start
+            shared_table = self.spec.topology_of(label) == self.spec.topology
+            network = self.topology if shared_table else self.spec.build_topology(label)
+            world = self.job.world > 1
+            shared = DistributedCommunicator(network, timeout=self.spec.timeout) if world else None
+            self.graphs[key] = (network, shared)
+        return self.graphs[key]
+
+    def problem_for(self, group: tuple[int, ...] | None) -> Any:
+        """The problem of the runs ``group`` (``None``: one batched problem for all)."""
+        if group is None and group in self.built:  # a batched problem serves every variant
+            return self.built[group]
+        spec = self.spec
+        t0 = time.perf_counter()
+        try:
+            problem = spec.build_problem(group, self.job.rank if self.job.world > 1 else None)
+        except (MemoryError, RuntimeError) as exc:  # the allocator refused
+            if "alloc" not in str(exc).lower() and not isinstance(exc, MemoryError):
+                raise
+            raise ConfigError(
+                f"{spec.source}: the problem does not fit in memory ({str(exc).splitlines()[0]}); "
+                "lower runs, agents or the problem's sizes in [problem_params]"
+            ) from None
+        took = time.perf_counter() - t0
+        self.say(f"{spec.name}: {problem!r} on {self.topology!r} (built in {took:.1f} s)")
+        self.built[group] = problem
+        return problem
+
+    def communicator(self, label: str, run: int | None, problem: Any) -> Any:
+        network, shared = self.graph_for(label)
+        if shared is not None:  # every unit starts at round 0 (schedules, counts, seeds)
+            shared.stats.reset()
+        comm = shared or SimulatedCommunicator(network)
+        if self.spec.mix_rounds > 1:
+            comm = MultiRound(comm, self.spec.mix_rounds, self.spec.acceleration)
+        if shared is not None:
+            shared.check_consistency(extra=f"{label}:{run}:{problem.dim}")
+        return comm
+
+    def compute(self, variant: Variant, group: tuple[int, ...] | None, folder: Path) -> tuple:
+        """One unit: the variant on the runs ``group``; its rows and facts for the store."""
+        spec = self.spec
+        kind = spec.params
+        problem = self.problem_for(group)
+        run = None if group is None else group[0]
+        comm = self.communicator(variant.label, run, problem)
+        plan = kind.plan(problem, spec.iterations, spec.record_points)
+        alg = variant.make()
+        alg = alg.with_hyperparams(lr=kind.step_size(alg.lr, problem))
+        noise = spec.seeds.noise + (run or 0)
+        labels = kind.columns(problem)
+        if run is not None:  # runs of a group are numbered from its first
+            labels = [c | {"run": run + c.get("run", 0)} for c in labels]
+        options = self.options.but(
+            seed=noise,
+            threads=spec.threads,
+            checkpoint_dir=folder if plan.period or spec.checkpoint_every else None,
+            checkpoint_every=spec.checkpoint_every,
+            checkpoint_minutes=spec.checkpoint_minutes,
+            monitor=self.options.monitor and self.options.monitor.unit(spec, variant, run, folder),
+        )
+        # the newest checkpoint when the unit starts: where it resumes (0: from the start)
+        resumed_from = (latest_checkpoint(folder) if options.checkpoint_dir else None) or 0
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1000 + noise + 7919 * self.job.rank)  # dropout, per agent
+            result = run_loop(alg, problem, comm, plan, options, labels=labels)
+        result.algorithm = variant.label
+        n_div = int(result.diverged.sum())
+        diverged = f", {n_div} diverged" if n_div else ""
+        self.say(f"  {unit_name(variant.label, group):14s} {result.wall_time:7.2f} s{diverged}")
+        facts = {"seconds": result.wall_time, "diverged": n_div, "gossip_rounds": comm.stats.rounds}
+        facts["resumed_from"] = resumed_from
+        if isinstance(problem, NeuralProblem | BatchedRuns):  # the rule's choice, on record
+            facts["backend"] = problem.backend
+        return result.rows, facts
