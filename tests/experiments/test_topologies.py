@@ -97,7 +97,7 @@ def test_the_study_runs_resumes_and_judges_its_claims(tmp_path, capsys):
     said: list[str] = []
     study(False, said.append)
     assert not any("done" in s or " s" == s[-2:] for s in said if s.startswith("  "))
-    assert sum("resumed: 8 finished unit(s)" in s for s in said) == 2 * len(GRAPHS)
+    assert sum("resuming: 8 finished unit(s) kept" in s for s in said) == 2 * len(GRAPHS)
 
 
 def synthetic_case(steady: dict[tuple[str, str], float], se: float = 0.01) -> object:
