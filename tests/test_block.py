@@ -105,7 +105,7 @@ def test_float32_and_a_default_dtype_of_float64_run_natively():
 
 def test_only_a_single_fused_update_runs_natively():
     alg = dopt.algorithms.make("dsgt", lr=0.05)
-    with pytest.raises(ValueError, match="not one fused update"):
+    with pytest.raises(ValueError, match="declares no fused update"):
         dopt.simulate(alg, quadratic(), dopt.topology.ring(8), 5, path="native")
     with pytest.raises(ValueError, match="path must be one of"):
         dopt.simulate(alg, quadratic(), dopt.topology.ring(8), 5, path="fast")

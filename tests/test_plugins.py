@@ -121,7 +121,7 @@ def test_a_file_loads_once_and_its_folder_leaves_sys_path(tmp_path):
     assert plugins.load(str(path)) == ["userplug_mine"]
     assert plugins.load(str(path)) == [] and plugins.load("mine.py", base=tmp_path) == []
     assert str(tmp_path) not in sys.path
-    assert algorithms.make("userplug_mine").beta == 0.5
+    assert algorithms.make("userplug_mine").rule.beta == 0.5
 
 
 @pytest.mark.parametrize("first", ["module", "file"])

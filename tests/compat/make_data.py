@@ -55,7 +55,11 @@ def run(name: str, folder: Path | None, stop: int | None) -> dopt.driver.Result:
     comm = SimulatedCommunicator(dopt.topology.make(graph, 4))
     plan = Plan(ITERATIONS, (0, STOP, ITERATIONS))
     options = RunOptions(
-        seed=3, path="step", checkpoint_dir=folder, checkpoint_every=STOP, stop_after=stop,
+        seed=3,
+        path="step",
+        checkpoint_dir=folder,
+        checkpoint_every=STOP,
+        stop_after=stop,
         log=lambda _: None,
     )
     return run_loop(alg, problem(), comm, plan, options)

@@ -13,7 +13,7 @@ from decentopt.algorithms.registry import register
 from decentopt.updates import add_scaled
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 __all__ = ["ADPSGD", "ADPSGDState", "random_matching"]
 
@@ -73,7 +73,6 @@ class ADPSGD(HyperParams):
     requires: ClassVar[frozenset[str]] = frozenset({"static"})
     sends: ClassVar[tuple[str, ...] | None] = None
     mixes: ClassVar[bool] = False
-    #: Agents progress at their own pace (the time model's asynchronous clock).
     asynchronous: ClassVar[bool] = True
     reference: ClassVar[str] = "Lian, Zhang, Zhang & Liu, ICML 2018"
 

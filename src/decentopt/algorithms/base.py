@@ -17,10 +17,10 @@ import torch
 
 from decentopt._checks import as_real
 from decentopt.schedules import LearningRate, lr_at, validate_lr
-from decentopt.updates import heavy_ball
+from decentopt.updates import FusedUpdate, heavy_ball
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 __all__ = [
     "Algorithm",
@@ -102,6 +102,12 @@ class HyperParams:
     takes_direction: ClassVar[bool] = True
     #: The rule's reference, one line (``decentopt methods`` shows it).
     reference: ClassVar[str] = ""
+    #: The fused update its step hands to ``comm.mix_map`` when that is its whole step
+    #: (:class:`~decentopt.updates.FusedUpdate`: the kernels run it with the mix, the driver
+    #: many steps of it in one call), ``None`` otherwise.
+    fused: ClassVar[FusedUpdate | None] = None
+    #: Whether agents progress at their own pace (the time model's asynchronous clock).
+    asynchronous: ClassVar[bool] = False
 
     @property
     def needs(self) -> frozenset[str]:

@@ -28,7 +28,7 @@ from decentopt._schema import read_call
 from decentopt.algorithms.gossips.base import SUM, VALUE, Channel, Exact, Fields, Gossip
 from decentopt.algorithms.gossips.choco import Choco
 from decentopt.algorithms.gossips.delayed import Delayed
-from decentopt.algorithms.gossips.multi_round import MultiRound
+from decentopt.algorithms.gossips.multi_round import MultiRound, RoundsChannel
 from decentopt.algorithms.gossips.push_sum import PushSum
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "Gossip",
     "MultiRound",
     "PushSum",
+    "RoundsChannel",
     "parse",
     "register_gossip",
 ]

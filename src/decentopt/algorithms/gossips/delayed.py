@@ -52,7 +52,7 @@ from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossi
 from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 __all__ = ["Delayed", "SendsAhead", "self_weights"]
 
@@ -136,6 +136,11 @@ class Delayed(Gossip):
     @property  # type: ignore[misc]
     def needs(self) -> frozenset[str]:  # type: ignore[override]
         return self._wrapped.needs | ({"static"} if self.staleness else set())
+
+    @property  # type: ignore[misc]
+    def lag(self) -> int:  # type: ignore[override]
+        """The age of the messages a step waits for: the staleness bound, else ``tau``."""
+        return self.staleness or self.tau
 
     @property  # type: ignore[misc]
     def agent_fields(self) -> tuple[str, ...]:  # type: ignore[override]

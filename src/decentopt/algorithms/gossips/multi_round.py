@@ -34,7 +34,7 @@ import torch
 from decentopt.algorithms.gossips.base import Channel, Fields, Gossip, Sends
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
     from decentopt.compression import Compressor
 
 __all__ = ["MultiRound", "RoundsChannel"]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import torch
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Elementwise
+    from decentopt.communicator import Elementwise
     from decentopt.compression import Compressor
     from decentopt.topology import Network
 

@@ -34,7 +34,7 @@ from decentopt.topology import Network
 from decentopt.topology.circulant import reach
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Elementwise
+    from decentopt.communicator import Elementwise
 
 __all__ = ["CudaMixer", "triton_kernel"]
 

@@ -39,7 +39,7 @@ from decentopt.problems.neural.sampler import AgentSampler
 from decentopt.problems.neural.vmap import VmapBackend
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 __all__ = ["ENGINES", "SMALL_MODEL", "Backend", "NeuralProblem", "Precision", "choose_backend"]
 
