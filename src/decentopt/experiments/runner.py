@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 import torch
 
 from decentopt._process import die_with_parent
-from decentopt.algorithms.gossips import RoundsChannel
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.distributed import runtime
@@ -269,8 +268,6 @@ class Sweep:
         if shared is not None:  # every unit starts at round 0 (schedules, counts, seeds)
             shared.stats.reset()
         comm = shared or SimulatedCommunicator(network)
-        if self.spec.mix_rounds > 1:
-            comm = RoundsChannel(comm, self.spec.mix_rounds, self.spec.acceleration)
         if shared is not None:
             shared.check_consistency(extra=f"{label}:{run}:{problem.dim}")
         return comm

@@ -39,7 +39,7 @@ from decentopt.comm.cost import NetworkModel
 from decentopt.driver.timeline import TimeModel
 from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
-from decentopt.experiments.variants import Variant, check_labels, variants
+from decentopt.experiments.variants import Variant, check_labels, rounds_as_gossip, variants
 from decentopt.perf import MEMORY_MARGIN, available_memory, gib
 from decentopt.plotting import display_name
 from decentopt.topology.footprint import build_bytes
@@ -348,6 +348,9 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
             f"{source}: {top.iterations:.3g} iterations{each} will take days; is that meant?",
             stacklevel=3,
         )
+    if top.mix_rounds > 1 or top.acceleration != "none":  # the keys of earlier releases
+        tables = rounds_as_gossip(top.algorithms, top.mix_rounds, top.acceleration, source)
+        top = dataclasses.replace(top, algorithms=tables, mix_rounds=1, acceleration="none")
     params = parse(kind, top.problem_params, f"{source} [problem_params]")
     missing = kinds.missing_members(params)
     if missing:
