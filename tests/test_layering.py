@@ -16,6 +16,7 @@ ROOT = Path(decentopt.__file__).parent
 LAYERS = (
     (
         "_checks",
+        "_registry",
         "_renamed",
         "_schema",
         "_process",

@@ -398,3 +398,36 @@ def test_in_the_decentralized_optimizer_on_two_gloo_processes(tmp_path):
     script = write(tmp_path, "train.py", OPTIMIZER)
     done = decentopt("launch", "-n", "2", str(script), str(EXAMPLE), cwd=tmp_path)
     assert "rank 0 ok" in done.stdout and "rank 1 ok" in done.stdout
+
+
+def test_every_registry_is_one_type_and_a_failed_plugin_leaves_none_changed(tmp_path):
+    """Methods, gossips, compression operators, graphs, problem kinds, studies and claim
+    checks are each a Registry; a plugin that fails half-way is undone in all of them."""
+    from decentopt._registry import Registry
+    from decentopt.algorithms.gossips import GOSSIPS
+    from decentopt.compression import COMPRESSORS
+    from decentopt.experiments import claims, kinds, studies, topologies
+
+    for registry in (
+        algorithms.REGISTRY, algorithms.ALIASES, GOSSIPS, COMPRESSORS, dopt.topology.REGISTRY,
+        kinds.KINDS, studies.RUNNERS, claims.CHECKS, topologies.CHECKS,
+    ):  # fmt: skip
+        assert isinstance(registry, Registry) and registry in Registry.every
+    with pytest.raises(ValueError, match="a gossip named 'exact' is already registered"):
+        GOSSIPS.add("exact", object())
+    with pytest.raises(ValueError, match="did you mean 'choco'"):
+        GOSSIPS.find("chocco")
+    path = tmp_path / "half.py"
+    path.write_text(
+        "from dataclasses import dataclass\n"
+        "from typing import ClassVar\n"
+        "from decentopt.algorithms.gossips import Exact, register_gossip\n"
+        "@register_gossip\n"
+        "@dataclass(frozen=True)\n"
+        "class Half(Exact):\n"
+        "    name: ClassVar[str] = 'userplug_half'\n"
+        "raise RuntimeError('broken after registering')\n"
+    )
+    with pytest.raises(plugins.PluginError, match="broken after registering"):
+        plugins.load(str(path))
+    assert "userplug_half" not in GOSSIPS

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from decentopt._checks import unknown_name
+from decentopt._registry import Registry
 from decentopt._schema import read_call
 from decentopt.algorithms.gossips import GOSSIPS, Exact, Gossip, parse
 from decentopt.algorithms.method import Method, as_method
@@ -35,7 +36,7 @@ __all__ = [
     "resolve",
 ]
 
-REGISTRY: dict[str, type] = {}
+REGISTRY: Registry[type] = Registry("algorithm")
 T = TypeVar("T", bound=type)
 
 #: The order in which the paper presents the methods (tables and plots use it).
@@ -68,12 +69,12 @@ class Alias:
 
 
 #: Published pairs by name (:func:`alias` adds one).
-ALIASES: dict[str, Alias] = {}
+ALIASES: Registry[Alias] = Registry("alias")
 
 
 def alias(name: str, rule: str, gossip: str, reference: str, **fixed: Any) -> None:
     """Name the pair of ``rule`` (with the hyper-parameters ``fixed``) and ``gossip`` (text)."""
-    ALIASES[name] = Alias(name, rule, gossip, reference, fixed)
+    ALIASES.add(name, Alias(name, rule, gossip, reference, fixed))
 
 
 alias("choco_dsgd", "dsgd", "choco", "CHOCO-SGD: Koloskova, Stich & Jaggi, ICML 2019, Algorithm 2")
@@ -126,8 +127,7 @@ def register(cls: T) -> T:
         raise ValueError(
             f"an algorithm named {name!r} is already registered ({taken}); give {who} another name"
         )
-    REGISTRY[name] = cls
-    return cls
+    return REGISTRY.add(name, cls)
 
 
 def names() -> list[str]:

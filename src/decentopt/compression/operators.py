@@ -9,6 +9,7 @@ from typing import ClassVar
 import torch
 
 from decentopt._checks import as_count, as_real
+from decentopt._registry import Registry
 from decentopt.compression._bits import (
     as_bytes,
     from_bytes,
@@ -310,6 +311,6 @@ class ScaledSign(Compressor):
 
 
 #: Every operator by the name :func:`parse` reads.
-COMPRESSORS: dict[str, type[Compressor]] = {
-    cls.name: cls for cls in (Identity, TopK, RandomK, QSGD, ScaledSign)
-}
+COMPRESSORS: Registry[type[Compressor]] = Registry(
+    "compression", ((cls.name, cls) for cls in (Identity, TopK, RandomK, QSGD, ScaledSign))
+)
