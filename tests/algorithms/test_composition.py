@@ -222,7 +222,7 @@ def test_a_tracker_travels_with_the_iterate_in_one_compressed_message():
         (lambda: make("edm", gossip="chocoo"), r"unknown gossip 'chocoo'; did you mean 'choco'"),
         (lambda: make("edm", gossip="choco(sign, gama=0.5)"), r"did you mean 'gamma'"),
         (lambda: make("edm", gossip="choco(sign, gamma=2)"), r"gamma must be in \(0, 1\]"),
-        (lambda: make("edm", gossip="multi_round(0)"), r"rounds must be a whole number"),
+        (lambda: make("edm", gossip="multi_round(0)"), r"multi_round: rounds must be >= 1; got 0"),
         (lambda: make("edm", gossip=3), r"gossip must be text"),
     ],
 )

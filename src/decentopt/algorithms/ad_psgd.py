@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import numpy as np
 import torch
 
+from decentopt._schema import bounded
 from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
 from decentopt.updates import add_scaled
@@ -66,7 +67,7 @@ class ADPSGD(HyperParams):
     stochastic gradient descent", ICML 2018, Algorithm 1.
     """
 
-    seed: int = 0
+    seed: int = bounded(0, minimum=0)
 
     name: ClassVar[str] = "ad_psgd"
     State: ClassVar[type] = ADPSGDState
@@ -75,11 +76,6 @@ class ADPSGD(HyperParams):
     mixes: ClassVar[bool] = False
     asynchronous: ClassVar[bool] = True
     reference: ClassVar[str] = "Lian, Zhang, Zhang & Liu, ICML 2018"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"ad_psgd: seed must be a whole number >= 0; got {self.seed!r}")
 
     def step(self, state: ADPSGDState, grad: torch.Tensor, comm: Communicator) -> ADPSGDState:
         x = state.x

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from decentopt._schema import check_fields
+
 if TYPE_CHECKING:
     from decentopt.communicator import CommStats, Communicator, Elementwise
 
@@ -139,6 +141,9 @@ class Gossip:
     passes_fused: ClassVar[bool] = False
     #: The age of the neighbours' messages a step waits for (the time model's lag).
     lag: ClassVar[int] = 0
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.name)
 
     def refuses(self, rule: Any) -> str:
         """Why ``rule`` cannot take this gossip ("" when it can)."""

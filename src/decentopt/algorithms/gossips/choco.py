@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from decentopt._checks import as_real
+from decentopt._schema import bounded
 from decentopt.algorithms.gossips.base import Channel, Fields, Gossip
 from decentopt.compression import Compressor, Identity, parse, suggested_gamma
 from decentopt.updates import FusedUpdate, add_scaled
@@ -89,7 +89,7 @@ class Choco(Gossip):
     """
 
     compression: str | Compressor = "none"
-    gamma: float | None = None
+    gamma: float | None = bounded(None, above=0, maximum=1, note="the consensus step")
     #: whether ``gamma`` was given (exact diffusion refuses the default), set in post-init
     gamma_given: bool = field(default=True, init=False, repr=False, compare=False)
 
@@ -97,15 +97,13 @@ class Choco(Gossip):
     needs: ClassVar[frozenset[str]] = frozenset({"symmetric", "static"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         try:
             codec = parse(self.compression)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"choco: {exc}") from None
         given = self.gamma is not None
-        gamma = as_real(self.gamma if given else suggested_gamma(codec), "choco: gamma")
-        if not 0 < gamma <= 1:
-            raise ValueError(f"choco: the consensus step gamma must be in (0, 1]; got {gamma}")
-        object.__setattr__(self, "gamma", gamma)
+        object.__setattr__(self, "gamma", self.gamma if given else suggested_gamma(codec))
         object.__setattr__(self, "gamma_given", given)
         object.__setattr__(self, "compression", codec)
 
