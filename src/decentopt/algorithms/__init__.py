@@ -6,6 +6,7 @@
 """
 
 from decentopt._renamed import renamed
+from decentopt._schema import bounded
 from decentopt.algorithms import gossips
 from decentopt.algorithms.ad_psgd import ADPSGD, ADPSGDState
 from decentopt.algorithms.base import (
@@ -83,6 +84,7 @@ __all__ = [
     "RelaySGD",
     "RelayState",
     "as_method",
+    "bounded",
     "check_network",
     "compose",
     "gossips",
