@@ -1,6 +1,6 @@
 """Several gossip rounds per mix, plain or Chebyshev-accelerated: a gossip for every method.
 
-``gossip="multi_round(K)"`` (or ``decentopt.comm.MultiRound(comm, rounds=K)`` around a
+``gossip="multi_round(K)"`` (or :class:`RoundsChannel` ``(comm, K)`` around a
 communicator) makes every ``mix`` apply a degree-``K`` polynomial
 ``P(W)`` through ``K`` rounds of the wrapped communicator (simulated or
 torch.distributed), so every algorithm can trade communication for consensus;
@@ -52,7 +52,7 @@ def _check(rounds: object, acceleration: object, who: str = "") -> None:
 
 class RoundsChannel(Channel):
     """``rounds`` gossip rounds of ``comm`` per mix (see the module docstring): a
-    communicator, usable around any other as ``decentopt.comm.MultiRound``."""
+    communicator, usable around any other."""
 
     one_round: ClassVar[bool] = False
 

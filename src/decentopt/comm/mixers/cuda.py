@@ -6,7 +6,7 @@ update ``y0`` of each neighbouring row from its inputs. Consecutive programs tak
 consecutive rows of one column block, so a neighbour's inputs come from the GPU's
 L2 cache, and each input and output crosses device memory once: an EDM step reads
 x, psi, m, g and writes x, psi, m (7 passes of the state). The updates are those of
-:data:`decentopt.updates.FUSED` (DSGD, DmSGD, ED, EDM, every
+:data:`decentopt.updates.KINDS` as the rules declare them (DSGD, DmSGD, ED, EDM, every
 momentum option), and the plain mix; anything else is updated, then mixed.
 
 ``"auto"`` gives every CUDA state of a circulant graph (rings, exponential graphs,
