@@ -15,12 +15,16 @@ import decentopt as dopt
 from decentopt.algorithms import ALIASES, Method, MethodState, make
 from decentopt.algorithms.gossips import Delayed, Exact, parse
 
+CASES = [
+    ("edm", None),
+    ("dsgd", "choco(top_k(0.5), gamma=0.5)"),
+    ("dmsgd", "delayed(2)"),
+    ("sgp", None),
+    ("dsgt", "multi_round(2)"),
+]
 
-@pytest.mark.parametrize(
-    "name, gossip",
-    [("edm", None), ("dsgd", "choco(top_k(0.5), gamma=0.5)"), ("dmsgd", "delayed(2)"),
-     ("sgp", None), ("dsgt", "multi_round(2)")],
-)  # fmt: skip
+
+@pytest.mark.parametrize(("name", "gossip"), CASES)
 def test_every_method_is_a_rule_and_a_gossip_with_a_nested_state(name, gossip):
     alg = make(name, lr=0.1, **({} if gossip is None else {"gossip": gossip}))
     text = gossip or (ALIASES[name].gossip if name in ALIASES else "exact")

@@ -2,13 +2,13 @@
 
 For a circulant ``W`` (stored by its stencil, or dense and found circulant) the
 library mixes in one pass, and for the library's own updates -- DSGD's, DmSGD's,
-ED's and EDM's, the kinds :data:`decentopt.updates.KINDS`, as a rule declares them -- computes the update and the mix of
-its first output together, block of columns by block of columns, so that the
-mixed quantity is never written to memory. On (256, 10^5) float32 over ring(256)
-an EDM step then takes 1.2x its 7-pass memory bound at one thread and 0.9x at
-two, against 2.2x updating and mixing separately; the mix 0.9-1.2x a copy,
-against 1.8-2.1x (``benchmarks/bench_peers.py``). ``"auto"`` takes it for CPU
-states of float32 or float64 from 8 MB when the library is there.
+ED's and EDM's, the kinds :data:`decentopt.updates.KINDS`, as a rule declares them --
+computes the update and the mix of its first output together, block of columns by
+block of columns, so that the mixed quantity is never written to memory. On
+(256, 10^5) float32 over ring(256) an EDM step then takes 1.2x its 7-pass memory
+bound at one thread and 0.9x at two, against 2.2x updating and mixing separately;
+the mix 0.9-1.2x a copy, against 1.8-2.1x (``benchmarks/bench_peers.py``). ``"auto"``
+takes it for CPU states of float32 or float64 from 8 MB when the library is there.
 
 Each kind of :data:`decentopt.updates.KINDS` is the Python function
 it implements: that function stays the reference, and the tests check both give
