@@ -1,7 +1,8 @@
-"""Writes the files of ``tests/compat/data``: what the 0.x releases wrote, kept so that
+"""Writes the files of ``tests/compat/data``: what earlier versions wrote, kept so that
 every later version is tested to read them (``tests/compat/test_compat.py``).
 
-Run once, with the release whose files they are, from the repository root:
+Run once, with the version whose files they are (these: 0.2.0 at commit 710b376,
+before the one method type), from the repository root:
 
     PYTHONPATH=src python tests/compat/make_data.py
 

@@ -1,6 +1,6 @@
 """Files the earlier releases wrote still load, and resume to the same numbers.
 
-The files in ``data/`` were written by ``make_data.py`` with the 0.x release (see its
+The files in ``data/`` were written by ``make_data.py`` with an earlier version (see its
 docstring); this module never rewrites them.
 """
 
