@@ -29,7 +29,7 @@ import torch
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.method import Method, as_method
 from decentopt.algorithms.registry import check_network
-from decentopt.communicator import Communicator
+from decentopt.comm.base import Communicator
 from decentopt.driver.block import THREADS_CROSSOVER, BlockRunner, check_gradient, choose
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard

@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from decentopt._schema import bounded, check_fields
+from decentopt._schema import bounded
 from decentopt.algorithms.method import as_method
+from decentopt.comm.cost import NetworkModel
 
 __all__ = ["TimeModel", "clock", "clock_rows", "compute_times", "pace", "timed"]
 
@@ -51,7 +52,16 @@ class TimeModel:
     seed: int = bounded(0, minimum=0)
 
     def __post_init__(self) -> None:
-        check_fields(self, "timing")
+        NetworkModel(bandwidth=self.bandwidth, latency=self.latency)  # its one-line checks
+        for name in ("compute", "noise", "factor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+                raise ValueError(f"timing: {name} must be a number; got {value!r}")
+        if self.compute <= 0 or self.noise < 0 or self.factor < 1:
+            raise ValueError(
+                "timing: compute must be > 0 seconds, noise >= 0 and factor >= 1 (a slow agent "
+                f"is slower); got compute={self.compute}, noise={self.noise}, factor={self.factor}"
+            )
         bad = [a for a in self.slow if isinstance(a, bool) or not isinstance(a, int) or a < 0]
         if bad:
             raise ValueError(f"timing: slow names agents by index >= 0; got {bad[0]!r}")
