@@ -98,6 +98,11 @@ class Method:
         return tuple(self.rule.agent_fields) + tuple(self.gossip.agent_fields)
 
     @property
+    def sends(self) -> tuple[str, ...] | None:
+        """What the rule sends in its one round per step (``None``: it mixes otherwise)."""
+        return self.rule.sends
+
+    @property
     def rounds_per_step(self) -> int:
         return self.rule.rounds_per_step * self.gossip.rounds_per_call
 
