@@ -10,6 +10,9 @@ stay on the step path (their gradients sample mini-batches, not noise drawn in b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
 import numpy as np
 import pytest
 import torch
@@ -21,6 +24,7 @@ from decentopt.driver.block import fused_plan
 from decentopt.plan import Plan
 from decentopt.problems.base import normal_block
 from decentopt.schedules import MultiStep
+from decentopt.updates import FusedUpdate
 from tests.algorithms.test_common import ALL, graph_for, hyper
 
 NATIVE = {"dsgd", "dmsgd", "ed", "edm"}
@@ -105,7 +109,7 @@ def test_float32_and_a_default_dtype_of_float64_run_natively():
 
 def test_only_a_single_fused_update_runs_natively():
     alg = dopt.algorithms.make("dsgt", lr=0.05)
-    with pytest.raises(ValueError, match="not one fused update"):
+    with pytest.raises(ValueError, match="declares no fused update"):
         dopt.simulate(alg, quadratic(), dopt.topology.ring(8), 5, path="native")
     with pytest.raises(ValueError, match="path must be one of"):
         dopt.simulate(alg, quadratic(), dopt.topology.ring(8), 5, path="fast")
@@ -120,6 +124,59 @@ def test_only_a_single_fused_update_runs_natively():
         dopt.algorithms.make("dsgd", lr=0.05), quadratic(), dopt.topology.star(8), 5
     )
     assert star.path == "block"
+
+
+class Anchored(NamedTuple):
+    x: torch.Tensor
+    anchor: torch.Tensor
+    buffer: torch.Tensor
+    t: int = 0
+
+
+@dataclass(frozen=True)
+class AnchoredEDM(dopt.algorithms.MomentumHyperParams):
+    """A user's EDM under field names of its own, declaring the update its step is."""
+
+    name: ClassVar[str] = "anchored_edm"
+    State: ClassVar[type] = Anchored
+    from_x0: ClassVar[tuple[str, ...]] = ("anchor",)
+    needs_psd: ClassVar[bool] = True
+    declares: ClassVar[bool] = True
+
+    @property
+    def fused(self) -> FusedUpdate | None:
+        kind = FusedUpdate("edm", ("anchor", "buffer"), ("lr", "beta"), self.nesterov)
+        return kind if self.declares else None
+
+    def step(self, state: Anchored, grad: torch.Tensor, comm) -> Anchored:
+        update = FusedUpdate("edm", ("anchor", "buffer"), ("lr", "beta"), self.nesterov)
+        inputs = (state.x, state.anchor, state.buffer, grad)
+        x, anchor, buffer = comm.mix_map(update, inputs, (self.lr_at(state.t), self.beta))
+        return Anchored(x, anchor, buffer, state.t + 1)
+
+
+@dataclass(frozen=True)
+class SilentEDM(AnchoredEDM):
+    declares: ClassVar[bool] = False
+
+
+def test_the_native_path_is_chosen_from_the_rules_declaration():
+    """A rule of its own field names that declares EDM's update runs many steps in one C
+    call and equals EDM; the same step undeclared takes the block path (nothing is found
+    out by running it)."""
+    edm = dopt.algorithms.make("edm", lr=0.05, beta=0.8, nesterov=True)
+    mine = AnchoredEDM(lr=0.05, beta=0.8, nesterov=True)
+    plan = fused_plan(dopt.algorithms.as_method(mine))
+    assert plan is not None and plan.fields == ("anchor", "buffer") and plan.nesterov
+    silent = SilentEDM(lr=0.05, beta=0.8, nesterov=True)
+    paths = ((edm, "native"), (mine, "native"), (silent, "auto"))
+    runs = [
+        dopt.simulate(alg, quadratic(), dopt.topology.ring(8), 40, path=path) for alg, path in paths
+    ]
+    assert [r.path for r in runs] == ["native", "native", "block"]
+    torch.testing.assert_close(runs[1].final_state.x, runs[0].final_state.x, rtol=0, atol=0)
+    torch.testing.assert_close(runs[2].final_state.x, runs[0].final_state.x)
+    assert runs[1].final_state.rule.anchor.shape == runs[0].final_state.rule.psi.shape
 
 
 @pytest.mark.parametrize("path", ["native", "block"])

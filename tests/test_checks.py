@@ -14,7 +14,7 @@ from decentopt._checks import as_count, as_real, unknown_name
 def test_rates_accept_any_real_scalar(lr):
     alg = dopt.algorithms.make("edm", lr=lr, beta=np.float32(0.9))
     assert type(alg.lr) is float and alg.lr == pytest.approx(0.05)
-    assert type(alg.beta) is float and alg.beta == pytest.approx(0.9)
+    assert type(alg.rule.beta) is float and alg.rule.beta == pytest.approx(0.9)
 
 
 def test_counts_accept_integral_numbers():

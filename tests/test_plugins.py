@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,9 +17,11 @@ import decentopt as dopt
 from decentopt import algorithms, catalog, plugins
 from decentopt.cli import build_parser, main
 from decentopt.comm import SimulatedCommunicator
+from decentopt.results import read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin_method.py"
+GOSSIP = ROOT / "examples" / "plugin_gossip.py"
 SWEEP = ROOT / "examples" / "plugin_sweep.toml"
 NAME = "gossiped_momentum"
 #: Runs of the example sweep small enough for the quick suite.
@@ -29,17 +32,20 @@ SMALL += ["--jobs", "1", "--no-progress"]
 @pytest.fixture(autouse=True)
 def fresh_registry():
     """Every test starts with the built-in methods only and leaves no plugin behind."""
-    registry = dict(algorithms.REGISTRY)
+    from decentopt._registry import Registry
+
+    registries = [(r, dict(r)) for r in Registry.every]
     loaded, failed = dict(plugins._LOADED), dict(plugins._FAILED)
     modules = set(sys.modules)
     yield
-    algorithms.REGISTRY.clear()
-    algorithms.REGISTRY.update(registry)
+    for registry, entries in registries:
+        registry.clear()
+        registry.update(entries)
     for saved, now in ((loaded, plugins._LOADED), (failed, plugins._FAILED)):
         now.clear()
         now.update(saved)
     for name in set(sys.modules) - modules:
-        if name.startswith((plugins.MODULE_PREFIX, "userplug")) or name == "plugin_method":
+        if name.startswith((plugins.MODULE_PREFIX, "userplug")) or name.startswith("plugin_"):
             del sys.modules[name]
 
 
@@ -121,7 +127,7 @@ def test_a_file_loads_once_and_its_folder_leaves_sys_path(tmp_path):
     assert plugins.load(str(path)) == ["userplug_mine"]
     assert plugins.load(str(path)) == [] and plugins.load("mine.py", base=tmp_path) == []
     assert str(tmp_path) not in sys.path
-    assert algorithms.make("userplug_mine").beta == 0.5
+    assert algorithms.make("userplug_mine").rule.beta == 0.5
 
 
 @pytest.mark.parametrize("first", ["module", "file"])
@@ -506,3 +512,157 @@ def test_every_path_checks_the_first_step(tmp_path, method, path):
     problem = dopt.problems.Quadratic.paper(n=6, repetitions=2, seed=0)
     with pytest.raises((ValueError, TypeError), match=f"method {method} .*{WRONG[method]}"):
         dopt.simulate(algorithms.make(method), problem, dopt.topology.ring(6), 5, path=path)
+
+
+def test_every_registry_is_one_type_and_a_failed_plugin_leaves_none_changed(tmp_path):
+    """Methods, gossips, compression operators, graphs, problem kinds, studies and claim
+    checks are each a Registry; a plugin that fails half-way is undone in all of them."""
+    from decentopt._registry import Registry
+    from decentopt.algorithms.gossips import GOSSIPS
+    from decentopt.compression import COMPRESSORS
+    from decentopt.experiments import claims, kinds, studies, topologies
+
+    every = [algorithms.REGISTRY, algorithms.ALIASES, GOSSIPS, COMPRESSORS]
+    every += [dopt.topology.REGISTRY, kinds.KINDS, studies.RUNNERS, claims.CHECKS]
+    for registry in [*every, topologies.CHECKS]:
+        assert isinstance(registry, Registry) and registry in Registry.every
+    with pytest.raises(ValueError, match="a gossip named 'exact' is already registered"):
+        GOSSIPS.add("exact", object())
+    with pytest.raises(ValueError, match="did you mean 'choco'"):
+        GOSSIPS.find("chocco")
+    path = tmp_path / "half.py"
+    path.write_text(
+        "from dataclasses import dataclass\n"
+        "from typing import ClassVar\n"
+        "from decentopt.algorithms.gossips import Exact, register_gossip\n"
+        "@register_gossip\n"
+        "@dataclass(frozen=True)\n"
+        "class Half(Exact):\n"
+        "    name: ClassVar[str] = 'userplug_half'\n"
+        "raise RuntimeError('broken after registering')\n"
+    )
+    with pytest.raises(plugins.PluginError, match="broken after registering"):
+        plugins.load(str(path))
+    assert "userplug_half" not in GOSSIPS
+
+
+# ------------------------------------------------------------ a user's gossip and operator
+def test_the_guide_shows_the_gossip_example_file_as_it_is():
+    guide = (ROOT / "docs" / "extending.md").read_text()
+    assert GOSSIP.read_text() in re.findall(r"^```python\n(.*?)^```", guide, re.S | re.M)
+
+
+def lossy_reference(W: np.ndarray, z: np.ndarray, p: float, seed: int, t: int) -> np.ndarray:
+    """drop's mix written out agent by agent: z_i + sum_j w_ij b_j (z_j - z_i)."""
+    generator = torch.Generator().manual_seed(1_000_003 * seed + t)
+    b = (torch.rand(len(W), generator=generator, dtype=torch.float64) >= p).numpy()
+    out = z.copy()
+    for i in range(len(W)):
+        for j in range(len(W)):
+            out[i] += W[i, j] * b[j] * (z[j] - z[i])
+    return out
+
+
+def test_a_users_gossip_and_operator_run_in_the_simulator():
+    assert sorted(plugins.load(str(GOSSIP))) == ["drop", "half"]
+    problem = dopt.problems.Quadratic.paper(n=6, d=4, p=5, repetitions=2, seed=1)
+    ring = dopt.topology.ring(6)
+
+    def final(gossip: str, iterations: int = 40):
+        alg = algorithms.make("dsgd", lr=0.05, gossip=gossip)
+        return dopt.simulate(alg, problem, ring, iterations, path="step", record="all")
+
+    # no loss is exact mixing (to rounding: z + W z - (W 1) z)
+    lossless, plain = final("drop(0)").final_state.x, final("exact").final_state.x
+    torch.testing.assert_close(lossless, plain, rtol=1e-12, atol=1e-14)
+    # with losses, DSGD's iterates follow the formula, computed apart
+    W, x, lr = ring.W.numpy(), problem.initial_point().numpy(), 0.05
+    generator = torch.Generator().manual_seed(0)
+    alg = algorithms.make("dsgd", lr=lr, gossip="drop(0.4, seed=3)")
+    comm = SimulatedCommunicator(ring)
+    state = alg.init(torch.from_numpy(x))
+    for t in range(5):
+        g = torch.randn(x.shape, generator=generator, dtype=torch.float64)
+        state = alg.step(state, g, comm)
+        x = lossy_reference(W, x - lr * g.numpy(), 0.4, 3, t)
+        np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-12, atol=1e-13)
+    assert not np.allclose(x, lossy_reference(W, x, 0.0, 3, 0))  # messages were lost
+    # half: exact mixing to float16's precision, at a quarter of float64's bytes
+    half, exact = final("choco(half, gamma=1)"), final("exact")
+    torch.testing.assert_close(half.final_state.x, exact.final_state.x, rtol=1e-3, atol=1e-4)
+    assert half.comm.bytes_per_agent == exact.comm.bytes_per_agent / 4
+    # declared needs and bounds: one line each
+    with pytest.raises(ValueError, match="dsgt cannot take drop gossip: dsgt sends a sum"):
+        algorithms.make("dsgt", atc=False, gossip="drop(0.2)")
+    with pytest.raises(ValueError, match=r"drop: p must be in \[0, 1\) \(the chance"):
+        algorithms.make("dsgd", gossip="drop(1.5)")
+
+
+def test_decentopt_run_takes_the_gossip_plugin(tmp_path, capsys):
+    spec = write(
+        tmp_path,
+        "lossy.toml",
+        """
+        problem = "quadratic"
+        agents = 6
+        iterations = 30
+        runs = 1
+        [topology]
+        name = "ring"
+        [problem_params]
+        c = [1.0]
+        [algorithms.exact]
+        method = "dmsgd"
+        [algorithms.lossy]
+        method = "dmsgd"
+        gossip = "drop(0.2)"
+        [algorithms.half]
+        method = "dmsgd"
+        gossip = "choco(half, gamma=1)"
+        """,
+    )
+    out = tmp_path / "out"
+    args = ["run", str(spec), "--out", str(out), "--no-progress", "--jobs", "1"]
+    assert main([*args, "--plugin", str(GOSSIP)]) == 0
+    assert "3 unit(s) computed" in capsys.readouterr().out
+    rows = {r["algorithm"]: r for r in read_csv(out / "results.csv") if r["step"] == 30}
+    assert rows["half"]["bytes_per_agent"] == rows["exact"]["bytes_per_agent"] / 4
+    assert rows["lossy"]["dist_to_opt"] != rows["exact"]["dist_to_opt"]
+
+
+#: each of 2 ranks minimises 0.5 ||x - c_r||^2 with DSGD over drop(0.5) on the complete
+#: graph: both follow drop's mix of the two agents' half-steps, written out by hand
+LOSSY = """
+import sys
+import torch
+import decentopt as dopt
+
+dopt.plugins.load(sys.argv[1])
+rank, world = dopt.distributed.init()
+c = [torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) * (1 + 2 * r) for r in range(2)]
+x = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+comm = dopt.comm.DistributedCommunicator(dopt.topology.complete(world), timeout=60)
+opt = dopt.distributed.DecentralizedOptimizer([x], "dsgd", comm, lr=0.1, gossip="drop(0.5)")
+ref = [torch.zeros(3, dtype=torch.float64) for _ in range(2)]
+lost = 0
+for t in range(30):
+    opt.zero_grad()
+    (0.5 * (x - c[rank]).pow(2).sum()).backward()
+    opt.step()
+    z = [ref[r] - 0.1 * (ref[r] - c[r]) for r in range(2)]
+    g = torch.Generator().manual_seed(t)
+    b = (torch.rand(2, generator=g, dtype=torch.float64) >= 0.5).double()
+    lost += int((b == 0).sum())
+    ref = [z[i] + sum(0.5 * b[j] * (z[j] - z[i]) for j in range(2)) for i in range(2)]
+torch.testing.assert_close(x.detach(), ref[rank], rtol=1e-12, atol=1e-12)
+assert lost > 0
+print(f"rank {rank} ok")
+dopt.distributed.finalize()
+"""
+
+
+@pytest.mark.slow
+def test_a_users_gossip_in_the_decentralized_optimizer_on_two_gloo_processes(tmp_path):
+    script = write(tmp_path, "lossy.py", LOSSY)
+    done = decentopt("launch", "-n", "2", str(script), str(GOSSIP), cwd=tmp_path)
+    assert "rank 0 ok" in done.stdout and "rank 1 ok" in done.stdout

@@ -17,9 +17,11 @@ import types
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+import numpy as np
+
 from decentopt._checks import as_count, as_real, unknown_name
 
-__all__ = ["ConfigError", "bounded", "call_value", "parse", "read_call"]
+__all__ = ["ConfigError", "bounded", "call_value", "check_fields", "parse", "read_call"]
 
 T = TypeVar("T")
 
@@ -34,10 +36,86 @@ def bounded(
     minimum: float | None = None,
     above: float | None = None,
     maximum: float | None = None,
+    below: float | None = None,
+    one_of: tuple[Any, ...] | None = None,
+    note: str = "",
+    **field: Any,
 ) -> Any:
-    """A dataclass field whose value must be ``>= minimum`` or ``> above``, and ``<= maximum``."""
-    bounds = {"minimum": minimum, "above": above, "maximum": maximum}
-    return dataclasses.field(default=default, metadata=bounds)
+    """A dataclass field whose value must be ``>= minimum`` or ``> above``, and ``<= maximum``
+    or ``< below`` (or ``one_of`` some values); ``note`` says what it is in the error.
+    :func:`parse` (a specification's tables) and :func:`check_fields` (hyper-parameters)
+    check it; ``field``: further arguments of ``dataclasses.field`` (``kw_only``)."""
+    bounds = {"minimum": minimum, "above": above, "maximum": maximum, "below": below}
+    metadata = {**bounds, "one_of": one_of, "note": note}
+    return dataclasses.field(default=default, metadata=metadata, **field)
+
+
+def _range(metadata: Mapping[str, Any], value: Any = None) -> str:
+    """The declared bounds in words (``>= 1``, ``in [0, 1)``); with ``value``, the one it
+    breaks (``<= 100``)."""
+    low, above = metadata.get("minimum"), metadata.get("above")
+    high, below = metadata.get("maximum"), metadata.get("below")
+    lower = (f"[{low}", f">= {low}") if low is not None else None
+    lower = (f"({above}", f"> {above}") if above is not None else lower
+    upper = (f"{high}]", f"<= {high}") if high is not None else None
+    upper = (f"{below})", f"< {below}") if below is not None else upper
+    if value is not None and lower and upper:
+        too_low = (low is not None and value < low) or (above is not None and not value > above)
+        return lower[1] if too_low else upper[1]
+    if lower and upper:
+        return f"in {lower[0]}, {upper[0]}"
+    return (lower or upper or ("", ""))[1]
+
+
+def _within(metadata: Mapping[str, Any], value: Any) -> bool:
+    low, above = metadata.get("minimum"), metadata.get("above")
+    high, below = metadata.get("maximum"), metadata.get("below")
+    return not (
+        (low is not None and value < low)
+        or (above is not None and not value > above)
+        or (high is not None and value > high)
+        or (below is not None and not value < below)
+    )
+
+
+def _switch(value: Any, what: str) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{what} must be true or false; got {value!r}")
+    return bool(value)
+
+
+#: How :func:`check_fields` reads a field by its annotation.
+_READERS = {
+    "float": as_real,
+    "int": lambda value, what: as_count(value, what, minimum=-(2**63)),
+    "bool": _switch,
+}
+
+
+def check_fields(obj: Any, who: str) -> None:
+    """Check and normalise a frozen dataclass's fields where it is built (``__post_init__``):
+    each number, whole number and switch by its annotation (``float``, ``int``, ``bool``,
+    ``| None`` allowed), then against its declared bounds (:func:`bounded`). Errors are
+    one line naming ``who`` and the field: a ``TypeError`` for a value of another type, a
+    ``ValueError`` for one out of bounds."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        hint = str(f.type).replace(" ", "")
+        if not f.init or (value is None and hint.endswith("|None")):
+            continue
+        note = f" ({f.metadata['note']})" if f.metadata.get("note") else ""
+        what = f"{who}: {f.name}"
+        read = _READERS.get(hint.removesuffix("|None"))
+        if read is not None:
+            value = read(value, what)
+            object.__setattr__(obj, f.name, value)
+        choices = f.metadata.get("one_of")
+        if choices is not None and value not in choices:
+            raise ValueError(
+                f"{what} must be one of {', '.join(map(repr, choices))}; got {value!r}"
+            )
+        if not _within(f.metadata, value):
+            raise ValueError(f"{what} must be {_range(f.metadata)}{note}; got {value}")
 
 
 def _kind(hint: Any) -> str:
@@ -119,14 +197,9 @@ def parse(cls: type[T], table: dict[str, Any], where: str) -> T:
         if name not in table:
             continue
         value = _convert(hints[name], table[name], where, name)
-        low, above = f.metadata.get("minimum"), f.metadata.get("above")
-        high = f.metadata.get("maximum")
-        if low is not None and value is not None and value < low:
-            raise ConfigError(f"{where}: '{name}' must be >= {low}, found {value}")
-        if high is not None and value is not None and value > high:
-            raise ConfigError(f"{where}: '{name}' must be <= {high}, found {value}")
-        if above is not None and value is not None and not value > above:
-            raise ConfigError(f"{where}: '{name}' must be > {above}, found {value}")
+        if value is not None and not _within(f.metadata, value):
+            bound = _range(f.metadata, value)
+            raise ConfigError(f"{where}: '{name}' must be {bound}, found {value}")
         values[name] = value
     try:
         return cls(**values)

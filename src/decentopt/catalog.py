@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from decentopt.algorithms import registry
+from decentopt.algorithms.gossips import parse
 from decentopt.algorithms.registry import ALIASES, hyperparameters
 from decentopt.plugins import MODULE_PREFIX
 
@@ -64,7 +65,7 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 def _needs(cls: type, name: str) -> frozenset[str]:
     """What the method needs of the network: its rule's own needs and its gossip's."""
     if name in ALIASES:
-        return frozenset(cls.requires) | ALIASES[name].gossip.needs  # type: ignore[attr-defined]
+        return frozenset(cls.requires) | parse(ALIASES[name].gossip).needs  # type: ignore[attr-defined]
     return frozenset(getattr(cls, "requires", ())) | {"symmetric"}
 
 
@@ -73,14 +74,14 @@ def describe(name: str) -> MethodInfo:
     cls = registry.resolve(name)
     key = name.lower().replace("-", "_")
     doc = _doc(cls)
-    parts = (cls, ALIASES[key].gossip) if key in ALIASES else (cls,)
+    parts = (cls, ALIASES[key].parts()[0]) if key in ALIASES else (cls,)
     fields = {f.name: f for part in parts for f in dataclasses.fields(part)}
     hyperparams = {k: _default(fields[k]) for k in hyperparameters(key) if k != "gossip"}
     summary, reference = " ".join(re.split(r"\n\s*\n", doc)[0].split()), _reference(cls, doc)
     if key in ALIASES:  # a published pair: its rule's fields and its gossip's
         alias = ALIASES[key]
         fixed = "".join(f", {k}={v!r}" for k, v in alias.fixed.items())
-        summary = f"{cls.name}{fixed} with {alias.gossip.name} gossip"
+        summary = f"{cls.name}{fixed} with {alias.parts()[0].name} gossip"
         reference = alias.reference
     graphs = ", ".join(registry.OFFERS.get(k, k) for k in registry.by_importance(_needs(cls, key)))
     if getattr(cls, "needs_psd", False):

@@ -28,13 +28,15 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from decentopt.algorithms.registry import REGISTRY
+import decentopt.algorithms  # noqa: F401  (the built-in registries, filled before a plugin adds)
+from decentopt._registry import Registry
 
 __all__ = ["ENTRY_POINT_GROUP", "PluginError", "failures", "is_path", "load", "load_entry_points"]
 
 #: The entry-point group installed distributions declare their plugins in.
 ENTRY_POINT_GROUP = "decentopt.plugins"
-#: Plugins already loaded: the resolved file or the module name -> the methods it registered.
+#: Plugins already loaded: the resolved file or the module name -> the names it registered
+#: (methods, gossips, compression operators, graphs, ...: every :class:`Registry`).
 _LOADED: dict[str, list[str]] = {}
 #: Installed plugins that failed at start-up: distribution -> the one-line reason.
 _FAILED: dict[str, str] = {}
@@ -57,8 +59,9 @@ def is_path(spec: str) -> bool:
 
 def load(spec: str, *, base: str | Path | None = None) -> list[str]:
     """Import the plugin ``spec``: a module name (``mypkg.methods``) or a path to a ``.py``
-    file (relative to ``base``, by default the working directory). Returns the names of
-    the methods it registered; a plugin loaded before returns ``[]`` and registers nothing.
+    file (relative to ``base``, by default the working directory). Returns the names it
+    registered (methods, gossips, compression operators, ...); a plugin loaded before
+    returns ``[]`` and registers nothing.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise PluginError(
@@ -86,14 +89,16 @@ def _once(key: str, run: Callable[[], object]) -> list[str]:
     """Run the import ``run`` unless ``key`` was loaded; undo half a failed registration."""
     if key in _LOADED:
         return []
-    before = set(REGISTRY)
+    before = [set(registry) for registry in Registry.every]
     try:
         run()
     except BaseException:
-        for name in set(REGISTRY) - before:  # a retry after a fix starts clean
-            del REGISTRY[name]
+        for registry, names in zip(Registry.every, before, strict=False):
+            for name in set(registry) - names:  # a retry after a fix starts clean
+                del registry[name]
         raise
-    _LOADED[key] = [name for name in REGISTRY if name not in before]
+    added = zip(Registry.every, before, strict=False)
+    _LOADED[key] = [name for registry, names in added for name in registry if name not in names]
     return list(_LOADED[key])
 
 

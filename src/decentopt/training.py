@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from decentopt.algorithms.base import Algorithm
-from decentopt.comm.base import Communicator
 from decentopt.comm.simulated import SimulatedCommunicator
+from decentopt.communicator import Communicator
 from decentopt.driver import Result, RunOptions, run_loop
 from decentopt.plan import Plan
 from decentopt.problems.neural import NeuralProblem

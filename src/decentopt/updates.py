@@ -2,11 +2,13 @@
 
 These functions are the reference arithmetic of the update rules (DSGD's
 ``descend``, DmSGD's ``momentum_descend``, Exact Diffusion's ``correct``, EDM's
-``edm_update``) and their building blocks. The table :data:`FUSED` says which of them
-the backends can compute together with the mix of their first output; it lives
-here, below both the algorithms and the mixers, so that neither imports the other
-for it. A method of one's own that calls these functions through
-``comm.mix_map`` gets the same fused kernels as the built-in ones.
+``edm_update``) and their building blocks. A rule declares which of them its step uses
+(:class:`FusedUpdate`, its ``fused`` attribute) and hands that declaration to
+``comm.mix_map``: the backends compute a declared update together with the mix of its
+first output, and the driver reads the declaration to run many steps in one kernel. It
+lives here, below both the algorithms and the mixers, so that neither imports the other
+for it. A method of one's own that declares one of these updates gets the same fused
+kernels as the built-in ones.
 
 Every function is row-wise: each output element depends only on the inputs'
 elements at the same index. Scalars arrive as Python floats or as 0-d tensors.
@@ -20,19 +22,19 @@ from dataclasses import dataclass
 
 import torch
 
+from decentopt._renamed import renamed
+
 __all__ = [
-    "FUSED",
+    "KINDS",
     "FusedUpdate",
     "Scalar",
     "add_scaled",
     "correct",
     "descend",
     "edm_update",
-    "fused_update",
     "heavy_ball",
     "interpolate",
     "momentum_descend",
-    "with_momentum_options",
 ]
 
 #: A scalar of an elementwise update: a Python float, or a 0-d tensor when the
@@ -67,15 +69,6 @@ def heavy_ball(
     step = interpolate if dampening else add_scaled  # beta m + (1 - beta) g, or beta m + g
     m_new = step(g, m, beta)
     return m_new, step(g, m_new, beta) if nesterov else m_new
-
-
-@functools.cache
-def with_momentum_options(
-    update: Callable[..., tuple[torch.Tensor, ...]], nesterov: bool, dampening: bool
-) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """``update`` with its ``nesterov`` and ``dampening`` keywords bound, made once per
-    combination (a step should not build it; compiled code is kept per function)."""
-    return functools.partial(update, nesterov=nesterov, dampening=dampening)
 
 
 def descend(x: torch.Tensor, g: torch.Tensor, alpha: Scalar) -> tuple[torch.Tensor]:
@@ -124,35 +117,107 @@ def edm_update(
     return phi, psi_next, m_new
 
 
+#: The updates the kernels compute, by the kernels' name for them (the order of
+#: :data:`decentopt.native.UPDATE_KINDS`): the reference function and its scalars.
+KINDS: dict[str, tuple[Callable[..., tuple[torch.Tensor, ...]], int]] = {
+    "descend": (descend, 1),
+    "momentum_descend": (momentum_descend, 2),
+    "correct": (correct, 1),
+    "edm": (edm_update, 2),
+}
+#: The kinds whose function takes the momentum switches ``nesterov`` and ``dampening``.
+WITH_MOMENTUM = ("momentum_descend", "edm")
+
+
 @dataclass(frozen=True)
 class FusedUpdate:
-    """An update the kernels compute: its kind (the kernels' name for it, in the order of
-    :data:`decentopt.native.UPDATE_KINDS`) and how many tensors, scalars and outputs."""
+    """The elementwise update a rule's step hands to ``comm.mix_map``, declared by the rule
+    (its ``fused`` attribute) so that the kernels and the driver read what it computes
+    instead of finding out.
+
+    ``kind``: which update of :data:`KINDS`; ``reads``: the rule's state fields it reads
+    between the iterate ``x`` (first) and the direction (last), whose new values it returns
+    after the mixed iterate, in the same order; ``scalars``: the rule's hyper-parameters it
+    takes (``"lr"``: the step size of the iteration, ``lr_at(t)``); ``nesterov`` and
+    ``dampening``: the momentum switches of the kinds that have them. Calling it computes
+    the update (``KINDS[kind]``) without mixing.
+
+    >>> update = FusedUpdate("edm", reads=("psi", "m"), scalars=("lr", "beta"))
+    >>> update.inputs, update.outputs
+    (4, 3)
+    """
 
     kind: str
-    inputs: int
-    scalars: int
-    outputs: int
+    reads: tuple[str, ...] = ()
+    scalars: tuple[str, ...] = ("lr",)
+    nesterov: bool = False
+    dampening: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"no fused update {self.kind!r}; the kinds are {', '.join(KINDS)}")
+        if len(self.scalars) != KINDS[self.kind][1]:
+            raise ValueError(
+                f"the fused update {self.kind!r} takes {KINDS[self.kind][1]} scalar(s); "
+                f"got {self.scalars}"
+            )
+
+    @property
+    def inputs(self) -> int:
+        """The tensors it takes: the iterate, :attr:`reads`, the direction."""
+        return len(self.reads) + 2
+
+    @property
+    def outputs(self) -> int:
+        """The tensors it returns: what is mixed, then the new values of :attr:`reads`."""
+        return len(self.reads) + 1
+
+    def __call__(self, *args: object) -> tuple[torch.Tensor, ...]:
+        fn = KINDS[self.kind][0]
+        if self.kind in WITH_MOMENTUM:
+            return fn(*args, nesterov=self.nesterov, dampening=self.dampening)
+        return fn(*args)
 
 
-#: The updates with fused kernels, by the Python function each implements.
-FUSED: dict[Callable[..., object], FusedUpdate] = {
-    descend: FusedUpdate("descend", inputs=2, scalars=1, outputs=1),
-    momentum_descend: FusedUpdate("momentum_descend", inputs=3, scalars=2, outputs=2),
-    correct: FusedUpdate("correct", inputs=3, scalars=1, outputs=2),
-    edm_update: FusedUpdate("edm", inputs=4, scalars=2, outputs=3),
-}
+def _with_momentum_options(
+    update: Callable[..., object], nesterov: bool, dampening: bool
+) -> object:
+    return functools.partial(update, nesterov=nesterov, dampening=dampening)
 
 
-def fused_update(fn: Callable[..., object]) -> tuple[FusedUpdate, bool, bool] | None:
-    """``(update, nesterov, dampening)`` for a function of :data:`FUSED` (or a partial of
-    one with only ``nesterov`` / ``dampening`` keywords); ``None`` otherwise."""
+def _declared(kind: str) -> FusedUpdate:
+    """The kind with the kernels' own names of what it reads (the built-in rules' fields)."""
+    reads = {"momentum_descend": ("m",), "correct": ("psi",), "edm": ("psi", "m")}
+    scalars = ("lr", "beta") if kind in WITH_MOMENTUM else ("lr",)
+    return FusedUpdate(kind, reads.get(kind, ()), scalars)
+
+
+def _fused_update(fn: Callable[..., object]) -> tuple[FusedUpdate, bool, bool] | None:
     keywords: dict[str, object] = {}
     if isinstance(fn, functools.partial):
         if fn.args or set(fn.keywords) - {"nesterov", "dampening"}:
             return None
         keywords, fn = dict(fn.keywords), fn.func
-    update = FUSED.get(fn)
-    if update is None:
+    kind = next((k for k, (f, _) in KINDS.items() if f is fn), None)
+    if kind is None:
         return None
-    return update, bool(keywords.get("nesterov", False)), bool(keywords.get("dampening", True))
+    return _declared(kind), bool(keywords.get("nesterov")), bool(keywords.get("dampening", True))
+
+
+__getattr__ = renamed(
+    "decentopt.updates",
+    {
+        "FUSED": (
+            lambda: {f: _declared(k) for k, (f, _) in KINDS.items()},
+            "a rule declares its update (FusedUpdate); the kinds are decentopt.updates.KINDS",
+        ),
+        "fused_update": (
+            lambda: _fused_update,
+            "a rule declares its update (FusedUpdate), which the kernels read",
+        ),
+        "with_momentum_options": (
+            lambda: _with_momentum_options,
+            "declare the update, FusedUpdate(kind, reads, scalars, nesterov=, dampening=)",
+        ),
+    },
+)

@@ -53,7 +53,7 @@ def test_ad_psgd_runs_at_its_own_pace_under_the_time_model():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: make("ad_psgd", seed=-1), r"seed must be a whole number >= 0"),
+        (lambda: make("ad_psgd", seed=-1), r"ad_psgd: seed must be >= 0; got -1"),
         (lambda: make("ad_psgd", gossip="push_sum"), r"ad_psgd cannot take push_sum gossip"),
         (lambda: make("osgp", tau=-2), r"tau must be >= 0; got -2"),
     ],

@@ -74,11 +74,11 @@ def test_a_bad_operator_fails_at_construction():
     with pytest.raises(ValueError, match=r"gamma must be in \(0, 1\]"):
         dopt.algorithms.make("choco_edm", gamma=0.0)
     alg = dopt.algorithms.make("choco_dsgd", compression="qsgd(4)")
-    assert str(alg.compression) == "qsgd(4)"
+    assert str(alg.gossip.compression) == "qsgd(4)"
 
 
 def test_several_rounds_per_mix_are_refused_for_compressed_gossip():
-    from decentopt.comm import MultiRound
+    from decentopt.algorithms.gossips import RoundsChannel as MultiRound
 
     comm = MultiRound(SimulatedCommunicator(dopt.topology.ring(6)), rounds=2, acceleration="none")
     alg = dopt.algorithms.make("choco_dsgd", compression="top_k(0.5)")
@@ -96,7 +96,7 @@ def test_float32_compressed_edm_holds_its_floor_over_long_runs():
         n=8, d=50, p=100, c=1.0, sigma2=0.05, repetitions=4, seed=3, dtype=torch.float32
     )
     alg = dopt.algorithms.make("choco_edm", lr=0.05, beta=0.9, compression="qsgd(4)", gamma=0.6)
-    assert alg.init(prob.initial_point()).x_hat.dtype == torch.float64
+    assert alg.init(prob.initial_point()).gossip["x_hat"].dtype == torch.float64
     res = dopt.simulate(alg, prob, dopt.topology.ring(8), 8000, seed=0, record=40)
     grad = res.history["grad_norm"].mean(axis=-1)
     early = grad[np.searchsorted(res.steps, 2000)]
@@ -109,17 +109,20 @@ def test_default_gamma_is_the_operators_suggestion():
     from decentopt.compression import suggested_gamma
 
     for spec, gamma in [("none", 1.0), ("top_k(0.1)", 0.1), ("random_k(0.01)", 0.01)]:
-        assert dopt.algorithms.make("choco_dsgd", lr=0.1, compression=spec).gamma == gamma
+        assert dopt.algorithms.make("choco_dsgd", lr=0.1, compression=spec).gossip.gamma == gamma
         assert suggested_gamma(spec) == gamma
-    assert dopt.algorithms.make("choco_dsgd", lr=0.1, compression="qsgd(2)").gamma == 1.0
-    assert dopt.algorithms.make("choco_edm", lr=0.1).gamma == 1.0  # uncompressed: EDM
+    assert dopt.algorithms.make("choco_dsgd", lr=0.1, compression="qsgd(2)").gossip.gamma == 1.0
+    assert dopt.algorithms.make("choco_edm", lr=0.1).gossip.gamma == 1.0  # uncompressed: EDM
     for name in ("choco_ed", "choco_edm"):
         with pytest.raises(ValueError, match="exact diffusion needs gamma given for sign"):
             dopt.algorithms.make(name, lr=0.1, compression="sign")
-    assert dopt.algorithms.make("choco_edm", lr=0.1, compression="sign", gamma=0.05).gamma == 0.05
+    assert (
+        dopt.algorithms.make("choco_edm", lr=0.1, compression="sign", gamma=0.05).gossip.gamma
+        == 0.05
+    )
     with pytest.raises(ValueError, match="exact diffusion needs gamma given for top_k"):
         dopt.algorithms.make("nids", lr=0.1, gossip="choco(top_k(0.1))")
-    assert dopt.algorithms.make("dsgd", lr=0.1, gossip="choco(top_k(0.1))").gamma == 0.1
+    assert dopt.algorithms.make("dsgd", lr=0.1, gossip="choco(top_k(0.1))").gossip.gamma == 0.1
 
 
 @pytest.mark.slow

@@ -67,7 +67,7 @@ def test_edm_average_is_momentum_sgd(network, steps, atol):
         xbar = xbar - alpha * mbar
         state = alg.step(state, g, comm)
         torch.testing.assert_close(state.x.mean(0), xbar, rtol=0, atol=atol)
-        torch.testing.assert_close(state.m.mean(0), mbar, rtol=0, atol=atol / 10)
+        torch.testing.assert_close(state.rule.m.mean(0), mbar, rtol=0, atol=atol / 10)
     # the agents do not agree (so the identity is not trivial)
     assert (state.x - state.x.mean(0)).abs().max() > 1e-3
 
@@ -86,7 +86,7 @@ def test_edm_two_step_recursion():
     for t in range(steps):
         state = alg.step(state, oracle.stacked(t, state.x), comm)
         xs.append(state.x)
-        ms.append(state.m)
+        ms.append(state.rule.m)
     torch.testing.assert_close(xs[1], W @ (xs[0] - alpha * ms[0]))
     for t in range(steps - 2):
         want = W @ (2 * xs[t + 1] - xs[t] - alpha * ms[t + 1] + alpha * ms[t])
@@ -105,7 +105,7 @@ def test_gradient_tracker_average_equals_gradient_average():
             for t in range(steps):
                 g = oracle.stacked(t, state.x)
                 state = alg.step(state, g, comm)
-                torch.testing.assert_close(state.y.mean(0), g.mean(0), rtol=0, atol=1e-12)
+                torch.testing.assert_close(state.rule.y.mean(0), g.mean(0), rtol=0, atol=1e-12)
 
 
 def test_tracking_without_atc_packs_two_messages_in_one_round():

@@ -24,14 +24,18 @@ def test_mass_is_conserved_and_the_de_biased_average_follows_sgd(digraph):
     comm = SimulatedCommunicator(digraph)
     gen = torch.Generator().manual_seed(0)
     state = alg.init(torch.randn(n, d, dtype=torch.float64, generator=gen))
-    mass = (state.x * state.w).sum(0)
+    mass = (state.x * state.gossip["w"]).sum(0)
     for _ in range(30):
         grad = torch.randn(n, d, dtype=torch.float64, generator=gen)
         state = alg.step(state, grad, comm)
         mass = mass - 0.1 * grad.sum(0)
-        torch.testing.assert_close((state.x * state.w).sum(0), mass, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(state.w.sum(), torch.tensor(float(n), dtype=torch.float64))
-    assert float(state.w.min()) < 0.9 < 1.1 < float(state.w.max())
+        torch.testing.assert_close(
+            (state.x * state.gossip["w"]).sum(0), mass, rtol=1e-12, atol=1e-12
+        )
+        torch.testing.assert_close(
+            state.gossip["w"].sum(), torch.tensor(float(n), dtype=torch.float64)
+        )
+    assert float(state.gossip["w"].min()) < 0.9 < 1.1 < float(state.gossip["w"].max())
 
 
 def test_push_sum_consensus_reaches_the_true_average(digraph):

@@ -40,7 +40,7 @@ def test_every_agent_holds_the_average_of_delayed_half_steps(tree):
     halves = []
     for t in range(2 * n):
         grad = torch.randn(n, d, dtype=torch.float64, generator=gen)
-        m = 0.5 * state.m + 0.5 * grad
+        m = 0.5 * state.rule.m + 0.5 * grad
         halves.append(state.x - 0.1 * m)
         state = alg.step(state, grad, comm)
         want = torch.stack(
@@ -55,7 +55,7 @@ def test_every_agent_holds_the_average_of_delayed_half_steps(tree):
         )
         torch.testing.assert_close(state.x, want, rtol=1e-12, atol=1e-12)
     assert torch.equal(
-        state.counts.sum(1).squeeze(-1), torch.full((n,), n - 1.0, dtype=torch.float64)
+        state.rule.counts.sum(1).squeeze(-1), torch.full((n,), n - 1.0, dtype=torch.float64)
     )
 
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import decentopt as dopt
-from decentopt.comm import MultiRound, SimulatedCommunicator
+from decentopt.algorithms.gossips import RoundsChannel as MultiRound
+from decentopt.comm import SimulatedCommunicator
 
 
 def polynomial(W: np.ndarray, rounds: int, acceleration: str) -> np.ndarray:

@@ -307,12 +307,17 @@ def test_missing_cifar_folder_is_a_clear_error(tmp_path, capsys):
 
 def test_multi_round_gossip_from_a_specification(cfg_path, tmp_path):
     plain = run_spec(load_spec(cfg_path), tmp_path / "a", progress=False, log=quiet)
-    spec = load_spec(cfg_path, overrides=["mix_rounds=3", 'acceleration="chebyshev"'])
+    with pytest.warns(FutureWarning, match=r"write gossip = \"multi_round\(3, acc.*\[defaults\]"):
+        spec = load_spec(cfg_path, overrides=["mix_rounds=3", 'acceleration="chebyshev"'])
     assert spec.fingerprint("edm") != load_spec(cfg_path).fingerprint("edm")
     fast = run_spec(spec, tmp_path / "b", progress=False, log=quiet)
     last = max(r["step"] for r in plain.rows)
     rounds = {r["rounds"] for r in fast.rows if r["step"] == last}
     assert rounds == {3 * last} and {r["rounds"] for r in plain.rows if r["step"] == last} == {last}
+    # the old keys are the gossip they name, written as such
+    gossip = load_spec(cfg_path, overrides=['defaults.gossip="multi_round(3)"'])
+    same = run_spec(gossip, tmp_path / "c", progress=False, log=quiet)
+    assert [r[spec.metric] for r in same.rows] == [r[spec.metric] for r in fast.rows]
     with pytest.raises(ConfigError, match="acceleration"):
         load_spec(cfg_path, overrides=['acceleration="nesterov"'])
 

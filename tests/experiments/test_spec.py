@@ -120,7 +120,7 @@ def test_variants_and_grids(tmp_path):
     spec = load_spec(write(tmp_path, text))
     assert list(spec.algorithms) == ["ed", "edm", "edm_b99", "dsgd(lr=0.01)", "dsgd(lr=0.05)"]
     b99 = spec.algorithms["edm_b99"]
-    assert b99.method == "edm" and b99.make().beta == 0.99 and b99.make().lr == 0.05
+    assert b99.method == "edm" and b99.make().rule.beta == 0.99 and b99.make().lr == 0.05
     assert spec.algorithms["dsgd(lr=0.01)"].make().lr == 0.01
     # every variant has its own fingerprint; a grid over beta crosses with lr
     prints = {spec.fingerprint(label) for label in spec.algorithms}

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import decentopt as dopt
-from decentopt.comm import MultiRound, SimulatedCommunicator
+from decentopt.algorithms.gossips import RoundsChannel as MultiRound
+from decentopt.comm import SimulatedCommunicator
 from decentopt.theory import topology_report
 from decentopt.topology import AssumptionError, DirectedTopology
 

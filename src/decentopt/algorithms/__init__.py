@@ -5,6 +5,8 @@
 >>> compressed = dopt.algorithms.make("edm", lr=0.05, gossip="choco(qsgd(4), gamma=0.3)")
 """
 
+from decentopt._renamed import renamed
+from decentopt._schema import bounded
 from decentopt.algorithms import gossips
 from decentopt.algorithms.ad_psgd import ADPSGD, ADPSGDState
 from decentopt.algorithms.base import (
@@ -14,7 +16,6 @@ from decentopt.algorithms.base import (
     MomentumHyperParams,
     momentum_direction,
 )
-from decentopt.algorithms.compose import Composed
 from decentopt.algorithms.decentlam import DecentLaM, DecentLaMState
 from decentopt.algorithms.dmsgd import DmSGD, DmSGDState
 from decentopt.algorithms.dsgd import DSGD, DSGDState
@@ -24,9 +25,9 @@ from decentopt.algorithms.ed import EDState, ExactDiffusion
 from decentopt.algorithms.edm import EDM, EDMState
 from decentopt.algorithms.extra import EXTRA, EXTRAState
 from decentopt.algorithms.gossips import Choco, Exact, Gossip, MultiRound, PushSum
+from decentopt.algorithms.method import Method, MethodState, as_method
 from decentopt.algorithms.mt import MomentumTracking, MTState
 from decentopt.algorithms.nids import NIDS, NIDSState
-from decentopt.algorithms.osgp import OverlapPushSum
 from decentopt.algorithms.qg_dsgdm import QGDSGDm, QGDSGDmState
 from decentopt.algorithms.registry import (
     ALIASES,
@@ -56,7 +57,6 @@ __all__ = [
     "Algorithm",
     "AlgorithmState",
     "Choco",
-    "Composed",
     "DSGDState",
     "DSGTHBState",
     "DSGTState",
@@ -72,16 +72,19 @@ __all__ = [
     "Gossip",
     "HyperParams",
     "MTState",
+    "Method",
+    "MethodState",
     "MomentumHyperParams",
     "MomentumTracking",
     "MultiRound",
     "NIDSState",
-    "OverlapPushSum",
     "PushSum",
     "QGDSGDm",
     "QGDSGDmState",
     "RelaySGD",
     "RelayState",
+    "as_method",
+    "bounded",
     "check_network",
     "compose",
     "gossips",
@@ -93,3 +96,21 @@ __all__ = [
     "register",
     "resolve",
 ]
+
+
+def _overlap_push_sum(
+    tau: int = 1, inner: str | gossips.Gossip = "push_sum", staleness: int | None = None
+) -> gossips.Delayed:
+    return gossips.Delayed(tau, inner, staleness)
+
+
+__getattr__ = renamed(
+    "decentopt.algorithms",
+    {
+        "Composed": (lambda: Method, "every method is a decentopt.algorithms.Method"),
+        "OverlapPushSum": (
+            lambda: _overlap_push_sum,
+            "OSGP's gossip is delayed(tau, push_sum): gossips.Delayed(tau, 'push_sum')",
+        ),
+    },
+)

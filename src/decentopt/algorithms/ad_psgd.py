@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import numpy as np
 import torch
 
+from decentopt._schema import bounded
 from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
 from decentopt.updates import add_scaled
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 __all__ = ["ADPSGD", "ADPSGDState", "random_matching"]
 
@@ -66,21 +67,15 @@ class ADPSGD(HyperParams):
     stochastic gradient descent", ICML 2018, Algorithm 1.
     """
 
-    seed: int = 0
+    seed: int = bounded(0, minimum=0)
 
     name: ClassVar[str] = "ad_psgd"
     State: ClassVar[type] = ADPSGDState
     requires: ClassVar[frozenset[str]] = frozenset({"static"})
     sends: ClassVar[tuple[str, ...] | None] = None
     mixes: ClassVar[bool] = False
-    #: Agents progress at their own pace (the time model's asynchronous clock).
     asynchronous: ClassVar[bool] = True
     reference: ClassVar[str] = "Lian, Zhang, Zhang & Liu, ICML 2018"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"ad_psgd: seed must be a whole number >= 0; got {self.seed!r}")
 
     def step(self, state: ADPSGDState, grad: torch.Tensor, comm: Communicator) -> ADPSGDState:
         x = state.x

@@ -12,15 +12,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-import numpy as np
 import torch
 
-from decentopt._checks import as_real
+from decentopt._schema import bounded, check_fields
 from decentopt.schedules import LearningRate, lr_at, validate_lr
-from decentopt.updates import heavy_ball
+from decentopt.updates import FusedUpdate, heavy_ball
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 __all__ = [
     "Algorithm",
@@ -102,6 +101,12 @@ class HyperParams:
     takes_direction: ClassVar[bool] = True
     #: The rule's reference, one line (``decentopt methods`` shows it).
     reference: ClassVar[str] = ""
+    #: The fused update its step hands to ``comm.mix_map`` when that is its whole step
+    #: (:class:`~decentopt.updates.FusedUpdate`: the kernels run it with the mix, the driver
+    #: many steps of it in one call), ``None`` otherwise.
+    fused: ClassVar[FusedUpdate | None] = None
+    #: Whether agents progress at their own pace (the time model's asynchronous clock).
+    asynchronous: ClassVar[bool] = False
 
     @property
     def needs(self) -> frozenset[str]:
@@ -116,7 +121,9 @@ class HyperParams:
     from_x0: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
+        """The step size, then every other field by its annotation and declared bounds."""
         object.__setattr__(self, "lr", validate_lr(self.lr, type(self).__name__))
+        check_fields(self, self.name)  # type: ignore[attr-defined]  # every rule names itself
 
     def init(self, x0: torch.Tensor) -> Any:
         """The state at the initial point ``x0`` (see :attr:`State`)."""
@@ -151,25 +158,10 @@ class MomentumHyperParams(HyperParams):
     (``s = 1 - beta`` or 1).
     """
 
-    beta: float = 0.9
+    beta: float = bounded(0.9, minimum=0, below=1, note="the momentum")
     nesterov: bool = False
     dampening: bool = True
     uses_momentum: ClassVar[bool] = True
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "beta", as_real(self.beta, f"{type(self).__name__}: beta"))
-        for switch in ("nesterov", "dampening"):
-            if not isinstance(getattr(self, switch), bool | np.bool_):
-                raise TypeError(
-                    f"{type(self).__name__}: {switch} must be true or false; got "
-                    f"{getattr(self, switch)!r}"
-                )
-            object.__setattr__(self, switch, bool(getattr(self, switch)))
-        if not 0 <= self.beta < 1:
-            raise ValueError(
-                f"{type(self).__name__}: momentum beta must be in [0, 1); got {self.beta}"
-            )
 
 
 def momentum_direction(

@@ -9,10 +9,10 @@ import torch
 
 from decentopt.algorithms.base import MomentumHyperParams
 from decentopt.algorithms.registry import register
-from decentopt.updates import momentum_descend, with_momentum_options
+from decentopt.updates import FusedUpdate
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 
 class DmSGDState(NamedTuple):
@@ -41,7 +41,13 @@ class DmSGD(MomentumHyperParams):
     name: ClassVar[str] = "dmsgd"
     State: ClassVar[type] = DmSGDState
 
+    @property
+    def fused(self) -> FusedUpdate:
+        return FusedUpdate(
+            "momentum_descend", ("m",), ("lr", "beta"), self.nesterov, self.dampening
+        )
+
     def step(self, state: DmSGDState, grad: torch.Tensor, comm: Communicator) -> DmSGDState:
-        update = with_momentum_options(momentum_descend, self.nesterov, self.dampening)
-        x_next, m = comm.mix_map(update, (state.x, state.m, grad), (self.lr_at(state.t), self.beta))
+        scalars = (self.lr_at(state.t), self.beta)
+        x_next, m = comm.mix_map(self.fused, (state.x, state.m, grad), scalars)
         return DmSGDState(x=x_next, m=m, t=state.t + 1)

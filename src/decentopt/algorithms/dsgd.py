@@ -9,10 +9,10 @@ import torch
 
 from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
-from decentopt.updates import descend
+from decentopt.updates import FusedUpdate
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 
 class DSGDState(NamedTuple):
@@ -37,7 +37,8 @@ class DSGD(HyperParams):
 
     name: ClassVar[str] = "dsgd"
     State: ClassVar[type] = DSGDState
+    fused: ClassVar[FusedUpdate] = FusedUpdate("descend")
 
     def step(self, state: DSGDState, grad: torch.Tensor, comm: Communicator) -> DSGDState:
-        (x_next,) = comm.mix_map(descend, (state.x, grad), (self.lr_at(state.t),))
+        (x_next,) = comm.mix_map(self.fused, (state.x, grad), (self.lr_at(state.t),))
         return DSGDState(x=x_next, t=state.t + 1)

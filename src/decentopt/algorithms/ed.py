@@ -9,10 +9,10 @@ import torch
 
 from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
-from decentopt.updates import correct
+from decentopt.updates import FusedUpdate, correct
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 
 class EDState(NamedTuple):
@@ -50,14 +50,19 @@ class ExactDiffusion(HyperParams):
     #: Mixing with ``W~ = I - c (I - W)``: ``W`` itself here, NIDS's lazier ``W~`` there.
     c: ClassVar[float] = 1.0
 
+    @property
+    def fused(self) -> FusedUpdate | None:
+        """Exact Diffusion's ``correct`` where it mixes with ``W`` itself (``c = 1``)."""
+        return FusedUpdate("correct", ("psi",)) if self.c == 1.0 else None
+
     def step(self, state: EDState, grad: torch.Tensor, comm: Communicator) -> EDState:
         """``psi+ = x - alpha g``, ``phi = psi+ + x - psi``, ``x+ = W~ phi`` with
         ``W~ = I - c (I - W)`` (``c = 1``: ``W`` itself, through :meth:`Communicator.mix_map`,
         which may fuse the update with the mix). Storing ``psi`` (rather than the
         previous gradient) keeps the correction exact when ``alpha`` changes over time."""
-        alpha, c = self.lr_at(state.t), self.c
-        if c == 1.0:
-            x_next, psi = comm.mix_map(correct, (state.x, state.psi, grad), (alpha,))
+        alpha, c, fused = self.lr_at(state.t), self.c, self.fused
+        if fused is not None:
+            x_next, psi = comm.mix_map(fused, (state.x, state.psi, grad), (alpha,))
         else:
             phi, psi = correct(state.x, state.psi, grad, alpha)
             x_next = comm.mix(phi).mul_(c).add_(phi, alpha=1 - c)

@@ -9,10 +9,10 @@ import torch
 
 from decentopt.algorithms.base import MomentumHyperParams
 from decentopt.algorithms.registry import register
-from decentopt.updates import edm_update, with_momentum_options
+from decentopt.updates import FusedUpdate
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 
 class EDMState(NamedTuple):
@@ -51,9 +51,12 @@ class EDM(MomentumHyperParams):
     needs_symmetric: ClassVar[bool] = True
     needs_psd: ClassVar[bool] = True
 
+    @property
+    def fused(self) -> FusedUpdate:
+        return FusedUpdate("edm", ("psi", "m"), ("lr", "beta"), self.nesterov, self.dampening)
+
     def step(self, state: EDMState, grad: torch.Tensor, comm: Communicator) -> EDMState:
-        update = with_momentum_options(edm_update, self.nesterov, self.dampening)
         x_next, psi, m = comm.mix_map(
-            update, (state.x, state.psi, state.m, grad), (self.lr_at(state.t), self.beta)
+            self.fused, (state.x, state.psi, state.m, grad), (self.lr_at(state.t), self.beta)
         )
         return EDMState(x=x_next, psi=psi, m=m, t=state.t + 1)

@@ -11,7 +11,7 @@ from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 
 class EXTRAState(NamedTuple):

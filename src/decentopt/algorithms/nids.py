@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from decentopt._checks import as_real
+from decentopt._schema import bounded
 from decentopt.algorithms.ed import EDState, ExactDiffusion
 from decentopt.algorithms.registry import register
 
@@ -38,10 +38,5 @@ class NIDS(ExactDiffusion):
     """
 
     name: ClassVar[str] = "nids"
-    c: float = 0.5  # type: ignore[misc]  # a hyper-parameter here, ED's constant 1 there
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "c", as_real(self.c, "NIDS: c"))
-        if not 0 < self.c <= 1:
-            raise ValueError(f"NIDS: c must be in (0, 1]; got {self.c}")
+    #: a hyper-parameter here, ED's constant 1 there
+    c: float = bounded(0.5, above=0, maximum=1)  # type: ignore[misc]

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 
-from decentopt._checks import as_real
+from decentopt._schema import bounded
 from decentopt.algorithms.base import MomentumHyperParams, momentum_direction
 from decentopt.algorithms.registry import register
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 
 class QGDSGDmState(NamedTuple):
@@ -44,14 +44,7 @@ class QGDSGDm(MomentumHyperParams):
     name: ClassVar[str] = "qg_dsgdm"
     State: ClassVar[type] = QGDSGDmState
 
-    mu: float | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.mu is not None:
-            object.__setattr__(self, "mu", as_real(self.mu, "QGDSGDm: mu"))
-        if self.mu is not None and not 0 <= self.mu < 1:
-            raise ValueError(f"QGDSGDm: mu must be in [0, 1); got {self.mu}")
+    mu: float | None = bounded(None, minimum=0, below=1)
 
     def step(self, state: QGDSGDmState, grad: torch.Tensor, comm: Communicator) -> QGDSGDmState:
         alpha = self.lr_at(state.t)

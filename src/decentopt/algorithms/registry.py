@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from decentopt._checks import unknown_name
-from decentopt.algorithms.compose import Composed
-from decentopt.algorithms.gossips import GOSSIPS, Choco, Exact, Gossip, PushSum, parse
+from decentopt._registry import Registry
+from decentopt._schema import read_call
+from decentopt.algorithms.gossips import GOSSIPS, Exact, Gossip, parse
+from decentopt.algorithms.method import Method, as_method
 
 __all__ = [
     "ALIASES",
@@ -34,7 +36,7 @@ __all__ = [
     "resolve",
 ]
 
-REGISTRY: dict[str, type] = {}
+REGISTRY: Registry[type] = Registry("algorithm")
 T = TypeVar("T", bound=type)
 
 #: The order in which the paper presents the methods (tables and plots use it).
@@ -50,36 +52,52 @@ LATER_ORDER = (
 @dataclass(frozen=True)
 class Alias:
     """A published method that is a rule composed with a gossip: its name, the rule's
-    name, the gossip's type, a note, and the rule's hyper-parameters the pair fixes."""
+    name, the gossip in text, a note, and the rule's hyper-parameters the pair fixes. The
+    gossip's parameters its text leaves out are the alias's own (``osgp``'s ``tau``)."""
 
     name: str
     rule: str
-    gossip: type[Gossip]
+    gossip: str
     reference: str = ""
     fixed: dict[str, Any] = field(default_factory=dict)
 
+    def parts(self) -> tuple[type[Gossip], dict[str, Any], tuple[str, ...]]:
+        """The gossip's class, the arguments its text gives, and the ones left to the alias."""
+        _, cls, given = read_call(self.gossip, GOSSIPS, "gossip", "'push_sum'", "a gossip")
+        init = [f.name for f in dataclasses.fields(cls) if f.init]
+        return cls, given, tuple(f for f in init if f not in given)
+
 
 #: Published pairs by name (:func:`alias` adds one).
-ALIASES: dict[str, Alias] = {}
+ALIASES: Registry[Alias] = Registry("alias")
 
 
-def alias(name: str, rule: str, gossip: type[Gossip], reference: str, **fixed: Any) -> None:
-    """Name the pair of ``rule`` (with the hyper-parameters ``fixed``) and ``gossip``."""
-    ALIASES[name] = Alias(name, rule, gossip, reference, fixed)
+def alias(name: str, rule: str, gossip: str, reference: str, **fixed: Any) -> None:
+    """Name the pair of ``rule`` (with the hyper-parameters ``fixed``) and ``gossip`` (text)."""
+    ALIASES.add(name, Alias(name, rule, gossip, reference, fixed))
 
 
-alias("choco_dsgd", "dsgd", Choco, "CHOCO-SGD: Koloskova, Stich & Jaggi, ICML 2019, Algorithm 2")
-alias("choco_ed", "ed", Choco, "ED with CHOCO-gossip (a construction of this library)")
-alias("choco_edm", "edm", Choco, "EDM with CHOCO-gossip (a construction of this library)")
+alias("choco_dsgd", "dsgd", "choco", "CHOCO-SGD: Koloskova, Stich & Jaggi, ICML 2019, Algorithm 2")
+alias("choco_ed", "ed", "choco", "ED with CHOCO-gossip (a construction of this library)")
+alias("choco_edm", "edm", "choco", "EDM with CHOCO-gossip (a construction of this library)")
 alias(
-    "sgp", "dmsgd", PushSum, "Stochastic Gradient Push: Assran, Loizou, Ballas & Rabbat, ICML 2019"
+    "sgp",
+    "dmsgd",
+    "push_sum",
+    "Stochastic Gradient Push: Assran, Loizou, Ballas & Rabbat, ICML 2019",
 )
 alias(
     "push_diging",
     "dsgt",
-    PushSum,
+    "push_sum",
     "Push-DIGing: Nedić, Olshevsky & Shi, SIAM J. Optim. 2017",
     atc=False,
+)
+alias(
+    "osgp",
+    "dmsgd",
+    "delayed(inner=push_sum)",
+    "Overlap SGP: Assran, Loizou, Ballas & Rabbat, ICML 2019, Algorithm 3",
 )
 
 
@@ -109,8 +127,7 @@ def register(cls: T) -> T:
         raise ValueError(
             f"an algorithm named {name!r} is already registered ({taken}); give {who} another name"
         )
-    REGISTRY[name] = cls
-    return cls
+    return REGISTRY.add(name, cls)
 
 
 def names() -> list[str]:
@@ -140,31 +157,31 @@ def _init_fields(cls: type) -> tuple[str, ...]:
 def hyperparameters(method: str | type | Any) -> tuple[str, ...]:
     """The hyper-parameters a method accepts: a name (its rule's and, for an alias, its
     gossip's; ``gossip`` for a rule), a rule's class, or a method itself."""
-    if isinstance(method, Composed):
+    if isinstance(method, Method) and (method.alias or method.gossip != Exact()):
         return tuple(method.hyperparams())
     if isinstance(method, str):
         key = _key(method)
         if key in ALIASES:
             alias = ALIASES[key]
             own = tuple(f for f in _init_fields(REGISTRY[alias.rule]) if f not in alias.fixed)
-            return own + _init_fields(alias.gossip)
+            return own + alias.parts()[2]
         method = REGISTRY[key]
+    if isinstance(method, Method):
+        method = method.rule
     return (*_init_fields(method if isinstance(method, type) else type(method)), "gossip")
 
 
-def compose(rule: Any, gossip: str | Gossip, alias: str = "") -> Any:
+def compose(rule: Any, gossip: str | Gossip = "exact", alias: str = "") -> Method:
     """``rule`` with ``gossip``, or a one-line error saying why the pair cannot work."""
     try:
         mixer = parse(gossip)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{rule.name}: {exc}") from None
-    if isinstance(mixer, Exact):
-        return rule
     why = mixer.refuses(rule)
     if why:
         works = ", ".join(gossips_for(rule.name)) or "exact"
         raise ValueError(f"{rule.name} cannot take {mixer.name} gossip: {why}; it takes: {works}")
-    return Composed(rule, mixer, alias)
+    return Method(rule, mixer, alias)
 
 
 def _check_keys(name: str, given: dict[str, Any], valid: tuple[str, ...]) -> None:
@@ -173,29 +190,28 @@ def _check_keys(name: str, given: dict[str, Any], valid: tuple[str, ...]) -> Non
         raise TypeError(f"{name}: {unknown_name('hyper-parameter', key, valid)}{hint}")
 
 
-def make(name: str, gossip: str | Gossip | None = None, **hyperparams: Any) -> Any:
+def make(name: str, gossip: str | Gossip | None = None, **hyperparams: Any) -> Method:
     """A registered method with the given hyper-parameters, composed with ``gossip``
     (text such as ``"choco(top_k(0.1), gamma=0.4)"`` or a gossip; exact mixing by default)."""
     key = _key(name)
     if key in ALIASES:
         alias = ALIASES[key]
+        cls, given, own = alias.parts()
         if gossip is not None:
             raise TypeError(
-                f"{key} is {alias.rule} with {alias.gossip.name} gossip: give gossip= to "
+                f"{key} is {alias.rule} with {cls.name} gossip: give gossip= to "
                 f"{alias.rule} instead"
             )
         _check_keys(key, hyperparams, hyperparameters(key))
-        own = set(_init_fields(alias.gossip))
         try:
-            mixer = alias.gossip(**{k: v for k, v in hyperparams.items() if k in own})
+            mixer = cls(**given, **{k: v for k, v in hyperparams.items() if k in own})
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{key}: {exc}") from None
         rule_hp = {k: v for k, v in hyperparams.items() if k not in own} | alias.fixed
         return compose(REGISTRY[alias.rule](**rule_hp), mixer, alias=key)
     cls = REGISTRY[key]
     _check_keys(key, hyperparams, _init_fields(cls))
-    rule = cls(**hyperparams)
-    return rule if gossip is None else compose(rule, gossip)
+    return compose(cls(**hyperparams), "exact" if gossip is None else gossip)
 
 
 #: What each capability of a network means, the most telling first.
@@ -214,7 +230,7 @@ def by_importance(needs: frozenset[str]) -> list[str]:
 
 def _network_fix(method: Any, missing: str, network: Any) -> str:
     if missing == "symmetric" and "column" in network.offers:
-        if not isinstance(method, Composed):  # a bare rule: push-sum may serve it
+        if not method.alias and method.gossip == Exact():  # push-sum may serve the rule
             push = [g for g in gossips_for(method.name) if g.startswith("push_sum")]
             if push:
                 return f"compose it with push-sum to run on a directed graph: gossip={push[0]!r}"
@@ -230,6 +246,7 @@ def _network_fix(method: Any, missing: str, network: Any) -> str:
 def check_network(method: Any, network: Any) -> None:
     """Refuse a network that lacks what the method needs (its rule's and its gossip's
     declarations against the network's ``offers``), naming what is missing and the fix."""
+    method = as_method(method)
     missing = by_importance(method.needs - network.offers)
     if missing:
         raise ValueError(
@@ -243,7 +260,7 @@ def gossips_for(name: str) -> list[str]:
     one that needs a switch flipped is listed with it: ``"push_sum (atc=False)"``."""
     key = _key(name)
     if key in ALIASES:
-        return [ALIASES[key].gossip.name]
+        return [ALIASES[key].parts()[0].name]
     cls = REGISTRY[key]
     try:
         rule = cls()

@@ -12,7 +12,7 @@ from decentopt.algorithms.registry import register
 from decentopt.updates import add_scaled
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Relaying
+    from decentopt.communicator import Relaying
 
 
 class RelayState(NamedTuple):

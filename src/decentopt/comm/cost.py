@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decentopt._schema import bounded
+from decentopt._schema import bounded, check_fields
 
 __all__ = ["CLUSTER", "ONE_MACHINE", "NetworkModel"]
 
@@ -36,12 +36,7 @@ class NetworkModel:
     compute: float = bounded(0.0, minimum=0)
 
     def __post_init__(self) -> None:
-        for name in ("bandwidth", "latency", "compute"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or value != value or value < 0:
-                raise ValueError(f"NetworkModel: {name} must be a number >= 0; got {value!r}")
-        if not self.bandwidth > 0:
-            raise ValueError(f"NetworkModel: bandwidth must be > 0 bytes/s; got {self.bandwidth}")
+        check_fields(self, "NetworkModel")
 
     def seconds(self, steps: float, busiest_messages: float, busiest_bytes: float) -> float:
         """Modelled time of ``steps`` steps whose rounds had these busiest-agent totals."""

@@ -23,8 +23,8 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from decentopt.comm.base import CommStats, Elementwise, Shared, map_then_mix, rows_of, slot_table
 from decentopt.comm.mixers import Mixer, chain
+from decentopt.communicator import CommStats, Elementwise, Shared, map_then_mix, rows_of, slot_table
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
 from decentopt.topology import Graph, Network, TopologySchedule

@@ -80,6 +80,7 @@ __all__ = [
     "parse",
     "qsgd",
     "random_k",
+    "register_compressor",
     "sign",
     "suggested_gamma",
     "top_k",
@@ -101,6 +102,10 @@ def suggested_gamma(codec: str | Compressor) -> float:
     the spectral gap, ``b = ||I - W||``): safe on any graph, and on ring(32) thousands
     of times smaller."""
     return float(getattr(parse(codec), "ratio", 1.0))
+
+
+#: Class decorator: add a :class:`Compressor` under its ``name`` (a plugin's operator).
+register_compressor = COMPRESSORS.register
 
 
 def parse(spec: str | Compressor) -> Compressor:

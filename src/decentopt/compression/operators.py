@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import torch
 
-from decentopt._checks import as_count, as_real
+from decentopt._registry import Registry
+from decentopt._schema import bounded, check_fields
 from decentopt.compression._bits import (
     as_bytes,
     from_bytes,
@@ -27,10 +28,10 @@ class Compressor:
 
     name: ClassVar[str] = ""
     #: Seed of the operator's random choices (keyed further by agent, row and round).
-    seed: int = field(default=0, kw_only=True)
+    seed: int = bounded(0, minimum=0, kw_only=True)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "seed", as_count(self.seed, f"{self.name}: seed"))
+        check_fields(self, self.name)
 
     def delta(self, k: int) -> float:
         """The contraction of rows of ``k`` entries: ``E||Q(x) - x||^2 <= (1 - delta) ||x||^2``
@@ -116,15 +117,8 @@ class Identity(Compressor):
 
 @dataclass(frozen=True)
 class _Sparsifier(Compressor):
-    ratio: float  # no default: top_k alone would hide how much is dropped
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "ratio", as_real(self.ratio, f"{self.name}: ratio"))
-        if not 0 < self.ratio <= 1:
-            raise ValueError(
-                f"{self.name}: ratio is the fraction of entries kept, in (0, 1]; got {self.ratio}"
-            )
+    #: no default: top_k alone would hide how much is dropped
+    ratio: float = bounded(above=0, maximum=1, note="the fraction of entries kept")
 
     def delta(self, k: int) -> float:
         return kept_count(self.ratio, k) / k
@@ -215,15 +209,7 @@ class QSGD(Compressor):
     by ``1/tau`` to be a contraction (the CHOCO paper's ``qsgd_s``)."""
 
     name: ClassVar[str] = "qsgd"
-    bits: int = 4
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "bits", as_count(self.bits, "qsgd: bits", minimum=1))
-        if self.bits > 7:
-            raise ValueError(
-                f"qsgd: bits must be 1 to 7 (8 bits per entry with the sign); got {self.bits}"
-            )
+    bits: int = bounded(4, minimum=1, maximum=7, note="8 bits per entry with the sign")
 
     @property
     def levels(self) -> int:
@@ -310,6 +296,6 @@ class ScaledSign(Compressor):
 
 
 #: Every operator by the name :func:`parse` reads.
-COMPRESSORS: dict[str, type[Compressor]] = {
-    cls.name: cls for cls in (Identity, TopK, RandomK, QSGD, ScaledSign)
-}
+COMPRESSORS: Registry[type[Compressor]] = Registry(
+    "compression", ((cls.name, cls) for cls in (Identity, TopK, RandomK, QSGD, ScaledSign))
+)

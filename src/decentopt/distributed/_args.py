@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from decentopt.comm.base import Communicator
+from decentopt.communicator import Communicator
 
 __all__ = ["check_optimizer_args", "check_wrap_args"]
 

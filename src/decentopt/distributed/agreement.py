@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from decentopt.algorithms.method import Method
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.topology import weights_digest
 
@@ -44,6 +45,10 @@ def describe_algorithm(algorithm: Any, prefix: str = "method") -> dict[str, str]
     """The name and every dataclass field of ``algorithm``, nested dataclasses (a gossip
     component, a compression operator) field by field; of other objects (a torch optimizer,
     whose groups are described apart) the class."""
+    if isinstance(algorithm, Method):  # its rule's fields as the method's, then its gossip's
+        fields = describe_algorithm(algorithm.rule, prefix)
+        fields[prefix] = f"{algorithm.name} ({type(algorithm.rule).__name__})"
+        return fields | describe_algorithm(algorithm.gossip, f"{prefix}.gossip")
     name = getattr(algorithm, "name", None)
     kind = type(algorithm).__name__
     fields = {prefix: f"{name} ({kind})" if isinstance(name, str) else kind}

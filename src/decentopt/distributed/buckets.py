@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from decentopt.comm.base import Communicator
+from decentopt.communicator import Communicator
 
 __all__ = ["Bucket", "Overlap", "plan_buckets"]
 
@@ -34,7 +34,7 @@ class Bucket:
 
     group: int
     params: list[torch.nn.Parameter]
-    state: Any  # the algorithm's NamedTuple of flat (1, P) tensors
+    state: Any  # the method's state (MethodState) of flat (1, P) tensors
     algorithm: Any
     sizes: list[int] = field(init=False)
     result: Any = None  # the state after a step, until scattered
@@ -72,7 +72,7 @@ class Bucket:
     def run(self, comm: Communicator, grad_scale: float | None, weight_decay: float) -> None:
         """One step of the algorithm on this bucket (kept in ``result``)."""
         x, grad = self.gather(grad_scale, weight_decay)
-        self.result = self.algorithm.step(self.state._replace(x=x), grad, comm)
+        self.result = self.algorithm.step(self.state.replace(x=x), grad, comm)
 
     @torch.no_grad()
     def scatter(self) -> None:

@@ -52,8 +52,9 @@ import torch
 from decentopt import algorithms
 from decentopt._checks import as_real
 from decentopt.algorithms.base import Algorithm
+from decentopt.algorithms.method import as_method
 from decentopt.algorithms.registry import check_network
-from decentopt.comm.base import Communicator
+from decentopt.communicator import Communicator
 from decentopt.distributed import agreement
 from decentopt.distributed._args import check_optimizer_args
 from decentopt.distributed.buckets import Bucket, Overlap, plan_buckets
@@ -99,10 +100,9 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             hyperparams["beta"] = hyperparams.pop("momentum")
         if isinstance(algorithm, str):
             alg = algorithms.make(algorithm, **hyperparams)
-        elif hyperparams:
-            alg = algorithm.with_hyperparams(**hyperparams)  # type: ignore[attr-defined]
         else:
-            alg = algorithm
+            alg = as_method(algorithm)
+            alg = alg.with_hyperparams(**hyperparams) if hyperparams else alg
         if callable(alg.lr):
             raise ValueError(
                 "give DecentralizedOptimizer a constant lr and use a torch.optim.lr_scheduler "
@@ -126,7 +126,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._sync = True
         self._agreed: tuple = ()  # the parameter set the ranks last agreed on
         defaults = {"lr": float(alg.lr), "weight_decay": weight_decay}
-        defaults |= {k: float(getattr(alg, k)) for k in self._tunable[1:]}  # beta
+        defaults |= {k: float(alg.hyperparams()[k]) for k in self._tunable[1:]}  # beta
         params = list(params)
         if not params:
             raise ValueError("DecentralizedOptimizer got an empty parameter list")
@@ -165,13 +165,13 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
 
     def _algorithm_for(self, group: dict[str, Any]) -> Any:
         """The algorithm with this group's current hyper-parameters (the base one if unchanged)."""
-        changes = {k: group[k] for k in self._tunable if group[k] != getattr(self.algorithm, k)}
+        now = self.algorithm.hyperparams()
+        changes = {k: group[k] for k in self._tunable if group[k] != now[k]}
         return self.algorithm.with_hyperparams(**changes) if changes else self.algorithm
 
     # ----------------------------------------------------------------- layout
     def _fields(self) -> tuple[str, ...]:
-        probe = self.algorithm.init(torch.zeros(1, 1))
-        return tuple(k for k in probe._fields if k not in ("x", "t"))
+        return tuple(k for k in self.algorithm.init(torch.zeros(1, 1)).tensors() if k != "x")
 
     def _params(self) -> list[torch.nn.Parameter]:
         """Every parameter of every group, in order."""
@@ -215,21 +215,22 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         ``algorithm.agent_fields``) is one value per agent, the same in every piece."""
         x = torch.cat([p.detach().reshape(-1) for p in params]).unsqueeze(0)
         fresh = alg.init(x.clone())
+        initial = fresh.tensors()
         parts = {}
         for name in fields:
             saved = [self.state.get(p, {}).get(name) for p in params]
             if name in alg.agent_fields:
                 known = next((v for v in saved if v is not None), None)
-                value = getattr(fresh, name) if known is None else known.detach().unsqueeze(0)
-                parts[name] = value.to(dtype=getattr(fresh, name).dtype, device=x.device).clone()
+                value = initial[name] if known is None else known.detach().unsqueeze(0)
+                parts[name] = value.to(dtype=initial[name].dtype, device=x.device).clone()
                 continue
             pieces = []
-            at_init = getattr(fresh, name)[0].split([p.numel() for p in params], dim=-1)
+            at_init = initial[name][0].split([p.numel() for p in params], dim=-1)
             for p, piece, start in zip(params, saved, at_init, strict=True):
                 if piece is not None:  # else a parameter without state yet: as at init
                     start = piece.detach().reshape(*piece.shape[: piece.ndim - p.dim()], p.numel())
                 # the algorithm's dtype for the field (wider for CHOCO's public copies)
-                pieces.append(start.to(dtype=getattr(fresh, name).dtype, device=p.device))
+                pieces.append(start.to(dtype=initial[name].dtype, device=p.device))
             if len({piece.shape[:-1] for piece in pieces}) > 1:
                 raise RuntimeError(
                     f"the saved {name!r} state of these parameters has different shapes "
@@ -237,16 +238,16 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                     "by an optimizer over the same model and algorithm"
                 )
             parts[name] = torch.cat(pieces, dim=-1).unsqueeze(0)
-        return type(fresh)(x=x, t=step, **parts)
+        return fresh.replace(x=x, t=step, **parts)
 
     def _expose(self, bucket: Bucket) -> None:
         """``self.state[p]``: views of the bucket's flat state, and the step count."""
         agent = bucket.algorithm.agent_fields
-        fields = [k for k in bucket.state._fields if k not in ("x", "t")]
-        split = {k: bucket.views(getattr(bucket.state, k)[0]) for k in fields if k not in agent}
+        fields = {k: v for k, v in bucket.state.tensors().items() if k != "x"}
+        split = {k: bucket.views(v[0]) for k, v in fields.items() if k not in agent}
         for i, p in enumerate(bucket.params):
             own = {k: split[k][i] for k in split}
-            shared = {k: getattr(bucket.state, k)[0] for k in fields if k in agent}
+            shared = {k: v[0] for k, v in fields.items() if k in agent}
             self.state[p] = {"step": bucket.state.t} | own | shared
 
     # ------------------------------------------------------------------- step

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from decentopt import algorithms
-from decentopt.comm.base import Communicator
+from decentopt.communicator import Communicator
 from decentopt.distributed import agreement
 from decentopt.distributed._args import check_wrap_args
 from decentopt.distributed.optimizer import DecentralizedOptimizer
@@ -55,7 +55,7 @@ def _method(method: str | Any, hyperparams: dict[str, Any]) -> Any:
             hyperparams = {"beta": 0.0} | hyperparams
         alg = algorithms.make(method, **({"lr": 1.0} | hyperparams))
     else:
-        alg = method.with_hyperparams(lr=1.0, **hyperparams)
+        alg = algorithms.as_method(method).with_hyperparams(lr=1.0, **hyperparams)
     if not alg.takes_direction:
         raise ValueError(
             f"wrap hands the method a base optimizer's update in place of its gradient step; "

@@ -11,8 +11,8 @@ every step when the block is done. Paths (``RunOptions.path``, ``simulate(path=.
   mix, every step of the block in one C call (``blocks.c`` through
   :meth:`~decentopt.comm.mixers.NativeMixer.quadratic_steps`): for a quadratic with
   per-agent Hessians, a method whose step is one fused update of
-  :data:`decentopt.updates.FUSED` (DSGD, DmSGD, ED, EDM with exact gossip; found by
-  probing one step, :func:`fused_plan`) on a circulant graph, a CPU state below
+  :data:`decentopt.updates.KINDS`, as its rule declares it (DSGD, DmSGD, ED, EDM with exact
+  gossip: :func:`fused_plan`) on a circulant graph, a CPU state below
   ``THREADS_CROSSOVER`` entries (one thread) and ``kernel`` "auto" or "native";
 * ``"block"``: the noise of the whole block drawn at once and the gradients from it
   (:class:`~decentopt.problems.base.BlockProblem`: quadratic, logistic), each step the
@@ -37,15 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from decentopt.algorithms.compose import Composed
 from decentopt.comm.mixers import MixerUnavailable, NativeMixer
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.problems.base import BlockProblem
-from decentopt.updates import fused_update
 
 if TYPE_CHECKING:
-    from decentopt.algorithms.base import Algorithm
-    from decentopt.comm.base import Communicator
+    from decentopt.algorithms.method import Method
+    from decentopt.communicator import Communicator
 
 __all__ = [
     "PATHS",
@@ -66,7 +64,8 @@ PATHS = ("auto", "native", "block", "step")
 #: A block holds at most this many bytes of noise terms (one state's worth per step):
 #: large states take short blocks, where a step's own cost hides the loop's anyway.
 BLOCK_BYTES = 16 << 20
-#: The state fields each fused update reads besides ``x`` and the gradient, in order.
+#: The names the native loop gives the tensors each fused update reads besides ``x`` and
+#: the gradient, in order (a rule's declaration names its own fields for them).
 ROLES = {"descend": (), "momentum_descend": ("m",), "correct": ("psi",), "edm": ("psi", "m")}
 
 
@@ -91,10 +90,12 @@ def check_step(new: object, old: Any, algorithm: Any) -> None:
     dtype or device than the one it was given (a user's method, most likely): one line
     naming the method and where it is defined, before the guard or the problem's metrics
     meet it. (Other fields may change shape: RelaySGD's buffers fill on the first step.)"""
-    if type(new) is not type(old):
+    returned = type(new.rule)  # type: ignore[attr-defined]
+    given = type(old.rule)
+    if returned is not given:
         raise TypeError(
-            f"{_method(algorithm)}: step returned {type(new).__name__}; it must return the "
-            f"state it was given, a {type(old).__name__}, with every field updated"
+            f"{_method(algorithm)}: step returned {returned.__name__}; it must return the "
+            f"state it was given, a {given.__name__}, with every field updated"
         )
     x, before = new.x, old.x  # type: ignore[attr-defined]
     if not isinstance(x, torch.Tensor):
@@ -112,7 +113,7 @@ def check_step(new: object, old: Any, algorithm: Any) -> None:
 
 def _method(algorithm: Any) -> str:
     """``method NAME (Class, path/to/file.py)``: where an error of its step should look."""
-    cls = type(algorithm.rule) if isinstance(algorithm, Composed) else type(algorithm)
+    cls = type(algorithm.rule)
     try:
         where = f"{cls.__name__}, {inspect.getsourcefile(cls)}"
     except (TypeError, OSError):  # defined in __main__ or an interactive session
@@ -125,34 +126,10 @@ def _method(algorithm: Any) -> str:
 Native = tuple[NativeMixer, "FusedPlan", tuple[torch.Tensor, ...], int, bool]
 
 
-class _Refused(Exception):
-    """The probed step does something the native block cannot do."""
-
-
-class _Probe:
-    """A stand-in communicator that records the one fused call of a step and computes
-    nothing (fresh outputs); any other use of it refuses the native path."""
-
-    def __init__(self) -> None:
-        self.call: tuple[Any, tuple[torch.Tensor, ...], tuple[Any, ...]] | None = None
-        self.outputs: tuple[torch.Tensor, ...] = ()
-
-    def mix_map(self, fn: Any, tensors: Any, scalars: Any = ()) -> tuple[torch.Tensor, ...]:
-        found = fused_update(fn)
-        if found is None or self.call is not None:
-            raise _Refused
-        self.call = (found, tuple(tensors), tuple(scalars))
-        self.outputs = tuple(torch.empty_like(tensors[0]) for _ in range(found[0].outputs))
-        return self.outputs
-
-    def __getattr__(self, name: str) -> Any:
-        raise _Refused(name)
-
-
 @dataclass(frozen=True)
 class FusedPlan:
     """A method's step as one fused update: its kind, switches, the state field of each
-    role of :data:`ROLES` and its momentum factor."""
+    tensor it reads besides ``x`` (the kernels' order) and its momentum factor."""
 
     kind: str
     nesterov: bool
@@ -161,34 +138,15 @@ class FusedPlan:
     beta: float
 
 
-def fused_plan(algorithm: Algorithm[Any], state: Any) -> FusedPlan | None:
-    """The method's step at ``state`` as a :class:`FusedPlan`, or None when it is not one
-    fused update of the state's own tensors with the step size ``lr_at(t)`` (probed
-    without computing anything; the other scalars are taken as constant, as every
-    built-in method's ``beta`` is)."""
-    probe, grad = _Probe(), torch.empty_like(state.x)
-    try:
-        new = algorithm.step(state, grad, probe)
-    except Exception:  # _Refused, or a step that cannot run on the probe's outputs
+def fused_plan(algorithm: Method, state: Any = None) -> FusedPlan | None:
+    """The method's step as a :class:`FusedPlan` -- its rule's declared fused update
+    (:attr:`~decentopt.algorithms.Method.fused`), with the step size ``lr_at(t)`` and the
+    other scalar a hyper-parameter of the rule -- or None when it declares none."""
+    fused = algorithm.fused
+    if fused is None or fused.scalars[0] != "lr":
         return None
-    if probe.call is None:
-        return None
-    (update, nesterov, dampening), tensors, scalars = probe.call
-    names = {id(v): k for k, v in state._asdict().items() if isinstance(v, torch.Tensor)}
-    roles = ROLES[update.kind]
-    if len(tensors) != len(roles) + 2 or tensors[0] is not state.x or tensors[-1] is not grad:
-        return None
-    fields = tuple(names.get(id(t), "") for t in tensors[1:-1])
-    placed = {"x": probe.outputs[0], **dict(zip(fields, probe.outputs[1:], strict=True))}
-    kept = {k: v for k, v in new._asdict().items() if k != "t"}
-    if "" in fields or kept.keys() != placed.keys() or new.t != state.t + 1:
-        return None
-    if any(kept[k] is not v for k, v in placed.items()):
-        return None
-    if float(scalars[0]) != float(algorithm.lr_at(state.t)):
-        return None
-    beta = float(scalars[1]) if len(scalars) > 1 else 0.0
-    return FusedPlan(update.kind, nesterov, dampening, fields, beta)
+    beta = float(getattr(algorithm.rule, fused.scalars[1])) if len(fused.scalars) > 1 else 0.0
+    return FusedPlan(fused.kind, fused.nesterov, fused.dampening, fused.reads, beta)
 
 
 class BlockRunner:
@@ -196,7 +154,7 @@ class BlockRunner:
     own step on gradients from noise drawn at once) or ``"native"`` (one C call)."""
 
     def __init__(
-        self, path: str, algorithm: Algorithm[Any], problem: Any, comm: Communicator,
+        self, path: str, algorithm: Method, problem: Any, comm: Communicator,
         state_bytes: int, native: Native | None = None,
     ) -> None:  # fmt: skip
         self.path, self.algorithm, self.problem, self.comm = path, algorithm, problem, comm
@@ -236,7 +194,8 @@ class BlockRunner:
         mixer, plan, terms, runs, lower = self.native
         t0 = time.perf_counter()
         roles = dict(zip(ROLES[plan.kind], plan.fields, strict=True))
-        fields = {"x": state.x, **{role: getattr(state, f) for role, f in roles.items()}}
+        tensors = state.tensors()
+        fields = {"x": state.x, **{role: tensors[f] for role, f in roles.items()}}
         alphas = [float(self.algorithm.lr_at(t)) for t in range(start, stop)]
         out = mixer.quadratic_steps(
             plan.kind,
@@ -253,11 +212,11 @@ class BlockRunner:
         self.comm.add_rounds(stop - start, x[0].numel() * x.element_size())
         timing[1] += time.perf_counter() - t0
         renamed = {roles.get(k, k): v for k, v in out.items()}
-        return state._replace(**renamed, t=stop)
+        return state.replace(**renamed, t=stop)
 
 
 def _native_parts(
-    algorithm: Algorithm[Any], problem: Any, comm: Communicator, state: Any
+    algorithm: Method, problem: Any, comm: Communicator, state: Any
 ) -> tuple[Native | None, str]:
     """What the native path needs, or None and why it does not apply."""
     terms = getattr(problem, "native_terms", lambda: None)()
@@ -274,9 +233,9 @@ def _native_parts(
     why = mixer.supports(state.x.reshape(state.x.shape[0], -1))
     if why:
         return None, why
-    plan = fused_plan(algorithm, state)
+    plan = fused_plan(algorithm)
     if plan is None:
-        return None, f"{algorithm.name}'s step is not one fused update of DSGD, DmSGD, ED or EDM"
+        return None, f"{algorithm.name} declares no fused update that is its whole step"
     F = terms[1]
     runs = mixer.panel_runs(tuple(state.x.shape), F.shape[-1], state.x.element_size())
     lower = F.shape[-1] == F.shape[-2] and bool((F.triu(1) == 0).all())
@@ -284,7 +243,7 @@ def _native_parts(
 
 
 def choose(
-    path: str, algorithm: Algorithm[Any], problem: Any, comm: Communicator, state: Any
+    path: str, algorithm: Method, problem: Any, comm: Communicator, state: Any
 ) -> BlockRunner | None:
     """The runner of ``path`` ("auto": the first that applies), None for the step path;
     a ValueError saying why when a named path cannot run."""

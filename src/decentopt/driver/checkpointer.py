@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from decentopt.comm.base import Communicator
+from decentopt.communicator import Communicator
 from decentopt.distributed.checkpoint import load_latest, save_checkpoint
 
 __all__ = ["CHECK_EVERY", "Checkpointer"]
@@ -81,17 +81,16 @@ class Checkpointer:
 
 
 def _mismatch(saved: Any, like: Any) -> str | None:
-    """Why a saved state cannot stand for ``like`` (a NamedTuple of tensors), or None."""
+    """Why a saved state cannot stand for ``like`` (a method's state), or None."""
     if not isinstance(saved, dict):
         return "it holds no algorithm state"
-    for name in like._fields:
-        mine, theirs = getattr(like, name), saved.get(name)
-        if isinstance(mine, torch.Tensor):
-            if not isinstance(theirs, torch.Tensor):
-                return f"no tensor {name!r}"
-            if theirs.shape != mine.shape or theirs.dtype != mine.dtype:
-                return (
-                    f"{name!r} is {tuple(theirs.shape)} {theirs.dtype}, this run's "
-                    f"{tuple(mine.shape)} {mine.dtype}"
-                )
+    for name, mine in like.tensors().items():
+        theirs = saved.get(name)
+        if not isinstance(theirs, torch.Tensor):
+            return f"no tensor {name!r}"
+        if theirs.shape != mine.shape or theirs.dtype != mine.dtype:
+            return (
+                f"{name!r} is {tuple(theirs.shape)} {theirs.dtype}, this run's "
+                f"{tuple(mine.shape)} {mine.dtype}"
+            )
     return None

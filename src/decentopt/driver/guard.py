@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from decentopt.algorithms.base import AlgorithmState
-from decentopt.comm.base import Communicator
+from decentopt.communicator import Communicator
 
 __all__ = ["GROWTH", "OUTLIER", "DivergenceGuard"]
 
@@ -29,11 +29,11 @@ def column_norms(x: torch.Tensor, comm: Communicator) -> torch.Tensor:
 def _zero_columns(state: AlgorithmState, mask: torch.Tensor) -> AlgorithmState:
     """Zero the columns in ``mask`` in every stacked ``(n, R, d)`` tensor of the state."""
     updates = {}
-    for name, value in state._asdict().items():  # type: ignore[attr-defined]
-        if isinstance(value, torch.Tensor) and value.ndim == 3:
+    for name, value in state.tensors().items():
+        if value.ndim == 3:
             keep = (~mask).view(1, -1, 1).to(value.device)
             updates[name] = torch.where(keep, value, 0.0)
-    return state._replace(**updates)
+    return state.replace(**updates)
 
 
 class DivergenceGuard:

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from decentopt.algorithms.base import Algorithm
+from decentopt.algorithms.method import Method, as_method
 from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
 from decentopt.driver.block import (
@@ -80,7 +81,7 @@ class _Loop:
     """The parts of one run around ``algorithm.step``, and the steps between them."""
 
     def __init__(
-        self, algorithm: Algorithm[Any], problem: Problem, comm: Communicator, plan: Plan,
+        self, algorithm: Method, problem: Problem, comm: Communicator, plan: Plan,
         options: RunOptions, x: torch.Tensor, metrics: Callable,
     ) -> None:  # fmt: skip
         self.algorithm, self.problem, self.comm, self.plan = algorithm, problem, comm, plan
@@ -121,12 +122,12 @@ class _Loop:
         self.comm.stats.__dict__.update(saved["rounds"])  # W_t goes on from its round
         self.start_step = int(saved["step"])
         self.options.log(f"resuming {self.algorithm.name} from step {self.start_step}")
-        return type(state)(**saved["state"])
+        return state.replace(**saved["state"])
 
     def save(self, step: int, state: Any) -> None:
         assert self.saver is not None
         payload = {
-            "state": dict(state._asdict()),
+            "state": state.as_dict(),
             "problem": self.problem.state_dict(),
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
@@ -284,6 +285,7 @@ def run_loop(
         labels: what each column is, for :attr:`Result.rows`.
     """
     options = options or RunOptions()
+    algorithm = as_method(algorithm)
     x = problem.initial_point() if x0 is None else x0
     if x.device.type == "cpu" and x.numel() * x.element_size() >= LARGE_STATE_BYTES:
         keep_freed_memory()

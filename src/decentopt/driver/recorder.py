@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from decentopt.comm.base import CommStats, Communicator
+from decentopt.communicator import CommStats, Communicator
 from decentopt.driver.result import Record
 
 __all__ = ["Recorder"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from decentopt.comm.base import CommStats
+from decentopt.communicator import CommStats
 
 __all__ = ["Record", "Result"]
 

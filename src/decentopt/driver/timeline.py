@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from decentopt._schema import bounded
+from decentopt.algorithms.method import as_method
 
 __all__ = ["TimeModel", "clock", "clock_rows", "compute_times", "pace", "timed"]
 
@@ -142,10 +143,8 @@ def _own_pace(model: TimeModel, n: int, steps: int, one: float) -> np.ndarray:
 
 
 def pace(algorithm: Any) -> tuple[int, bool]:
-    """``(lag, asynchronous)`` of a method: delayed gossip's ``tau`` (its staleness bound, the
-    age of the messages a rank waits for, when it has one), AD-PSGD's own pace."""
-    lag = getattr(algorithm, "staleness", None) or getattr(algorithm, "tau", 0) or 0
-    return int(lag), bool(getattr(algorithm, "asynchronous", False))
+    """``(lag, asynchronous)`` of a method (:attr:`~decentopt.algorithms.Method.pace`)."""
+    return as_method(algorithm).pace
 
 
 def clock(

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from decentopt._registry import Registry
 from decentopt._schema import ConfigError
 from decentopt.analysis import ALPHA
 from decentopt.experiments.measures import (
@@ -248,26 +249,32 @@ def _fewer_bytes(
 
 
 #: Checks a ``[[claims]]`` table can name (``check = "NAME"`` plus its arguments).
-CHECKS: dict[str, Factory] = {
-    "converges_linearly": _converges,
-    "trapped": _effect("trapped", f"log-log slope of {{}}'s steady error vs ζ² >= {TRAPPED_SLOPE}"),
-    "unaffected": _effect(
-        "unaffected", f"steady error of {{}} grows at most x{UNAFFECTED_GROWTH} over the ζ² range"
-    ),
-    "steady_below": _ordering(STEADY, True, "has a steady error below"),
-    "steady_not_above": _ordering(STEADY, False, "has a steady error not above"),
-    "settles_sooner": _ordering(SETTLING, True, "settles below the threshold sooner than"),
-    "settles_no_later": _ordering(SETTLING, False, "settles below the threshold no later than"),
-    "fewer_bytes": _fewer_bytes,
-    "sooner_in_time": _ordering(
-        TIME, True, "settles below the threshold in less simulated time than"
-    ),
-    "held_back_by_tracking": lambda: (
-        held_back_by_tracking,
-        "EDM settles sooner than DSGT-HB, and DSGT-HB no sooner than DSGT (momentum gains "
-        f"nothing there), {_SIG}",
-    ),
-}
+CHECKS: Registry[Factory] = Registry(
+    "claim check",
+    {
+        "converges_linearly": _converges,
+        "trapped": _effect(
+            "trapped", f"log-log slope of {{}}'s steady error vs ζ² >= {TRAPPED_SLOPE}"
+        ),
+        "unaffected": _effect(
+            "unaffected",
+            f"steady error of {{}} grows at most x{UNAFFECTED_GROWTH} over the ζ² range",
+        ),
+        "steady_below": _ordering(STEADY, True, "has a steady error below"),
+        "steady_not_above": _ordering(STEADY, False, "has a steady error not above"),
+        "settles_sooner": _ordering(SETTLING, True, "settles below the threshold sooner than"),
+        "settles_no_later": _ordering(SETTLING, False, "settles below the threshold no later than"),
+        "fewer_bytes": _fewer_bytes,
+        "sooner_in_time": _ordering(
+            TIME, True, "settles below the threshold in less simulated time than"
+        ),
+        "held_back_by_tracking": lambda: (
+            held_back_by_tracking,
+            "EDM settles sooner than DSGT-HB, and DSGT-HB no sooner than DSGT (momentum gains "
+            f"nothing there), {_SIG}",
+        ),
+    }.items(),
+)
 
 
 def parse_claims(

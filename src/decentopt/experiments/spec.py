@@ -33,7 +33,13 @@ from decentopt.driver.timeline import TimeModel, pace
 from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.sources import PRESETS, is_study, merge, parse_override, read_toml
-from decentopt.experiments.variants import Variant, check_labels, present, variants
+from decentopt.experiments.variants import (
+    Variant,
+    check_labels,
+    present,
+    rounds_as_gossip,
+    variants,
+)
 from decentopt.integrations import loggers
 from decentopt.perf import MEMORY_MARGIN, available_memory, gib
 from decentopt.styles import display_name
@@ -316,6 +322,9 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
         raise ConfigError(f"{source}: {unknown_name('problem', top.problem, kinds.KINDS)}")
     kind = kinds.KINDS[top.problem]
     _check_timing(top, source)
+    if top.mix_rounds > 1 or top.acceleration != "none":  # the keys of earlier releases
+        tables = rounds_as_gossip(top.algorithms, top.mix_rounds, top.acceleration, source)
+        top = dataclasses.replace(top, algorithms=tables, mix_rounds=1, acceleration="none")
     params = parse(kind, top.problem_params, f"{source} [problem_params]")
     missing = kinds.missing_members(params)
     if missing:

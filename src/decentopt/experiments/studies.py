@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from decentopt._registry import Registry
 from decentopt.driver import RunOptions
 from decentopt.experiments.claims import bytes_to_settle, claims_report
 from decentopt.experiments.reports import markdown_table, panel_curves, write_report
@@ -127,12 +128,10 @@ def _run_parts(study: Study, out: Path, options: RunOptions, how: Request) -> li
 
 
 #: How each kind of study (``study`` in the file) runs: see the module docstring.
-RUNNERS: dict[str, Callable[[Study, Path, RunOptions, Request], list[Path]]] = {
-    "tuned": _run_parts,
-    "bytes": _run_parts,
-    "graphs": run_graphs,
-    "scaling": run_table1,
-}
+RUNNERS: Registry[Callable[[Study, Path, RunOptions, Request], list[Path]]] = Registry(
+    "study",
+    [("tuned", _run_parts), ("bytes", _run_parts), ("graphs", run_graphs), ("scaling", run_table1)],
+)
 
 
 def run_study(

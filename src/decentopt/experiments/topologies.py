@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from decentopt._registry import Registry
 from decentopt.analysis import ALPHA
 from decentopt.distributed import runtime
 from decentopt.driver import RunOptions
@@ -92,7 +93,7 @@ def _per_iteration(case: Case, graph: str) -> float:
 
 Judge = Callable[[Case, int], tuple[bool | None, str]]
 #: Checks a graph study's ``[[claims]]`` can name (``text`` and ``check``, no arguments).
-CHECKS: dict[str, Factory] = {}
+CHECKS: Registry[Factory] = Registry("graph claim check")
 _TEST = f"at a {ALPHA:.0%} family-wise level over every case"
 
 
@@ -111,7 +112,7 @@ def _per_case(comparisons: int, test: str) -> Callable[[Judge], Judge]:
             evidence = "; ".join(f"{c.name}: {mark[h]} ({e})" for c, h, e in results)
             return Verdict(combine([h for _, h, _ in results]), evidence)
 
-        CHECKS[judge.__name__] = lambda: (check, test)
+        CHECKS.add(judge.__name__, lambda: (check, test))
         return judge
 
     return register

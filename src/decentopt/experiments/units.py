@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from decentopt.comm.accelerated import MultiRound
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.distributed import launch, runtime
@@ -86,8 +85,6 @@ class Units:
         if shared is not None:  # every unit starts at round 0 (schedules, counts, seeds)
             shared.stats.reset()
         comm = shared or SimulatedCommunicator(network)
-        if self.spec.mix_rounds > 1:
-            comm = MultiRound(comm, self.spec.mix_rounds, self.spec.acceleration)
         if shared is not None:
             shared.check_consistency(extra=f"{label}:{run}:{problem.dim}")
         return comm

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,7 @@ from decentopt import algorithms, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError
 
-__all__ = ["Variant", "check_labels", "variants"]
+__all__ = ["Variant", "check_labels", "rounds_as_gossip", "variants"]
 
 #: Keys of an [algorithms.LABEL] table besides the method's hyper-parameters.
 _OWN_KEYS = ("method", "topology")
@@ -83,6 +84,32 @@ def variants(tables: dict[str, Any], defaults: dict[str, Any], source: str) -> d
     unused = sorted(set(defaults) - used)
     if unused:
         raise ConfigError(f"{source} [defaults]: no listed algorithm has the field(s) {unused}")
+    return out
+
+
+def rounds_as_gossip(
+    tables: dict[str, Any], rounds: int, acceleration: str, source: str
+) -> dict[str, Any]:
+    """The keys ``mix_rounds`` and ``acceleration`` of earlier releases read as what they
+    are, every variant's gossip ``multi_round(K, acceleration=...)``, with one warning."""
+    gossip = f"multi_round({rounds}, acceleration={acceleration!r})"
+    warnings.warn(
+        f"{source}: mix_rounds and acceleration are a gossip now: write "
+        f"gossip = {gossip!r} in [defaults] instead",
+        FutureWarning,
+        stacklevel=4,
+    )
+    out = {}
+    for label, table in tables.items():
+        if not isinstance(table, dict) or "gossip" in table:
+            out[label] = table
+        elif table.get("method", label) in algorithms.ALIASES:
+            raise ConfigError(
+                f"{source} [algorithms.{label}]: {table.get('method', label)} fixes its own "
+                "gossip; mix_rounds applies to update rules (dsgd, edm, ...) only"
+            )
+        else:
+            out[label] = {**table, "gossip": gossip}
     return out
 
 

@@ -46,7 +46,7 @@ from decentopt.perf import one_thread
 from decentopt.problems.base import StatelessProblem, normal_block
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 __all__ = ["Logistic"]
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from decentopt._checks import unknown_name
+from decentopt._registry import Registry
 from decentopt.topology.directed import (
     DirectedTopology,
     check_column_stochastic,
@@ -78,15 +79,15 @@ def spanning_tree_of(
 
 
 #: Graph families by name (used by configuration files and the CLI).
-REGISTRY: dict[str, Callable[..., Topology | TopologySchedule]] = {
-    f.__name__.removesuffix("_of"): f
-    for f in (
+REGISTRY: Registry[Callable[..., Topology | TopologySchedule]] = Registry(
+    "topology",
+    [(f.__name__.removesuffix("_of"), f) for f in (
         ring, complete, star, grid, torus, hypercube, exponential, erdos_renyi,
         one_peer_exponential, one_peer_hypercube, base_graph, random_matchings,
         chain, binary_tree, spanning_tree_of,
         directed_ring, directed_exponential, random_directed, directed_one_peer_exponential,
-    )
-}  # fmt: skip
+    )],
+)  # fmt: skip
 
 
 def check_arguments(name: str, kwargs: dict[str, Any]) -> None:

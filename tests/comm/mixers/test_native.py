@@ -15,7 +15,7 @@ from decentopt.comm.base import map_then_mix
 from decentopt.comm.mixers import NativeMixer
 from decentopt.comm.mixers import native as native_mixer
 from decentopt.topology.circulant import CirculantTopology
-from decentopt.updates import FUSED, fused_update
+from decentopt.updates import KINDS, FusedUpdate
 
 LIB = native.library()[0]
 needs_library = pytest.mark.skipif(LIB is None, reason=f"no native kernels: {native.library()[1]}")
@@ -51,7 +51,7 @@ class Counting(SimulatedCommunicator):
     def mix_map(self, fn, tensors, scalars=()):
         before = self.stats.rounds
         result = super().mix_map(fn, tensors, scalars)
-        self.fused += fused_update(fn) is not None and self.stats.rounds == before + 1
+        self.fused += isinstance(fn, FusedUpdate) and self.stats.rounds == before + 1
         return result
 
 
@@ -76,21 +76,28 @@ def test_the_native_kernel_of_every_update_equals_update_then_mix(
             g = torch.randn(64, cols, generator=gen, dtype=dtype)
             a, b = alg.step(a, g, fused), alg.step(b, g, plain)
         tol = 1e-5 if dtype == torch.float32 else 1e-12
-        for got, want in zip(a[:-1], b[:-1], strict=True):
-            torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+        torch.testing.assert_close(a.tensors(), b.tensors(), rtol=tol, atol=tol)
     assert fused.stats == plain.stats
     assert fused.fused == 6  # every step through the C kernel
 
 
-def test_updates_are_looked_up_by_function_and_constant_options():
+def test_updates_are_declared_by_the_rules_and_their_kinds_are_the_librarys():
+    # every kind is one the library implements, in its order
+    assert tuple(KINDS) == native.UPDATE_KINDS
+    edm = dopt.algorithms.make("edm", lr=0.1, nesterov=True, dampening=False)
+    assert edm.fused == FusedUpdate("edm", ("psi", "m"), ("lr", "beta"), True, False)
+    assert dopt.algorithms.make("nids", lr=0.1, c=0.5).fused is None  # W~ is not W
+    assert dopt.algorithms.make("nids", lr=0.1, c=1.0).fused.kind == "correct"
+    assert dopt.algorithms.make("dsgd", lr=0.1, gossip="push_sum").fused is None
+    with pytest.raises(ValueError, match="takes 2 scalar"):
+        FusedUpdate("edm", ("psi", "m"), ("lr",))
+    with pytest.warns(DeprecationWarning, match="declares its update"):
+        from decentopt.updates import fused_update
     from decentopt.updates import edm_update
 
     found = fused_update(functools.partial(edm_update, nesterov=True, dampening=False))
     assert found is not None and found[0].kind == "edm" and found[1:] == (True, False)
-    assert fused_update(functools.partial(edm_update, 0.1)) is None
     assert fused_update(torch.add) is None
-    # every kind of the table is one the library implements, in its order
-    assert {u.kind for u in FUSED.values()} == set(native.UPDATE_KINDS)
 
 
 @needs_library
@@ -128,8 +135,8 @@ def test_the_fused_step_is_the_same_at_any_thread_count():
     finally:
         torch.set_num_threads(before)
     for other in results[1:]:
-        for a, b in zip(results[0][:-1], other[:-1], strict=True):
-            assert torch.equal(a, b)
+        for key, value in results[0].tensors().items():
+            assert torch.equal(value, other.tensors()[key])
     want = alg.step(alg.init(x0), g, SimulatedCommunicator(topo, kernel="shift"))
     torch.testing.assert_close(results[0].x, want.x, rtol=1e-5, atol=1e-5)
 
@@ -169,8 +176,8 @@ def test_without_the_library_auto_mixes_with_torch_and_native_says_why(monkeypat
         got = alg.step(alg.init(x0), g, auto)
     assert auto.mixer_for(x0).name == "shift"
     want = alg.step(alg.init(x0), g, SimulatedCommunicator(topo, kernel="shift"))
-    for a, b in zip(got[:-1], want[:-1], strict=True):
-        assert torch.equal(a, b)
+    for key, value in got.tensors().items():
+        assert torch.equal(value, want.tensors()[key])
     asked = SimulatedCommunicator(topo, kernel="native")
     with pytest.raises(ValueError, match="kernel='native' cannot mix this state: no C compiler"):
         asked.mix(x0)

@@ -22,13 +22,12 @@ with :func:`register_gossip`).
 
 from __future__ import annotations
 
-from typing import TypeVar
-
+from decentopt._registry import Registry
 from decentopt._schema import read_call
 from decentopt.algorithms.gossips.base import SUM, VALUE, Channel, Exact, Fields, Gossip
 from decentopt.algorithms.gossips.choco import Choco
 from decentopt.algorithms.gossips.delayed import Delayed
-from decentopt.algorithms.gossips.multi_round import MultiRound
+from decentopt.algorithms.gossips.multi_round import MultiRound, RoundsChannel
 from decentopt.algorithms.gossips.push_sum import PushSum
 
 __all__ = [
@@ -43,23 +42,15 @@ __all__ = [
     "Gossip",
     "MultiRound",
     "PushSum",
+    "RoundsChannel",
     "parse",
     "register_gossip",
 ]
 
-G = TypeVar("G", bound=type)
-
-#: The gossips by name.
-GOSSIPS: dict[str, type[Gossip]] = {}
-
-
-def register_gossip(cls: G) -> G:
-    """Class decorator: add a :class:`Gossip` under its ``name``."""
-    if cls.name in GOSSIPS:  # type: ignore[attr-defined]
-        raise ValueError(f"a gossip named {cls.name!r} is already registered")  # type: ignore[attr-defined]
-    GOSSIPS[cls.name] = cls  # type: ignore[attr-defined]
-    return cls
-
+#: The gossips by name (a plugin adds its own with :func:`register_gossip`).
+GOSSIPS: Registry[type[Gossip]] = Registry("gossip")
+#: Class decorator: add a :class:`Gossip` under its ``name``.
+register_gossip = GOSSIPS.register
 
 for _cls in (Exact, Choco, PushSum, MultiRound, Delayed):
     register_gossip(_cls)

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from decentopt._schema import check_fields
+
 if TYPE_CHECKING:
-    from decentopt.comm.base import CommStats, Communicator, Elementwise
+    from decentopt.communicator import CommStats, Communicator, Elementwise
 
 __all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Sends", "Through"]
 
@@ -135,6 +137,13 @@ class Gossip:
     agent_fields: ClassVar[tuple[str, ...]] = ()
     #: Rounds of the network per call of the rule (for fair comparisons).
     rounds_per_call: ClassVar[int] = 1
+    #: Whether the rule's fused update reaches the communicator as it is (its kernels).
+    passes_fused: ClassVar[bool] = False
+    #: The age of the neighbours' messages a step waits for (the time model's lag).
+    lag: ClassVar[int] = 0
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.name)
 
     def refuses(self, rule: Any) -> str:
         """Why ``rule`` cannot take this gossip ("" when it can)."""
@@ -153,7 +162,9 @@ class Gossip:
 
     def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
         """The communicator for one step of a rule that sends ``sends``, from the gossip's
-        state ``fields`` and the iterate ``x`` at the start of the step."""
+        state ``fields`` and the iterate ``x`` at the start of the step: a :class:`Channel`,
+        whose ``fields()`` hold the gossip's state after the step, or ``comm`` itself for a
+        gossip that keeps no state and changes nothing."""
         raise NotImplementedError
 
     def label(self) -> str:
@@ -167,17 +178,19 @@ class Exact(Gossip):
 
     .. math:: \\text{mix}(Z) = W Z
 
-    The rule's fused updates (``mix_map``) reach the communicator's kernels unchanged.
+    Every call of the rule goes to the communicator as it is: its fused updates
+    (``mix_map``) reach the communicator's kernels unchanged.
     """
 
     name: ClassVar[str] = "exact"
     one_round: ClassVar[bool] = False
+    passes_fused: ClassVar[bool] = True
 
     def refuses(self, rule: Any) -> str:
         return ""
 
-    def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
-        return Through(comm, fields, sends)
+    def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Any:
+        return comm
 
 
 class Through(Channel):

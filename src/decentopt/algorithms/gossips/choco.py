@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from decentopt._checks import as_real
+from decentopt._schema import bounded
 from decentopt.algorithms.gossips.base import Channel, Fields, Gossip
 from decentopt.compression import Compressor, Identity, parse, suggested_gamma
-from decentopt.updates import add_scaled, fused_update
+from decentopt.updates import FusedUpdate, add_scaled
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator, Elementwise
+    from decentopt.communicator import Communicator, Elementwise
 
 __all__ = ["Choco", "FusesChoco", "public_copies"]
 
@@ -89,7 +89,7 @@ class Choco(Gossip):
     """
 
     compression: str | Compressor = "none"
-    gamma: float | None = None
+    gamma: float | None = bounded(None, above=0, maximum=1, note="the consensus step")
     #: whether ``gamma`` was given (exact diffusion refuses the default), set in post-init
     gamma_given: bool = field(default=True, init=False, repr=False, compare=False)
 
@@ -97,15 +97,13 @@ class Choco(Gossip):
     needs: ClassVar[frozenset[str]] = frozenset({"symmetric", "static"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         try:
             codec = parse(self.compression)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"choco: {exc}") from None
         given = self.gamma is not None
-        gamma = as_real(self.gamma if given else suggested_gamma(codec), "choco: gamma")
-        if not 0 < gamma <= 1:
-            raise ValueError(f"choco: the consensus step gamma must be in (0, 1]; got {gamma}")
-        object.__setattr__(self, "gamma", gamma)
+        object.__setattr__(self, "gamma", self.gamma if given else suggested_gamma(codec))
         object.__setattr__(self, "gamma_given", given)
         object.__setattr__(self, "compression", codec)
 
@@ -142,43 +140,50 @@ class _ChocoChannel(Channel):
     def mix_map(
         self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
     ) -> tuple[torch.Tensor, ...]:
-        """DSGD's update (:func:`~decentopt.updates.descend`, a float step) and the round in
-        one kernel where the communicator has one: ``x - alpha g`` is computed where the
-        round reads it and never written. Any other update runs, then its first output is
-        mixed (:meth:`round`)."""
-        found = fused_update(fn)
-        if (
-            found is None
-            or found[0].kind != "descend"
-            or len(tensors) != 2
-            or len(scalars) != 1
-            or not isinstance(scalars[0], (int, float))
-            or tensors[1].shape != tensors[0].shape
-            or tensors[1].dtype != tensors[0].dtype
-            or not isinstance(self.comm, FusesChoco)
-            or len(self.sends) != 1
-        ):
+        """DSGD's declared update (``descend``, a float step) and the round in one kernel
+        where the communicator has one: ``x - alpha g`` is computed where the round reads
+        it and never written. Any other update runs, then its first output is mixed."""
+        descends = (
+            isinstance(fn, FusedUpdate)
+            and fn.kind == "descend"
+            and isinstance(scalars[0], int | float)
+            and tensors[1].shape == tensors[0].shape
+            and tensors[1].dtype == tensors[0].dtype
+            and len(self.sends) == 1
+        )
+        if not descends:
             return super().mix_map(fn, tensors, scalars)
         self._start_round()
-        x, g = tensors
-        codec: Compressor = self.gossip.compression  # type: ignore[assignment]  # parsed
-        done = self.comm.choco_round(
-            x, self.state["x_hat"], self.state["s"], codec, self.gossip.gamma,
-            descent=(g, float(scalars[0])),
-        )  # fmt: skip
-        if isinstance(done, str):  # no kernel for this state: the update, then the round
-            return (self.round(list(fn(*tensors, *scalars)[:1]))[0],)
-        out, self.state["x_hat"], self.state["s"] = done
-        return (out,)
+        return (self._one(tensors[0], (tensors[1], float(scalars[0])), fn),)
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        codec: Compressor = self.gossip.compression  # type: ignore[assignment]  # parsed
-        hats = [self.state[f"x_hat{_suffix(k)}"] for k in range(len(zs))]
-        if len(zs) == 1 and isinstance(self.comm, FusesChoco):
-            done = self.comm.choco_round(zs[0], hats[0], self.state["s"], codec, self.gossip.gamma)
+        if len(zs) == 1:
+            return [self._one(zs[0], None, None)]
+        return self._compressed(zs)
+
+    def _one(
+        self, z: torch.Tensor, descent: tuple[torch.Tensor, float] | None, fn: Any
+    ) -> torch.Tensor:
+        """One tensor's round, decided once: the communicator's fused kernel where it has
+        one for this state (with DSGD's update ``z - alpha g`` for ``descent = (g, alpha)``),
+        else the update and the compressed mix."""
+        if isinstance(self.comm, FusesChoco):
+            codec: Compressor = self.gossip.compression  # type: ignore[assignment]  # parsed
+            gamma = self.gossip.gamma
+            done = self.comm.choco_round(
+                z, self.state["x_hat"], self.state["s"], codec, gamma, descent=descent
+            )
             if not isinstance(done, str):
                 out, self.state["x_hat"], self.state["s"] = done
-                return [out]
+                return out
+        if descent is not None:
+            z = fn(z, *descent)[0]
+        return self._compressed([z])[0]
+
+    def _compressed(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The round of ``zs`` through the communicator's compressed mix, in one message."""
+        codec: Compressor = self.gossip.compression  # type: ignore[assignment]  # parsed
+        hats = [self.state[f"x_hat{_suffix(k)}"] for k in range(len(zs))]
         diffs = [(z - h).to(z.dtype) for z, h in zip(zs, hats, strict=True)]
         if len(diffs) == 1:
             q, wq = self.comm.mix_compressed(diffs[0], codec)
@@ -192,6 +197,7 @@ class _ChocoChannel(Channel):
         for k, z in enumerate(zs):
             x_hat = hats[k] + qs[k]  # in x_hat's (possibly wider) dtype, as s
             s = self.state[f"s{_suffix(k)}"] + wqs[k]
-            self.state[f"x_hat{_suffix(k)}"], self.state[f"s{_suffix(k)}"] = x_hat, s
+            self.state[f"x_hat{_suffix(k)}"] = x_hat
+            self.state[f"s{_suffix(k)}"] = s
             out.append(add_scaled(z, (s - x_hat).to(z.dtype), self.gossip.gamma))
         return out

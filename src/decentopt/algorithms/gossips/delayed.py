@@ -47,12 +47,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from decentopt._checks import as_count
+from decentopt._schema import bounded
 from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossip, Sends, Through
 from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 __all__ = ["Delayed", "SendsAhead", "self_weights"]
 
@@ -93,16 +93,15 @@ class Delayed(Gossip):
     ``delayed(2)``, ``delayed(1, push_sum)``; ``delayed(1, staleness=4)``: from 1 to 4 rounds
     ago, whichever is newest where processes run at their own pace."""
 
-    tau: int = 1
+    tau: int = bounded(1, minimum=0)
     inner: str | Gossip = "exact"
-    staleness: int | None = None
+    staleness: int | None = bounded(None, minimum=0)
 
     name: ClassVar[str] = "delayed"
 
     def __post_init__(self) -> None:
-        tau, bound = as_count(self.tau, "delayed: the delay tau"), self.staleness
-        if bound is not None:
-            bound = as_count(bound, "delayed: the staleness bound")
+        super().__post_init__()
+        tau, bound = self.tau, self.staleness
         if bound is not None and tau == 0:
             raise ValueError(
                 "delayed: bounded staleness needs a delay tau >= 1 (messages of the current "
@@ -113,8 +112,6 @@ class Delayed(Gossip):
                 f"delayed: the staleness bound ({bound}) is below the delay tau ({tau}); give "
                 f"staleness >= {tau}"
             )
-        object.__setattr__(self, "tau", tau)
-        object.__setattr__(self, "staleness", bound)
         from decentopt.algorithms.gossips import parse  # the package imports this module
 
         try:
@@ -136,6 +133,11 @@ class Delayed(Gossip):
     @property  # type: ignore[misc]
     def needs(self) -> frozenset[str]:  # type: ignore[override]
         return self._wrapped.needs | ({"static"} if self.staleness else set())
+
+    @property  # type: ignore[misc]
+    def lag(self) -> int:  # type: ignore[override]
+        """The age of the messages a step waits for: the staleness bound, else ``tau``."""
+        return self.staleness or self.tau
 
     @property  # type: ignore[misc]
     def agent_fields(self) -> tuple[str, ...]:  # type: ignore[override]

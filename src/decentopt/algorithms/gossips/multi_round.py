@@ -1,6 +1,6 @@
 """Several gossip rounds per mix, plain or Chebyshev-accelerated: a gossip for every method.
 
-``gossip="multi_round(K)"`` (or ``decentopt.comm.MultiRound(comm, rounds=K)`` around a
+``gossip="multi_round(K)"`` (or :class:`RoundsChannel` ``(comm, K)`` around a
 communicator) makes every ``mix`` apply a degree-``K`` polynomial
 ``P(W)`` through ``K`` rounds of the wrapped communicator (simulated or
 torch.distributed), so every algorithm can trade communication for consensus;
@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 
+from decentopt._schema import bounded
 from decentopt.algorithms.gossips.base import Channel, Fields, Gossip, Sends
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
     from decentopt.compression import Compressor
 
 __all__ = ["MultiRound", "RoundsChannel"]
@@ -51,7 +52,7 @@ def _check(rounds: object, acceleration: object, who: str = "") -> None:
 
 class RoundsChannel(Channel):
     """``rounds`` gossip rounds of ``comm`` per mix (see the module docstring): a
-    communicator, usable around any other as ``decentopt.comm.MultiRound``."""
+    communicator, usable around any other."""
 
     one_round: ClassVar[bool] = False
 
@@ -143,8 +144,8 @@ class MultiRound(Gossip):
     docstring): ``multi_round(3)``, ``multi_round(4, acceleration="none")``. Every call of
     the rule is ``rounds`` rounds of the network; any rule takes it."""
 
-    rounds: int = 2
-    acceleration: Acceleration = "chebyshev"
+    rounds: int = bounded(2, minimum=1)
+    acceleration: Literal["none", "chebyshev"] = bounded("chebyshev", one_of=("none", "chebyshev"))
 
     name: ClassVar[str] = "multi_round"
     one_round: ClassVar[bool] = False
@@ -158,9 +159,6 @@ class MultiRound(Gossip):
     @property  # type: ignore[misc]
     def rounds_per_call(self) -> int:  # type: ignore[override]
         return self.rounds
-
-    def __post_init__(self) -> None:
-        _check(self.rounds, self.acceleration, "multi_round: ")
 
     def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
         return RoundsChannel(comm, self.rounds, self.acceleration)

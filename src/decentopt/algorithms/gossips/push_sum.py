@@ -11,7 +11,7 @@ import torch
 from decentopt.algorithms.gossips.base import VALUE, Channel, Fields, Gossip, Sends
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 __all__ = ["PushSum", "push_weights"]
 

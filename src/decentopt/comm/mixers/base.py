@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import torch
 
+from decentopt._registry import Registry
+
 if TYPE_CHECKING:
-    from decentopt.comm.base import Elementwise
+    from decentopt.communicator import Elementwise
     from decentopt.compression import Compressor
     from decentopt.topology import Network
 
@@ -89,14 +91,12 @@ MixerBase = Mixer
 
 
 #: Every mixer by its ``kernel=`` name.
-MIXERS: dict[str, Callable[[Network], Mixer]] = {}
+MIXERS: Registry[Callable[[Network], Mixer]] = Registry("mixing kernel")
 M = TypeVar("M", bound=type)
 
 
 def register(cls: M) -> M:
     """Class decorator: make ``kernel=cls.name`` build this mixer."""
-    name = cls.name  # type: ignore[attr-defined]
-    if not name or name in MIXERS or name == "auto":
-        raise ValueError(f"a mixer needs a new name other than 'auto'; got {name!r}")
-    MIXERS[name] = cls
-    return cls
+    if cls.name == "auto":  # type: ignore[attr-defined]
+        raise ValueError("a mixer needs a name other than 'auto' (the chain of them)")
+    return MIXERS.register(cls)

@@ -26,7 +26,7 @@ from decentopt.comm.mixers.shift import ShiftMixer
 from decentopt.topology import Network
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Elementwise
+    from decentopt.communicator import Elementwise
 
 __all__ = ["CompiledMixer", "stencil_sum"]
 

@@ -6,7 +6,7 @@ update ``y0`` of each neighbouring row from its inputs. Consecutive programs tak
 consecutive rows of one column block, so a neighbour's inputs come from the GPU's
 L2 cache, and each input and output crosses device memory once: an EDM step reads
 x, psi, m, g and writes x, psi, m (7 passes of the state). The updates are those of
-:data:`decentopt.updates.FUSED` (DSGD, DmSGD, ED, EDM, every
+:data:`decentopt.updates.KINDS` as the rules declare them (DSGD, DmSGD, ED, EDM, every
 momentum option), and the plain mix; anything else is updated, then mixed.
 
 ``"auto"`` gives every CUDA state of a circulant graph (rings, exponential graphs,
@@ -34,7 +34,7 @@ from decentopt.topology import Network
 from decentopt.topology.circulant import reach
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Elementwise
+    from decentopt.communicator import Elementwise
 
 __all__ = ["CudaMixer", "triton_kernel"]
 

@@ -2,15 +2,15 @@
 
 For a circulant ``W`` (stored by its stencil, or dense and found circulant) the
 library mixes in one pass, and for the library's own updates -- DSGD's, DmSGD's,
-ED's and EDM's, the table :data:`decentopt.updates.FUSED` -- computes the update and the mix of
-its first output together, block of columns by block of columns, so that the
-mixed quantity is never written to memory. On (256, 10^5) float32 over ring(256)
-an EDM step then takes 1.2x its 7-pass memory bound at one thread and 0.9x at
-two, against 2.2x updating and mixing separately; the mix 0.9-1.2x a copy,
-against 1.8-2.1x (``benchmarks/bench_peers.py``). ``"auto"`` takes it for CPU
-states of float32 or float64 from 8 MB when the library is there.
+ED's and EDM's, the kinds :data:`decentopt.updates.KINDS`, as a rule declares them --
+computes the update and the mix of its first output together, block of columns by
+block of columns, so that the mixed quantity is never written to memory. On
+(256, 10^5) float32 over ring(256) an EDM step then takes 1.2x its 7-pass memory
+bound at one thread and 0.9x at two, against 2.2x updating and mixing separately;
+the mix 0.9-1.2x a copy, against 1.8-2.1x (``benchmarks/bench_peers.py``). ``"auto"``
+takes it for CPU states of float32 or float64 from 8 MB when the library is there.
 
-Each update of :data:`decentopt.updates.FUSED` is the Python function
+Each kind of :data:`decentopt.updates.KINDS` is the Python function
 it implements: that function stays the reference, and the tests check both give
 the same numbers for every option and every instruction-set variant of the library.
 """
@@ -33,7 +33,7 @@ from decentopt.topology import Network
 from decentopt.topology.circulant import reach
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Elementwise
+    from decentopt.communicator import Elementwise
 
 __all__ = ["NativeMixer"]
 
@@ -256,7 +256,7 @@ class NativeMixer(MixerBase):
         terms: Sequence[torch.Tensor], noise: torch.Tensor | None, alphas: Sequence[float],
         beta: float, runs: int, lower: bool,
     ) -> dict[str, torch.Tensor]:  # fmt: skip
-        """``len(alphas)`` steps of an update of :data:`~decentopt.updates.FUSED` on a stacked
+        """``len(alphas)`` steps of an update of :data:`~decentopt.updates.KINDS` on a stacked
         quadratic (``blocks.c``): ``fields`` (``x``, and ``psi`` / ``m`` where the update has
         them) are ``(n, R, d)``, ``terms`` the quadratic's ``(H, F, b)`` as :meth:`panels` of
         ``runs`` runs, ``noise`` ``(steps, n, R, k)`` as drawn (float32, or

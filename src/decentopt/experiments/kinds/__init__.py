@@ -7,6 +7,7 @@ long a run is and where it is recorded, and estimates its memory.
 
 from __future__ import annotations
 
+from decentopt._registry import Registry
 from decentopt.experiments.kinds.base import ConvexSpec, ProblemSpec, missing_members
 from decentopt.experiments.kinds.logistic import LogisticSpec
 from decentopt.experiments.kinds.neural import NeuralSpec
@@ -24,16 +25,12 @@ __all__ = [
 ]
 
 #: Problem kinds of run specifications: ``problem = NAME`` -> its section's dataclass.
-KINDS: dict[str, type] = {
-    "quadratic": QuadraticSpec,
-    "logistic": LogisticSpec,
-    "neural": NeuralSpec,
-}
+KINDS: Registry[type] = Registry(
+    "problem kind",
+    [("quadratic", QuadraticSpec), ("logistic", LogisticSpec), ("neural", NeuralSpec)],
+)
 
 
 def register_kind(name: str, spec: type) -> type:
     """Make ``problem = name`` in a run specification build problems through ``spec``."""
-    if name in KINDS:
-        raise ValueError(f"a problem kind named {name!r} is already registered")
-    KINDS[name] = spec
-    return spec
+    return KINDS.add(name, spec)

@@ -10,7 +10,7 @@ import torch
 from decentopt.problems.neural.problem import ENGINES, NeuralProblem
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 __all__ = ["BatchedRuns"]
 

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from decentopt._registry import Registry
 from decentopt.data.datasets import Dataset
 from decentopt.problems.neural.base import BACKENDS, GradientBackend, Options
 from decentopt.problems.neural.dropout import dropout_seed
@@ -39,7 +40,7 @@ from decentopt.problems.neural.sampler import AgentSampler
 from decentopt.problems.neural.vmap import VmapBackend
 
 if TYPE_CHECKING:
-    from decentopt.comm.base import Communicator
+    from decentopt.communicator import Communicator
 
 __all__ = ["ENGINES", "SMALL_MODEL", "Backend", "NeuralProblem", "Precision", "choose_backend"]
 
@@ -47,7 +48,9 @@ Backend = Literal["auto", "loop", "vmap", "grouped"]
 Precision = Literal["auto", "float32", "bf16"]
 
 #: The backends by name.
-ENGINES: dict[str, type] = {"loop": LoopBackend, "vmap": VmapBackend, "grouped": GroupedBackend}
+ENGINES: Registry[type] = Registry(
+    "gradient backend", [("loop", LoopBackend), ("vmap", VmapBackend), ("grouped", GroupedBackend)]
+)
 #: On the CPU, models with fewer parameters than this run faster batched (vmap) than
 #: one replica at a time: the digits CNN (38 k parameters, 16 agents) 40 ms against
 #: 49 ms per gradient at one thread, 22 against 38 ms at two; VGG-11 (9.2 M) the other

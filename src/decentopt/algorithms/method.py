@@ -1,0 +1,173 @@
+"""A method: an update rule composed with a gossip, ``make("edm", gossip="push_sum")``.
+
+Every method is a :class:`Method` -- exact mixing is the gossip :class:`Exact`, the
+default -- and every method's state a :class:`MethodState`: the rule's own state, the
+gossip's own state (its tensors by name) and the counter ``t``. A step binds the gossip
+to the communicator and runs the rule's own step through it.
+
+What a method declares is read from its parts, each in one place: what it needs of the
+network (the rule's ``requires`` and the gossip's ``needs``), its per-agent fields, its
+rounds per step, its step size, the fused update its step hands to the communicator
+(:attr:`Method.fused`), and how it paces in the time model (:attr:`Method.pace`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+
+from decentopt.algorithms.gossips import Exact, Fields, Gossip
+from decentopt.updates import FusedUpdate
+
+if TYPE_CHECKING:
+    from decentopt.communicator import Communicator
+    from decentopt.schedules import LearningRate
+
+__all__ = ["Method", "MethodState", "as_method"]
+
+
+class MethodState(NamedTuple):
+    """A method's state: ``rule``, the rule's own (a named tuple ``(x, ..., t)``), and
+    ``gossip``, the gossip's own tensors by name (CHOCO's public copies, push-sum's weights).
+
+    :meth:`tensors` is the one view of all its tensors, by their flat names -- the rule's
+    fields, then the gossip's -- which the divergence guard, checkpoints, the optimizer's
+    ``state_dict`` and the ranks' agreement read; :meth:`replace` changes them by the
+    same names (and ``t``).
+    """
+
+    rule: Any
+    gossip: Fields
+
+    @property
+    def x(self) -> torch.Tensor:
+        """The iterate."""
+        return self.rule.x
+
+    @property
+    def t(self) -> int:
+        """The iterations done (the rule's counter)."""
+        return self.rule.t
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor of the state by its flat name, ``x`` first."""
+        own = {k: v for k, v in self.rule._asdict().items() if k != "t"}
+        return own | self.gossip
+
+    def replace(self, **changes: Any) -> MethodState:
+        """The state with the tensors (or ``t``) named in ``changes`` replaced."""
+        mine = {k: v for k, v in changes.items() if k in self.gossip}
+        rule = self.rule._replace(**{k: v for k, v in changes.items() if k not in mine})
+        return MethodState(rule, self.gossip | mine)
+
+    def as_dict(self) -> dict[str, Any]:
+        """:meth:`tensors` and ``t``: what a checkpoint holds (``replace(**saved)`` reads it)."""
+        return self.tensors() | {"t": self.t}
+
+
+@dataclass(frozen=True)
+class Method:
+    """An update rule composed with a gossip; ``alias`` is the published name of the pair
+    (``"sgp"`` is DmSGD with push-sum), empty for a pair no paper names.
+
+    Made by :func:`decentopt.algorithms.make`, which refuses a pair that cannot work.
+    """
+
+    rule: Any
+    gossip: Gossip = field(default_factory=Exact)
+    alias: str = ""
+
+    @property
+    def name(self) -> str:
+        if self.alias:
+            return self.alias
+        exact = self.gossip == Exact()
+        return self.rule.name if exact else f"{self.rule.name}+{self.gossip.name}"
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What the network must offer: the rule's own needs and its gossip's."""
+        return frozenset(self.rule.requires) | self.gossip.needs
+
+    @property
+    def agent_fields(self) -> tuple[str, ...]:
+        """State fields with one value per agent (push-sum weights)."""
+        return tuple(self.rule.agent_fields) + tuple(self.gossip.agent_fields)
+
+    @property
+    def sends(self) -> tuple[str, ...] | None:
+        """What the rule sends in its one round per step (``None``: it mixes otherwise)."""
+        return self.rule.sends
+
+    @property
+    def rounds_per_step(self) -> int:
+        return self.rule.rounds_per_step * self.gossip.rounds_per_call
+
+    @property
+    def lr(self) -> LearningRate:
+        return self.rule.lr
+
+    def lr_at(self, t: int) -> float:
+        return self.rule.lr_at(t)
+
+    @property
+    def needs_psd(self) -> bool:
+        return bool(self.rule.needs_psd)
+
+    @property
+    def uses_momentum(self) -> bool:
+        return bool(self.rule.uses_momentum)
+
+    @property
+    def takes_direction(self) -> bool:
+        return bool(self.rule.takes_direction)
+
+    @property
+    def fused(self) -> FusedUpdate | None:
+        """The fused update of the rule's step where it reaches the communicator as it is
+        (a gossip that passes fused updates through), else None."""
+        return self.rule.fused if self.gossip.passes_fused else None
+
+    @property
+    def pace(self) -> tuple[int, bool]:
+        """``(lag, asynchronous)`` in the time model: the age of the messages a step waits
+        for (the gossip's), whether agents run at their own pace (the rule's)."""
+        return self.gossip.lag, bool(self.rule.asynchronous)
+
+    def hyperparams(self) -> dict[str, Any]:
+        """The rule's and the gossip's hyper-parameters, by name."""
+        parts = (self.rule, self.gossip)
+        return {f.name: getattr(p, f.name) for p in parts for f in dataclasses.fields(p) if f.init}
+
+    def with_hyperparams(self, **changes: Any) -> Method:
+        """A copy with some hyper-parameters changed, the rule's and the gossip's
+        (validated as at construction)."""
+        mine = {f.name for f in dataclasses.fields(self.gossip) if f.init}
+        gossip = dataclasses.replace(self.gossip, **{k: v for k, v in changes.items() if k in mine})
+        rule = dataclasses.replace(self.rule, **{k: v for k, v in changes.items() if k not in mine})
+        return dataclasses.replace(self, rule=rule, gossip=gossip)
+
+    def init(self, x0: torch.Tensor) -> MethodState:
+        inner = self.rule.init(x0)
+        extra = self.gossip.init(x0, self.rule.sends or ())
+        clash = sorted(set(inner._fields) & set(extra))
+        if clash:
+            raise ValueError(
+                f"the rule's state {type(inner).__name__} has a field named {clash[0]!r}, which "
+                "the gossip keeps too: rename the rule's field"
+            )
+        return MethodState(inner, extra)
+
+    def step(self, state: MethodState, grad: torch.Tensor, comm: Communicator) -> MethodState:
+        channel = self.gossip.bind(state.gossip, comm, state.x, self.rule.sends or ())
+        rule = self.rule.step(state.rule, grad, channel)
+        return MethodState(rule, {} if channel is comm else channel.fields())
+
+
+def as_method(method: Any) -> Method:
+    """``method`` itself, or an update rule (a rule's instance, such as ``EDM(lr=0.1)``)
+    with exact mixing."""
+    return method if isinstance(method, Method) else Method(method)
