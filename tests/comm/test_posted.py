@@ -74,6 +74,9 @@ class Rank:
         return float(buffers[0]), age
 
     def close(self) -> None:
+        for works in self.received.values():  # the rest arrive: the waiter threads end now
+            for work in works:
+                work.done.set()
         self.stream.stop()
         self.stream.join()
 
