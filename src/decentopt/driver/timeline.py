@@ -13,15 +13,16 @@ mixes the neighbours' values of ``lag`` rounds ago (0: synchronous, ``tau``: del
 
 .. math:: T_i(t+1) = \\max\\big(r_i(t), \\max_{j \\in N_i} r_j(t - \\text{lag}) + s_j\\big),
 
-for ``t >= lag``, and ``T_i(t+1) = r_i(t)`` before (no message is awaited: the values
-mixed then are the neighbours' initial ones, which every agent knows): a synchronous method advances at the pace of its slowest
-neighbour; a delayed one lets ``lag`` steps of computation overlap the messages. A row's time
-is ``max_i T_i(t)``, when the whole iterate of step ``t`` exists. An asynchronous method
-(AD-PSGD) waits for nobody: ``T_i(t+1) = T_i(t) + c_i(t) + latency + payload / bandwidth``
-(one message to one neighbour), and a row's time is when the agents have made ``n t``
-updates between them (the simulator's synchronous equivalent makes ``n`` per iteration; the
-clock charges the throughput of agents that run at their own pace). The same model and seed
-give the same timeline, bit for bit: it depends on the graph, the pace and the payload only.
+for ``t >= lag``, and ``T_i(t+1) = r_i(t)`` before (no message is awaited: the values mixed
+then are the neighbours' initial ones, which every agent knows): a synchronous method
+advances at the pace of its slowest neighbour; a delayed one lets ``lag`` steps of
+computation overlap the messages. A row's time is ``max_i T_i(t)``, when the whole iterate
+of step ``t`` exists. An asynchronous method (AD-PSGD) waits for nobody:
+``T_i(t+1) = T_i(t) + c_i(t) + latency + payload / bandwidth`` (one message to one
+neighbour), and a row's time is when the agents have made ``n t`` updates between them (the
+simulator's synchronous equivalent makes ``n`` per iteration; the clock charges the
+throughput of agents that run at their own pace). The same model and seed give the same
+timeline, bit for bit: it depends on the graph, the pace and the payload only.
 """
 
 from __future__ import annotations
