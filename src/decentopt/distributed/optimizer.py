@@ -54,6 +54,7 @@ from decentopt._checks import as_real
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
+from decentopt.comm.watch import GossipWatch
 from decentopt.distributed import agreement
 from decentopt.distributed._args import check_optimizer_args
 from decentopt.distributed.buckets import Bucket, Overlap, plan_buckets, restore_round
@@ -132,6 +133,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             raise ValueError("DecentralizedOptimizer got an empty parameter list")
         super().__init__(params, defaults)
         self._check_agreement()
+        self._watch, self._steps = GossipWatch(comm, alg.name), 0  # a method that never gossips
 
     # ----------------------------------------------------------------- groups
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -319,6 +321,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             bucket.scatter()
             self._expose(bucket)
         self._layout = self._signature()
+        self._steps += 1
+        self._watch.after(self._steps)
         return loss
 
     @property

@@ -29,6 +29,7 @@ import torch
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
+from decentopt.comm.watch import GossipWatch
 from decentopt.driver.block import THREADS_CROSSOVER, BlockRunner, check_gradient, choose
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard
@@ -89,6 +90,7 @@ class _Loop:
         self.timing = [0.0, 0.0]  # gradient, everything else
         self.start_step, self.bar = 0, None
         self.block: BlockRunner | None = None  # the block path (decentopt.driver.block)
+        self.watch = GossipWatch(comm, algorithm.name)  # a method that never gossips
         self.saver = None if options.checkpoint_dir is None else Checkpointer(
             options.checkpoint_dir, comm, period=plan.period, every=options.checkpoint_every,
             minutes=options.checkpoint_minutes, device=x.device,
@@ -111,6 +113,7 @@ class _Loop:
         self.timing = list(saved["timing"])
         self.comm.stats.__dict__.update(saved["rounds"])  # W_t goes on from its round
         self.start_step = int(saved["step"])
+        self.watch = GossipWatch(self.comm, self.algorithm.name)
         self.options.log(f"resuming {self.algorithm.name} from step {self.start_step}")
         return type(state)(**saved["state"])
 
@@ -163,6 +166,7 @@ class _Loop:
         elif step % CHECK_EVERY == 0 or (period and step % period == 0):
             state = self.guard.check(state, step)
         self.recorder.end_of_step(step)
+        self.watch.after(step - self.start_step)
         if self.saver is not None and self.saver.due(step):
             self.save(step, state)
         self.report(step, step + 1)
