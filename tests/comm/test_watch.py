@@ -73,3 +73,24 @@ def test_the_optimizer_warns_once_too():
                 torch.nn.functional.mse_loss(model(x), y).backward()
                 opt.step()
         assert len([w for w in seen if "no gossip round" in str(w.message)]) == count
+
+
+def test_bounded_staleness_in_the_simulator_says_it_is_the_plain_delay():
+    """One line at the start names what the simulator assumes; the iterates are delayed(1)'s
+    bit for bit."""
+    prob = dopt.problems.Quadratic.paper(n=4, d=3, p=4, sigma2=0.0, repetitions=1, seed=0)
+    grad = lambda x, g: (prob.gradient(x, g), None)  # noqa: E731
+    finals, lines = [], []
+    for gossip in ("delayed(1, staleness=4)", "delayed(1)"):
+        said: list[str] = []
+        alg = dopt.algorithms.make("dsgd", lr=0.05, gossip=gossip)
+        comm = SimulatedCommunicator(dopt.topology.ring(4))
+        options = RunOptions(log=said.append)
+        run = run_loop(alg, prob, comm, Plan(20, (0, 20)), options, gradient=grad)
+        finals.append(run.final_state.x)
+        lines.append(said)
+    assert torch.equal(finals[0], finals[1])
+    assert lines[1] == []
+    [line] = lines[0]
+    assert "each neighbour's message is exactly tau = 1 rounds old" in line
+    assert "staleness = 4 only changes the ages over torch.distributed" in line

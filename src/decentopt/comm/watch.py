@@ -1,4 +1,5 @@
-"""A method that never gossips is purely local training: say so once, early.
+"""What a run should hear early: a method that never gossips is purely local training
+(say so once); bounded staleness in one process is the plain delay (say so at the start).
 
 A rule whose step never mixes through the communicator it is given (a plugin that
 forgot to, a gossip that skips every round of a short run) would otherwise run as
@@ -12,7 +13,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-__all__ = ["FIRST_STEPS", "GossipWatch"]
+from decentopt.algorithms.gossips.delayed import SendsAhead
+
+__all__ = ["FIRST_STEPS", "GossipWatch", "staleness_note"]
 
 #: Steps after which a method that made no gossip round is warned about.
 FIRST_STEPS = 10
@@ -40,3 +43,17 @@ class GossipWatch:
                 RuntimeWarning,
                 stacklevel=3,
             )
+
+
+def staleness_note(algorithm: Any, comm: Any) -> str | None:
+    """The line a run of ``delayed(tau, staleness=S)`` over a communicator that does not send
+    ahead (the simulator) should print: what it assumes instead of arrival times."""
+    bound, tau = getattr(algorithm, "staleness", None), getattr(algorithm, "tau", None)
+    if not bound or isinstance(comm, SendsAhead):
+        return None
+    return (
+        f"{algorithm.name}: the simulator runs every agent at one pace, so each neighbour's "
+        f"message is exactly tau = {tau} rounds old (the iterates of delayed({tau})); "
+        f"staleness = {bound} only changes the ages over torch.distributed, and a [timing] "
+        f"model's clock charges a wait for messages {bound} rounds old"
+    )

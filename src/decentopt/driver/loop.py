@@ -29,7 +29,7 @@ import torch
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
-from decentopt.comm.watch import GossipWatch
+from decentopt.comm.watch import GossipWatch, staleness_note
 from decentopt.driver.block import THREADS_CROSSOVER, BlockRunner, check_gradient, choose
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard
@@ -83,8 +83,9 @@ class _Loop:
         self.sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
         self.generator = torch.Generator().manual_seed(int(options.seed))
         warning = mixing_warning(comm.topology, algorithm.name, algorithm.needs_psd)
-        if warning is not None:
-            options.log(warning)
+        for note in (warning, staleness_note(algorithm, comm)):
+            if note is not None:
+                options.log(note)
         self.guard = DivergenceGuard(x, problem.x_star, comm, options.blowup)
         self.recorder = Recorder(metrics, comm, plan.period, algorithm.lr_at)
         self.timing = [0.0, 0.0]  # gradient, everything else
