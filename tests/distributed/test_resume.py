@@ -240,3 +240,21 @@ def test_a_checkpoint_without_the_round_loads_assuming_steps_times_rounds_per_st
         again = on_ranks(resumed)  # (warnings are caught process-wide: not in the threads)
     for rank in range(N):
         assert torch.equal(again[rank], first[rank][2])
+
+
+@pytest.mark.slow  # four gloo processes
+def test_ranks_resume_a_time_varying_run_exactly_over_torch_distributed(tmp_path):
+    """The same over real processes: exact gossip, delayed gossip (messages posted ahead,
+    re-posted from the saved history by the fresh communicator) and OSGP."""
+    from tests.distributed import worker
+    from tests.distributed.test_distributed import launch, wait_all
+
+    procs = launch("resume", tmp_path)
+    codes = wait_all(procs, timeout=240)
+    assert codes == [0, 0, 0, 0], [p.stdout.read().decode()[-2000:] for p in procs]
+    ranks = [torch.load(tmp_path / f"resume-rank{r}.pt") for r in range(N)]
+    for case in worker.RESUMES:
+        for rank, got in enumerate(ranks):
+            straight, resumed = got[case]
+            assert torch.equal(straight, resumed), (case, rank)
+        assert not torch.equal(ranks[0][case][0], ranks[1][case][0])
