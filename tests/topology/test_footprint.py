@@ -1,6 +1,7 @@
 """The cost of building a graph, estimated from its name and size before it is built,
-against the memory that building it takes (peak resident memory of a fresh process over
-what it held before): a dense ``W`` and an Erdős–Rényi graph through networkx."""
+against the memory that building it takes (the peak resident memory of a fresh process,
+reset once its libraries are loaded, over what it held then): a dense ``W`` and an
+Erdős–Rényi graph through networkx."""
 
 from __future__ import annotations
 
@@ -17,14 +18,20 @@ from decentopt.topology.footprint import build_bytes
 ROOT = Path(__file__).resolve().parents[2]
 
 MEASURE = """
-import json, resource, sys
+import json, sys
 import networkx  # loaded before the baseline: a library, not the graph
 import decentopt as dopt
-with open("/proc/self/statm") as f:
-    before = int(f.read().split()[1]) * resource.getpagesize()
+
+def kib(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field))
+
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak (VmHWM) starts again from what the process holds now
+before = kib("VmRSS:")
 name, n, options = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 graph = dopt.topology.make(name, n, **options)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
+print(1024 * (kib("VmHWM:") - before))
 """
 
 
