@@ -9,6 +9,8 @@ MODE "hang": rank 3 stops answering at step 5; its neighbours must time out.
 MODE "stale": delayed gossip with bounded staleness, rank 0 slowed by a sleep in each step;
 each rank saves how far its messages lagged and when it finished.
 MODE "stale_failure" / "stale_hang": the same, and rank 3 exits (first hangs) at step 5.
+MODE "resume": the optimizer over time-varying graphs, stopped after 7 steps and resumed
+from its state_dict() by a fresh optimizer and communicator; both final rows are saved.
 """
 
 from __future__ import annotations
@@ -262,6 +264,7 @@ def failure(rank: int, comm: DistributedCommunicator, out: Path, hang: bool = Fa
     gen = torch.Generator().manual_seed(7)
     rows = slice(rank, rank + 1)
     state = alg.init(prob.initial_point()[rows])
+    start = time.monotonic()  # the processes are up: what the code controls starts here
     for step in range(100):
         if rank == 3 and step == 5:
             if hang:  # a peer stays alive but stops talking
@@ -270,7 +273,8 @@ def failure(rank: int, comm: DistributedCommunicator, out: Path, hang: bool = Fa
         try:
             state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
         except PeerFailure as exc:
-            (out / f"failure-rank{rank}.txt").write_text(f"step {step}: {exc}")
+            elapsed = time.monotonic() - start
+            (out / f"failure-rank{rank}.txt").write_text(f"step {step} ({elapsed:.2f} s): {exc}")
             os._exit(3)
 
 
@@ -292,12 +296,70 @@ def stale(rank: int, comm: DistributedCommunicator, out: Path, dies: str = "") -
         try:
             state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
         except PeerFailure as exc:
-            (out / f"failure-rank{rank}.txt").write_text(f"step {step}: {exc}")
+            elapsed = time.monotonic() - start
+            (out / f"failure-rank{rank}.txt").write_text(f"step {step} ({elapsed:.2f} s): {exc}")
             os._exit(3)
     seconds = time.monotonic() - start
     comm.settle()
     result = {"oldest": comm.oldest, "seconds": seconds, "x": state.x}
     torch.save(result, out / f"stale-rank{rank}.pt")
+
+
+#: time-varying graphs and methods of the resume mode (directed: push-sum's OSGP)
+RESUMES = {
+    "one_peer_exponential/exact": ("one_peer_exponential", "dmsgd", None),
+    "one_peer_exponential/delayed(1)": ("one_peer_exponential", "dmsgd", "delayed(1)"),
+    "random_matchings/delayed(2)": ("random_matchings", "dmsgd", "delayed(2)"),
+    "base_graph/exact": ("base_graph", "dmsgd", None),
+    "directed_one_peer_exponential/osgp": ("directed_one_peer_exponential", "osgp", None),
+}
+
+
+def resume(rank: int, ring: DistributedCommunicator, out: Path) -> None:
+    """Per case: 12 steps straight, and 7 steps, a save, and 5 more in a fresh optimizer
+    over a fresh communicator (the messages of the first are settled first)."""
+    from decentopt.distributed import DecentralizedOptimizer
+
+    def model() -> torch.nn.Module:
+        torch.manual_seed(rank)
+        return torch.nn.Linear(3, 1).double()
+
+    def train(opt, net, steps: range) -> None:
+        for t in steps:
+            g = torch.Generator().manual_seed(1000 * rank + t)
+            x, y = torch.randn(8, 3, generator=g), torch.randn(8, 1, generator=g)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+
+    def row(net) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+
+    results = {}
+    for case, (graph, name, gossip) in RESUMES.items():
+        topology = dopt.topology.make(graph, ring.world_size)
+        alg = dopt.algorithms.make(name, lr=0.05, beta=0.5, gossip=gossip)
+        comm = DistributedCommunicator(topology, timeout=5.0)
+        net = model()
+        opt = DecentralizedOptimizer(net.parameters(), alg, comm)
+        train(opt, net, range(7))
+        saved = (
+            {k: v.clone() for k, v in net.state_dict().items()},
+            torch.utils._pytree.tree_map(
+                lambda v: v.clone() if isinstance(v, torch.Tensor) else v, opt.state_dict()
+            ),
+        )
+        train(opt, net, range(7, 12))
+        comm.settle()
+        again = DistributedCommunicator(topology, timeout=5.0)
+        fresh = model()
+        fresh.load_state_dict(saved[0])
+        opt = DecentralizedOptimizer(fresh.parameters(), alg, again)
+        opt.load_state_dict(saved[1])
+        train(opt, fresh, range(7, 12))
+        again.settle()
+        results[case] = (row(net), row(fresh))
+    torch.save(results, out / f"resume-rank{rank}.pt")
 
 
 def collective_hang(rank: int, comm: DistributedCommunicator, out: Path, stage: str) -> None:
@@ -329,6 +391,7 @@ def main() -> None:
             "failure": failure,
             "hang": lambda r, c, o: failure(r, c, o, hang=True),
             "stale": stale,
+            "resume": resume,
             "stale_failure": lambda r, c, o: stale(r, c, o, dies="exit"),
             "stale_hang": lambda r, c, o: stale(r, c, o, dies="hang"),
             "hang_mean": lambda r, c, o: collective_hang(r, c, o, "mean"),
