@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import decentopt as dopt
 from decentopt.algorithms import make
@@ -138,3 +139,59 @@ def test_a_specification_with_a_time_model_clocks_every_row(tmp_path):
     faster = load_spec(write(tmp_path, text.replace("factor = 4.0", "factor = 2.0")))
     again = run_spec(faster, tmp_path / "out", progress=False, log=lambda _: None)
     assert again.ran == [] and all(r["sim_time"] == 2.0 * r["step"] for r in again.rows)
+
+
+def test_a_simulated_run_is_clocked_as_worked_out_by_hand_on_a_star():
+    """star(4), compute 1 s, latency 0, bandwidth 240 B/s; a message carries one column's
+    row of the problem (d = 3 float64: 24 bytes, 0.1 s), however many repetitions travel
+    together. The hub sends 3 messages a round (0.3 s), a leaf 1 (0.1 s):
+    step 1: the leaves wait for the hub, 1 + 0.3 = 1.3; the hub is done at 1.1;
+    step 2: leaves ready at 2.3, hub at 2.1 (+0.3 = 2.4 at the leaves; 2.3 + 0.1 at the
+    hub): 2.4; step 3: 3.4 + 0.3 = 3.7; step 4: leaves 4.7, hub 4.5 + 0.3: 4.8."""
+    prob = dopt.problems.Quadratic.paper(n=4, d=3, p=4, sigma2=0.0, repetitions=2, seed=0)
+    model = TimeModel(compute=1.0, latency=0.0, bandwidth=240.0)
+    star = dopt.topology.star(4)
+    rows = dopt.simulate(make("dsgd", lr=0.01), prob, star, 4, record="all", timing=model).rows
+    times = sorted({(r["step"], r["sim_time"]) for r in rows})
+    np.testing.assert_allclose([t for _, t in times], [0.0, 1.3, 2.4, 3.7, 4.8], rtol=1e-12)
+
+
+def test_delayed_gossip_is_clocked_as_worked_out_by_hand_on_a_ring():
+    """ring(4), compute 1 s, messages of 1 s (latency), two a round: s_j = 2 s. Synchronous:
+    3 s a step. delayed(1): no message is awaited at step 0 (the neighbours' initial values
+    are known), so T(1) = 1; then T(t+1) = max(T(t) + 1, T(t-1) + 1 + 2):
+    1, 3, 4, 6, 7, 9 (1.5 s a step)."""
+    prob = dopt.problems.Quadratic.paper(n=4, d=3, p=4, sigma2=0.0, repetitions=1, seed=0)
+    model = TimeModel(compute=1.0, latency=1.0, bandwidth=1e300)
+    ring = dopt.topology.ring(4)
+    want = {"exact": [0, 3, 6, 9, 12, 15, 18], "delayed(1)": [0, 1, 3, 4, 6, 7, 9]}
+    for gossip, seconds in want.items():
+        alg = make("dsgd", lr=0.01, gossip=gossip)
+        rows = dopt.simulate(alg, prob, ring, 6, record="all", timing=model).rows
+        got = [t for _, t in sorted({(r["step"], r["sim_time"]) for r in rows})]
+        np.testing.assert_allclose(got, seconds, rtol=1e-12, atol=1e-12)
+
+
+def test_compute_noise_has_mean_one_and_the_given_spread():
+    """exp(sigma N - sigma^2 / 2) with N standard normal: mean one, log-spread sigma."""
+    model = TimeModel(compute=2.0, noise=0.5, seed=1)
+    times = compute_times(model, 50, 400)  # 20,000 draws: standard error 0.4 % of the mean
+    assert times.mean() == pytest.approx(2.0, rel=0.02)
+    assert np.log(times / 2.0).std() == pytest.approx(0.5, rel=0.03)
+
+
+class Reads:
+    """A graph given by who reads whom (``W[i, j] != 0``: agent i reads agent j)."""
+
+    def __init__(self, W: list[list[float]]) -> None:
+        self.W, self.n = torch.tensor(W), len(W)
+
+
+def test_an_agent_is_charged_the_messages_it_sends_not_those_it_receives():
+    """Agent 0 sends to agents 1, 2 and 3 (3 messages: 0.3 s) and reads only agent 1 (which
+    sends 1 message: 0.1 s); agents 2 and 3 send nothing. Compute 1 s: the readers of agent 0
+    finish step 1 at 1 + 0.3 = 1.3, then 2.4, 3.7, 4.8 as on a star (worked out above); a
+    clock charging received messages would give 1.1, 2.2, 3.3, 4.4."""
+    graph = Reads([[0.5, 0.5, 0, 0], [0.5, 0.5, 0, 0], [0.5, 0, 0.5, 0], [0.5, 0, 0, 0.5]])
+    model = TimeModel(compute=1.0, latency=0.1, bandwidth=1e300)
+    np.testing.assert_allclose(clock(model, graph, 4, 0.0), [0, 1.3, 2.4, 3.7, 4.8], rtol=1e-12)

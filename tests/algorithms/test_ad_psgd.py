@@ -83,3 +83,52 @@ def test_osgp_without_delay_is_sgp_bit_for_bit():
             state = alg.step(state, oracle.stacked(t, state.x), comm)
         out.append(state.x)
     assert torch.equal(out[0], out[1])
+
+
+def test_each_matched_pair_averages_and_the_consensus_distance_falls_by_their_gaps():
+    """Without gradients a step is the matching's pairwise average (Lian et al., 2018,
+    Algorithm 1): x_i, x_j <- (x_i + x_j) / 2 for each matched pair, the others unchanged;
+    the mean is kept and the consensus distance sum_i ||x_i - xbar||^2 falls by exactly
+    sum over pairs of ||x_i - x_j||^2 / 2."""
+    graph = dopt.topology.erdos_renyi(9, 0.4, seed=3)
+    alg = make("ad_psgd", lr=0.1, seed=5)
+    comm = dopt.comm.SimulatedCommunicator(graph)
+    x = np.random.default_rng(6).standard_normal((graph.n, 4))
+    state = alg.init(torch.from_numpy(x.copy()))
+    start = ((x - x.mean(0)) ** 2).sum()
+    for t in range(6):
+        partner = random_matching(graph.neighbors, seed=5, t=t)
+        want = x.copy()
+        paired = np.flatnonzero(partner >= 0)
+        want[paired] = (x[paired] + x[partner[paired]]) / 2
+        state = alg.step(state, torch.zeros_like(state.x), comm)
+        np.testing.assert_allclose(state.x.numpy(), want, rtol=0, atol=1e-15)
+        gaps = sum(((x[i] - x[partner[i]]) ** 2).sum() for i in paired) / 2  # each pair twice
+        before = ((x - x.mean(0)) ** 2).sum()
+        after = ((want - want.mean(0)) ** 2).sum()
+        assert after == pytest.approx(before - gaps / 2, rel=1e-12)
+        np.testing.assert_allclose(want.mean(0), x.mean(0), atol=1e-15)
+        x = want
+    assert ((x - x.mean(0)) ** 2).sum() < 0.5 * start  # six matchings: well mixed already
+
+
+def test_osgp_delays_its_messages_one_iteration_by_default():
+    """OSGP (Assran et al., 2019, Algorithm 3) overlaps one iteration: tau = 1, i.e. DmSGD
+    with delayed(1, push_sum) bit for bit, and not the undelayed SGP nor a delay of 2."""
+    graph = dopt.topology.random_directed(7, 0.3, seed=4)
+    n, d, steps = graph.n, 3, 10
+    oracle = LinearOracle(n, d, steps, seed=1)
+    x0 = torch.from_numpy(np.random.default_rng(2).standard_normal((n, d)))
+
+    def final(alg):
+        comm = dopt.comm.SimulatedCommunicator(graph)
+        state = alg.init(x0.clone())
+        for t in range(steps):
+            state = alg.step(state, oracle.stacked(t, state.x), comm)
+        return state.x
+
+    osgp = final(make("osgp", lr=0.05, beta=0.8))
+    assert make("osgp").tau == 1
+    assert torch.equal(osgp, final(make("dmsgd", lr=0.05, beta=0.8, gossip="delayed(1, push_sum)")))
+    assert not torch.equal(osgp, final(make("sgp", lr=0.05, beta=0.8)))
+    assert not torch.equal(osgp, final(make("osgp", tau=2, lr=0.05, beta=0.8)))

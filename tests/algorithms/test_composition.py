@@ -249,3 +249,51 @@ def test_gossips_parse_from_text_and_print_back():
     assert alg.name == "choco_edm" and alg.gamma == 0.3 and alg.beta == 0.9
     assert make("edm", gossip="choco(sign, gamma=0.05)").name == "edm+choco"
     assert make("edm", gossip="exact") == make("edm")  # exact mixing is the bare rule
+
+
+@pytest.mark.parametrize(
+    ("name", "gossip"),
+    [
+        ("dsgd", None),
+        ("dsgt", None),
+        ("dsgd", "multi_round(3)"),
+        ("dsgt", "multi_round(3, acceleration='none')"),
+        ("edm", "multi_round(2)"),
+        ("dsgd", "delayed(2)"),
+        ("dmsgd", "push_sum"),
+    ],
+)
+def test_rounds_per_step_is_what_a_step_sends(name, gossip):
+    """A method's declared rounds per step equal the rounds its communicator counts in a step
+    after the first (DSGT mixes the iterate and the tracker in two rounds, its first step
+    only the iterate; multi_round(k) makes k rounds of each)."""
+    alg = make(name, gossip=gossip, **rule_hp(name))
+    W = dopt.topology.ring(6)
+    _, first = trajectory(alg, W, steps=1)
+    _, comm = trajectory(alg, W, steps=4)
+    assert comm.stats.rounds - first.stats.rounds == 3 * alg.rounds_per_step
+    rounds = {"dsgt": 2}.get(name, 1) * {"multi_round(2)": 2}.get(str(gossip), 1)
+    assert alg.rounds_per_step == rounds * (3 if "(3" in str(gossip) else 1)
+
+
+@pytest.mark.parametrize(
+    ("gossip", "changes", "expected"),
+    [
+        ("choco(qsgd(4), gamma=0.3)", {"gamma": 0.5}, "choco(qsgd(4), gamma=0.5)"),
+        ("multi_round(2)", {"rounds": 3}, "multi_round(3)"),
+        ("delayed(1)", {"tau": 2, "lr": 0.02}, "delayed(2)"),
+    ],
+)
+def test_with_hyperparams_changes_the_gossips_part_too(gossip, changes, expected):
+    """``with_hyperparams`` hands the gossip its own keys and the rule the rest: the result
+    runs as the method made with those settings from the start, bit for bit."""
+    alg = make("dmsgd", lr=0.05, beta=0.8, gossip=gossip)
+    changed = alg.with_hyperparams(**changes)
+    rule = {"lr": changes.get("lr", 0.05), "beta": 0.8}
+    made = make("dmsgd", gossip=expected, **rule)
+    assert changed.hyperparams() == made.hyperparams()
+    assert alg.hyperparams() != changed.hyperparams()
+    W = dopt.topology.ring(6)
+    got, _ = trajectory(changed, W, steps=6)
+    want, _ = trajectory(made, W, steps=6)
+    np.testing.assert_array_equal(got[-1], want[-1])

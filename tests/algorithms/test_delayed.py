@@ -207,3 +207,29 @@ def test_bad_delays_are_refused_in_one_line(call, message):
     with pytest.raises((TypeError, ValueError), match=message) as info:
         call()
     assert "\n" not in str(info.value)
+
+
+def test_over_a_time_varying_graph_the_own_value_takes_each_rounds_self_weight():
+    """A sequence whose self-weights change from round to round (ring, complete, star): the
+    own current value is weighted by W_t's diagonal of that round, per agent, as in the
+    definition D_t Z(t) + (W_t - D_t) Z(t - tau)."""
+    n, d, steps, alpha, tau = 5, 2, 7, 0.05, 1
+    rounds = [dopt.topology.ring(n).W, dopt.topology.complete(n).W, dopt.topology.star(n).W]
+    graph = dopt.topology.sequence(rounds)
+    diagonals = {tuple(np.diag(graph.at(t).matrix()).round(6)) for t in range(3)}
+    assert len(diagonals) == 3  # the self-weights do change, and differ between agents
+    oracle = LinearOracle(n, d, steps, seed=3)
+    x0 = np.random.default_rng(4).standard_normal((n, d))
+    alg = make("dsgd", lr=alpha, gossip=f"delayed({tau})")
+    comm = dopt.comm.SimulatedCommunicator(graph)
+    state, x, sent = alg.init(torch.from_numpy(x0)), x0.copy(), []
+    for t in range(steps):
+        state = alg.step(state, oracle.stacked(t, state.x), comm)
+        W = rounds[t % 3].numpy()
+        z = np.stack([x[i] - alpha * oracle.agent(t, i, x[i]) for i in range(n)])
+        sent.append(z)
+        late = sent[t - tau] if t >= tau else x0
+        x = np.stack(
+            [W[i, i] * z[i] + sum(W[i, j] * late[j] for j in range(n) if j != i) for i in range(n)]
+        )
+        np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-12, atol=1e-13)

@@ -93,3 +93,54 @@ def test_graph_and_layout_descriptions_differ_where_the_ranks_would():
     groups = [{"params": [torch.nn.Parameter(torch.zeros(2, 10))], "lr": 0.1}]
     other = [{"params": [torch.nn.Parameter(torch.zeros(1, 20))], "lr": 0.1}]
     assert agreement.describe_params(groups, ["lr"]) != agreement.describe_params(other, ["lr"])
+
+
+def test_the_reference_is_the_most_common_setting_and_the_others_are_named():
+    a, b, c = b"a", b"b", b"c"
+    assert agreement.reference([a, b, a]) == (0, [1])
+    assert agreement.reference([b, a, a]) == (1, [0])  # rank 0 is the odd one out
+    assert agreement.reference([a, b]) == (0, [1])  # a tie: rank 0's setting
+    assert agreement.reference([a, b, c, c]) == (2, [0, 1])
+    assert agreement.reference([a, a, a]) == (0, [])
+
+
+def test_the_first_differing_field_is_named_with_each_ranks_value():
+    ref = {"method": "edm (EDM)", "method.lr": "0.1", "graph": "ring(3)"}
+    odd = {"method": "edm (EDM)", "method.lr": "0.2", "graph": "ring(4)"}
+    said = agreement._difference([ref, odd], 1, 0)
+    assert said == "method.lr is 0.2 on rank 1 but 0.1 on rank 0"
+    extra = ref | {"group 1 parameter 0": "shape (3,), torch.float32"}
+    field = "group 1 parameter 0 is"
+    said = agreement._difference([ref, extra], 1, 0)
+    assert said == f"{field} shape (3,), torch.float32 on rank 1 but (absent) on rank 0"
+    said = agreement._difference([extra, ref], 1, 0)  # a field only the reference has
+    assert said == f"{field} (absent) on rank 1 but shape (3,), torch.float32 on rank 0"
+
+
+def test_every_field_of_the_description_moves_the_digest():
+    import decentopt as dopt
+
+    def fields(alg, params, lr=0.1, wd=0.0, graph=None):
+        groups = [{"params": params, "lr": lr, "weight_decay": wd}]
+        table = agreement.describe_algorithm(alg)
+        table |= agreement.describe_graph(graph or dopt.topology.ring(3))
+        return table | agreement.describe_params(groups, ("lr", "weight_decay"))
+
+    base_alg = dopt.algorithms.make("edm", lr=0.1, beta=0.9)
+    p = [torch.nn.Parameter(torch.zeros(2, 3, dtype=torch.float32))]
+    base = fields(base_alg, p)
+    variants = {
+        "beta": fields(dopt.algorithms.make("edm", lr=0.1, beta=0.8), p),
+        "nesterov": fields(dopt.algorithms.make("edm", lr=0.1, beta=0.9, nesterov=True), p),
+        "gossip": fields(dopt.algorithms.make("edm", lr=0.1, beta=0.9, gossip="multi_round(2)"), p),
+        "shape": fields(base_alg, [torch.nn.Parameter(torch.zeros(3, 2, dtype=torch.float32))]),
+        "dtype": fields(base_alg, [torch.nn.Parameter(torch.zeros(2, 3, dtype=torch.float64))]),
+        "frozen": fields(base_alg, [torch.nn.Parameter(p[0].detach(), requires_grad=False)]),
+        "lr": fields(base_alg, p, lr=0.2),
+        "weight decay": fields(base_alg, p, wd=1e-4),
+        "graph": fields(base_alg, p, graph=dopt.topology.ring(3, weights="metropolis")),
+    }
+    for what, table in variants.items():
+        assert agreement.digest(table) != agreement.digest(base), what
+        assert agreement._difference([base, table], 1, 0) != "their descriptions differ", what
+    assert agreement.digest(dict(reversed(list(base.items())))) == agreement.digest(base)

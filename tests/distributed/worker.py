@@ -262,6 +262,7 @@ def failure(rank: int, comm: DistributedCommunicator, out: Path, hang: bool = Fa
     gen = torch.Generator().manual_seed(7)
     rows = slice(rank, rank + 1)
     state = alg.init(prob.initial_point()[rows])
+    start = time.monotonic()  # the processes are up: what the code controls starts here
     for step in range(100):
         if rank == 3 and step == 5:
             if hang:  # a peer stays alive but stops talking
@@ -270,7 +271,8 @@ def failure(rank: int, comm: DistributedCommunicator, out: Path, hang: bool = Fa
         try:
             state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
         except PeerFailure as exc:
-            (out / f"failure-rank{rank}.txt").write_text(f"step {step}: {exc}")
+            elapsed = time.monotonic() - start
+            (out / f"failure-rank{rank}.txt").write_text(f"step {step} ({elapsed:.2f} s): {exc}")
             os._exit(3)
 
 
@@ -292,7 +294,8 @@ def stale(rank: int, comm: DistributedCommunicator, out: Path, dies: str = "") -
         try:
             state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
         except PeerFailure as exc:
-            (out / f"failure-rank{rank}.txt").write_text(f"step {step}: {exc}")
+            elapsed = time.monotonic() - start
+            (out / f"failure-rank{rank}.txt").write_text(f"step {step} ({elapsed:.2f} s): {exc}")
             os._exit(3)
     seconds = time.monotonic() - start
     comm.settle()

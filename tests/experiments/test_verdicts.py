@@ -222,3 +222,25 @@ def test_every_preset_has_runs_enough_for_its_rank_test_claims(quick):
             others = len(claim.get("others", [1]))
             deciding = 1 if strict.get(claim["check"], False) else others * levels
             assert rank_test_can_decide(cfg.runs, cfg.runs, deciding), (name, claim["check"])
+
+
+@pytest.mark.parametrize("runs", [1, 10])
+def test_a_settling_verdict_points_the_right_way(runs):
+    """a settles at iteration 100 (+ run), b at 300: "a settles sooner" holds and its
+    evidence says "sooner"; with the methods swapped it does not hold and says "later"; a
+    deterministic problem's single run decides as its values are (runs = 1), several runs
+    of a noisy one through the rank test."""
+    from decentopt.experiments.summary import Stat
+
+    def stats(first: float, second: float) -> dict:
+        def stat(start: float) -> Stat:
+            settle = tuple(start + r for r in range(runs))
+            exact = runs == 1
+            return Stat(0.1, 0.01, 0.1, None, 0, 1.0, settle=settle, runs=runs, deterministic=exact)
+
+        return {(1.0, "a"): stat(first), (1.0, "b"): stat(second)}
+
+    sooner = check_claims(CLAIMS[1:], stats(100, 300))[0][1]
+    assert sooner.holds is True and "(sooner)" in sooner.evidence, sooner.evidence
+    later = check_claims(CLAIMS[1:], stats(300, 100))[0][1]
+    assert later.holds is False and "(later)" in later.evidence, later.evidence

@@ -16,12 +16,17 @@ schedule is periodic or seeded by round): still no collective per round.
 
 Failures: every receive waits at most ``timeout`` seconds (gloo); a peer that
 dies or hangs raises :class:`PeerFailure` naming the peer, this rank and the
-round, instead of hanging forever. At start-up, :meth:`check_consistency`
-verifies that every rank uses the same W and world size.
+round, instead of hanging forever. A rank that leaves through
+:func:`~decentopt.distributed.finalize` first records in the job's store how many
+rounds it made (:mod:`~decentopt.comm.leaving`), so that a neighbour that goes on
+(the ranks called ``step()`` a different number of times) says so instead of
+blaming a death. At start-up, :meth:`check_consistency` verifies that every rank uses the
+same W and world size.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import weakref
@@ -32,6 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from decentopt.comm import leaving
 from decentopt.comm.base import CommStats, Shared, rows_of
 from decentopt.comm.posted import Stream
 from decentopt.compression import Compressor
@@ -90,6 +96,7 @@ class DistributedCommunicator(Shared):
         self.stats = CommStats()
         self.backend = dist.get_backend(group)
         self._streams: dict[int, Stream] = {}  # delayed gossip: id(oldest sent row) -> stream
+        self._store = leaving.register(self)  # where finished ranks say so
         #: the largest age, in rounds, of a neighbour's message used by delayed gossip
         self.oldest = 0
         if isinstance(topology, TopologySchedule):
@@ -165,10 +172,17 @@ class DistributedCommunicator(Shared):
                 if waited >= 0.5 * self.timeout.total_seconds()
                 else f"at once ({waited:.2f} s: its connection closed)"
             )
+            finished = None if peer is None else self._finished(peer, self.stats.rounds + 1)
             raise PeerFailure(
-                f"rank {self.rank}: gossip round {self.stats.rounds} failed {how} waiting for "
+                finished
+                or f"rank {self.rank}: gossip round {self.stats.rounds} failed {how} waiting for "
                 f"{who}: it died, hung or disconnected. Underlying error: {exc}"
             ) from None
+
+    def _finished(self, peer: int, made: int) -> str | None:
+        """The line for a ``peer`` that finished normally while this rank has made (or
+        started) ``made`` rounds; None where it did not say so (it died or hung)."""
+        return leaving.finished_line(self._store, self.rank, peer, made)
 
     def _wait(self, work: dist.Work) -> None:
         """Wait for ``work``, at most ``timeout`` where the backend takes one (gloo)."""
@@ -269,7 +283,12 @@ class DistributedCommunicator(Shared):
         )
         stream.post(flat, targets, [j for j, _ in neighbors], ops, self._late)
 
-    def _late(self, peer: int, round_: int, exc: BaseException | None) -> PeerFailure:
+    def _late(
+        self, peer: int, round_: int, exc: BaseException | None, *, settling: bool = False
+    ) -> PeerFailure:
+        finished = self._finished(peer, self.stats.rounds + (0 if settling else 1))
+        if finished is not None:
+            return PeerFailure(finished)
         if exc is None or "Timed out" in str(exc):
             how = f"sent no message within {self.timeout.total_seconds():g} s"
         else:  # gloo's first line, without its source position
@@ -282,7 +301,7 @@ class DistributedCommunicator(Shared):
     def settle(self) -> None:
         """Wait for this communicator's delayed messages in flight (:func:`settle_all`)."""
         for stream in self._streams.values():
-            stream.settle(self._late)
+            stream.settle(functools.partial(self._late, settling=True))
         self._streams.clear()
         _POSTING.discard(self)
 

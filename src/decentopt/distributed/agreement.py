@@ -28,7 +28,15 @@ import torch.distributed as dist
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.topology import weights_digest
 
-__all__ = ["RanksDisagree", "agree", "describe_algorithm", "describe_graph", "describe_params"]
+__all__ = [
+    "RanksDisagree",
+    "agree",
+    "describe_algorithm",
+    "describe_graph",
+    "describe_params",
+    "digest",
+    "reference",
+]
 
 
 class RanksDisagree(ValueError):
@@ -79,9 +87,13 @@ def describe_params(groups: Iterable[Mapping[str, Any]], settings: Iterable[str]
     return fields
 
 
+def digest(fields: Mapping[str, str]) -> bytes:
+    """The 32-byte SHA-256 of a description (its fields in key order)."""
+    return hashlib.sha256(json.dumps(dict(fields), sort_keys=True).encode()).digest()
+
+
 def _digests(comm: DistributedCommunicator, fields: Mapping[str, str]) -> list[bytes]:
-    text = json.dumps(dict(fields), sort_keys=True).encode()
-    mine = torch.frombuffer(bytearray(hashlib.sha256(text).digest()), dtype=torch.uint8)
+    mine = torch.frombuffer(bytearray(digest(fields)), dtype=torch.uint8)
     everyone = [torch.empty_like(mine) for _ in range(comm.world_size)]
     comm.await_collective(
         dist.all_gather(everyone, mine, group=comm.group, async_op=True),
@@ -103,6 +115,14 @@ def _difference(tables: list[dict[str, str]], odd: int, ref: int) -> str:
     return "their descriptions differ"  # pragma: no cover - equal tables have equal digests
 
 
+def reference(digests: list[bytes]) -> tuple[int, list[int]]:
+    """``(ref, odd)``: the first rank of the most common setting (rank 0's among equally
+    common ones), and the ranks whose setting differs from it, in order."""
+    counts = collections.Counter(digests)
+    common = max(counts, key=lambda d: (counts[d], d == digests[0]))
+    return digests.index(common), [r for r, d in enumerate(digests) if d != common]
+
+
 def agree(comm: Any, fields: Mapping[str, str], what: str = "the optimizer") -> None:
     """Raise :class:`RanksDisagree` on every rank unless all ranks give the same ``fields``.
 
@@ -114,11 +134,7 @@ def agree(comm: Any, fields: Mapping[str, str], what: str = "the optimizer") -> 
         return
     tables: list[Any] = [None] * comm.world_size
     dist.all_gather_object(tables, dict(fields), group=comm.group)
-    counts = collections.Counter(digests)
-    # the reference: the most common setting (rank 0's among equals); name the first odd rank
-    common = max(counts, key=lambda d: (counts[d], d == digests[0]))
-    ref = digests.index(common)
-    odd = [r for r, d in enumerate(digests) if d != common]
+    ref, odd = reference(digests)
     others = f" (and {len(odd) - 1} other rank(s): {odd[1:]})" if len(odd) > 1 else ""
     raise RanksDisagree(
         f"rank {comm.rank}: the ranks disagree on {what}: {_difference(tables, odd[0], ref)}"

@@ -17,6 +17,7 @@ backward goes on; ``step()`` hands over the rest and waits.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,7 @@ import torch
 
 from decentopt.comm.base import Communicator
 
-__all__ = ["Bucket", "Overlap", "plan_buckets"]
+__all__ = ["Bucket", "Overlap", "plan_buckets", "restore_round"]
 
 
 @dataclass
@@ -131,3 +132,25 @@ class Overlap:
         self._thread.join()
         if self._error is not None:
             raise self._error
+
+
+def restore_round(comm: Communicator, counters: dict[str, Any] | None, buckets: list) -> None:
+    """Put ``comm``'s counters back as a checkpoint saved them (its round picks ``W_t``).
+
+    A checkpoint without them (saved before they were kept) is taken to come from a
+    communicator that only this optimizer used, with every bucket stepping from the start:
+    the round is then the sum over buckets of their steps times the method's rounds per step
+    (exact for one parameter group trained throughout). A warning says so."""
+    if counters is None:
+        rounds = sum(int(b.state.t) * int(b.algorithm.rounds_per_step) for b in buckets)
+        warnings.warn(
+            f"this checkpoint does not record the communicator's gossip round (it was saved "
+            f"before rounds were kept); assuming round {rounds} (every bucket's steps times "
+            f"the method's rounds per step), exact when only this optimizer used the "
+            f"communicator and its parameters all trained from the first step",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        counters = {"rounds": rounds}
+    stats = vars(comm.stats)
+    stats.update({k: type(stats[k])(v) for k, v in counters.items() if k in stats})

@@ -54,9 +54,10 @@ from decentopt._checks import as_real
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
+from decentopt.comm.watch import GossipWatch
 from decentopt.distributed import agreement
 from decentopt.distributed._args import check_optimizer_args
-from decentopt.distributed.buckets import Bucket, Overlap, plan_buckets
+from decentopt.distributed.buckets import Bucket, Overlap, plan_buckets, restore_round
 
 __all__ = ["DecentralizedOptimizer"]
 
@@ -132,6 +133,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             raise ValueError("DecentralizedOptimizer got an empty parameter list")
         super().__init__(params, defaults)
         self._check_agreement()
+        self._watch, self._steps = GossipWatch(comm, alg.name), 0  # a method that never gossips
 
     # ----------------------------------------------------------------- groups
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -319,6 +321,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             bucket.scatter()
             self._expose(bucket)
         self._layout = self._signature()
+        self._steps += 1
+        self._watch.after(self._steps)
         return loss
 
     @property
@@ -330,9 +334,13 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """torch's format: per-parameter slices of every algorithm buffer, plus ``step``."""
+        """torch's format: per-parameter slices of every algorithm buffer, plus ``step``;
+        and the communicator's counters (``"comm"``): its round picks ``W_t`` on a
+        time-varying graph (and a compression operator's random stream), so a resumed run
+        goes on from the same round."""
         saved = super().state_dict()
         saved["algorithm"] = self.algorithm.name
+        saved["comm"] = dict(vars(self.comm.stats))
         return saved
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -342,7 +350,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             raise ValueError(
                 f"checkpoint is for {saved_alg!r}, this optimizer runs {self.algorithm.name!r}"
             )
-        state_dict = {k: v for k, v in state_dict.items() if k != "algorithm"}
+        counters = state_dict.get("comm")
+        state_dict = {k: v for k, v in state_dict.items() if k not in ("algorithm", "comm")}
         super().load_state_dict(state_dict)
         fields = set(self._fields())
         missing = [
@@ -354,3 +363,4 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                 "parameter(s); was it saved by a DecentralizedOptimizer over the same model?"
             )
         self._lay_out()
+        restore_round(self.comm, counters, self._buckets)

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from decentopt.comm.distributed import PeerFailure, settle_all
+from decentopt.comm.leaving import announce_finish
 
 __all__ = [
     "Job",
@@ -186,8 +187,11 @@ def average_buffers(model: torch.nn.Module) -> None:
 
 
 def finalize() -> None:
-    """Leave the job: wait for the delayed messages still in flight, then close the group."""
+    """Leave the job: record that this rank finished (and after how many gossip rounds, so
+    that a neighbour that goes on names unequal step counts rather than a death), wait for
+    the delayed messages still in flight, then close the group."""
     if dist.is_initialized():
+        announce_finish()
         settle_all()
         dist.destroy_process_group()
 

@@ -30,6 +30,7 @@ import torch
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.registry import check_network
 from decentopt.comm.base import Communicator
+from decentopt.comm.watch import GossipWatch, staleness_note
 from decentopt.driver.block import THREADS_CROSSOVER, BlockRunner, check_gradient, choose
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard
@@ -84,14 +85,16 @@ class _Loop:
         self.sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
         self.generator = torch.Generator().manual_seed(int(options.seed))
         warning = mixing_warning(comm.topology, algorithm.name, algorithm.needs_psd)
-        if warning is not None:
-            options.log(warning)
+        for note in (warning, staleness_note(algorithm, comm)):
+            if note is not None:
+                options.log(note)
         self.guard = DivergenceGuard(x, problem.x_star, comm, options.blowup)
         sink = None if options.monitor is None else options.monitor.record
         self.recorder = Recorder(metrics, comm, plan.period, algorithm.lr_at, sink)
         self.timing = [0.0, 0.0]  # gradient, everything else
         self.start_step, self.bar = 0, None
         self.block: BlockRunner | None = None  # the block path (decentopt.driver.block)
+        self.watch = GossipWatch(comm, algorithm.name)  # a method that never gossips
         self.saver = None if options.checkpoint_dir is None else Checkpointer(
             options.checkpoint_dir, comm, period=plan.period, every=options.checkpoint_every,
             minutes=options.checkpoint_minutes, device=x.device,
@@ -114,6 +117,7 @@ class _Loop:
         self.timing = list(saved["timing"])
         self.comm.stats.__dict__.update(saved["rounds"])  # W_t goes on from its round
         self.start_step = int(saved["step"])
+        self.watch = GossipWatch(self.comm, self.algorithm.name)
         self.options.log(f"resuming {self.algorithm.name} from step {self.start_step}")
         return type(state)(**saved["state"])
 
@@ -174,6 +178,7 @@ class _Loop:
         elif step % CHECK_EVERY == 0 or (period and step % period == 0):
             state = self.guard.check(state, step)
         self.recorder.end_of_step(step)
+        self.watch.after(step - self.start_step)
         if self.saver is not None and self.saver.due(step):
             self.save(step, state)
         self.report(step, step + 1)

@@ -5,21 +5,24 @@ Agent ``i`` computes step ``t`` for ``c_i(t)`` seconds: ``compute`` times a logn
 ``factor`` while it is one of the ``slow`` agents; with ``moves_every = k`` the slow agents
 move on to the next agents (``i + 1 mod n``) every ``k`` steps. Its messages then go out one
 after the other, each costing ``latency + payload / bandwidth`` (the network cost model,
-:class:`~decentopt.comm.cost.NetworkModel`); ``s_j`` is agent ``j``'s sending time.
+:class:`~decentopt.comm.cost.NetworkModel`); ``s_j`` is agent ``j``'s sending time, all
+of its messages of the round (one to each agent that reads it).
 
 With ``T_i(0) = 0``, ``r_j(t) = T_j(t) + c_j(t)`` (step computed) and a method whose gossip
 mixes the neighbours' values of ``lag`` rounds ago (0: synchronous, ``tau``: delayed gossip),
 
 .. math:: T_i(t+1) = \\max\\big(r_i(t), \\max_{j \\in N_i} r_j(t - \\text{lag}) + s_j\\big),
 
-(``r_j(s) = 0`` for ``s < 0``): a synchronous method advances at the pace of its slowest
-neighbour; a delayed one lets ``lag`` steps of computation overlap the messages. A row's time
-is ``max_i T_i(t)``, when the whole iterate of step ``t`` exists. An asynchronous method
-(AD-PSGD) waits for nobody: ``T_i(t+1) = T_i(t) + c_i(t) + latency + payload / bandwidth``
-(one message to one neighbour), and a row's time is when the agents have made ``n t``
-updates between them (the simulator's synchronous equivalent makes ``n`` per iteration; the
-clock charges the throughput of agents that run at their own pace). The same model and seed
-give the same timeline, bit for bit: it depends on the graph, the pace and the payload only.
+for ``t >= lag``, and ``T_i(t+1) = r_i(t)`` before (no message is awaited: the values mixed
+then are the neighbours' initial ones, which every agent knows): a synchronous method
+advances at the pace of its slowest neighbour; a delayed one lets ``lag`` steps of
+computation overlap the messages. A row's time is ``max_i T_i(t)``, when the whole iterate
+of step ``t`` exists. An asynchronous method (AD-PSGD) waits for nobody:
+``T_i(t+1) = T_i(t) + c_i(t) + latency + payload / bandwidth`` (one message to one
+neighbour), and a row's time is when the agents have made ``n t`` updates between them (the
+simulator's synchronous equivalent makes ``n`` per iteration; the clock charges the
+throughput of agents that run at their own pace). The same model and seed give the same
+timeline, bit for bit: it depends on the graph, the pace and the payload only.
 """
 
 from __future__ import annotations

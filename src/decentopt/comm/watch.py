@@ -1,0 +1,59 @@
+"""What a run should hear early: a method that never gossips is purely local training
+(say so once); bounded staleness in one process is the plain delay (say so at the start).
+
+A rule whose step never mixes through the communicator it is given (a plugin that
+forgot to, a gossip that skips every round of a short run) would otherwise run as
+``n`` agents each training alone, with no word but ``rounds = 0`` in the results.
+The simulator's loop and :class:`~decentopt.distributed.DecentralizedOptimizer`
+look at the communicator's round count after the first :data:`FIRST_STEPS` steps.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from decentopt.algorithms.gossips.delayed import SendsAhead
+
+__all__ = ["FIRST_STEPS", "GossipWatch", "staleness_note"]
+
+#: Steps after which a method that made no gossip round is warned about.
+FIRST_STEPS = 10
+
+
+class GossipWatch:
+    """Warns once (a :class:`RuntimeWarning`) when ``comm`` counted no round in a method's
+    first :data:`FIRST_STEPS` steps (from when the watch was made: a resumed run's own)."""
+
+    def __init__(self, comm: Any, method: str) -> None:
+        self.comm, self.method = comm, method
+        self.start = int(comm.stats.rounds)
+        self.done = False
+
+    def after(self, steps: int) -> None:
+        """Call after each step (or block of steps) with the steps made since the start."""
+        if self.done or steps < FIRST_STEPS:
+            return
+        self.done = True
+        if int(self.comm.stats.rounds) == self.start:
+            warnings.warn(
+                f"{self.method} made no gossip round in its first {steps} steps: every agent "
+                "is training alone on its own data; check the method's gossip, and that its "
+                "step mixes through the communicator it is given",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
+def staleness_note(algorithm: Any, comm: Any) -> str | None:
+    """The line a run of ``delayed(tau, staleness=S)`` over a communicator that does not send
+    ahead (the simulator) should print: what it assumes instead of arrival times."""
+    bound, tau = getattr(algorithm, "staleness", None), getattr(algorithm, "tau", None)
+    if not bound or isinstance(comm, SendsAhead):
+        return None
+    return (
+        f"{algorithm.name}: the simulator runs every agent at one pace, so each neighbour's "
+        f"message is exactly tau = {tau} rounds old (the iterates of delayed({tau})); "
+        f"staleness = {bound} only changes the ages over torch.distributed, and a [timing] "
+        f"model's clock charges a wait for messages {bound} rounds old"
+    )
