@@ -3,12 +3,14 @@
 from decentopt.comm.accelerated import MultiRound
 from decentopt.comm.base import CommStats, Communicator
 from decentopt.comm.distributed import DistributedCommunicator, PeerFailure
+from decentopt.comm.grouped import GroupCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
 
 __all__ = [
     "CommStats",
     "Communicator",
     "DistributedCommunicator",
+    "GroupCommunicator",
     "MultiRound",
     "PeerFailure",
     "SimulatedCommunicator",

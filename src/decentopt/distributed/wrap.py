@@ -39,6 +39,7 @@ import torch
 
 from decentopt import algorithms
 from decentopt.comm.base import Communicator
+from decentopt.comm.grouped import AgentGroup
 from decentopt.distributed import agreement
 from decentopt.distributed._args import check_wrap_args
 from decentopt.distributed.optimizer import DecentralizedOptimizer
@@ -100,6 +101,10 @@ class GossipOptimizer:
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
         params = [p for g in self.base.param_groups for p in g["params"] if p.requires_grad]
+        if isinstance(self.comm, AgentGroup):  # the agent's gradient, as DDP's, for the base
+            for p in params:
+                if p.grad is not None:
+                    p.grad.copy_(self.comm.average_gradients(p.grad))
         before = [p.detach().clone() for p in params]
         loss = self.base.step(closure)
         grads = [p.grad for p in params]
