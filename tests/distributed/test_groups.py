@@ -125,3 +125,38 @@ def test_the_processes_of_an_agent_start_from_its_first_processs_point(ranks):
     assert torch.equal(ranks[0]["start"], ranks[1]["start"])
     assert torch.equal(ranks[2]["start"], ranks[3]["start"])
     assert not torch.equal(ranks[0]["start"], ranks[2]["start"])
+
+
+def test_torchrun_two_nodes_of_two_processes_train_the_example(tmp_path):
+    """Two torchrun agents on localhost, as on two machines (node ranks 0 and 1): 2 agents of
+    2 processes each train the example for an epoch and agree on its report."""
+    port = str(free_port())
+    script = str(ROOT / "examples" / "train_dirichlet.py")
+    env = os.environ | {
+        "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]
+    command += ["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port]
+    example = [script, "--epochs", "1", "--procs-per-agent", "2"]
+    example += ["--checkpoints", str(tmp_path / "ck")]
+    nodes = [
+        subprocess.Popen(
+            [*command, "--node-rank", str(node), *example],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in range(2)
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], "\n".join(o[-2000:] for o in outputs)
+    head = outputs[0]
+    assert "epoch   1  train loss" in head and "test acc (avg model)" in head, head[-2000:]
+    loss = float(head.split("train loss ")[1].split()[0])
+    assert 0 < loss < 2.5, head[-2000:]  # cross-entropy of 10 classes, from about log 10
+    assert "done: 45 gossip rounds" in head  # 2 agents' shares, batches of 16: 45 steps
+    step = next((tmp_path / "ck").iterdir()) / "step-00000001"
+    assert sorted(f.name for f in step.glob("rank*.pt")) == [f"rank{r}.pt" for r in range(4)]
