@@ -136,6 +136,8 @@ class GroupCommunicator(DistributedCommunicator):
         """``shards`` (``(m, c)``, this position's) of every position, put together:
         ``(m, numel)``, in one all-gather inside the agent."""
         m, c = shards.shape
+        if self.procs_per_agent == 1:
+            return shards[:, :numel]
         out = shards.new_empty(self.procs_per_agent, m, c)
         work = dist.all_gather(
             list(out.unbind(0)), shards.contiguous(), group=self.agent_group, async_op=True
@@ -201,6 +203,8 @@ class GroupCommunicator(DistributedCommunicator):
     def mix_posted(
         self, rounds: Sequence[Sequence[torch.Tensor]], bound: int
     ) -> list[torch.Tensor]:
+        if self.procs_per_agent == 1:
+            return super().mix_posted(rounds, bound)
         raise ValueError(
             f"delayed gossip keeps whole rows in flight between single processes; it needs one "
             f"agent per process, not {self.procs_per_agent}: use DistributedCommunicator, or "
