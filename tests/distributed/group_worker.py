@@ -38,6 +38,54 @@ def train(name: str, extra: dict, comm, rank: int, **options) -> torch.Tensor:
     return worker.train_with(opt, model, x, y, worker.STEPS)
 
 
+#: 16 agents on the 4 processes: the graphs of each kind of variant
+MANY = {
+    "ring": lambda: dopt.topology.ring(16),
+    "one_peer_exp": lambda: dopt.topology.one_peer_exponential(16),
+    "directed": lambda: dopt.topology.directed_one_peer_exponential(16),
+    "chain": lambda: dopt.topology.chain(16),
+}
+
+
+def quadratic16() -> dopt.problems.Quadratic:
+    return dopt.problems.Quadratic.paper(n=16, d=3, p=5, c=0.5, sigma2=0.05, repetitions=2, seed=0)
+
+
+def many_graphs(variant: str) -> list[str]:
+    """The graphs a variant runs on here: its home (the chain for relaying, refused), and
+    the time-varying and directed ones it supports."""
+    if worker.on_tree(variant):
+        return ["chain"]
+    kinds = ["ring"] + ["one_peer_exp"] * worker.on_schedules(variant)
+    return kinds + ["directed"] * worker.on_directed(variant)
+
+
+def many(rank: int) -> dict[str, object]:
+    """Every variant with 4 agents on each of the 4 processes, on the quadratic."""
+    results: dict[str, object] = {}
+    comms = {}
+    for label, build in MANY.items():
+        comms[label] = dopt.comm.ManyAgentCommunicator(build(), timeout=10.0)
+    rows = slice(4 * rank, 4 * rank + 4)
+    prob = quadratic16()
+    for variant in worker.VARIANTS:
+        for label in many_graphs(variant):
+            comm = comms[label]
+            comm.stats.reset()  # W_t from round 0, as a fresh simulator
+            alg = worker.method(variant)
+            gen = torch.Generator().manual_seed(7)
+            state = alg.init(prob.initial_point()[rows])
+            try:
+                for _ in range(worker.STEPS):
+                    state = alg.step(state, prob.gradient(state.x, gen, rows=rows), comm)
+            except ValueError as exc:
+                results[f"many-refused/{label}/{variant}"] = str(exc)
+                continue
+            results[f"many/{label}/{variant}"] = state.x.clone()
+            results[f"many-bytes/{label}/{variant}"] = comm.stats.bytes_sent
+    return results
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     torch.set_default_dtype(torch.float64)
@@ -72,6 +120,7 @@ def main() -> None:
         model = worker.tiny_net([rank], seed=rank).model
         dopt.distributed.DecentralizedOptimizer(model.parameters(), "dsgd", comm, lr=0.1)
         results["start"] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        results |= many(rank)
         torch.save(results, out / f"group-rank{rank}.pt")
     except Exception:
         (out / f"error-rank{rank}.txt").write_text(traceback.format_exc())

@@ -1,5 +1,6 @@
-"""An agent as a group of processes: 2 agents x 2 gloo processes against the simulator of 2
-agents whose gradient is the mean of the two processes' gradients."""
+"""Agents and processes not one to one, on 4 gloo processes: 2 agents of 2 processes each
+against the simulator of 2 agents whose gradient is the mean of the two processes'
+gradients; and 16 agents, 4 on each process, against the simulator of 16."""
 
 from __future__ import annotations
 
@@ -160,3 +161,31 @@ def test_torchrun_two_nodes_of_two_processes_train_the_example(tmp_path):
     assert "done: 45 gossip rounds" in head  # 2 agents' shares, batches of 16: 45 steps
     step = next((tmp_path / "ck").iterdir()) / "step-00000001"
     assert sorted(f.name for f in step.glob("rank*.pt")) == [f"rank{r}.pt" for r in range(4)]
+
+
+@pytest.mark.parametrize("variant", list(worker.VARIANTS))
+def test_sixteen_agents_on_four_processes_equal_the_simulator(ranks, variant):
+    torch.set_default_dtype(torch.float64)
+    for label in group_worker.many_graphs(variant):
+        if worker.on_tree(variant) or refused(variant):  # one line naming what it needs
+            for r in ranks:
+                said = r[f"many-refused/{label}/{variant}"]
+                assert "\n" not in said and "one agent per process" in said
+            continue
+        prob = group_worker.quadratic16()
+        comm = SimulatedCommunicator(group_worker.MANY[label]())
+        alg = worker.method(variant)
+        gen = torch.Generator().manual_seed(7)
+        state = alg.init(prob.initial_point())
+        for _ in range(worker.STEPS):
+            state = alg.step(state, prob.gradient(state.x, gen), comm)
+        got = torch.cat([r[f"many/{label}/{variant}"] for r in ranks])
+        np.testing.assert_allclose(got.numpy(), state.x.numpy(), rtol=1e-5, atol=1e-8)
+        assert not torch.allclose(state.x[0], state.x[1])  # the agents disagree
+
+
+def test_rows_on_the_same_process_cost_no_bytes(ranks):
+    """On the ring of 16 with 4 consecutive agents per process, only the two end agents'
+    rows leave a process: 2 of the 8 messages, d x R = 6 float64 each, per round."""
+    for r in ranks:
+        assert r["many-bytes/ring/dsgd"] == worker.STEPS * 2 * 6 * 8
