@@ -72,6 +72,8 @@ def test_one_process_per_agent_mixes_as_the_plain_communicator(one_process):
         ("dsgt", "one_peer_exponential"),
         ("sgp", "directed_one_peer_exponential"),
         ("choco_edm", "ring"),
+        ("relaysgd", "chain"),
+        ("ad_psgd", "ring"),
     ],
 )
 def test_every_agent_on_one_process_equals_the_simulator(one_process, method, graph):

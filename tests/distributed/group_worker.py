@@ -52,8 +52,8 @@ def quadratic16() -> dopt.problems.Quadratic:
 
 
 def many_graphs(variant: str) -> list[str]:
-    """The graphs a variant runs on here: its home (the chain for relaying, refused), and
-    the time-varying and directed ones it supports."""
+    """The graphs a variant runs on here: its home (the chain for relaying), and the
+    time-varying and directed ones it supports."""
     if worker.on_tree(variant):
         return ["chain"]
     kinds = ["ring"] + ["one_peer_exp"] * worker.on_schedules(variant)

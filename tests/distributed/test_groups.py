@@ -167,7 +167,7 @@ def test_torchrun_two_nodes_of_two_processes_train_the_example(tmp_path):
 def test_sixteen_agents_on_four_processes_equal_the_simulator(ranks, variant):
     torch.set_default_dtype(torch.float64)
     for label in group_worker.many_graphs(variant):
-        if worker.on_tree(variant) or refused(variant):  # one line naming what it needs
+        if refused(variant):  # one line naming what it needs
             for r in ranks:
                 said = r[f"many-refused/{label}/{variant}"]
                 assert "\n" not in said and "one agent per process" in said

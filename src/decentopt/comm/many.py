@@ -17,8 +17,9 @@ iterates are the simulator's.
 
 ``stats.bytes_sent`` counts what this process sent over the network (rows read by
 agents of the same process cost nothing); the per-agent totals are the graph's, as in
-the simulator. RelaySGD's per-neighbour messages and delayed gossip (rows kept in flight
-per process) need one agent per process and are refused in one line.
+the simulator. RelaySGD's and AD-PSGD's per-neighbour messages (:meth:`exchange`) travel
+the same way, one slot per pair of agents. Delayed gossip (rows kept in flight per
+process) needs one agent per process and is refused in one line.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from decentopt.comm.base import rows_of
+from decentopt.comm.base import rows_of, slot_table
 from decentopt.comm.distributed import DistributedCommunicator
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
@@ -187,10 +188,53 @@ class ManyAgentCommunicator(DistributedCommunicator):
         return own, (weights @ decoded).to(z.device).view(z.shape)
 
     def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        raise ValueError(
-            f"relaying sends one message per neighbour: it needs one agent per process, not "
-            f"{self.agents_per_process}; use DistributedCommunicator with n processes"
+        """Slot ``s`` of each agent's tensors to its ``s``-th neighbour (in memory where that
+        agent is on this rank; else packed, per pair of ranks, in ascending (sender,
+        receiver) order); returns what each agent's neighbours sent it, in their slots."""
+        k, first = self.agents_per_process, self.first
+        S = self._check_exchange(tensors, k)
+        degrees = self.topology.degrees
+        messages = (float(degrees.mean()), int(degrees.max(initial=0)))
+        if S == 0:  # one agent: a round without messages
+            self.stats.add_round(*messages, 0, 0)
+            return [t.clone() for t in tensors]
+        rows = [self._host(t.detach().reshape(k, S, -1)) for t in tensors]
+        widths = [r.shape[2] for r in rows]
+        packed = torch.cat(rows, dim=2)
+        received = torch.zeros_like(packed)
+        table, _ = slot_table(self.topology.neighbors)
+        slot = {(int(j), i): t for i in range(len(table)) for t, j in enumerate(table[i])}
+        out: dict[int, list[torch.Tensor]] = {}
+        into: dict[int, list[tuple[int, int]]] = {}
+        for i in range(self.topology.n):  # pairs (i, j) in ascending order on both sides
+            for s, j in enumerate(table[i]):
+                j = int(j)
+                mine, theirs = first <= i < first + k, first <= j < first + k
+                if j < 0 or not (mine or theirs):
+                    continue
+                if mine and theirs:
+                    received[j - first, slot[(i, j)]] = packed[i - first, s]
+                elif mine:
+                    out.setdefault(j // k, []).append(packed[i - first, s])
+                else:
+                    into.setdefault(i // k, []).append((j - first, slot[(i, j)]))
+        bufs = {q: packed.new_empty(len(pairs), packed.shape[2]) for q, pairs in into.items()}
+        self._p2p(
+            [(q, torch.stack(parts).view(-1)) for q, parts in out.items()],
+            [(q, buf.view(-1)) for q, buf in bufs.items()],
         )
+        for q, pairs in into.items():
+            for (b, t), row in zip(pairs, bufs[q], strict=True):
+                received[b, t] = row
+        payload = packed.shape[2] * packed.element_size()
+        sent = sum(len(parts) for parts in out.values()) * payload
+        self.stats.add_round(*messages, payload, sent)
+        parts = received.to(tensors[0].device).split(widths, dim=2)
+        return [p.reshape(t.shape) for p, t in zip(parts, tensors, strict=True)]
+
+    @property
+    def slots(self) -> int:
+        return self._check_exchange()
 
     def mix_posted(
         self, rounds: Sequence[Sequence[torch.Tensor]], bound: int
