@@ -8,7 +8,13 @@ batches of 32 images per rank, under ``decentopt launch -n 4`` on this machine:
   (2.5 MB by default, so that this model has several; DDP's default is 25 MB);
 * ``DecentralizedOptimizer`` with DSGD and EDM on the ring, blocking
   (``overlap=False``) and overlapped with backward (``overlap=True``);
-* ``wrap(AdamW, "edm")``.
+* ``wrap(AdamW, "edm")``;
+* the group form: 2 agents of 2 processes (``GroupCommunicator``), DSGD and EDM, each
+  process averaging gradients with its agent's other and gossiping half the row.
+
+Each is timed at 1 thread per process and at torch's default (the machine's cores), and
+the report gives the group form's step time over DDP's (min and median). ``--group-only``
+times DDP and the group form alone.
 
 For each: seconds per step (min and median over the timed steps, rank 0, after
 warm-up), the share of a blocking step spent in ``opt.step()`` (the gossip), and
@@ -72,7 +78,7 @@ def worker(args: argparse.Namespace) -> None:
     import decentopt as dopt
 
     rank, world = dopt.distributed.init("gloo", timeout=120)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(BATCH, 3, 32, 32, generator=g)
     y = torch.randint(0, 10, (BATCH,), generator=g)
@@ -96,20 +102,26 @@ def worker(args: argparse.Namespace) -> None:
     rows["DDP + SGD"] = {"times": times, "parts": parts, "bytes": ring_allreduce}
 
     comm = dopt.comm.DistributedCommunicator(dopt.topology.ring(world), timeout=60)
+    agents = world // 2
+    group = dopt.comm.GroupCommunicator(dopt.topology.ring(agents), procs_per_agent=2, timeout=60)
     configs: list[tuple[str, Any]] = []
     for name, hp in (("dsgd", {"lr": 0.01}), ("edm", {"lr": 0.01, "beta": 0.9})):
         for overlap in (False, True):
-            label = f"{name.upper()}, {'overlapped' if overlap else 'blocking'}"
-            configs.append((label, (name, hp, overlap)))
-    configs.append(("wrap(AdamW, edm)", None))
+            how = "overlapped" if overlap else "blocking"
+            if not args.group_only:
+                configs.append((f"{name.upper()}, {how}", (name, hp, overlap, comm)))
+            label = f"{name.upper()}, {agents} agents x 2 processes, {how}"
+            configs.append((label, (name, hp, overlap, group)))
+    if not args.group_only:
+        configs.append(("wrap(AdamW, edm)", None))
     for label, setting in configs:
         model = cnn()
         if setting is None:
             opt = dopt.distributed.wrap(torch.optim.AdamW(model.parameters(), lr=1e-3), "edm", comm)
         else:
-            name, hp, overlap = setting
+            name, hp, overlap, used = setting
             opt = dopt.distributed.DecentralizedOptimizer(
-                model.parameters(), name, comm, overlap=overlap, bucket_cap_mb=args.bucket_mb, **hp
+                model.parameters(), name, used, overlap=overlap, bucket_cap_mb=args.bucket_mb, **hp
             )
 
         def step(model: nn.Module = model, opt: Any = opt) -> float:
@@ -119,9 +131,10 @@ def worker(args: argparse.Namespace) -> None:
             opt.step()
             return time.perf_counter() - start
 
-        before = comm.stats.bytes_sent
+        counted = comm if setting is None else setting[3]
+        before = counted.stats.bytes_sent
         times, parts = timed(step, args.steps)
-        sent = (comm.stats.bytes_sent - before) / (args.steps + 3)
+        sent = (counted.stats.bytes_sent - before) / (args.steps + 3)
         rows[label] = {"times": times, "parts": parts, "bytes": sent}
     if rank == 0:
         result = {
@@ -132,19 +145,21 @@ def worker(args: argparse.Namespace) -> None:
             "batch": BATCH,
             "bucket_mb": args.bucket_mb,
             "steps": args.steps,
+            "threads": args.threads,
             "rows": rows,
         }
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "bench_distributed.json").write_text(json.dumps(result, indent=1))
+        (args.out / f"bench_distributed-{args.threads}.json").write_text(json.dumps(result))
     dopt.distributed.finalize()
 
 
-def report(out: Path) -> str:
-    result = json.loads((out / "bench_distributed.json").read_text())
+def report(out: Path, threads: int) -> str:
+    result = json.loads((out / f"bench_distributed-{threads}.json").read_text())
     rows = result["rows"]
     ddp = statistics.median(rows["DDP + SGD"]["times"])
     lines = [
-        f"{result['world']} processes (gloo) on {result['machine']}, torch {result['torch']}; "
+        f"{result['world']} processes (gloo, {threads} thread(s) each) on {result['machine']}, "
+        f"torch {result['torch']}; "
         f"a CNN of {result['parameters'] / 1e6:.1f} M parameters, batch {result['batch']} per "
         f"rank, buckets of {result['bucket_mb']:g} MB, {result['steps']} timed steps after 3 of "
         "warm-up; rank 0's times.",
@@ -160,11 +175,16 @@ def report(out: Path) -> str:
             f"| {label} | {min(r['times']):.4f} / {med:.4f} | {med / ddp:.2f}x | {share:.0%} | "
             f"{r['bytes'] / 1e6:.1f} MB |"
         )
-    pairs = [("DSGD", "DSGD"), ("EDM", "EDM")]
-    for name, _ in pairs:
-        blocking = statistics.median(rows[f"{name}, blocking"]["times"])
-        lapped = statistics.median(rows[f"{name}, overlapped"]["times"])
-        lines.append(f"\n{name}: overlapped / blocking = {lapped / blocking:.2f}x")
+    for name in ("DSGD", "EDM"):
+        if f"{name}, blocking" in rows:
+            blocking = statistics.median(rows[f"{name}, blocking"]["times"])
+            lapped = statistics.median(rows[f"{name}, overlapped"]["times"])
+            lines.append(f"\n{name}: overlapped / blocking = {lapped / blocking:.2f}x")
+    ddp_min = min(rows["DDP + SGD"]["times"])
+    for label, r in rows.items():
+        if "agents x" in label:  # the group form against DDP over the same processes
+            ratio_min, ratio_med = min(r["times"]) / ddp_min, statistics.median(r["times"]) / ddp
+            lines.append(f"\n{label} / DDP: {ratio_min:.2f}x (min), {ratio_med:.2f}x (median)")
     return "\n".join(lines) + "\n"
 
 
@@ -176,18 +196,26 @@ def main() -> int:
         "--bucket-mb", type=float, default=2.5, help="bucket size of DDP and ours (default 2.5)"
     )
     parser.add_argument("--out", type=Path, default=Path("results/bench_distributed"))
+    parser.add_argument(
+        "--group-only", action="store_true", help="time DDP and the group form only"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.world % 2:
+        parser.error(f"--world {args.world}: the group form needs an even number of processes")
     if args.worker:
         worker(args)
         return 0
-    command = [
-        sys.executable, "-m", "decentopt", "launch", "-n", str(args.world), __file__,
-        "--worker", "--steps", str(args.steps), "--out", str(args.out),
-        "--bucket-mb", str(args.bucket_mb),
-    ]  # fmt: skip
-    subprocess.run(command, check=True)
-    text = report(args.out)
+    texts = []
+    for threads in (1, torch.get_num_threads()):  # one thread, and torch's default
+        command = [sys.executable, "-m", "decentopt", "launch", "-n", str(args.world)]
+        command += ["--threads", str(threads), __file__, "--worker", "--threads", str(threads)]
+        command += ["--steps", str(args.steps), "--out", str(args.out)]
+        command += ["--bucket-mb", str(args.bucket_mb)] + ["--group-only"] * args.group_only
+        subprocess.run(command, check=True)
+        texts.append(report(args.out, threads))
+    text = "\n".join(texts)
     (args.out / "bench_distributed.md").write_text(text)
     print(text)
     return 0

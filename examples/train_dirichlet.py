@@ -5,6 +5,12 @@ Run on one machine with 4 processes:
     torchrun --nproc-per-node 4 examples/train_dirichlet.py --algorithm edm --epochs 20
     decentopt launch -n 4 examples/train_dirichlet.py --algorithm edm --epochs 20
 
+An agent may also be a group of processes that average their gradients and gossip one
+shard of the parameters each (here 2 agents of 2 processes; on 2 machines, one agent
+per machine: torchrun --nnodes 2 --nproc-per-node 2 ... --procs-per-agent 2):
+
+    decentopt launch -n 4 --procs-per-agent 2 examples/train_dirichlet.py --epochs 20
+
 Each rank holds its Dirichlet(phi) share of scikit-learn's digits, trains its
 own copy of the model with ``DecentralizedOptimizer`` and gossips with its ring
 neighbours only. Checkpoints go to ``--checkpoints`` every epoch, in a folder named
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -39,15 +46,27 @@ def main() -> None:
     parser.add_argument("--phi", type=float, default=0.5, help="Dirichlet concentration")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a peer")
     parser.add_argument("--checkpoints", default="results/example-checkpoints")
+    parser.add_argument(
+        "--procs-per-agent",
+        type=int,
+        default=int(os.environ.get("DECENTOPT_PROCS_PER_AGENT", "1")),
+        help="processes per agent (default: decentopt launch --procs-per-agent's, else 1)",
+    )
     args = parser.parse_args()
 
-    rank, world = dopt.distributed.init()
+    rank, processes = dopt.distributed.init()
+    group = args.procs_per_agent
+    world = processes // group  # agents
     settings = {k: v for k, v in vars(args).items() if k not in ("timeout", "checkpoints")}
-    digest = hashlib.sha256(json.dumps(settings | {"world": world}, sort_keys=True).encode())
+    digest = hashlib.sha256(json.dumps(settings | {"world": processes}, sort_keys=True).encode())
     checkpoints = Path(args.checkpoints) / f"{args.algorithm}-{digest.hexdigest()[:12]}"
     device = dopt.distributed.device_for_rank()
     topo = dopt.topology.ring(world)
-    comm = dopt.comm.DistributedCommunicator(topo, timeout=args.timeout)
+    if group > 1:  # each agent: `group` processes, gradients averaged, one shard per link
+        comm = dopt.comm.GroupCommunicator(topo, procs_per_agent=group, timeout=args.timeout)
+    else:
+        comm = dopt.comm.DistributedCommunicator(topo, timeout=args.timeout)
+    agent = comm.rank  # this process's agent
 
     data = load_digits()
     split = dirichlet_split(
@@ -56,7 +75,7 @@ def main() -> None:
     x, y = data.x_train.to(device), data.y_train.to(device)
     # every rank must take the same number of steps (one gossip round each): an epoch is
     # the steps in which an average agent sees its data once; each rank cycles its own share
-    sampler = AgentSampler((split.indices[rank],), args.batch_size, seed=rank)
+    sampler = AgentSampler((split.indices[agent],), args.batch_size, seed=rank)
     steps = AgentSampler(split.indices, args.batch_size).steps_per_epoch
     model = make_model("small_cnn", seed=rank).to(device)
     dopt.distributed.broadcast_parameters(model)  # every agent starts from rank 0's model

@@ -42,6 +42,15 @@ def _configure_launch(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--nproc", type=int, required=True, help="processes (agents) to start")
     p.add_argument("--threads", type=int, default=1, help="OMP threads per process (default 1)")
     p.add_argument(
+        "--procs-per-agent",
+        type=int,
+        default=1,
+        metavar="P",
+        help="processes per agent, for scripts over dopt.comm.GroupCommunicator: -n 4 "
+        "--procs-per-agent 2 runs 2 agents of 2 processes, as torchrun --nnodes 2 "
+        "--nproc-per-node 2 (default 1)",
+    )
+    p.add_argument(
         "--max-restarts",
         type=int,
         default=0,
@@ -66,7 +75,8 @@ def _configure_launch(p: argparse.ArgumentParser) -> None:
 def _run_launch(args: argparse.Namespace) -> int:
     if args.module and args.script in ("decentopt", "decentopt.cli"):
         _check_launched(args.args)
-    options = {k: getattr(args, k) for k in ("module", "threads", "max_restarts", "grace")}
+    keys = ("module", "threads", "max_restarts", "grace", "procs_per_agent")
+    options = {k: getattr(args, k) for k in keys}
     return launch(args.nproc, args.script, args.args, **options)
 
 

@@ -2,6 +2,8 @@
 
 from decentopt._renamed import renamed
 from decentopt.comm.distributed import DistributedCommunicator, PeerFailure
+from decentopt.comm.grouped import GroupCommunicator
+from decentopt.comm.many import ManyAgentCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.communicator import CommStats, Communicator
 
@@ -9,6 +11,8 @@ __all__ = [
     "CommStats",
     "Communicator",
     "DistributedCommunicator",
+    "GroupCommunicator",
+    "ManyAgentCommunicator",
     "PeerFailure",
     "SimulatedCommunicator",
 ]

@@ -84,14 +84,11 @@ class DistributedCommunicator(Shared):
                 "decentopt launch) and call decentopt.distributed.init() first"
             )
         self.group = group
-        self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
-        if topology.n != self.world_size:
-            raise ValueError(
-                f"the topology has n = {topology.n} agents but the job has {self.world_size} "
-                f"processes; start {topology.n}, one agent each (decentopt launch -n {topology.n}, "
-                f"torchrun --nproc-per-node {topology.n})"
-            )
+        #: this process's agent (its row of W): the rank itself, one agent per process
+        self.rank = self._agent_of(dist.get_rank(group))
+        if topology.n != self._agents():
+            raise ValueError(self._mismatch(topology.n))
         self.topology = topology
         self.timeout = timedelta(seconds=timeout)
         self.stats = CommStats()
@@ -111,6 +108,21 @@ class DistributedCommunicator(Shared):
         self.targets = tuple(topology.out_neighbors[self.rank])
         degrees = topology.degrees
         self._messages = (float(degrees.mean()), int(degrees.max(initial=0)))
+
+    def _agent_of(self, process: int) -> int:
+        """The agent a process runs: its own, one agent per process."""
+        return process
+
+    def _agents(self) -> int:
+        """How many agents the job's processes run."""
+        return self.world_size
+
+    def _mismatch(self, n: int) -> str:
+        return (
+            f"the topology has n = {n} agents but the job has {self.world_size} "
+            f"processes; start {n}, one agent each (decentopt launch -n {n}, "
+            f"torchrun --nproc-per-node {n})"
+        )
 
     def _round(
         self, at: int | None = None

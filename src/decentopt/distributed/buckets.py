@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from decentopt.comm.grouped import AgentGroup
 from decentopt.communicator import Communicator
 
 __all__ = ["Bucket", "Overlap", "plan_buckets", "restore_round"]
@@ -70,9 +71,18 @@ class Bucket:
             grad.add_(x, alpha=weight_decay)
         return x, grad
 
-    def run(self, comm: Communicator, grad_scale: float | None, weight_decay: float) -> None:
-        """One step of the algorithm on this bucket (kept in ``result``)."""
+    def run(
+        self,
+        comm: Communicator,
+        grad_scale: float | None,
+        weight_decay: float,
+        agent: AgentGroup | None = None,
+    ) -> None:
+        """One step of the algorithm on this bucket (kept in ``result``); over an ``agent`` of
+        several processes, on the mean of their gradients."""
         x, grad = self.gather(grad_scale, weight_decay)
+        if agent is not None:
+            grad = agent.average_gradients(grad)
         self.result = self.algorithm.step(self.state.replace(x=x), grad, comm)
 
     @torch.no_grad()

@@ -126,6 +126,7 @@ def launch(
     threads: int = 1,
     max_restarts: int = 0,
     grace: float = 5.0,
+    procs_per_agent: int = 1,
     log: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
 ) -> int:
     """Run ``target`` (a script, or a module with ``module``) on ``nproc`` local processes.
@@ -134,11 +135,20 @@ def launch(
     pages for large CPU tensors (they cut the page faults of allocating an
     ``(n, P)`` parameter stack every step; set ``THP_MEM_ALLOC_ENABLE=0`` to opt out).
     A failed job is restarted up to ``max_restarts`` times; ``grace``: seconds
-    between SIGTERM and SIGKILL for the processes left when one fails. Returns
-    the exit code of the last attempt (0 on success).
+    between SIGTERM and SIGKILL for the processes left when one fails. With
+    ``procs_per_agent = P`` the processes learn (``DECENTOPT_PROCS_PER_AGENT``) that every
+    ``P`` consecutive ranks run one agent (:class:`~decentopt.comm.GroupCommunicator`), as
+    torchrun's ``--nnodes nproc/P --nproc-per-node P`` would group them. Returns the exit
+    code of the last attempt (0 on success).
     """
     if nproc < 1:
         raise ValueError(f"the number of processes must be >= 1; got {nproc}")
+    if procs_per_agent < 1 or nproc % procs_per_agent:
+        raise ValueError(
+            f"--procs-per-agent {procs_per_agent} does not divide -n {nproc}: every agent "
+            f"takes the same number of processes (e.g. -n {2 * max(procs_per_agent, 1)} "
+            f"--procs-per-agent {max(procs_per_agent, 1)})"
+        )
     if max_restarts < 0 or grace < 0:
         raise ValueError(
             f"max_restarts and grace must be >= 0; got {max_restarts} and {grace} "
@@ -155,6 +165,7 @@ def launch(
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(_free_port()),
             "DECENTOPT_ATTEMPT": str(attempt),
+            "DECENTOPT_PROCS_PER_AGENT": str(procs_per_agent),
         }
         procs: list[subprocess.Popen] = []
         try:

@@ -54,6 +54,7 @@ from decentopt._checks import as_real
 from decentopt.algorithms.base import Algorithm
 from decentopt.algorithms.method import as_method
 from decentopt.algorithms.registry import check_network
+from decentopt.comm.grouped import AgentGroup
 from decentopt.comm.watch import GossipWatch
 from decentopt.communicator import Communicator
 from decentopt.distributed import agreement
@@ -132,6 +133,10 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         if not params:
             raise ValueError("DecentralizedOptimizer got an empty parameter list")
         super().__init__(params, defaults)
+        #: an agent of several processes: gradients averaged over them, one starting point
+        self._agent = comm if isinstance(comm, AgentGroup) else None
+        if self._agent is not None:
+            self._agent.share_within_agent(self._params())
         self._check_agreement()
         self._watch, self._steps = GossipWatch(comm, alg.name), 0  # a method that never gossips
 
@@ -283,7 +288,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         bucket = self._buckets[k]
         group = self.param_groups[bucket.group]
         bucket.algorithm = self._algorithm_for(group)  # follows schedulers' changes
-        bucket.run(self.comm, grad_scale, group["weight_decay"])
+        bucket.run(self.comm, grad_scale, group["weight_decay"], self._agent)
 
     def _skip_for_amp(self) -> tuple[bool, float | None]:
         """(skip this step, the scale to divide gradients by) under a GradScaler."""

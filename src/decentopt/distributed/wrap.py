@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from decentopt import algorithms
+from decentopt.comm.grouped import AgentGroup
 from decentopt.communicator import Communicator
 from decentopt.distributed import agreement
 from decentopt.distributed._args import check_wrap_args
@@ -100,6 +101,10 @@ class GossipOptimizer:
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
         params = [p for g in self.base.param_groups for p in g["params"] if p.requires_grad]
+        if isinstance(self.comm, AgentGroup):  # the agent's gradient, as DDP's, for the base
+            for p in params:
+                if p.grad is not None:
+                    p.grad.copy_(self.comm.average_gradients(p.grad))
         before = [p.detach().clone() for p in params]
         loss = self.base.step(closure)
         grads = [p.grad for p in params]
