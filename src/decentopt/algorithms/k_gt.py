@@ -59,7 +59,6 @@ class KGT(HyperParams):
     from_x0: ClassVar[tuple[str, ...]] = ("x_round",)
     sends: ClassVar[tuple[str, ...] | None] = None
     takes_local_steps: ClassVar[bool] = True
-    takes_direction: ClassVar[bool] = False
     reference: ClassVar[str] = "Liu, Lin, Koloskova & Stich, Optim. Methods Softw. 2024"
 
     def talks(self, t: int) -> bool:

@@ -57,7 +57,6 @@ class LED(HyperParams):
     needs_symmetric: ClassVar[bool] = True
     needs_psd: ClassVar[bool] = True
     takes_local_steps: ClassVar[bool] = True
-    takes_direction: ClassVar[bool] = False
     reference: ClassVar[str] = "Alghunaim, arXiv:2302.00620 (2023)"
 
     def talks(self, t: int) -> bool:
