@@ -33,3 +33,23 @@ def test_the_training_example_resumes_only_its_own_checkpoints(tmp_path):
     other_method = launch("--algorithm", "dsgd", cwd=tmp_path)
     assert "resuming" not in other_method and "epoch   1" in other_method
     assert len(list((tmp_path / "ck").iterdir())) == 3
+
+
+def test_the_local_steps_example_counts_the_rounds_it_saves(tmp_path):
+    """examples/local_steps.toml runs; local steps and K-GT/LED gossip every 4th step, and
+    Gossip-PGA's averages are rounds of their own."""
+    from decentopt.cli import main
+    from decentopt.results import read_csv
+
+    spec = Path(__file__).resolve().parents[1] / "examples" / "local_steps.toml"
+    assert main(["run", str(spec), "--quick", "--out", str(tmp_path)]) == 0
+    rows = read_csv(tmp_path / "results.csv")
+    last = {r["algorithm"]: r for r in rows if int(r["step"]) == 400}
+    assert last["dsgd"]["rounds"] == 400
+    for name in ("dsgd_local4", "dsgt_local4", "k_gt", "led"):
+        assert last[name]["rounds"] == 100
+    assert last["dsgd_pga4"]["rounds"] == 400
+    # 300 gossip rounds of 2 messages of 5 float64, 100 ring all-reduces over 16 agents:
+    # 30 messages of ceil(40 / 16) bytes each
+    assert last["dsgd_pga4"]["bytes_per_agent"] == 300 * 2 * 40 + 100 * 30 * 3
+    assert last["led"]["dist_to_opt"] < 1e-3 < last["dsgd_local4"]["dist_to_opt"]

@@ -233,6 +233,24 @@ def run_reference(name: str, hp: dict, W: np.ndarray, x0: list[np.ndarray], grad
                 else x[i] - alpha * g[i]
                 for i in range(n)
             ]  # fmt: skip
+        elif name == "k_gt":  # K local steps corrected by c (here in m), then one round
+            K, server = hp.get("local_steps", 4), hp.get("server_lr", 1.0)
+            x = [x[i] - alpha * (g[i] + m[i]) for i in range(n)]
+            if (t + 1) % K == 0:
+                delta = [x[i] - psi[i] for i in range(n)]
+                sent = [psi[i] + server * delta[i] for i in range(n)]
+                mixed = [combine(W, delta, i) for i in range(n)]
+                m = [m[i] + (delta[i] - mixed[i]) / (K * alpha) for i in range(n)]
+                x = [combine(W, sent, i) for i in range(n)]
+                psi = [v.copy() for v in x]  # the round's starting point
+        elif name == "led":  # tau local steps corrected by y, then one round
+            tau = hp.get("local_steps", 4)
+            dual = hp.get("dual") or 1.0 / tau
+            x = [x[i] - alpha * g[i] - dual * y[i] for i in range(n)]
+            if (t + 1) % tau == 0:
+                mixed = [combine(W, x, i) for i in range(n)]
+                y = [y[i] + x[i] - mixed[i] for i in range(n)]
+                x = mixed
         else:
             raise KeyError(name)
         out.append([v.copy() for v in x])

@@ -21,6 +21,8 @@ COMPRESSED = {
     "choco_edm": {"compression": "random_k(0.5)", "gamma": 0.6},
 }
 TREE = [name for name in ALL if "tree" in resolve(name).requires]
+#: the rules that take local steps of their own between rounds (K-GT, LED)
+LOCAL_STEPS = [name for name in ALL if resolve(name).takes_local_steps]
 
 
 def hyper(name: str, **extra) -> dict:
@@ -145,7 +147,8 @@ def centralized(name: str, hp: dict, x0: np.ndarray, oracle: LinearOracle, steps
 LOCKSTEP = [
     name
     for name in ALL
-    if name not in ("extra", "nids", "mt", "osgp", "ad_psgd", *COMPRESSED) and name not in TREE
+    if name not in ("extra", "nids", "mt", "osgp", "ad_psgd", *COMPRESSED, *LOCAL_STEPS)
+    and name not in TREE
 ]
 
 
@@ -208,12 +211,16 @@ def test_rounds_per_step_counted(name):
     alg = dopt.algorithms.make(name, **hyper(name, **plain))
     topo = home(name, n)
     _, comm = run_vectorised(alg, topo, np.zeros((n, d)), oracle, steps)
-    # gradient trackers skip the tracker's gossip at t = 0 (Y0 = G0)
-    expected = alg.rounds_per_step * steps - (alg.rounds_per_step - 1)
+    # gradient trackers skip the tracker's gossip at t = 0 (Y0 = G0); K-GT and LED talk
+    # on every local_steps-th step only
+    talking = sum(alg.talks(t) != "none" for t in range(steps))
+    assert talking == (steps // 4 if name in LOCAL_STEPS else steps)
+    expected = alg.rounds_per_step * talking - (alg.rounds_per_step - 1)
     assert comm.stats.rounds == expected
     # entries per message: Momentum Tracking packs X and D after the first round, push-sum
     # adds the weight (Push-DIGing the tracker too), relaying the count
     entries = {"sgp": d + 1, "osgp": d + 1, "push_diging": 2 * d + 1, "relaysgd": d + 1}
+    entries |= {"k_gt": 2 * d}
     entries = entries.get(name, d)
     sent = expected * entries + (steps - 1) * d * (name == "mt")
     links = int(topo.degrees.sum())

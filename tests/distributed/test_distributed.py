@@ -140,6 +140,25 @@ def test_push_sum_over_directed_graphs_matches_simulator(equivalence_results, na
     assert not torch.allclose(want, simulated(name, kind))  # the graph made a difference
 
 
+@pytest.mark.parametrize("name", worker.QUIET)
+def test_a_local_step_makes_no_call_on_the_network(equivalence_results, name):
+    """Counted on every rank: a local step calls nothing of torch.distributed; a step of
+    periodic global averaging calls one all-reduce and nothing else; a gossip step sends."""
+    alg = worker.method(name)
+    reduce = worker.NETWORK_CALLS.index("all_reduce")
+    for result in equivalence_results:
+        table = result[f"calls/{name}"]
+        for t in range(table.shape[0]):
+            kind, calls = alg.talks(t), table[t]
+            if kind == "none":
+                assert int(calls.sum()) == 0, (t, calls)
+            elif kind == "all":
+                assert int(calls[reduce]) == 1 and int(calls.sum()) == 1, (t, calls)
+            else:
+                assert int(calls.sum()) > 0 and int(calls[reduce]) == 0, (t, calls)
+        assert any(alg.talks(t) != "gossip" for t in range(table.shape[0]))
+
+
 @pytest.mark.parametrize("name", [v for v in worker.VARIANTS if "/" in v and v.startswith("choco")])
 def test_compressed_gossip_sends_fewer_bytes(equivalence_results, name):
     """The encoded payload is what travels: fewer bytes than the same method uncompressed."""

@@ -52,7 +52,21 @@ VARIANTS = {name: (name, {}) for name in dopt.algorithms.names()} | {
     "dmsgd/stale": ("dmsgd", {"gossip": "delayed(1, staleness=1)"}),  # the bound is the delay
     "qg_dsgdm/delayed": ("qg_dsgdm", {"gossip": "delayed(1)"}),
     "dmsgd/delayed_push_sum": ("dmsgd", {"gossip": "delayed(2, push_sum)"}),
+    "dsgd/local": ("dsgd", {"gossip": "local(4)"}),
+    "dmsgd/local_push_sum": ("dmsgd", {"gossip": "local(3, push_sum)"}),
+    "dsgt/local": ("dsgt", {"atc": False, "gossip": "local(3)"}),
+    "dmsgd/periodic_global": ("dmsgd", {"gossip": "periodic_global(4)"}),
+    "dsgd/periodic_global_choco": ("dsgd", {"gossip": "periodic_global(4, choco(top_k(0.5)))"}),
 }
+
+#: the variants whose calls on the network are counted step by step
+QUIET = ("dsgd/local", "dmsgd/local_push_sum", "dmsgd/periodic_global", "k_gt", "led")
+#: what crosses ranks: point-to-point messages (each P2POp of a batch; isend and irecv
+#: themselves must stay torch's own, which P2POp checks) and collectives of torch.distributed
+NETWORK_CALLS = (
+    "P2POp", "send", "recv", "batch_isend_irecv", "all_reduce", "all_gather",
+    "all_gather_object", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
+)  # fmt: skip
 
 
 def method(name: str):
@@ -174,7 +188,47 @@ def equivalence(rank: int, ring: DistributedCommunicator, out: Path) -> None:
             tv.stats.reset()  # W_t from round 0, as a fresh simulator
             alg = dopt.algorithms.make(name, **hyper(name), **extra)
             results[f"{label}/{variant}"] = steps_of(alg, kind, rank, tv)
+    results |= network_calls(rank, ring)
     torch.save(results, out / f"equivalence-rank{rank}.pt")
+
+
+def network_calls(rank: int, comm: DistributedCommunicator) -> dict[str, torch.Tensor]:
+    """For each variant of QUIET, the calls of torch.distributed each step made, by name
+    (``calls/<variant>``: steps x NETWORK_CALLS)."""
+    import torch.distributed as dist
+
+    made: list[str] = []
+
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            made.append(name)
+            return fn(*args, **kwargs)
+
+        return call
+
+    originals = {name: getattr(dist, name) for name in NETWORK_CALLS}
+    for name, fn in originals.items():
+        setattr(dist, name, counted(name, fn))
+    out = {}
+    try:
+        prob = quadratic()
+        for variant in QUIET:
+            alg = method(variant)
+            gen = torch.Generator().manual_seed(7)
+            comm.stats.reset()
+            state = alg.init(prob.initial_point()[rank : rank + 1])
+            table = torch.zeros(8, len(NETWORK_CALLS), dtype=torch.int64)
+            for t in range(8):
+                grad = prob.gradient(state.x, gen, rows=slice(rank, rank + 1))
+                made.clear()
+                state = alg.step(state, grad, comm)
+                for name in made:
+                    table[t, NETWORK_CALLS.index(name)] += 1
+            out[f"calls/{variant}"] = table
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+    return out
 
 
 def train_with(opt, model: torch.nn.Module, x, y, steps: int, inf_at: int | None = None,

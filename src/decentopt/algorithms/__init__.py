@@ -25,6 +25,8 @@ from decentopt.algorithms.ed import EDState, ExactDiffusion
 from decentopt.algorithms.edm import EDM, EDMState
 from decentopt.algorithms.extra import EXTRA, EXTRAState
 from decentopt.algorithms.gossips import Choco, Exact, Gossip, MultiRound, PushSum
+from decentopt.algorithms.k_gt import KGT, KGTState
+from decentopt.algorithms.led import LED, LEDState
 from decentopt.algorithms.method import Method, MethodState, as_method
 from decentopt.algorithms.mt import MomentumTracking, MTState
 from decentopt.algorithms.nids import NIDS, NIDSState
@@ -51,6 +53,8 @@ __all__ = [
     "DSGTHB",
     "EDM",
     "EXTRA",
+    "KGT",
+    "LED",
     "NIDS",
     "REGISTRY",
     "ADPSGDState",
@@ -71,6 +75,8 @@ __all__ = [
     "ExactDiffusion",
     "Gossip",
     "HyperParams",
+    "KGTState",
+    "LEDState",
     "MTState",
     "Method",
     "MethodState",

@@ -107,6 +107,9 @@ class HyperParams:
     fused: ClassVar[FusedUpdate | None] = None
     #: Whether agents progress at their own pace (the time model's asynchronous clock).
     asynchronous: ClassVar[bool] = False
+    #: Whether the rule takes local steps of its own between rounds (K-GT, LED): then no
+    #: gossip that skips rounds (``local``, ``periodic_global``) composes with it.
+    takes_local_steps: ClassVar[bool] = False
 
     @property
     def needs(self) -> frozenset[str]:
@@ -137,6 +140,11 @@ class HyperParams:
     def lr_at(self, t: int) -> float:
         """The step size of iteration ``t`` (``lr`` itself, or the schedule's value)."""
         return lr_at(self.lr, t)
+
+    def talks(self, t: int) -> bool:
+        """Whether step ``t`` communicates (False on the local steps of a rule that takes
+        several per round: K-GT, LED)."""
+        return True
 
     def with_hyperparams(self: H, **changes: Any) -> H:
         """A copy with some hyper-parameters changed (validated as at construction).

@@ -137,6 +137,11 @@ class Method:
         for (the gossip's), whether agents run at their own pace (the rule's)."""
         return self.gossip.lag, bool(self.rule.asynchronous)
 
+    def talks(self, t: int) -> str:
+        """What step ``t`` sends (:meth:`Gossip.talks`): ``"none"`` where the rule or the
+        gossip takes a local step, ``"all"`` for an exact average over all agents."""
+        return self.gossip.talks(t) if self.rule.talks(t) else "none"
+
     def hyperparams(self) -> dict[str, Any]:
         """The rule's and the gossip's hyper-parameters, by name."""
         parts = (self.rule, self.gossip)
@@ -162,7 +167,8 @@ class Method:
         return MethodState(inner, extra)
 
     def step(self, state: MethodState, grad: torch.Tensor, comm: Communicator) -> MethodState:
-        channel = self.gossip.bind(state.gossip, comm, state.x, self.rule.sends or ())
+        gossip = self.gossip.at(state.t)
+        channel = gossip.bind(state.gossip, comm, state.x, self.rule.sends or ())
         rule = self.rule.step(state.rule, grad, channel)
         return MethodState(rule, {} if channel is comm else channel.fields())
 

@@ -21,12 +21,17 @@ of step ``t`` exists. An asynchronous method (AD-PSGD) waits for nobody:
 ``T_i(t+1) = T_i(t) + c_i(t) + latency + payload / bandwidth`` (one message to one
 neighbour), and a row's time is when the agents have made ``n t`` updates between them (the
 simulator's synchronous equivalent makes ``n`` per iteration; the clock charges the
-throughput of agents that run at their own pace). The same model and seed give the same
-timeline, bit for bit: it depends on the graph, the pace and the payload only.
+throughput of agents that run at their own pace). A step that sends nothing (a local
+step: ``Method.talks(t) == "none"``) waits for nobody, ``T_i(t+1) = r_i(t)``; an exact
+average over all agents (``"all"``, Gossip-PGA) waits for every agent and a ring
+all-reduce, ``T_i(t+1) = max_j r_j(t) + 2 (n - 1) (latency + payload / (n bandwidth))``.
+The same model and seed give the same timeline, bit for bit: it depends on the graph, the
+pace and the payload only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,9 +162,11 @@ def clock(
     payload: float,
     lag: int = 0,
     asynchronous: bool = False,
+    talks: Callable[[int], str] | None = None,
 ) -> np.ndarray:
     """``(steps + 1,)`` simulated seconds at which step ``t`` is done (module docstring);
-    ``payload``: bytes of one message."""
+    ``payload``: bytes of one message; ``talks(t)``: what step ``t`` sends (``"gossip"``,
+    ``"none"`` or ``"all"``; gossip on every step without it)."""
     n = graph.n
     c = compute_times(model, n, steps)
     one = model.message_seconds(payload)
@@ -170,8 +177,14 @@ def clock(
     T = np.zeros(n)
     ready = np.zeros((steps, n))
     out = np.zeros(steps + 1)
+    everyone = 2 * (n - 1) * model.message_seconds(payload / n) if n > 1 else 0.0
     for t in range(steps):
         ready[t] = T + c[t]
+        kind = talks(t) if talks is not None else "gossip"
+        if kind != "gossip":
+            T = ready[t] if kind == "none" else np.full(n, ready[t].max() + everyone)
+            out[t + 1] = T.max()
+            continue
         key = t % period if period else t
         mask = reads[key] if key in reads else reads.setdefault(key, _reads(graph, t))
         sending = mask.sum(axis=0) * one  # j's messages of the round, one after the other
@@ -184,18 +197,29 @@ def clock(
     return out
 
 
-def _per_message(total_bytes: float, messages: float) -> float:
-    """Bytes per message of the busiest agents' totals (0 where no message went out)."""
-    return total_bytes / messages if messages else 0.0
+def _per_message(
+    total_bytes: float, messages: float, algorithm: Any = None, steps: int = 0, n: int = 1
+) -> float:
+    """Bytes of one gossip message from the busiest agents' totals (0 where no message went
+    out). A method's exact averages (``talks(t) == "all"``) were counted as ring all-reduces,
+    ``2 (n - 1)`` messages of ``1/n`` of the payload each; they are taken out."""
+    reduces = 0
+    if algorithm is not None and n > 1:
+        method = as_method(algorithm)
+        reduces = 2 * (n - 1) * sum(method.talks(t) == "all" for t in range(steps))
+    share = messages - reduces + reduces / n
+    return total_bytes / share if share > 0 else 0.0
 
 
 def timed(result: Any, model: TimeModel, graph: Any, algorithm: Any) -> Any:
     """``result`` with its :attr:`~decentopt.driver.result.Result.clock` under ``model``: one
     message's payload is the run's bytes per message of one column (a repetition)."""
     stats = result.comm
-    payload = _per_message(stats.busiest_bytes, stats.busiest_messages) / result.columns
     steps = int(result.steps.max(initial=0))
-    result.clock = clock(model, graph, steps, payload, *pace(algorithm))
+    per = _per_message(stats.busiest_bytes, stats.busiest_messages, algorithm, steps, graph.n)
+    payload = per / result.columns
+    talks = as_method(algorithm).talks
+    result.clock = clock(model, graph, steps, payload, *pace(algorithm), talks=talks)
     return result
 
 
@@ -208,7 +232,9 @@ def clock_rows(rows: list[dict[str, Any]], model: TimeModel, graph_of: Any, meth
         by_label.setdefault(row["algorithm"], []).append(row)
     for label, mine in by_label.items():
         last = max(mine, key=lambda r: r["step"])
-        payload = _per_message(last["busiest_bytes"], last["busiest_messages"])
-        seconds = clock(model, graph_of(label), int(last["step"]), payload, *pace(method_of(label)))
+        graph, method, steps = graph_of(label), as_method(method_of(label)), int(last["step"])
+        busiest = (last["busiest_bytes"], last["busiest_messages"])
+        payload = _per_message(*busiest, method, steps, graph.n)
+        seconds = clock(model, graph, steps, payload, *pace(method), talks=method.talks)
         for row in mine:
             row["sim_time"] = float(seconds[int(row["step"])])

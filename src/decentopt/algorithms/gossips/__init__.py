@@ -15,6 +15,10 @@ text                  what travels                                           net
 ``S`` rounds where processes run at their own pace (a static graph; the delay alone in one
 process).
 
+``local(H, G)``: ``G`` (exact by default) on every ``H``-th step and no communication between;
+``periodic_global(H, G)``: an exact average over all agents on every ``H``-th step (one
+all-reduce), ``G`` otherwise (Gossip-PGA).
+
 ``make("edm", lr=0.05, gossip="choco(top_k(0.1), gamma=0.4)")`` composes a rule with one;
 :func:`parse` reads the text, :data:`GOSSIPS` holds them by name (a plugin may add its own
 with :func:`register_gossip`).
@@ -27,6 +31,7 @@ from decentopt._schema import read_call
 from decentopt.algorithms.gossips.base import SUM, VALUE, Channel, Exact, Fields, Gossip
 from decentopt.algorithms.gossips.choco import Choco
 from decentopt.algorithms.gossips.delayed import Delayed
+from decentopt.algorithms.gossips.local import Local, PeriodicGlobal
 from decentopt.algorithms.gossips.multi_round import MultiRound, RoundsChannel
 from decentopt.algorithms.gossips.push_sum import PushSum
 
@@ -40,7 +45,9 @@ __all__ = [
     "Exact",
     "Fields",
     "Gossip",
+    "Local",
     "MultiRound",
+    "PeriodicGlobal",
     "PushSum",
     "RoundsChannel",
     "parse",
@@ -52,7 +59,7 @@ GOSSIPS: Registry[type[Gossip]] = Registry("gossip")
 #: Class decorator: add a :class:`Gossip` under its ``name``.
 register_gossip = GOSSIPS.register
 
-for _cls in (Exact, Choco, PushSum, MultiRound, Delayed):
+for _cls in (Exact, Choco, PushSum, MultiRound, Delayed, Local, PeriodicGlobal):
     register_gossip(_cls)
 
 

@@ -171,6 +171,17 @@ class Gossip:
         """The gossip in text, as :func:`decentopt.algorithms.gossips.parse` reads it."""
         return self.name
 
+    def at(self, t: int) -> Gossip:
+        """The gossip of step ``t``: itself, or for a gossip that communicates on some steps
+        only (``local(H)``) what it does on that step (its state's fields stay the same)."""
+        return self
+
+    def talks(self, t: int) -> str:
+        """What step ``t`` sends: ``"gossip"`` (rounds with neighbours), ``"none"`` (a local
+        step) or ``"all"`` (an exact average over all agents, an all-reduce); the time model
+        reads it."""
+        return "gossip"
+
 
 @dataclass(frozen=True)
 class Exact(Gossip):
