@@ -32,19 +32,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def rank_env(rank: int, world: int, port: int, **extra: str) -> dict[str, str]:
+    """The environment of one rank of a local job on ``port`` (one thread, this checkout
+    importable), with ``extra`` variables."""
+    return os.environ | {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(rank),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        **extra,
+    }
+
+
 def launch(mode: str, out: Path, world: int = 4) -> list[subprocess.Popen]:
     port = free_port()
     procs = []
     for rank in range(world):
-        env = os.environ | {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        }
+        env = rank_env(rank, world, port)
         procs.append(
             subprocess.Popen(
                 [sys.executable, str(WORKER), mode, str(out)],

@@ -5,7 +5,6 @@ at interpreter shutdown -- and unequal step counts are named as such, not as a d
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -13,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed.test_distributed import free_port
+from tests.distributed.test_distributed import free_port, rank_env
 
 pytestmark = pytest.mark.slow  # four processes each
 
 WORKER = Path(__file__).with_name("exit_worker.py")
-ROOT = Path(__file__).resolve().parents[2]
 STALE = "delayed(1, staleness=3)"
 
 
@@ -27,15 +25,7 @@ def run_ranks(mode: str, gossip: str = STALE, world: int = 4) -> list[tuple[int,
     port = free_port()
     procs = []
     for rank in range(world):
-        env = os.environ | {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": "1",
-            "GOSSIP": gossip,
-            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        }
+        env = rank_env(rank, world, port, GOSSIP=gossip)
         procs.append(
             subprocess.Popen(
                 [sys.executable, str(WORKER), mode],

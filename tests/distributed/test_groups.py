@@ -17,7 +17,7 @@ import torch
 import decentopt as dopt
 from decentopt.comm import SimulatedCommunicator
 from tests.distributed import group_worker, worker
-from tests.distributed.test_distributed import ROOT, free_port, wait_all
+from tests.distributed.test_distributed import ROOT, free_port, rank_env, wait_all
 
 pytestmark = pytest.mark.slow  # four processes
 
@@ -28,15 +28,7 @@ def start(out: Path, world: int = 4) -> list[subprocess.Popen]:
     port = free_port()
     procs = []
     for rank in range(world):
-        env = os.environ | {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        }
+        env = rank_env(rank, world, port)
         procs.append(
             subprocess.Popen(
                 [sys.executable, str(WORKER), str(out)],

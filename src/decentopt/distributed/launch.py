@@ -117,6 +117,23 @@ def _supervise(procs: list[subprocess.Popen], grace: float) -> tuple[int, int | 
         time.sleep(POLL)
 
 
+def _check_launch(nproc: int, procs_per_agent: int, max_restarts: int, grace: float) -> None:
+    """Refuse, in one line naming the flag, what :func:`launch` cannot start."""
+    if nproc < 1:
+        raise ValueError(f"the number of processes must be >= 1; got {nproc}")
+    if procs_per_agent < 1 or nproc % procs_per_agent:
+        raise ValueError(
+            f"--procs-per-agent {procs_per_agent} does not divide -n {nproc}: every agent "
+            f"takes the same number of processes (e.g. -n {2 * max(procs_per_agent, 1)} "
+            f"--procs-per-agent {max(procs_per_agent, 1)})"
+        )
+    if max_restarts < 0 or grace < 0:
+        raise ValueError(
+            f"max_restarts and grace must be >= 0; got {max_restarts} and {grace} "
+            "(--max-restarts 1 restarts a failed job once; --grace 5 waits 5 s before SIGKILL)"
+        )
+
+
 def launch(
     nproc: int,
     target: str,
@@ -141,19 +158,7 @@ def launch(
     torchrun's ``--nnodes nproc/P --nproc-per-node P`` would group them. Returns the exit
     code of the last attempt (0 on success).
     """
-    if nproc < 1:
-        raise ValueError(f"the number of processes must be >= 1; got {nproc}")
-    if procs_per_agent < 1 or nproc % procs_per_agent:
-        raise ValueError(
-            f"--procs-per-agent {procs_per_agent} does not divide -n {nproc}: every agent "
-            f"takes the same number of processes (e.g. -n {2 * max(procs_per_agent, 1)} "
-            f"--procs-per-agent {max(procs_per_agent, 1)})"
-        )
-    if max_restarts < 0 or grace < 0:
-        raise ValueError(
-            f"max_restarts and grace must be >= 0; got {max_restarts} and {grace} "
-            "(--max-restarts 1 restarts a failed job once; --grace 5 waits 5 s before SIGKILL)"
-        )
+    _check_launch(nproc, procs_per_agent, max_restarts, grace)
     command = worker_command(target, args, module=module)
     base = {"THP_MEM_ALLOC_ENABLE": "1"} | dict(os.environ) | {"OMP_NUM_THREADS": str(threads)}
     code = 0
