@@ -3,15 +3,19 @@ with bounded staleness by default), then ``finalize()``; a ``PeerFailure`` is pr
 line and the process exits 3 through Python's own shutdown (not ``os._exit``), so threads
 still inside a wait at exit would show. MODE: ``kill`` (rank 3 exits at step 5), ``hang``
 (rank 3 falls silent for longer than the 2 s timeout, then exits), ``slow`` (rank 0 sleeps
-0.3 s a step), ``nofinal`` (no ``finalize()``), ``extra`` (rank 0 makes an 11th step)."""
+0.3 s a step), ``nofinal`` (no ``finalize()``: the rank prints whether the process group
+is still open when its own exit hook runs, after the library's), ``extra`` (rank 0 makes an
+11th step)."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
 
 import torch
+import torch.distributed as dist
 
 import decentopt as dopt
 from decentopt.comm import DistributedCommunicator, PeerFailure
@@ -20,6 +24,8 @@ from decentopt.comm import DistributedCommunicator, PeerFailure
 def main() -> None:
     mode = sys.argv[1]
     rank, world = dopt.distributed.init("gloo", timeout=30)
+    if mode == "nofinal":  # registered first, so it runs after the communicator's hook
+        atexit.register(lambda: print(f"group open at exit: {dist.is_initialized()}"))
     comm = DistributedCommunicator(dopt.topology.ring(world), timeout=2.0)
     alg = dopt.algorithms.make("dsgd", lr=0.05, gossip=os.environ["GOSSIP"])
     state = alg.init(torch.zeros(1, 3, dtype=torch.float64))

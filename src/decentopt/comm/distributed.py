@@ -46,16 +46,7 @@ from decentopt.topology import Network, TopologySchedule, weights_digest
 
 __all__ = ["DistributedCommunicator", "PeerFailure", "settle_all"]
 
-#: Communicators with delayed messages in flight, kept (their receives stay posted, so that
-#: messages on the same links keep matching in order) until :func:`settle_all`.
-_POSTING: set[DistributedCommunicator] = set()
-
-
-def settle_all() -> None:
-    """Wait for the delayed messages still in flight on every communicator of this process:
-    a rank that leaves first must not take its last messages with it."""
-    for comm in list(_POSTING):
-        comm.settle()
+settle_all = leaving.settle_all
 
 
 class PeerFailure(RuntimeError):
@@ -271,7 +262,7 @@ class DistributedCommunicator(Shared):
                 if old is not None:  # (one whose row's id this run's row took, too)
                     old.settle(self._late)
             stream = Stream(rounds[0][0], self.timeout, bound > tau)
-            _POSTING.add(self)
+            leaving.POSTING.add(self)
             for k, flat in enumerate(flats[:-1]):  # the rounds before this stream's first
                 self._post(stream, flat, r + k)
         self._post(stream, flats[-1], r + tau)
@@ -316,7 +307,7 @@ class DistributedCommunicator(Shared):
         for stream in self._streams.values():
             stream.settle(functools.partial(self._late, settling=True))
         self._streams.clear()
-        _POSTING.discard(self)
+        leaving.POSTING.discard(self)
 
     def mix_compressed(
         self, z: torch.Tensor, compression: str | Compressor

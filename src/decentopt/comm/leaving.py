@@ -7,19 +7,32 @@ neighbour still waiting for its message looks there before it raises
 while this rank made 11" instead of "it died, hung or disconnected". A rank that leaves
 without ``finalize()``, or is killed, says nothing and is reported as gone; so is any rank
 once rank 0 (the store's host) has left.
+
+A process that ends without ``finalize()`` leaves the same way at interpreter exit
+(:func:`leave`, registered with :mod:`atexit` by the first communicator): its delayed
+messages are settled and the process group is closed while Python is still whole. Left to
+interpreter shutdown, gloo's worker threads can abort the process ("terminate called
+without an active exception", exit code 134) after all its work was done. A process that
+ends on an uncaught exception does not announce a normal finish.
 """
 
 from __future__ import annotations
 
+import atexit
+import sys
 import weakref
 from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["announce_finish", "finished_line", "register"]
+__all__ = ["POSTING", "announce_finish", "finished_line", "leave", "register", "settle_all"]
 
 #: Every distributed communicator of this process (``stats.rounds``, ``rank``, its store).
 _ALL: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Communicators with delayed messages in flight, kept (their receives stay posted, so that
+#: messages on the same links keep matching in order) until :func:`settle_all`.
+POSTING: set[Any] = set()
+_closing_at_exit = False
 
 
 def _key(rank: int) -> str:
@@ -27,8 +40,13 @@ def _key(rank: int) -> str:
 
 
 def register(comm: Any) -> Any:
-    """Remember ``comm`` for :func:`announce_finish`; the job's store, or None without one."""
+    """Remember ``comm`` for :func:`announce_finish` (and close the job at exit, once per
+    process); the job's store, or None without one."""
+    global _closing_at_exit
     _ALL.add(comm)
+    if not _closing_at_exit:
+        atexit.register(_leave_at_exit)
+        _closing_at_exit = True
     try:
         return dist.distributed_c10d._get_default_store()
     except (AttributeError, RuntimeError, ValueError):
@@ -59,3 +77,31 @@ def finished_line(store: Any, rank: int, peer: int, made: int) -> str | None:
         f"this rank made {made}: the ranks called step() a different number of times (one "
         "gossip round per step for most methods); give every rank the same number of steps"
     )
+
+
+def settle_all() -> None:
+    """Wait for the delayed messages still in flight on every communicator of this process:
+    a rank that leaves first must not take its last messages with it."""
+    for comm in list(POSTING):
+        comm.settle()
+
+
+def leave(*, finished: bool = True) -> None:
+    """Leave the job: record that this rank ``finished`` normally (:func:`announce_finish`),
+    settle the delayed messages in flight, then close every process group. A no-op outside
+    torch.distributed or once closed."""
+    if not dist.is_available() or not dist.is_initialized():
+        return
+    if finished:
+        announce_finish()
+    settle_all()
+    dist.destroy_process_group()
+
+
+def _leave_at_exit() -> None:
+    """:func:`leave` for a process that ends without ``finalize()``; a process that ends on
+    an uncaught exception (``sys.last_value``) does not claim a normal finish."""
+    try:
+        leave(finished=getattr(sys, "last_value", None) is None)
+    except Exception:  # the process is ending: a neighbour already gone has nothing to hear
+        pass

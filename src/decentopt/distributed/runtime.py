@@ -14,8 +14,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from decentopt.comm.distributed import PeerFailure, settle_all
-from decentopt.comm.leaving import announce_finish
+from decentopt.comm.distributed import PeerFailure
+from decentopt.comm.leaving import leave
 
 __all__ = [
     "Job",
@@ -190,10 +190,7 @@ def finalize() -> None:
     """Leave the job: record that this rank finished (and after how many gossip rounds, so
     that a neighbour that goes on names unequal step counts rather than a death), wait for
     the delayed messages still in flight, then close the group."""
-    if dist.is_initialized():
-        announce_finish()
-        settle_all()
-        dist.destroy_process_group()
+    leave()
 
 
 @dataclass(frozen=True)
