@@ -77,6 +77,7 @@ def test_did_you_mean():
         "nesterov",
         "dampening",
         "gossip",
+        "outer",
     )
     with pytest.raises(TypeError, match="momentum is called beta"):
         dopt.algorithms.make("edm", momentum=0.9)

@@ -253,3 +253,29 @@ def test_a_folder_named_like_a_checkpoint_is_not_one(tmp_path):
     assert latest_checkpoint(tmp_path) == 30
     resumed = noisy_quadratic_run(checkpoint_dir=tmp_path)
     assert resumed.resumed_from == 30 and (tmp_path / "step-xyz").is_dir()
+
+
+def test_a_run_under_an_outer_optimizer_resumes_to_the_uninterrupted_result(tmp_path):
+    """x_sync and the outer momentum are in the checkpoint: stopped at step 30, between two
+    outer steps (every 7), the resumed run ends where the uninterrupted one does."""
+    prob = dopt.problems.Quadratic.paper(n=6, d=3, p=4, sigma2=0.1, repetitions=2, seed=1)
+    alg = dopt.algorithms.make("dmsgd", lr=0.05, beta=0.5, outer="nesterov(0.7, 0.9, every=7)")
+    plan = Plan(60, tuple(range(0, 61, 10)), period=10)
+    grad = lambda x, g: (prob.gradient(x, g), None)  # noqa: E731
+
+    def run(**kw: Any) -> Any:
+        comm = SimulatedCommunicator(dopt.topology.ring(6))
+        options = RunOptions(seed=3, log=quiet, **kw)
+        return run_loop(alg, prob, comm, plan, options, gradient=grad)
+
+    full = run()
+    run(checkpoint_dir=tmp_path, stop_after=30)
+    resumed = run(checkpoint_dir=tmp_path)
+    assert resumed.resumed_from == 30
+    for name, value in full.final_state.tensors().items():
+        torch.testing.assert_close(resumed.final_state.tensors()[name], value, rtol=0, atol=0)
+    assert [r.rounds for r in resumed.records] == [r.rounds for r in full.records]
+    plain = dopt.algorithms.make("dmsgd", lr=0.05, beta=0.5)
+    comm = SimulatedCommunicator(dopt.topology.ring(6))
+    other = run_loop(plain, prob, comm, plan, RunOptions(seed=3, log=quiet), gradient=grad)
+    assert not torch.allclose(other.final_state.x, full.final_state.x)

@@ -53,3 +53,25 @@ def test_the_local_steps_example_counts_the_rounds_it_saves(tmp_path):
     # 30 messages of ceil(40 / 16) bytes each
     assert last["dsgd_pga4"]["bytes_per_agent"] == 300 * 2 * 40 + 100 * 30 * 3
     assert last["led"]["dist_to_opt"] < 1e-3 < last["dsgd_local4"]["dist_to_opt"]
+
+
+def test_the_outer_digits_example_compares_at_equal_bytes(tmp_path):
+    """examples/outer_digits.toml runs; the outer optimizers' all-reduces every 4th step cost
+    what local(4)'s gossip rounds do (30 messages of 1/16 of the model against 2 of it),
+    a quarter of DSGD's."""
+    from decentopt.cli import main
+    from decentopt.results import read_csv
+
+    spec = ROOT / "examples" / "outer_digits.toml"
+    short = ["--set", "problem_params.epochs=2", "--set", "problem_params.milestones=[]"]
+    assert main(["run", str(spec), "--quick", *short, "--out", str(tmp_path)]) == 0
+    rows = read_csv(tmp_path / "results.csv")
+    steps = max(int(r["step"]) for r in rows)
+    last = {r["algorithm"]: r for r in rows if int(r["step"]) == steps}
+    assert last["dsgd"]["rounds"] == steps and steps % 4 == 0
+    for name in ("dsgd_local4", "diloco4", "average4"):
+        assert last[name]["rounds"] == steps // 4
+    gossip, reduce = last["dsgd_local4"]["bytes_per_agent"], last["diloco4"]["bytes_per_agent"]
+    assert reduce == last["average4"]["bytes_per_agent"]
+    assert reduce / gossip == pytest.approx(30 / 16 / 2, rel=1e-3)
+    assert last["dsgd"]["bytes_per_agent"] == 4 * gossip

@@ -76,7 +76,9 @@ def describe(name: str) -> MethodInfo:
     doc = _doc(cls)
     parts = (cls, ALIASES[key].parts()[0]) if key in ALIASES else (cls,)
     fields = {f.name: f for part in parts for f in dataclasses.fields(part)}
-    hyperparams = {k: _default(fields[k]) for k in hyperparameters(key) if k != "gossip"}
+    hyperparams = {
+        k: _default(fields[k]) for k in hyperparameters(key) if k not in ("gossip", "outer")
+    }
     summary, reference = " ".join(re.split(r"\n\s*\n", doc)[0].split()), _reference(cls, doc)
     if key in ALIASES:  # a published pair: its rule's fields and its gossip's
         alias = ALIASES[key]

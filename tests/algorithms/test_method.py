@@ -80,7 +80,7 @@ def test_aliases_are_a_rule_a_gossip_in_text_and_fixed_hyper_parameters():
     assert (osgp.rule, osgp.gossip, osgp.fixed) == ("dmsgd", "delayed(inner=push_sum)", {})
     alg = make("osgp", lr=0.1, tau=2)
     assert alg.gossip == Delayed(2, "push_sum") and alg.rule == make("dmsgd", lr=0.1).rule
-    assert dopt.algorithms.hyperparameters("osgp")[-2:] == ("tau", "staleness")
+    assert dopt.algorithms.hyperparameters("osgp")[-3:] == ("tau", "staleness", "outer")
     assert make("push_diging", lr=0.1).rule.atc is False  # a fixed hyper-parameter
     with pytest.raises(TypeError, match=r"osgp: .*hyper-parameter 'inner'"):
         make("osgp", inner="exact")

@@ -57,10 +57,21 @@ VARIANTS = {name: (name, {}) for name in dopt.algorithms.names()} | {
     "dsgt/local": ("dsgt", {"atc": False, "gossip": "local(3)"}),
     "dmsgd/periodic_global": ("dmsgd", {"gossip": "periodic_global(4)"}),
     "dsgd/periodic_global_choco": ("dsgd", {"gossip": "periodic_global(4, choco(top_k(0.5)))"}),
+    "dsgd/outer": ("dsgd", {"outer": "nesterov(lr=0.8, beta=0.5, every=4)"}),
+    "ed/outer": ("ed", {"outer": "nesterov(lr=0.7, beta=0.9, every=4)"}),
+    "dmsgd/local_outer": ("dmsgd", {"gossip": "local(6)", "outer": "nesterov(0.7, 0.9, every=4)"}),
 }
 
 #: the variants whose calls on the network are counted step by step
-QUIET = ("dsgd/local", "dmsgd/local_push_sum", "dmsgd/periodic_global", "k_gt", "led")
+QUIET = (
+    "dsgd/local",
+    "dmsgd/local_push_sum",
+    "dmsgd/periodic_global",
+    "k_gt",
+    "led",
+    "dsgd/outer",
+    "dmsgd/local_outer",
+)
 #: what crosses ranks: point-to-point messages (each P2POp of a batch; isend and irecv
 #: themselves must stay torch's own, which P2POp checks) and collectives of torch.distributed
 NETWORK_CALLS = (

@@ -138,3 +138,12 @@ def test_an_absurd_number_of_agents_is_one_line(monkeypatch):
 def test_the_graph_is_counted_in_the_estimate():
     small = memory_parts(load_spec("fig1", overrides=['topology.name="complete"']))
     assert small["graphs"] == pytest.approx(32.0 * 32**2)
+
+
+def test_an_outer_optimizer_counts_two_more_copies_of_the_iterates():
+    key = "an outer optimizer's x_sync and momentum"
+    plain = load_spec("fig1")
+    outer = load_spec("fig1", overrides=['algorithms.edm.outer="nesterov(every=4)"'])
+    assert memory_parts(plain)[key] == 0
+    iterate = outer.params.iterate_bytes(agents=outer.agents, runs=outer.runs)
+    assert memory_parts(outer)[key] == 2 * iterate > 0

@@ -465,3 +465,16 @@ def test_the_title_says_which_methods_a_momentum_is_for():
     assert spec.title().endswith("α = 0.05, β = 0.9 (the methods with momentum)")
     assert spec.select(["edm", "dmsgd"]).title().endswith("α = 0.05, β = 0.9")  # all have one
     assert "β" not in spec.select(["dsgd", "ed"]).title()
+
+
+def test_an_outer_optimizer_is_a_key_of_a_run_or_a_grid(tmp_path):
+    text = BASE + '[algorithms.dsgd]\nouter = ["nesterov(every=4)", "nesterov(1, 0, every=8)"]\n'
+    spec = load_spec(write(tmp_path, text))
+    first, second = (spec.algorithms[k] for k in spec.algorithms if k.startswith("dsgd"))
+    assert (first.make().outer.every, second.make().outer.lr) == (4, 1.0)
+    assert first.make().name == "dsgd+nesterov"
+    assert spec.fingerprint(first.label) != spec.fingerprint(second.label)
+    bad = BASE + '[algorithms.dsgd]\nouter = "nesterov(beta=2, every=4)"\n'
+    with pytest.raises(ConfigError, match=r"\[algorithms.dsgd\]: dsgd: nesterov: beta") as info:
+        load_spec(write(tmp_path, bad))
+    assert "\n" not in str(info.value)

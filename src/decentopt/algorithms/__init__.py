@@ -30,6 +30,7 @@ from decentopt.algorithms.led import LED, LEDState
 from decentopt.algorithms.method import Method, MethodState, as_method
 from decentopt.algorithms.mt import MomentumTracking, MTState
 from decentopt.algorithms.nids import NIDS, NIDSState
+from decentopt.algorithms.outer import OUTERS, Nesterov, Outer, register_outer
 from decentopt.algorithms.qg_dsgdm import QGDSGDm, QGDSGDmState
 from decentopt.algorithms.registry import (
     ALIASES,
@@ -56,6 +57,7 @@ __all__ = [
     "KGT",
     "LED",
     "NIDS",
+    "OUTERS",
     "REGISTRY",
     "ADPSGDState",
     "Algorithm",
@@ -84,6 +86,8 @@ __all__ = [
     "MomentumTracking",
     "MultiRound",
     "NIDSState",
+    "Nesterov",
+    "Outer",
     "PushSum",
     "QGDSGDm",
     "QGDSGDmState",
@@ -100,6 +104,7 @@ __all__ = [
     "momentum_direction",
     "names",
     "register",
+    "register_outer",
     "resolve",
 ]
 

@@ -2,8 +2,10 @@
 
 Every method is a :class:`Method` -- exact mixing is the gossip :class:`Exact`, the
 default -- and every method's state a :class:`MethodState`: the rule's own state, the
-gossip's own state (its tensors by name) and the counter ``t``. A step binds the gossip
-to the communicator and runs the rule's own step through it.
+gossip's own state (its tensors by name), an outer optimizer's (SlowMo, DiLoCo:
+:mod:`decentopt.algorithms.outer`) and the counter ``t``. A step binds the gossip to the
+communicator and runs the rule's own step through it, then the outer optimizer's step
+where one is due.
 
 What a method declares is read from its parts, each in one place: what it needs of the
 network (the rule's ``requires`` and the gossip's ``needs``), its per-agent fields, its
@@ -20,6 +22,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from decentopt.algorithms.gossips import Exact, Fields, Gossip
+from decentopt.algorithms.outer import Outer
+from decentopt.algorithms.outer import parse as parse_outer
 from decentopt.updates import FusedUpdate
 
 if TYPE_CHECKING:
@@ -30,17 +34,20 @@ __all__ = ["Method", "MethodState", "as_method"]
 
 
 class MethodState(NamedTuple):
-    """A method's state: ``rule``, the rule's own (a named tuple ``(x, ..., t)``), and
-    ``gossip``, the gossip's own tensors by name (CHOCO's public copies, push-sum's weights).
+    """A method's state: ``rule``, the rule's own (a named tuple ``(x, ..., t)``),
+    ``gossip``, the gossip's own tensors by name (CHOCO's public copies, push-sum's
+    weights), and ``outer``, an outer optimizer's (``outer_x``, ``outer_m``; empty without
+    one).
 
     :meth:`tensors` is the one view of all its tensors, by their flat names -- the rule's
-    fields, then the gossip's -- which the divergence guard, checkpoints, the optimizer's
-    ``state_dict`` and the ranks' agreement read; :meth:`replace` changes them by the
-    same names (and ``t``).
+    fields, then the gossip's, then the outer optimizer's -- which the divergence guard,
+    checkpoints, the optimizer's ``state_dict`` and the ranks' agreement read;
+    :meth:`replace` changes them by the same names (and ``t``).
     """
 
     rule: Any
     gossip: Fields
+    outer: Fields = {}  # noqa: RUF012  # never changed in place: a step makes a new one
 
     @property
     def x(self) -> torch.Tensor:
@@ -55,13 +62,14 @@ class MethodState(NamedTuple):
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor of the state by its flat name, ``x`` first."""
         own = {k: v for k, v in self.rule._asdict().items() if k != "t"}
-        return own | self.gossip
+        return own | self.gossip | self.outer
 
     def replace(self, **changes: Any) -> MethodState:
         """The state with the tensors (or ``t``) named in ``changes`` replaced."""
         mine = {k: v for k, v in changes.items() if k in self.gossip}
-        rule = self.rule._replace(**{k: v for k, v in changes.items() if k not in mine})
-        return MethodState(rule, self.gossip | mine)
+        outer = {k: v for k, v in changes.items() if k in self.outer}
+        rest = {k: v for k, v in changes.items() if k not in mine and k not in outer}
+        return MethodState(self.rule._replace(**rest), self.gossip | mine, self.outer | outer)
 
     def as_dict(self) -> dict[str, Any]:
         """:meth:`tensors` and ``t``: what a checkpoint holds (``replace(**saved)`` reads it)."""
@@ -71,7 +79,8 @@ class MethodState(NamedTuple):
 @dataclass(frozen=True)
 class Method:
     """An update rule composed with a gossip; ``alias`` is the published name of the pair
-    (``"sgp"`` is DmSGD with push-sum), empty for a pair no paper names.
+    (``"sgp"`` is DmSGD with push-sum), empty for a pair no paper names; ``outer`` an
+    outer optimizer over the two (:mod:`decentopt.algorithms.outer`), or None.
 
     Made by :func:`decentopt.algorithms.make`, which refuses a pair that cannot work.
     """
@@ -79,13 +88,13 @@ class Method:
     rule: Any
     gossip: Gossip = field(default_factory=Exact)
     alias: str = ""
+    outer: Outer | None = None
 
     @property
     def name(self) -> str:
-        if self.alias:
-            return self.alias
         exact = self.gossip == Exact()
-        return self.rule.name if exact else f"{self.rule.name}+{self.gossip.name}"
+        name = self.alias or (self.rule.name if exact else f"{self.rule.name}+{self.gossip.name}")
+        return name if self.outer is None else f"{name}+{self.outer.name}"
 
     @property
     def needs(self) -> frozenset[str]:
@@ -129,7 +138,8 @@ class Method:
     def fused(self) -> FusedUpdate | None:
         """The fused update of the rule's step where it reaches the communicator as it is
         (a gossip that passes fused updates through), else None."""
-        return self.rule.fused if self.gossip.passes_fused else None
+        whole = self.gossip.passes_fused and self.outer is None  # else more than the update
+        return self.rule.fused if whole else None
 
     @property
     def pace(self) -> tuple[int, bool]:
@@ -139,8 +149,13 @@ class Method:
 
     def talks(self, t: int) -> str:
         """What step ``t`` sends (:meth:`Gossip.talks`): ``"none"`` where the rule or the
-        gossip takes a local step, ``"all"`` for an exact average over all agents."""
-        return self.gossip.talks(t) if self.rule.talks(t) else "none"
+        gossip takes a local step, ``"all"`` for an exact average over all agents; an outer
+        optimizer's average after the step adds ``"all"`` (``"gossip+all"``, or ``"all"``
+        after a local step)."""
+        inner = self.gossip.talks(t) if self.rule.talks(t) else "none"
+        if self.outer is None or not self.outer.fires(t):
+            return inner
+        return "all" if inner == "none" else f"{inner}+all"
 
     def hyperparams(self) -> dict[str, Any]:
         """The rule's and the gossip's hyper-parameters, by name."""
@@ -155,22 +170,45 @@ class Method:
         rule = dataclasses.replace(self.rule, **{k: v for k, v in changes.items() if k not in mine})
         return dataclasses.replace(self, rule=rule, gossip=gossip)
 
+    def with_outer(self, outer: str | Outer | None) -> Method:
+        """The method under the outer optimizer ``outer`` (text such as
+        ``"nesterov(lr=0.7, beta=0.9, every=500)"``; None: without one), or a one-line
+        error saying why it cannot take one."""
+        if outer is None:
+            return dataclasses.replace(self, outer=None)
+        try:
+            parsed = parse_outer(outer)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{self.name}: {exc}") from None
+        why = parsed.refuses(self.rule)
+        if why:
+            raise ValueError(f"{self.name} cannot take the outer optimizer {parsed.name}: {why}")
+        return dataclasses.replace(self, outer=parsed)
+
     def init(self, x0: torch.Tensor) -> MethodState:
         inner = self.rule.init(x0)
         extra = self.gossip.init(x0, self.rule.sends or ())
+        outer = {} if self.outer is None else self.outer.init(x0)
         clash = sorted(set(inner._fields) & set(extra))
+        clash = clash or sorted((set(inner._fields) | set(extra)) & set(outer))
         if clash:
             raise ValueError(
                 f"the rule's state {type(inner).__name__} has a field named {clash[0]!r}, which "
-                "the gossip keeps too: rename the rule's field"
+                "the gossip or the outer optimizer keeps too: rename the rule's field"
             )
-        return MethodState(inner, extra)
+        return MethodState(inner, extra, outer)
 
     def step(self, state: MethodState, grad: torch.Tensor, comm: Communicator) -> MethodState:
         gossip = self.gossip.at(state.t)
         channel = gossip.bind(state.gossip, comm, state.x, self.rule.sends or ())
         rule = self.rule.step(state.rule, grad, channel)
-        return MethodState(rule, {} if channel is comm else channel.fields())
+        fields = {} if channel is comm else channel.fields()
+        if self.outer is None or not self.outer.fires(state.t):
+            return MethodState(rule, fields, state.outer)
+        outer = self.outer.step(state.outer, rule.x, comm)
+        x = outer["outer_x"]
+        moved = {f: getattr(rule, f) + (x - rule.x) for f in self.rule.from_x0}
+        return MethodState(rule._replace(x=x.clone(), **moved), fields, outer)
 
 
 def as_method(method: Any) -> Method:

@@ -1,4 +1,5 @@
-"""Methods by name: ``make("edm", lr=0.05, beta=0.9, gossip="choco(qsgd(4), gamma=0.4)")``.
+"""Methods by name: ``make("edm", lr=0.05, beta=0.9, gossip="choco(qsgd(4), gamma=0.4)")``,
+``make("dsgd", lr=0.1, outer="nesterov(lr=0.7, beta=0.9, every=8)")``.
 
 :data:`REGISTRY` holds the update rules (each composes with the gossips it can take);
 :data:`ALIASES` the published pairs of a rule and a gossip under their papers' names
@@ -17,6 +18,7 @@ from decentopt._registry import Registry
 from decentopt._schema import read_call
 from decentopt.algorithms.gossips import GOSSIPS, Exact, Gossip, parse
 from decentopt.algorithms.method import Method, as_method
+from decentopt.algorithms.outer import Outer
 
 __all__ = [
     "ALIASES",
@@ -156,7 +158,8 @@ def _init_fields(cls: type) -> tuple[str, ...]:
 
 def hyperparameters(method: str | type | Any) -> tuple[str, ...]:
     """The hyper-parameters a method accepts: a name (its rule's and, for an alias, its
-    gossip's; ``gossip`` for a rule), a rule's class, or a method itself."""
+    gossip's; ``gossip`` for a rule; ``outer`` for both), a rule's class, or a method
+    itself."""
     if isinstance(method, Method) and (method.alias or method.gossip != Exact()):
         return tuple(method.hyperparams())
     if isinstance(method, str):
@@ -164,11 +167,11 @@ def hyperparameters(method: str | type | Any) -> tuple[str, ...]:
         if key in ALIASES:
             alias = ALIASES[key]
             own = tuple(f for f in _init_fields(REGISTRY[alias.rule]) if f not in alias.fixed)
-            return own + alias.parts()[2]
+            return (*own, *alias.parts()[2], "outer")
         method = REGISTRY[key]
     if isinstance(method, Method):
         method = method.rule
-    return (*_init_fields(method if isinstance(method, type) else type(method)), "gossip")
+    return (*_init_fields(method if isinstance(method, type) else type(method)), "gossip", "outer")
 
 
 def compose(rule: Any, gossip: str | Gossip = "exact", alias: str = "") -> Method:
@@ -190,9 +193,20 @@ def _check_keys(name: str, given: dict[str, Any], valid: tuple[str, ...]) -> Non
         raise TypeError(f"{name}: {unknown_name('hyper-parameter', key, valid)}{hint}")
 
 
-def make(name: str, gossip: str | Gossip | None = None, **hyperparams: Any) -> Method:
+def make(
+    name: str,
+    gossip: str | Gossip | None = None,
+    outer: str | Outer | None = None,
+    **hyperparams: Any,
+) -> Method:
     """A registered method with the given hyper-parameters, composed with ``gossip``
-    (text such as ``"choco(top_k(0.1), gamma=0.4)"`` or a gossip; exact mixing by default)."""
+    (text such as ``"choco(top_k(0.1), gamma=0.4)"`` or a gossip; exact mixing by default),
+    under the outer optimizer ``outer`` (text such as
+    ``"nesterov(lr=0.7, beta=0.9, every=8)"``; none by default)."""
+    return _make(name, gossip, **hyperparams).with_outer(outer)
+
+
+def _make(name: str, gossip: str | Gossip | None = None, **hyperparams: Any) -> Method:
     key = _key(name)
     if key in ALIASES:
         alias = ALIASES[key]

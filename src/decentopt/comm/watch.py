@@ -24,16 +24,19 @@ FIRST_STEPS = 10
 
 class GossipWatch:
     """Warns once (a :class:`RuntimeWarning`) when ``comm`` counted no round in a method's
-    first :data:`FIRST_STEPS` steps (from when the watch was made: a resumed run's own)."""
+    first :data:`FIRST_STEPS` steps (from when the watch was made: a resumed run's own), or
+    before its outer optimizer's first average where that comes later (DiLoCo's)."""
 
-    def __init__(self, comm: Any, method: str) -> None:
-        self.comm, self.method = comm, method
+    def __init__(self, comm: Any, method: Any) -> None:
+        method = as_method(method)
+        self.comm, self.method = comm, method.name
+        self.first = FIRST_STEPS if method.outer is None else max(FIRST_STEPS, method.outer.every)
         self.start = int(comm.stats.rounds)
         self.done = False
 
     def after(self, steps: int) -> None:
         """Call after each step (or block of steps) with the steps made since the start."""
-        if self.done or steps < FIRST_STEPS:
+        if self.done or steps < self.first:
             return
         self.done = True
         if int(self.comm.stats.rounds) == self.start:

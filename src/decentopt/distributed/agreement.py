@@ -56,7 +56,10 @@ def describe_algorithm(algorithm: Any, prefix: str = "method") -> dict[str, str]
     if isinstance(algorithm, Method):  # its rule's fields as the method's, then its gossip's
         fields = describe_algorithm(algorithm.rule, prefix)
         fields[prefix] = f"{algorithm.name} ({type(algorithm.rule).__name__})"
-        return fields | describe_algorithm(algorithm.gossip, f"{prefix}.gossip")
+        fields |= describe_algorithm(algorithm.gossip, f"{prefix}.gossip")
+        if algorithm.outer is not None:
+            fields |= describe_algorithm(algorithm.outer, f"{prefix}.outer")
+        return fields
     name = getattr(algorithm, "name", None)
     kind = type(algorithm).__name__
     fields = {prefix: f"{name} ({kind})" if isinstance(name, str) else kind}

@@ -76,6 +76,9 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         algorithm: a registered name (``"edm"``) or an algorithm instance.
         comm: a communicator whose ``mix`` combines this agent's row with its neighbours'.
         weight_decay: coupled L2 penalty added to the gradient (default 0).
+        outer: an outer optimizer over the method (SlowMo, DiLoCo): text such as
+            ``"nesterov(lr=0.7, beta=0.9, every=500)"``; its state (``outer_x``,
+            ``outer_m``) is in :meth:`state_dict` with the method's.
         overlap: step each bucket during backward, as soon as its gradients are ready.
         bucket_cap_mb: largest bucket (DDP's default, 25 MB); one gossip round each.
         **hyperparams: the algorithm's hyper-parameters when given by name
@@ -95,6 +98,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         overlap: bool = False,
         bucket_cap_mb: float = 25.0,
+        outer: str | Any = None,
         **hyperparams: Any,
     ) -> None:
         check_optimizer_args(params, comm, hyperparams)
@@ -105,6 +109,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         else:
             alg = as_method(algorithm)
             alg = alg.with_hyperparams(**hyperparams) if hyperparams else alg
+        alg = alg if outer is None else alg.with_outer(outer)
         if callable(alg.lr):
             raise ValueError(
                 "give DecentralizedOptimizer a constant lr and use a torch.optim.lr_scheduler "
@@ -138,7 +143,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         if self._agent is not None:
             self._agent.share_within_agent(self._params())
         self._check_agreement()
-        self._watch, self._steps = GossipWatch(comm, alg.name), 0  # a method that never gossips
+        self._watch, self._steps = GossipWatch(comm, alg), 0  # a method that never gossips
 
     # ----------------------------------------------------------------- groups
     def add_param_group(self, param_group: dict[str, Any]) -> None:

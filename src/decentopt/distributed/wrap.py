@@ -29,6 +29,14 @@ statistics; no analysis here covers that, and the bias correction of ED is exact
 where the local update is a fixed linear function of the gradient. On the complete graph
 with identical data every combination is the base optimizer itself (tested).
 Learning-rate schedulers attach to the base optimizer.
+
+``outer="nesterov(lr=0.7, beta=0.9, every=H)"`` adds an outer optimizer
+(:mod:`decentopt.algorithms.outer`): every ``H`` steps the pseudo-gradient
+``x_sync - mean(x)`` (one all-reduce) takes an outer Nesterov step and every agent restarts
+from ``x_sync``. ``wrap(AdamW(...), "dsgd", comm, gossip=f"local({N})", outer=...)`` with
+``N`` beyond the run is DiLoCo (inner AdamW, no communication between outer steps); with
+DSGD's gossip on every step it is a decentralized DiLoCo. The base optimizer's state
+(AdamW's moments) carries on across outer steps, as in DiLoCo.
 """
 
 from __future__ import annotations
@@ -75,12 +83,15 @@ class GossipOptimizer:
         base: torch.optim.Optimizer,
         method: str | Any,
         comm: Communicator,
+        outer: str | Any = None,
         **hyperparams: Any,
     ) -> None:
         check_wrap_args(base, comm)
         self.base, self.comm = base, comm
         params = [p for g in base.param_groups for p in g["params"]]
-        self.gossip = DecentralizedOptimizer(params, _method(method, hyperparams), comm)
+        alg = _method(method, hyperparams)
+        alg = alg if outer is None else alg.with_outer(outer)
+        self.gossip = DecentralizedOptimizer(params, alg, comm)
         self.algorithm = self.gossip.algorithm.name
         # the base optimizer's settings must match too (the inner optimizer checks the method's)
         fields = agreement.describe_algorithm(base, "base optimizer")
@@ -129,8 +140,14 @@ class GossipOptimizer:
 
 
 def wrap(
-    base: torch.optim.Optimizer, method: str | Any, comm: Communicator, **hyperparams: Any
+    base: torch.optim.Optimizer,
+    method: str | Any,
+    comm: Communicator,
+    outer: str | Any = None,
+    **hyperparams: Any,
 ) -> GossipOptimizer:
     """``base``'s local updates taken by ``method`` (a registered name or a method; its
-    hyper-parameters other than ``lr``, e.g. ``gossip="push_sum"``): see the module doc."""
-    return GossipOptimizer(base, method, comm, **hyperparams)
+    hyper-parameters other than ``lr``, e.g. ``gossip="push_sum"``), under the outer
+    optimizer ``outer`` if given (``"nesterov(lr=0.7, beta=0.9, every=500)"``): see the
+    module doc."""
+    return GossipOptimizer(base, method, comm, outer, **hyperparams)

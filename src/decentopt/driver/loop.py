@@ -101,7 +101,7 @@ class _Loop:
         self.timing = [0.0, 0.0]  # gradient, everything else
         self.start_step, self.bar = 0, None
         self.block: BlockRunner | None = None  # the block path (decentopt.driver.block)
-        self.watch = GossipWatch(comm, algorithm.name)  # a method that never gossips
+        self.watch = GossipWatch(comm, algorithm)  # a method that never gossips
         self.saver = None if options.checkpoint_dir is None else Checkpointer(
             options.checkpoint_dir, comm, period=plan.period, every=options.checkpoint_every,
             minutes=options.checkpoint_minutes, device=x.device,
@@ -124,7 +124,7 @@ class _Loop:
         self.timing = list(saved["timing"])
         self.comm.stats.__dict__.update(saved["rounds"])  # W_t goes on from its round
         self.start_step = int(saved["step"])
-        self.watch = GossipWatch(self.comm, self.algorithm.name)
+        self.watch = GossipWatch(self.comm, self.algorithm)
         self.options.log(f"resuming {self.algorithm.name} from step {self.start_step}")
         return state.replace(**saved["state"])
 

@@ -24,7 +24,9 @@ simulator's synchronous equivalent makes ``n`` per iteration; the clock charges 
 throughput of agents that run at their own pace). A step that sends nothing (a local
 step: ``Method.talks(t) == "none"``) waits for nobody, ``T_i(t+1) = r_i(t)``; an exact
 average over all agents (``"all"``, Gossip-PGA) waits for every agent and a ring
-all-reduce, ``T_i(t+1) = max_j r_j(t) + 2 (n - 1) (latency + payload / (n bandwidth))``.
+all-reduce, ``T_i(t+1) = max_j r_j(t) + 2 (n - 1) (latency + payload / (n bandwidth))``;
+an outer optimizer's average after a gossip step (``"gossip+all"``) is that all-reduce
+after the gossip round, from ``max_j T_j(t+1)``.
 The same model and seed give the same timeline, bit for bit: it depends on the graph, the
 pace and the payload only.
 """
@@ -166,7 +168,8 @@ def clock(
 ) -> np.ndarray:
     """``(steps + 1,)`` simulated seconds at which step ``t`` is done (module docstring);
     ``payload``: bytes of one message; ``talks(t)``: what step ``t`` sends (``"gossip"``,
-    ``"none"`` or ``"all"``; gossip on every step without it)."""
+    ``"none"``, ``"all"``, or ``"gossip+all"`` for a gossip round, then an all-reduce;
+    gossip on every step without it)."""
     n = graph.n
     c = compute_times(model, n, steps)
     one = model.message_seconds(payload)
@@ -180,7 +183,7 @@ def clock(
     everyone = 2 * (n - 1) * model.message_seconds(payload / n) if n > 1 else 0.0
     for t in range(steps):
         ready[t] = T + c[t]
-        kind = talks(t) if talks is not None else "gossip"
+        kind, *after = (talks(t) if talks is not None else "gossip").split("+")
         if kind != "gossip":
             T = ready[t] if kind == "none" else np.full(n, ready[t].max() + everyone)
             out[t + 1] = T.max()
@@ -193,6 +196,8 @@ def clock(
         else:
             arrive = np.zeros(n)
         T = np.maximum(ready[t], arrive)
+        if after:  # then every agent waits for the all-reduce
+            T = np.full(n, T.max() + everyone * len(after))
         out[t + 1] = T.max()
     return out
 
@@ -206,7 +211,8 @@ def _per_message(
     reduces = 0
     if algorithm is not None and n > 1:
         method = as_method(algorithm)
-        reduces = 2 * (n - 1) * sum(method.talks(t) == "all" for t in range(steps))
+        kinds = (method.talks(t).split("+") for t in range(steps))
+        reduces = 2 * (n - 1) * sum(kind.count("all") for kind in kinds)
     share = messages - reduces + reduces / n
     return total_bytes / share if share > 0 else 0.0
 

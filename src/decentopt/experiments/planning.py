@@ -92,6 +92,9 @@ def memory_parts(spec: RunSpec) -> dict[str, float]:
     runs = max(spec.runs if g is None else len(g) for g in run_groups(spec))
     parts = dict(spec.params.memory_bytes(agents=spec.agents, runs=runs))
     parts["delayed gossip's messages of past rounds"] = spec.history_bytes(runs)
+    outer = any(v.make().outer is not None for v in spec.algorithms.values())
+    iterate = spec.params.iterate_bytes(agents=spec.agents, runs=runs)
+    parts["an outer optimizer's x_sync and momentum"] = 2 * iterate if outer else 0.0
     levels = len(getattr(spec.params, spec.panel)) if spec.panel else 1
     records = spec.record_points + TAIL_POINTS + 2  # a log grid's points at most
     rows = len(spec.algorithms) * spec.runs * levels * records
