@@ -214,6 +214,7 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
             cases.append(case)
             files += written
             report = (folder / "summary.md").read_text().split("\n", 1)[1]
+            report = report.replace("\n## ", "\n### ")  # under the case's heading
             sections += [f"## {case.name}", "", f"Reaching {spec.threshold:g}:", ""]
             sections += [cost_table(spec, case.rows, case.stats), "", report]
     everything = [r | {"part": c.part, "agents": c.n} for c in cases for r in c.rows]
