@@ -172,11 +172,11 @@ def cost_table(spec: RunSpec, rows: list[dict[str, Any]], stats: Stats) -> str:
 
 # ------------------------------------------------------------------- running and reporting
 def _run_case(
-    spec: RunSpec, n: int, folder: Path, options: RunOptions, how: Request, x: str
+    spec: RunSpec, folder: Path, options: RunOptions, how: Request, x: str
 ) -> tuple[Case, list[Path]]:
     """One part at one size: run (or resumed), reported, its claims judged with ``--check``."""
     rows = Sweep(spec, folder, options).run().rows
-    case = Case(spec, n, rows, summarise(rows, spec))
+    case = Case(spec, spec.agents, rows, summarise(rows, spec))
 
     def judge(stats: Stats) -> str:
         case.judged = check_claims(spec.claims, stats)
@@ -210,7 +210,7 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
                     continue
                 spec = spec.select(spec.present(how.only))
             folder = out / spec.name / ("" if n is None else f"n{n}")
-            case, written = _run_case(spec, spec.agents, folder, options, how, x)
+            case, written = _run_case(spec, folder, options, how, x)
             cases.append(case)
             files += written
             report = (folder / "summary.md").read_text().split("\n", 1)[1]
@@ -221,10 +221,10 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
     files.insert(0, write_csv_atomic(out / "results.csv", everything))
     if how.check:
         verdicts = check_claims(claims, cases) if claims else []
-        sections += ["## Claims across cases", "", claims_markdown(verdicts), ""] if claims else []
-        everything_judged = [*verdicts, *(v for c in cases for v in c.judged)]
-        sections += [tally(everything_judged), ""]
-        sections += [CHANGED_RUN, ""] if how.quick or how.sets else []
-        options.log("\n".join(sections[-4:]))
+        judged = ["## Claims across cases", "", claims_markdown(verdicts), ""] if claims else []
+        judged += [tally([*verdicts, *(v for c in cases for v in c.judged)]), ""]
+        judged += [CHANGED_RUN, ""] if how.quick or how.sets else []
+        options.log("\n".join(judged))
+        sections += judged
     write_text_atomic(out / "summary.md", "\n".join(sections))
     return [out / "summary.md", *files]
