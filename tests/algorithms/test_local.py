@@ -254,3 +254,38 @@ def test_sim_time_of_a_run_counts_local_steps(graph):
     np.testing.assert_allclose(times["local(4)"], 100 * 1e-3 + 25 * 2 * one)
     reduce = 2 * 7 * timing.message_seconds(payload / 8)
     np.testing.assert_allclose(times["periodic_global(4)"], 100e-3 + 75 * 2 * one + 25 * reduce)
+
+
+@pytest.mark.parametrize("H", [2, 3])
+def test_local_choco_is_a_choco_round_every_h_th_step(H, graph):
+    """``local(H, choco(top_k, gamma))`` under DSGD against a per-agent loop written here: each
+    agent steps on its own; on every H-th step one CHOCO round (Koloskova, Stich & Jaggi 2019)
+    mixes the half-steps -- q_i = top_k(z_i - hat_i), hat_i += q_i, s_i += sum_j w_ij q_j,
+    x_i = z_i + gamma (s_i - hat_i) -- and between rounds the public copies stay as they are."""
+    n, d, steps, alpha, gamma, keep = graph.n, 4, 17, 0.05, 0.6, 2  # top_k(0.5): 2 of 4
+    oracle = LinearOracle(n, d, steps, seed=11)
+    x0 = np.random.default_rng(12).standard_normal((n, d))
+    inner = f"choco(top_k({keep / d}), gamma={gamma})"
+    alg = dopt.algorithms.make("dsgd", lr=alpha, gossip=f"local({H}, {inner})")
+    got, comm = run_vectorised(alg, graph, x0, oracle, steps)
+    W = graph.W.numpy()
+
+    def top_k(v: np.ndarray) -> np.ndarray:
+        kept = np.argsort(-np.abs(v), kind="stable")[:keep]  # ties: the lowest index first
+        out = np.zeros_like(v)
+        out[kept] = v[kept]
+        return out
+
+    x = [row.copy() for row in x0]
+    hat = [np.zeros(d) for _ in range(n)]
+    s = [np.zeros(d) for _ in range(n)]
+    for t in range(steps):
+        z = [x[i] - alpha * oracle.agent(t, i, x[i]) for i in range(n)]
+        if (t + 1) % H == 0:
+            q = [top_k(z[i] - hat[i]) for i in range(n)]
+            hat = [hat[i] + q[i] for i in range(n)]
+            s = [s[i] + sum(W[i, j] * q[j] for j in range(n)) for i in range(n)]
+            z = [z[i] + gamma * (s[i] - hat[i]) for i in range(n)]
+        x = z
+        np.testing.assert_allclose(got[t], np.stack(x), rtol=1e-12, atol=1e-12)
+    assert comm.stats.rounds == steps // H

@@ -14,7 +14,7 @@ COMPRESSION = load_study("compression").specs
 
 
 def test_the_built_in_studies_are_study_files_whose_parts_load():
-    assert set(STUDIES) == {"methods", "compression", "topologies", "table1", "stragglers"}
+    assert set(STUDIES) == {"methods", "compression", "topologies", "table1", "stragglers", "local"}
     for name in STUDIES:
         study = load_study(name, quick=True)
         for part in study.specs:

@@ -43,6 +43,33 @@ def test_rows_carry_the_communication_and_the_network_models_time(tmp_path):
     assert again.ran == [] and all(r["model_time"] < 1e-2 * max(r["step"], 1) for r in again.rows)
 
 
+def test_rows_count_local_steps_as_iterations_and_only_rounds_as_communication(tmp_path):
+    """A gradient evaluation is an iteration; ``local(4)`` adds a round, its bytes and their
+    modelled time on every 4th step only, and ``periodic_global(4)``'s every 4th step is
+    priced as a ring all-reduce: 2 (n - 1) messages of ceil(P / n) bytes."""
+    text = BASE.replace("[algorithms.ed]\n[algorithms.edm]\n", "").replace("beta = 0.8\n", "")
+    text += '[algorithms.local]\nmethod = "dsgd"\ngossip = "local(4)"\n'
+    text += '[algorithms.pga]\nmethod = "dsgd"\ngossip = "periodic_global(4)"\n'
+    text += "[network]\nbandwidth = 1e6\nlatency = 1e-3\ncompute = 2e-3\n"
+    spec = load_spec(write(tmp_path, text.replace("iterations = 50", "iterations = 13")))
+    rows = run_spec(spec, tmp_path / "out", progress=False, log=quiet).rows
+    n, payload = 6, 3 * 8  # d = 3 float64 entries per column
+    steps = {r["step"] for r in rows}
+    assert steps == set(range(14))  # every step recorded
+    for row in rows:
+        t = row["step"]
+        if row["algorithm"] == "local":  # a ring round on steps 4, 8, 12
+            rounds, messages, sent = t // 4, 2 * (t // 4), 2 * (t // 4) * payload
+        else:  # ring rounds, but an all-reduce on steps 4, 8, 12
+            rounds, alls = t, t // 4
+            messages = 2 * (t - alls) + 2 * (n - 1) * alls
+            sent = 2 * (t - alls) * payload + 2 * (n - 1) * alls * -(-payload // n)
+        assert (row["rounds"], row["busiest_messages"]) == (rounds, messages), row
+        assert row["bytes_per_agent"] == pytest.approx(sent)
+        want = t * 2e-3 + messages * 1e-3 + sent / 1e6
+        assert row["model_time"] == pytest.approx(want)
+
+
 def test_a_time_varying_topology_in_a_specification(tmp_path):
     text = BASE.replace('name = "ring"', 'name = "base_graph"\nbase = 3')
     spec = load_spec(write(tmp_path, text))

@@ -137,9 +137,9 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
     p.add_argument(
         "--x",
         choices=list(X_AXES),
-        default="iterations",
-        help="horizontal axis of the curves: iterations, gossip rounds, bytes sent per agent, "
-        "or modelled time (the spec's [network], or its [timing] time model)",
+        help="horizontal axis of the curves: iterations (the default; a study: its own x), "
+        "gossip rounds, bytes sent per agent, or modelled time (the spec's [network], or its "
+        "[timing] time model)",
     )
 
 
@@ -189,6 +189,7 @@ def _run_command(args: argparse.Namespace) -> int:
             sets=args.overrides,
             only=_only(args),
             check=args.check,
+            x=None if args.x is None else X_AXES[args.x],
         )
         monitor.figures(files, group=study.name)
         print("wrote " + ", ".join(map(str, files)))
@@ -208,7 +209,7 @@ def _run_command(args: argparse.Namespace) -> int:
         return 0
     claims = partial(claims_report, spec.claims) if args.check else None
     modified = args.quick or bool(args.overrides)
-    x = X_AXES[args.x]
+    x = X_AXES[args.x or "iterations"]
     files = write_report(spec, outcome.rows, out, modified=modified, claims=claims, x=x)
     monitor.figures(files, group=spec.name)
     print(

@@ -46,6 +46,7 @@ from decentopt.experiments.measures import (
     bytes_to_settle,
     compared,
 )
+from decentopt.experiments.paired import paired_ratios, ratio_near
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.summary import Stat, heterogeneity_slope, levels_by_zeta
 from decentopt.plotting import LABELS
@@ -248,6 +249,42 @@ def _fewer_bytes(
     return ordered(bytes_measure(threshold, factor), algorithm, others, strict=True), test
 
 
+def _bytes_cut_by(
+    algorithm: str,
+    others: Sequence[str],
+    factor: float,
+    tolerance: float = 0.25,
+    threshold: float | None = None,
+) -> tuple[Callable[[Stats], Verdict], str]:
+    """``algorithm`` needs close to ``factor`` times fewer bytes than each of ``others`` to
+    settle: the run-by-run ratio within ``factor`` x (1 -/+ ``tolerance``) (:mod:`.paired`)."""
+    if not (factor > 0 and 0 <= tolerance < 1):
+        raise TypeError(f"needs factor > 0 and 0 <= tolerance < 1; got {factor}, {tolerance}")
+    low, high = factor * (1 - tolerance), factor * (1 + tolerance)
+
+    def check(stats: Stats) -> Verdict:
+        if not {algorithm, *others} <= _algs(stats):
+            return Verdict(None, f"needs {_names([algorithm, *others])}")
+        levels, verdicts, parts = levels_by_zeta(stats), [], []
+        for other in others:
+            for lv in levels:
+                a, b = stats[(lv, algorithm)], stats[(lv, other)]
+                ratios = paired_ratios(a, b, lambda s: bytes_to_settle(s, threshold))
+                exact = a.deterministic and b.deterministic
+                verdict, text = ratio_near(ratios, low, high, exact, len(others) * len(levels))
+                verdicts.append(verdict)
+                parts.append(f"{_name(other)}'s over {_name(algorithm)}'s at {lv:g}: {text}")
+        return Verdict(combine(verdicts), "bytes to settle, run by run, " + "; ".join(parts))
+
+    below = "the threshold" if threshold is None else f"{threshold:g}"
+    test = (
+        f"{_names(others)}'s bytes per agent to settle below {below} over {_name(algorithm)}'s, "
+        f"run by run, within x{low:.3g} to x{high:.3g} (equivalence t-tests on log-ratios) "
+        f"{_SIG}, at every level"
+    )
+    return check, test
+
+
 #: Checks a ``[[claims]]`` table can name (``check = "NAME"`` plus its arguments).
 CHECKS: Registry[Factory] = Registry(
     "claim check",
@@ -265,6 +302,7 @@ CHECKS: Registry[Factory] = Registry(
         "settles_sooner": _ordering(SETTLING, True, "settles below the threshold sooner than"),
         "settles_no_later": _ordering(SETTLING, False, "settles below the threshold no later than"),
         "fewer_bytes": _fewer_bytes,
+        "bytes_cut_by": _bytes_cut_by,
         "sooner_in_time": _ordering(
             TIME, True, "settles below the threshold in less simulated time than"
         ),

@@ -7,7 +7,8 @@ of the grid, with the iterations *and* gossip rounds it needs to settle; for ``b
 (the compression study) the bytes each agent sends per iteration and to settle.
 ``out/summary.md`` gathers the parts. A ``graphs`` study runs its parts over graphs and
 numbers of agents (:mod:`.topologies`); the ``scaling`` study is Table 1's
-(:mod:`.scaling`).
+(:mod:`.scaling`); a ``cases`` study runs parts at several numbers of agents and judges
+claims across them (:mod:`.cases`: the local-steps study).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from decentopt._registry import Registry
 from decentopt.driver import RunOptions
+from decentopt.experiments.cases import run_cases
 from decentopt.experiments.claims import bytes_to_settle, claims_report
 from decentopt.experiments.reports import markdown_table, panel_curves, write_report
 from decentopt.experiments.runner import Sweep
@@ -116,7 +118,7 @@ def _run_parts(study: Study, out: Path, options: RunOptions, how: Request) -> li
         claims = partial(claims_report, spec.claims) if how.check and spec.claims else None
         files += write_report(
             spec, outcome.rows, folder, modified=modified, claims=claims, say=options.log,
-            x=study.x,
+            x=how.x or study.x,
         )  # fmt: skip
         title, table, more = extra(spec, outcome.rows, out, modified)
         options.log(table)
@@ -130,7 +132,13 @@ def _run_parts(study: Study, out: Path, options: RunOptions, how: Request) -> li
 #: How each kind of study (``study`` in the file) runs: see the module docstring.
 RUNNERS: Registry[Callable[[Study, Path, RunOptions, Request], list[Path]]] = Registry(
     "study",
-    [("tuned", _run_parts), ("bytes", _run_parts), ("graphs", run_graphs), ("scaling", run_table1)],
+    [
+        ("tuned", _run_parts),
+        ("bytes", _run_parts),
+        ("graphs", run_graphs),
+        ("scaling", run_table1),
+        ("cases", run_cases),
+    ],
 )
 
 
@@ -143,8 +151,10 @@ def run_study(
     sets: list[str] | None = None,
     only: list[str] | None = None,
     check: bool = False,
+    x: str | None = None,
 ) -> list[Path]:
     """Run (or resume) ``study`` into ``out``; ``sets``: ``--set`` overrides of every part;
-    ``only``: the variant labels to run (an unknown one is refused before anything runs)."""
-    how = Request(quick, tuple(sets or ()), None if only is None else tuple(only), check)
+    ``only``: the variant labels to run (an unknown one is refused before anything runs);
+    ``x``: the curves' axis (``None``: the study's)."""
+    how = Request(quick, tuple(sets or ()), None if only is None else tuple(only), check, x)
     return RUNNERS[study.study](study, out, options, how)

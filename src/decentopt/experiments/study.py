@@ -27,12 +27,14 @@ __all__ = ["Request", "Study", "load_study"]
 @dataclass(frozen=True)
 class Request:
     """What of a study runs: ``--quick``, ``--set`` overrides of every part, ``--only``
-    labels (``None``: all) and ``--check``."""
+    labels (``None``: all), ``--check`` and ``--x``."""
 
     quick: bool = False
     sets: tuple[str, ...] = ()
     only: tuple[str, ...] | None = None
     check: bool = False
+    #: the curves' axis asked for (``--x``), or ``None``: the study's own ``x``
+    x: str | None = None
 
     def load(self, path: str, sets: list[str] | None = None) -> RunSpec:
         """A part with the request's ``--quick`` and ``--set`` (after ``sets``)."""
@@ -43,13 +45,14 @@ class Request:
 class Study:
     """A validated study file (see the module docstring)."""
 
-    study: Literal["tuned", "bytes", "graphs", "scaling"]
+    study: Literal["tuned", "bytes", "graphs", "scaling", "cases"]
     title: str = ""
     specs: tuple[str, ...] = ()
     x: Literal["step", "rounds", "bytes_per_agent", "model_time"] = "step"
     agents: tuple[int, ...] = ()
     graphs: dict[str, Any] = field(default_factory=dict)
     drawn: tuple[str, ...] = ()
+    sizes: dict[str, Any] = field(default_factory=dict)  # cases: part -> numbers of agents
     seeds: int = bounded(5, minimum=2)
     small: bool = False  # scaling: the small sizes (--quick)
     claims: tuple[dict[str, Any], ...] = ()
@@ -95,6 +98,15 @@ def load_study(path_or_name: str | Path, *, quick: bool = False) -> Study:
             )
     if study.study == "graphs" and not (study.graphs and study.agents):
         raise ConfigError(f"{source}: a graphs study needs agents = [...] and a [graphs] table")
+    for part, sizes in study.sizes.items():
+        if part not in study.specs:
+            raise ConfigError(
+                f"{source} [sizes] {part}: not a part; the parts: {', '.join(study.specs)}"
+            )
+        if not (
+            isinstance(sizes, list) and sizes and all(type(n) is int and n >= 1 for n in sizes)
+        ):
+            raise ConfigError(f"{source} [sizes] {part}: give numbers of agents, e.g. [32, 64]")
     for label, table in study.graphs.items():
         if not isinstance(table, dict) or not isinstance(table.get("name"), str):
             raise ConfigError(

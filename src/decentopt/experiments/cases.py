@@ -1,0 +1,230 @@
+"""The cases study: parts run at several numbers of agents, with claims across them.
+
+``decentopt reproduce local`` runs the study file ``presets/local.toml`` (kind ``cases``):
+each part (a run specification) at every number of agents its entry of ``[sizes]`` lists
+(a part not listed: at its own ``agents``), one *case* per part and size, into
+``OUT/PART/nN/`` (or ``OUT/PART/`` for a part at its own size). Each case is reported as
+``decentopt run`` reports it (``summary.md``, figures against the study's ``x`` or
+``--x``, and with ``--check`` the part's ``[[claims]]``, judged in every case) and adds
+what it costs each method to reach the part's threshold: iterations (gradient
+evaluations), gossip rounds, bytes per agent and modelled seconds, counted where they
+happen -- a local step sends nothing, a global average is priced as a ring all-reduce.
+``OUT/summary.md`` gathers the cases and judges the study's own ``[[claims]]``, each
+naming one of :data:`CHECKS` (claims across cases, e.g. a gap growing with ``n``).
+
+A further claim on another problem (say, an outer optimizer on the digits network at
+equal bytes) is one more part in ``specs`` with its ``[[claims]]``; a claim across parts
+or sizes is one more check in :data:`CHECKS`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from decentopt._registry import Registry
+from decentopt.analysis import ALPHA
+from decentopt.driver import RunOptions
+from decentopt.experiments.claims import (
+    Claim,
+    Factory,
+    Verdict,
+    check_claims,
+    claims_markdown,
+    combine,
+    parse_claims,
+    tally,
+)
+from decentopt.experiments.paired import paired_ratios, ratio_grows
+from decentopt.experiments.reports import CHANGED_RUN, markdown_table, panel_curves, write_report
+from decentopt.experiments.runner import Sweep
+from decentopt.experiments.spec import RunSpec
+from decentopt.experiments.study import Request, Study
+from decentopt.experiments.summary import Stat, levels_by_zeta, summarise
+from decentopt.plotting import LABELS
+from decentopt.results import write_csv_atomic, write_text_atomic
+
+__all__ = ["CHECKS", "Case", "cost_table", "run_cases"]
+
+Stats = dict[tuple[float, str], Stat]
+
+
+@dataclass
+class Case:
+    """One part at one number of agents: its specification, rows, statistics and the
+    verdicts on its own claims."""
+
+    spec: RunSpec
+    n: int
+    rows: list[dict[str, Any]]
+    stats: Stats
+    judged: list[tuple[Claim, Verdict]] = field(default_factory=list)
+
+    @property
+    def part(self) -> str:
+        return self.spec.name
+
+    @property
+    def name(self) -> str:
+        return f"{self.part}, n = {self.n}"
+
+
+# ------------------------------------------------------------------- claims across cases
+#: Checks a cases study's ``[[claims]]`` can name (``check = "NAME"`` plus its arguments);
+#: each judges the list of cases.
+CHECKS: Registry[Factory] = Registry("cases claim check")
+
+
+def _name(label: str) -> str:
+    return LABELS.get(label, label)
+
+
+def _gap_grows(
+    algorithm: str, other: str, part: str | None = None
+) -> tuple[Callable[[Sequence[Case]], Verdict], str]:
+    """``other``'s iterations to settle over ``algorithm``'s, run by run, grow from each
+    size to the next (over the cases of ``part``, or of every part with both methods)."""
+
+    def check(cases: Sequence[Case]) -> Verdict:
+        mine = sorted(
+            (
+                c
+                for c in cases
+                if (part is None or c.part == part)
+                and {algorithm, other} <= {label for _, label in c.stats}
+            ),
+            key=lambda c: c.n,
+        )
+        if len({c.n for c in mine}) < 2:
+            return Verdict(None, f"needs {_name(algorithm)} and {_name(other)} at two sizes")
+        steps = list(itertools.pairwise(mine))
+        levels = levels_by_zeta(mine[0].stats)
+        verdicts, parts = [], []
+        for small, large in steps:
+            for lv in levels:
+                if (lv, algorithm) not in large.stats:
+                    return Verdict(None, f"needs the level {lv:g} in every case")
+                ratios = [
+                    paired_ratios(c.stats[(lv, algorithm)], c.stats[(lv, other)], _settle)
+                    for c in (small, large)
+                ]
+                verdict, text = ratio_grows(*ratios, comparisons=len(steps) * len(levels))
+                verdicts.append(verdict)
+                parts.append(f"n = {small.n} -> {large.n}: {text}")
+        heading = f"{_name(other)}'s iterations to settle over {_name(algorithm)}'s, run by run"
+        return Verdict(combine(verdicts), f"{heading}: " + "; ".join(parts))
+
+    test = (
+        f"{_name(other)}'s iterations to settle over {_name(algorithm)}'s (run by run) larger "
+        f"at every next size, Mann-Whitney at a {ALPHA:.0%} family-wise level"
+    )
+    return check, test
+
+
+def _settle(stat: Stat) -> tuple[float, ...]:
+    return stat.settle
+
+
+CHECKS.add("gap_grows", _gap_grows)
+
+
+# ------------------------------------------------------------------- what reaching the target costs
+COSTS = (("step", "iterations"), ("rounds", "gossip rounds"))
+COSTS += (("bytes_per_agent", "bytes per agent"), ("model_time", "modelled s"))
+
+
+def _at_settling(rows: list[dict[str, Any]], stat: Stat, column: str) -> list[float]:
+    """``column`` at each run's settling iteration (``inf``: never), interpolated between
+    the recorded steps (the columns counted here are the same in every run)."""
+    run = min(r["run"] for r in rows)
+    points = sorted((r["step"], float(r[column])) for r in rows if r["run"] == run)
+    steps, values = np.array([s for s, _ in points]), np.array([v for _, v in points])
+    return [float(np.interp(v, steps, values)) if np.isfinite(v) else v for v in stat.settle]
+
+
+def _mean_text(values: list[float]) -> str:
+    never = sum(not np.isfinite(v) for v in values)
+    if never:
+        return f"never in {never}/{len(values)}"
+    return f"{np.mean(values):.3g}"
+
+
+def cost_table(spec: RunSpec, rows: list[dict[str, Any]], stats: Stats) -> str:
+    """Per level and method: the mean over runs of what it took to settle below the
+    threshold (iterations, rounds, bytes, modelled seconds) and the steady error."""
+    body = []
+    for lv in levels_by_zeta(stats):
+        for label in spec.algorithms:
+            stat = stats.get((lv, label))
+            if stat is None:
+                continue
+            mine = [r for r in rows if r["algorithm"] == label and float(r[spec.panel]) == lv]
+            cells = [_mean_text(_at_settling(mine, stat, column)) for column, _ in COSTS]
+            body.append([f"{stat.zeta2:.3g}", _name(label), *cells, f"{stat.steady:.3g}"])
+    header = ["ζ²", "method", *(f"{words} to {spec.threshold:g}" for _, words in COSTS)]
+    return markdown_table([*header, f"steady {spec.metric}"], body)
+
+
+# ------------------------------------------------------------------- running and reporting
+def _run_case(
+    spec: RunSpec, folder: Path, options: RunOptions, how: Request, x: str
+) -> tuple[Case, list[Path]]:
+    """One part at one size: run (or resumed), reported, its claims judged with ``--check``."""
+    rows = Sweep(spec, folder, options).run().rows
+    case = Case(spec, spec.agents, rows, summarise(rows, spec))
+
+    def judge(stats: Stats) -> str:
+        case.judged = check_claims(spec.claims, stats)
+        return f"{claims_markdown(case.judged)}\n\n{tally(case.judged)}\n"
+
+    modified = how.quick or bool(how.sets)
+    claims = judge if how.check and spec.claims else None
+    files = write_report(spec, rows, folder, modified=modified, claims=claims, say=options.log, x=x)
+    if x != "bytes_per_agent":  # what local steps save, whatever the main axis
+        title = spec.title(modified) + ", against bytes sent"
+        order = levels_by_zeta(case.stats)
+        files += panel_curves(
+            spec, rows, folder / f"{spec.name}_bytes", title, order, x="bytes_per_agent"
+        )
+    return case, files
+
+
+def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> list[Path]:
+    """Run (or resume) a cases study into ``out``, as ``how`` asks; every part, ``--only``
+    label and claim is checked before anything runs."""
+    study.parts(how)
+    claims = parse_claims(study.claims, study.source, CHECKS)
+    x = how.x or study.x
+    cases, files, sections = [], [], [f"# {study.title}", ""]
+    for part in study.specs:
+        sizes = study.sizes.get(part)
+        for n in sizes or [None]:
+            spec = how.load(study.spec_path(part), [] if n is None else [f"agents={n}"])
+            if how.only is not None:  # the labels of this part (all checked before)
+                if not spec.present(how.only):
+                    continue
+                spec = spec.select(spec.present(how.only))
+            folder = out / spec.name / ("" if n is None else f"n{n}")
+            case, written = _run_case(spec, folder, options, how, x)
+            cases.append(case)
+            files += written
+            report = (folder / "summary.md").read_text().split("\n", 1)[1]
+            report = report.replace("\n## ", "\n### ")  # under the case's heading
+            sections += [f"## {case.name}", "", f"Reaching {spec.threshold:g}:", ""]
+            sections += [cost_table(spec, case.rows, case.stats), "", report]
+    everything = [r | {"part": c.part, "agents": c.n} for c in cases for r in c.rows]
+    files.insert(0, write_csv_atomic(out / "results.csv", everything))
+    if how.check:
+        verdicts = check_claims(claims, cases) if claims else []
+        judged = ["## Claims across cases", "", claims_markdown(verdicts), ""] if claims else []
+        judged += [tally([*verdicts, *(v for c in cases for v in c.judged)]), ""]
+        judged += [CHANGED_RUN, ""] if how.quick or how.sets else []
+        options.log("\n".join(judged))
+        sections += judged
+    write_text_atomic(out / "summary.md", "\n".join(sections))
+    return [out / "summary.md", *files]

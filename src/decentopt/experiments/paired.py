@@ -1,0 +1,114 @@
+"""Run-by-run ratios of two methods, and the claims judged on them.
+
+Every method of a sweep sees the same data, graph and gradient noise in run ``r`` (seeds
+are split by role), so the ratio of two methods' values in the same run -- iterations or
+bytes to settle -- is free of the spread between runs, which a comparison of the two sets
+of runs has to overcome. Two judgements rest on these ratios:
+
+* :func:`ratio_near`: the ratio lies within ``[low, high]``, an equivalence test (two
+  one-sided t-tests on the runs' log-ratios, TOST): it **holds** when the log-ratio's mean
+  is above ``log low`` and below ``log high``, each at ``ALPHA`` (intersection-union: no
+  correction), **does not hold** when it is below ``log low`` or above ``log high`` at
+  ``ALPHA / (2 m)`` (Bonferroni over the two sides and the claim's ``m`` comparisons), and
+  is inconclusive between.
+* :func:`ratio_grows`: the ratio grows from one case to the next (say, from 32 to 64
+  agents): the runs' ratios of the two cases compared by a Mann-Whitney U test, as
+  settling iterations are (:func:`~decentopt.analysis.compare_settling`).
+
+A run where only the second method never settles has ratio ``inf``, one where only the
+first does ``0``: such runs put the ratio outside any range (if runs of both kinds occur,
+the verdict is unknown); where both never settle the ratio is unknown, and so is the
+verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from decentopt.analysis import ALPHA, compare_settling, ordering_verdict, rank_test_can_decide
+from decentopt.experiments.summary import Stat
+
+__all__ = ["paired_ratios", "ratio_grows", "ratio_near", "ratio_text"]
+
+
+def paired_ratios(a: Stat, b: Stat, values: Callable[[Stat], Sequence[float]]) -> np.ndarray | None:
+    """``b``'s value over ``a``'s in each run (``values``: per-run, ``inf`` for never);
+    ``None`` where a diverged run leaves the runs unmatched."""
+    va, vb = np.asarray(values(a), dtype=float), np.asarray(values(b), dtype=float)
+    if a.diverged or b.diverged or va.size != vb.size or not va.size:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = vb / va
+    ratios[np.isinf(va) & np.isinf(vb)] = np.nan
+    ratios[np.isinf(va) & np.isfinite(vb)] = 0.0
+    return ratios
+
+
+def ratio_text(ratios: np.ndarray | None) -> str:
+    """The ratios' geometric mean and range, or what makes them unknown."""
+    if ratios is None:
+        return "runs unmatched (a run diverged)"
+    if np.isnan(ratios).any():
+        return f"neither settles in {int(np.isnan(ratios).sum())}/{ratios.size} runs"
+    finite = ratios[np.isfinite(ratios) & (ratios > 0)]
+    if finite.size < ratios.size:
+        return f"only one settles in {ratios.size - finite.size}/{ratios.size} runs"
+    mean = float(np.exp(np.log(finite).mean()))
+    return f"x{mean:.3g} (runs x{finite.min():.3g} to x{finite.max():.3g})"
+
+
+def _t_bound(logs: np.ndarray, level: float, upper: bool) -> float:
+    """One-sided ``1 - level`` confidence bound of the mean of ``logs`` (the mean itself
+    where the runs agree exactly or there is one)."""
+    mean = float(logs.mean())
+    if logs.size < 2:
+        return mean
+    from scipy import stats
+
+    se = float(logs.std(ddof=1) / np.sqrt(logs.size))
+    quantile = float(stats.t.ppf(1 - level, logs.size - 1))
+    return mean + quantile * se if upper else mean - quantile * se
+
+
+def ratio_near(
+    ratios: np.ndarray | None, low: float, high: float, deterministic: bool, comparisons: int = 1
+) -> tuple[bool | None, str]:
+    """Whether the runs' ratios lie within ``[low, high]`` (the module docstring); a single
+    run of a problem with gradient noise has no spread to judge by: inconclusive."""
+    text = ratio_text(ratios)
+    if ratios is None or np.isnan(ratios).any():
+        return None, text
+    above, below = bool(np.isinf(ratios).any()), bool((ratios == 0).any())
+    if above != below:  # one method never settles where the other does: out of any range
+        return False, text
+    if above:
+        return None, text
+    if ratios.size < 2 and not deterministic:
+        return None, f"{text}; one run of a random problem: no spread to judge by"
+    logs, lo, hi = np.log(ratios), np.log(low), np.log(high)
+    refute = ALPHA / (2 * max(1, comparisons))
+    if _t_bound(logs, refute, upper=True) < lo or _t_bound(logs, refute, upper=False) > hi:
+        return False, f"{text}: outside x{low:.3g} to x{high:.3g}"
+    if _t_bound(logs, ALPHA, upper=False) > lo and _t_bound(logs, ALPHA, upper=True) < hi:
+        return True, f"{text}: within x{low:.3g} to x{high:.3g}"
+    return None, f"{text}: not told apart from x{low:.3g} to x{high:.3g} by {ratios.size} runs"
+
+
+def ratio_grows(
+    smaller: np.ndarray | None, larger: np.ndarray | None, comparisons: int
+) -> tuple[bool | None, str]:
+    """Whether the ratios of the ``larger`` case exceed those of the ``smaller`` (one of
+    ``comparisons`` such steps in a claim): Mann-Whitney, three-way as settling is."""
+    words = f"{ratio_text(smaller)} -> {ratio_text(larger)}"
+    if smaller is None or larger is None or np.isnan(smaller).any() or np.isnan(larger).any():
+        return None, words
+    if not rank_test_can_decide(smaller.size, larger.size):
+        return None, f"{words} (too few runs to decide: {smaller.size} vs {larger.size})"
+    # a larger ratio ranks later: "larger is later than smaller" is growth
+    loose = compare_settling(smaller, larger)
+    tight = compare_settling(smaller, larger, comparisons=comparisons)
+    verdict = ordering_verdict(loose, tight, strict=True)
+    word = {True: "grows", False: "shrinks", None: "within noise"}[verdict]
+    return verdict, f"{words} ({word})"
