@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 
@@ -23,7 +23,7 @@ from decentopt.algorithms.gossips import Exact, Fields, Gossip
 from decentopt.updates import FusedUpdate
 
 if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
+    from decentopt.communicator import Communicator, Relaying
     from decentopt.schedules import LearningRate
 
 __all__ = ["Method", "MethodState", "as_method"]
@@ -155,8 +155,15 @@ class Method:
         rule = dataclasses.replace(self.rule, **{k: v for k, v in changes.items() if k not in mine})
         return dataclasses.replace(self, rule=rule, gossip=gossip)
 
-    def init(self, x0: torch.Tensor) -> MethodState:
+    def init(self, x0: torch.Tensor, comm: Communicator | None = None) -> MethodState:
+        """The state at ``x0``; with the communicator it will run on, the rule's
+        :attr:`per_neighbour` fields are as wide as its neighbour slots from the start (a
+        checkpoint's fit them), else sized at the first exchange."""
         inner = self.rule.init(x0)
+        if comm is not None and self.rule.per_neighbour:
+            slots = cast("Relaying", comm).slots
+            wide = {k: _widened(getattr(inner, k), slots) for k in self.rule.per_neighbour}
+            inner = inner._replace(**wide)
         extra = self.gossip.init(x0, self.rule.sends or ())
         clash = sorted(set(inner._fields) & set(extra))
         if clash:
@@ -171,6 +178,11 @@ class Method:
         channel = gossip.bind(state.gossip, comm, state.x, self.rule.sends or ())
         rule = self.rule.step(state.rule, grad, channel)
         return MethodState(rule, {} if channel is comm else channel.fields())
+
+
+def _widened(z: torch.Tensor, slots: int) -> torch.Tensor:
+    """Zeros like ``z`` with ``slots`` along its slot axis (the second)."""
+    return z.new_zeros((z.shape[0], slots, *z.shape[2:]))
 
 
 def as_method(method: Any) -> Method:

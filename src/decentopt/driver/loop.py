@@ -295,7 +295,7 @@ def run_loop(
     if x.device.type == "cpu" and x.numel() * x.element_size() >= LARGE_STATE_BYTES:
         keep_freed_memory()
     check_network(algorithm, comm.topology)
-    state = algorithm.init(x)
+    state = algorithm.init(x, comm)
     metrics = metrics or (lambda z: problem.metrics(z, comm))
     loop = _Loop(algorithm, problem, comm, plan, options, x, metrics)
     state = loop.resume(state)
