@@ -265,9 +265,15 @@ def _figure(rows: list[dict[str, Any]], metric: str, path: Path, x: str, title: 
     """One figure of the study: every graph's curves, a panel per n."""
     scale = "log" if x == "model_time" else "auto"
     return plot_curves(
-        rows, metric, path, panel="agents", panel_title="n = {value}", x=x, xscale=scale,
+        rows,
+        metric,
+        path,
+        panel="agents",
+        panel_title="n = {value}",
+        x=x,
+        xscale=scale,
         title=title,
-    )  # fmt: skip
+    )
 
 
 def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:

@@ -79,11 +79,21 @@ def _logistic(
     loss = torch.zeros(x.shape[:-1], dtype=torch.float64) if with_loss else None
     stride, m, d = samples.shape[-3:]
     ran = _run(
-        "decentopt_logistic_gradient", suffix, "logistic gradient",
-        math.prod(samples.shape[:-2]), x.shape[-2] // max(stride, 1), max(stride, 1), m, d,
-        samples.data_ptr(), 0 if labels is None else labels.data_ptr(), x.data_ptr(),
-        out.data_ptr(), None if loss is None else loss.data_ptr(), float(scale),
-    )  # fmt: skip
+        "decentopt_logistic_gradient",
+        suffix,
+        "logistic gradient",
+        math.prod(samples.shape[:-2]),
+        x.shape[-2] // max(stride, 1),
+        max(stride, 1),
+        m,
+        d,
+        samples.data_ptr(),
+        0 if labels is None else labels.data_ptr(),
+        x.data_ptr(),
+        out.data_ptr(),
+        None if loss is None else loss.data_ptr(),
+        float(scale),
+    )
     return (out, loss) if ran else None
 
 
@@ -124,8 +134,15 @@ def quadratic_gradient(
     term = None if term is None else term.contiguous()
     out = torch.empty_like(x)
     ran = _run(
-        "decentopt_quadratic_gradient", suffix, "quadratic gradient",
-        math.prod(x.shape[:-1]), x.shape[-1], H.data_ptr(), x.data_ptr(), b.data_ptr(),
-        None if term is None else term.data_ptr(), out.data_ptr(),
-    )  # fmt: skip
+        "decentopt_quadratic_gradient",
+        suffix,
+        "quadratic gradient",
+        math.prod(x.shape[:-1]),
+        x.shape[-1],
+        H.data_ptr(),
+        x.data_ptr(),
+        b.data_ptr(),
+        None if term is None else term.data_ptr(),
+        out.data_ptr(),
+    )
     return out if ran else None

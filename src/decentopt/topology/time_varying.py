@@ -82,7 +82,8 @@ def one_peer_hypercube(n: int) -> TopologySchedule:
 def _base_groups(n: int, base: int) -> list[tuple[int, int, int]]:
     """``n``'s base-``base`` digits as groups ``(first agent, pieces a, power p)``, from the
     highest power down: ``a`` pieces of ``base**p`` consecutive agents each."""
-    groups, start = [], 0
+    groups = []
+    start = 0
     for p in reversed(range(int(math.log(n, base)) + 2)):
         a = (n // base**p) % base
         if a:
