@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from decentopt._checks import as_count
 from decentopt.topology.schedule import _TOL, GossipRound, TopologySchedule
 from decentopt.topology.topology import AssumptionError, _as_numpy, agents
 
@@ -126,9 +127,7 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
     ``False``); finite-time exactness needs them as they are.
     """
     n = agents(n)
-    if not isinstance(base, int | np.integer) or isinstance(base, bool) or base < 2:
-        raise ValueError(f"base must be an integer >= 2 (k + 1 for k peers); got {base!r}")
-    base = int(base)
+    base = as_count(base, "base_graph: base", minimum=2)  # k + 1 for k peers
     groups = _base_groups(n, base)
     digit_cliques = functools.partial(_digit_cliques, base)
     # round index -> its entries (every index up to the last gets some)
