@@ -124,15 +124,10 @@ class NativeMixer(MixerBase):
         else:
             width = self.block_width(flat)
         n, d = flat.shape
-        status = self._function("decentopt_mix", flat.dtype)(
-            n,
-            d,
-            flat.data_ptr(),
-            target.data_ptr(),
-            *self._stencil_args(flat.dtype),
-            width,
-            torch.get_num_threads(),
-        )
+        stencil = self._stencil_args(flat.dtype)
+        threads = torch.get_num_threads()
+        mix = self._function("decentopt_mix", flat.dtype)
+        status = mix(n, d, flat.data_ptr(), target.data_ptr(), *stencil, width, threads)
         if status:
             raise RuntimeError(
                 f"the native mix was given {len(self.stencil)} stencil terms (at most "
@@ -218,29 +213,16 @@ class NativeMixer(MixerBase):
         g = None if descent is None else descent[0].contiguous()
         alpha = 0.0 if descent is None else float(descent[1])
         (units,) = self._scratch((n * rows * 2, torch.float64))  # qsgd: units, then scales
-        status = self._function("decentopt_choco", flat.dtype)(
-            op,
-            n,
-            d,
-            k,
-            kept,
-            levels,
-            per_unit,
-            flat.data_ptr() if g is None else None,
-            hat.data_ptr(),
-            s.data_ptr(),
-            out.data_ptr(),
-            gamma,
-            keys.data_ptr(),
-            units.data_ptr(),
-            len(self.stencil),
-            self._offsets,
-            self._weights["f64"],
-            None if g is None else flat.data_ptr(),
-            None if g is None else g.data_ptr(),
-            alpha,
-            torch.get_num_threads(),
-        )
+        # the arguments in the groups of the C declaration (native._DECLARATIONS)
+        sizes = (op, n, d, k, kept, levels, per_unit)
+        z = flat.data_ptr() if g is None else None  # else z = x - alpha g, read in the kernel
+        buffers = (z, hat.data_ptr(), s.data_ptr(), out.data_ptr(), gamma)
+        scratch = (keys.data_ptr(), units.data_ptr())
+        stencil = (len(self.stencil), self._offsets, self._weights["f64"])
+        x_g = (None, None) if g is None else (flat.data_ptr(), g.data_ptr())
+        choco = self._function("decentopt_choco", flat.dtype)
+        threads = torch.get_num_threads()
+        status = choco(*sizes, *buffers, *scratch, *stencil, *x_g, alpha, threads)
         if status:
             raise RuntimeError(f"the native compressed round failed (status {status})")
         return out, hat, s
@@ -308,28 +290,19 @@ class NativeMixer(MixerBase):
             noise = noise.double()
         noise = None if noise is None else noise.contiguous()
         scalar = ctypes.c_double if x.dtype == torch.float64 else ctypes.c_float
-        status = self._function("decentopt_quadratic_steps", x.dtype)(
-            native.UPDATE_KINDS.index(kind),
-            int(switches[0]),
-            int(switches[1]),
-            n,
-            R // runs,
-            runs,
-            d,
-            F.shape[2],
-            int(lower),
-            pointers(*(given[k].data_ptr() if k in given else None for k in names)),
-            pointers(*(out[k].data_ptr() if k in out else None for k in names)),
-            H.data_ptr(),
-            F.data_ptr(),
-            b.data_ptr(),
-            None if noise is None else noise.data_ptr(),
-            int(noise is not None and noise.dtype == torch.float64),
-            len(alphas),
-            (scalar * len(alphas))(*alphas),
-            float(beta),
-            *self._stencil_args(x.dtype),
-        )
+        # the arguments in the groups of the C declaration (native._DECLARATIONS)
+        update = (native.UPDATE_KINDS.index(kind), int(switches[0]), int(switches[1]))
+        shape = (n, R // runs, runs, d, F.shape[2], int(lower))
+        states = [
+            pointers(*(t[k].data_ptr() if k in t else None for k in names)) for t in (given, out)
+        ]
+        problem = (H.data_ptr(), F.data_ptr(), b.data_ptr())
+        wide = noise is not None and noise.dtype == torch.float64
+        drawn = (None if noise is None else noise.data_ptr(), int(wide))
+        steps = (len(alphas), (scalar * len(alphas))(*alphas), float(beta))
+        stencil = self._stencil_args(x.dtype)
+        run = self._function("decentopt_quadratic_steps", x.dtype)
+        status = run(*update, *shape, *states, *problem, *drawn, *steps, *stencil)
         if status:
             raise RuntimeError("the native quadratic steps could not allocate their scratch")
         return out
