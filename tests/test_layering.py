@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,19 @@ def test_importing_the_algorithms_loads_no_native_code():
 def test_no_module_is_over_four_hundred_lines():
     long = {m: n for m, p in _modules().items() if (n := len(p.read_text().splitlines())) > 400}
     assert not long, long
+
+
+def test_no_module_keeps_the_formatter_off():
+    """Code is laid out by the formatter everywhere: a table is data, a long call gets a
+    helper, a long module is split; never ``# fmt: skip`` or ``# fmt: off``."""
+    kept = []
+    for module, path in _modules().items():
+        with path.open("rb") as source:
+            for token in tokenize.tokenize(source.readline):
+                text = token.string.replace(" ", "")
+                if token.type == tokenize.COMMENT and ("#fmt:skip" in text or "#fmt:off" in text):
+                    kept.append(f"{module}:{token.start[0]}")
+    assert not kept, kept
 
 
 def test_no_function_of_the_driver_or_the_experiments_is_over_sixty_lines():

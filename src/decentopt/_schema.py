@@ -243,11 +243,14 @@ def read_call(
     match = _CALL.fullmatch(spec)
     if match is None:
         raise ValueError(f"{what} {spec!r}: write NAME or NAME(ARGS), e.g. {examples}")
-    name, text = match.group(1).lower(), match.group(2) or ""
+    name = match.group(1).lower()
+    text = match.group(2) or ""
     if name not in table:
         raise ValueError(unknown_name(what, name, table))
     parts: list[str] = []
-    depth, quote, start = 0, "", 0  # split at the commas outside () and quotes
+    depth = 0  # split at the commas outside () and quotes
+    quote = ""
+    start = 0
     for i, ch in enumerate(text):
         if quote:
             quote = "" if ch == quote else quote
@@ -263,7 +266,8 @@ def read_call(
         key = _KEY.fullmatch(part)
         args.append((key.group(1), key.group(2).strip()) if key else (None, part))
     init = [f for f in dataclasses.fields(table[name]) if f.init]  # type: ignore[arg-type]
-    fields, order = [f.name for f in init], [f.name for f in init if not f.kw_only]
+    fields = [f.name for f in init]
+    order = [f.name for f in init if not f.kw_only]
     kwargs: dict[str, Any] = {}
     for k, (key, raw) in enumerate(args):
         if key is None and not order:

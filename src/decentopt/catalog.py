@@ -79,7 +79,8 @@ def describe(name: str) -> MethodInfo:
     hyperparams = {
         k: _default(fields[k]) for k in hyperparameters(key) if k not in ("gossip", "outer")
     }
-    summary, reference = " ".join(re.split(r"\n\s*\n", doc)[0].split()), _reference(cls, doc)
+    summary = " ".join(re.split(r"\n\s*\n", doc)[0].split())
+    reference = _reference(cls, doc)
     if key in ALIASES:  # a published pair: its rule's fields and its gossip's
         alias = ALIASES[key]
         fixed = "".join(f", {k}={v!r}" for k, v in alias.fixed.items())

@@ -66,7 +66,9 @@ def plot_contraction(
     averages (exact averaging drops to round-off)."""
     fig, ((ax,),) = new_figure(1, 1, figsize=(5.6, 3.8))
     for i, network in enumerate(networks):
-        n, P, values = network.n, np.eye(network.n), [1.0]
+        n = network.n
+        P = np.eye(network.n)
+        values = [1.0]
         schedule = isinstance(network, TopologySchedule)
         for t in range(rounds):
             P = (network.at(t).matrix() if schedule else network.W.numpy()) @ P

@@ -190,7 +190,8 @@ def _csv_lines(rows: list[Mapping[str, Any]], fields: list[str], fh: TextIO) -> 
     if len(fields) == 1:  # itemgetter of one key gives a cell, not a tuple
         writer.writerows(rows)
         return
-    cells, keys = operator.itemgetter(*fields), dict.fromkeys(fields).keys()
+    cells = operator.itemgetter(*fields)
+    keys = dict.fromkeys(fields).keys()
     plain = csv.writer(fh)
     start = 0
     for i, row in enumerate(rows):

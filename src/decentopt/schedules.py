@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from decentopt._checks import as_real
+from decentopt._schema import bounded, check_fields
 
 __all__ = ["LearningRate", "MultiStep", "Schedule", "epoch_schedule", "lr_at", "validate_lr"]
 
@@ -34,18 +35,13 @@ class MultiStep:
         warmup: number of warm-up iterations (0 for none).
     """
 
-    base: float
+    base: float = bounded(above=0)
     milestones: Sequence[int] = ()
-    gamma: float = 0.1
-    warmup: int = 0
+    gamma: float = bounded(0.1, above=0, maximum=1)
+    warmup: int = bounded(0, minimum=0)
 
     def __post_init__(self) -> None:
-        if not self.base > 0:
-            raise ValueError(f"MultiStep.base must be > 0; got {self.base}")
-        if not 0 < self.gamma <= 1:
-            raise ValueError(f"MultiStep.gamma must be in (0, 1]; got {self.gamma}")
-        if self.warmup < 0:
-            raise ValueError(f"MultiStep.warmup must be >= 0; got {self.warmup}")
+        check_fields(self, "MultiStep")
         object.__setattr__(self, "milestones", tuple(sorted(int(m) for m in self.milestones)))
 
     def __call__(self, t: int) -> float:

@@ -222,7 +222,8 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
     """
     if isinstance(topo, TopologySchedule):
         return _schedule_report(topo, L=L, beta=beta)
-    deg, head = topo.degrees, [("topology", topo.name), ("n", str(topo.n))]
+    deg = topo.degrees
+    head = [("topology", topo.name), ("n", str(topo.n))]
     if "symmetric" not in topo.offers:  # the theorems assume a symmetric W: no step sizes
         return [
             *head,

@@ -9,10 +9,9 @@ import pytest
 from decentopt.cli import main
 from decentopt.driver import RunOptions
 from decentopt.experiments import load_spec, run_spec
-from decentopt.experiments.claims import parse_claims
+from decentopt.experiments.claims import check_panels, parse_claims
 from decentopt.experiments.studies import run_study
 from decentopt.experiments.study import load_study
-from decentopt.experiments.topologies import CHECKS
 from decentopt.results import read_csv
 from tests.experiments.test_spec import BASE, write
 
@@ -23,7 +22,10 @@ def quiet(_: str) -> None:
 
 STUDY = load_study("topologies")
 GRAPHS = STUDY.graphs
-CLAIMS = parse_claims(STUDY.claims, STUDY.source, CHECKS)
+CLAIMS = parse_claims(STUDY.claims, STUDY.source)
+#: The graph labels the built-in study's claims compare.
+SPARSER = ("complete", "exponential", "torus", "ring")
+TIME_VARYING = ("one_peer_exponential", "one_peer_hypercube", "base_2", "base_3")
 
 
 def test_rows_carry_the_communication_and_the_network_models_time(tmp_path):
@@ -127,8 +129,8 @@ def test_the_study_runs_resumes_and_judges_its_claims(tmp_path, capsys):
     assert sum("resuming: 8 finished unit(s) kept" in s for s in said) == 2 * len(GRAPHS)
 
 
-def synthetic_case(steady: dict[tuple[str, str], float], se: float = 0.01) -> object:
-    """A study case with given steady errors per (graph, method), 5 runs each."""
+def synthetic_case(steady: dict[tuple[str, str], float], se: float = 0.01) -> dict:
+    """The panels of one study case with given steady errors per (graph, method), 5 runs each."""
     from decentopt.experiments.summary import Stat
     from decentopt.experiments.topologies import Case
 
@@ -137,56 +139,73 @@ def synthetic_case(steady: dict[tuple[str, str], float], se: float = 0.01) -> ob
         stats.setdefault(graph, {})[method] = Stat(
             value, se * value, value, None, 0, 1.0, runs=5, tail_points=20
         )
-    return Case("topologies_quadratic", 32, {}, stats, {})
+    case = Case("topologies_quadratic", 32, {}, stats, {})
+    return {case.name: case.panel()}
 
 
 def test_equal_errors_on_every_graph_do_not_pass_as_bias_growing_with_sparsity():
-    from decentopt.experiments.claims import check_claims
-    from decentopt.experiments.topologies import SPARSER
-
     claim = next(c for c in CLAIMS if "sparser" in c.text)
     equal = synthetic_case({(g, "dsgd"): 0.1 for g in SPARSER})
-    ((_, verdict),) = check_claims([claim], [equal])
+    ((_, verdict),) = check_panels([claim], equal)
     assert verdict.holds is None and "equal within noise" in verdict.evidence
     growing = synthetic_case({(g, "dsgd"): 0.1 * 2**k for k, g in enumerate(SPARSER)})
-    assert check_claims([claim], [growing])[0][1].holds is True
+    assert check_panels([claim], growing)[0][1].holds is True
     shrinking = synthetic_case({(g, "dsgd"): 0.1 / 2**k for k, g in enumerate(SPARSER)})
-    assert check_claims([claim], [shrinking])[0][1].holds is False
+    assert check_panels([claim], shrinking)[0][1].holds is False
 
 
 def test_tracking_within_noise_of_dsgd_is_inconclusive_not_a_failure():
-    from decentopt.experiments.claims import check_claims
-    from decentopt.experiments.topologies import TIME_VARYING
-
     claim = next(c for c in CLAIMS if "Gradient tracking" in c.text)
     steady = {(g, m): 0.1 for g in TIME_VARYING for m in ("dsgd", "dsgt")}
-    ((_, verdict),) = check_claims([claim], [synthetic_case(steady, se=0.2)])
+    ((_, verdict),) = check_panels([claim], synthetic_case(steady, se=0.2))
     assert verdict.holds is None
     lower = steady | {(g, "dsgt"): 1e-3 for g in TIME_VARYING}
-    assert check_claims([claim], [synthetic_case(lower)])[0][1].holds is True
+    assert check_panels([claim], synthetic_case(lower))[0][1].holds is True
 
 
 def test_a_graph_study_claim_must_name_one_of_its_checks(tmp_path):
     from decentopt.experiments.sources import PRESET_DIR
 
-    text = (PRESET_DIR / "topologies.toml").read_text().replace('"tracking_exact"', '"tracking"')
+    text = (PRESET_DIR / "topologies.toml").read_text().replace('"steady_below"', '"tracking"')
     study = load_study(write(tmp_path, text, "t.toml"))
-    with pytest.raises(ValueError, match=r"\[\[claims\]\] #5: .*one of one_peer_cheaper"):
+    with pytest.raises(ValueError, match=r"\[\[claims\]\] #5: .*one of .*steady_below"):
         run_study(study, tmp_path / "o", RunOptions(log=quiet))
     assert not (tmp_path / "o").exists()
     extra = (PRESET_DIR / "topologies.toml").read_text() + "level = 0.1\n"
     study = load_study(write(tmp_path, extra, "t.toml"))
     with pytest.raises(
-        ValueError, match=r"#5 \(tracking_exact\): got an unexpected keyword .*'level'"
+        ValueError, match=r"#5 \(steady_below\): got an unexpected keyword .*'level'"
     ):
         run_study(study, tmp_path / "o", RunOptions(log=quiet))
 
 
 def test_a_claim_on_a_graph_the_study_lacks_is_inconclusive():
-    from decentopt.experiments.claims import check_claims
-    from decentopt.experiments.topologies import SPARSER
-
     claim = next(c for c in CLAIMS if "sparser" in c.text)
     partial = synthetic_case({(g, "dsgd"): 0.1 for g in SPARSER[:-1]})
-    ((_, verdict),) = check_claims([claim], [partial])
-    assert verdict.holds is None and "needs 'ring'" in verdict.evidence
+    ((_, verdict),) = check_panels([claim], partial)
+    assert verdict.holds is None and "needs DSGD at 'ring'" in verdict.evidence
+
+
+def test_a_copy_naming_the_checks_of_earlier_releases_loads_the_same_claims(tmp_path):
+    """The study's old check names stand for the shared checks it names now (one warning
+    each): the same tests, the same verdicts on the same cases."""
+    from decentopt.experiments.sources import PRESET_DIR
+    from decentopt.experiments.topologies import _current
+
+    old = ["one_peer_cheaper", "base_no_worse", "sparser_more_bias"]
+    old += ["exact_diffusion_needs_fixed_w", "tracking_exact"]
+    tables = [{"text": c.text, "check": name} for c, name in zip(CLAIMS, old, strict=True)]
+    with pytest.warns(DeprecationWarning, match="'tracking_exact' is spelled"):
+        claims = parse_claims(_current(tables, "t.toml"), "t.toml")
+    assert [c.test for c in claims] == [c.test for c in CLAIMS]
+    steady = {(g, m): 0.1 * 2**k for k, g in enumerate(SPARSER) for m in ("dsgd", "dsgt")}
+    case = synthetic_case(steady)
+    assert [v.holds for _, v in check_panels(claims, case)] == [
+        v.holds for _, v in check_panels(CLAIMS, case)
+    ]
+    assert "one_peer_cheaper" not in (PRESET_DIR / "topologies.toml").read_text()
+    import decentopt.experiments.topologies as topologies
+    from decentopt.experiments import claims as shared
+
+    with pytest.warns(DeprecationWarning, match="experiments.claims.CHECKS"):
+        assert topologies.CHECKS is shared.CHECKS

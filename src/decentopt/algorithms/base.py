@@ -96,6 +96,10 @@ class HyperParams:
     #: own per neighbour (RelaySGD's ``exchange``) takes no gossip but the exact one.
     mixes: ClassVar[bool] = True
     agent_fields: ClassVar[tuple[str, ...]] = ()
+    #: State fields with a neighbour-slot axis second, ``(n, slots, ...)`` (what RelaySGD's
+    #: neighbours relayed): :meth:`Method.init <decentopt.algorithms.Method.init>` sizes it
+    #: for the communicator it is given (``comm.slots``), so that a saved state fits it.
+    per_neighbour: ClassVar[tuple[str, ...]] = ()
     #: Whether the gradient enters the update only as a step along it (``lr`` times it, through
     #: momentum or a tracker at most): then ``wrap()`` can hand it a base optimizer's step.
     takes_direction: ClassVar[bool] = True

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 
@@ -27,7 +27,7 @@ from decentopt.algorithms.outer import parse as parse_outer
 from decentopt.updates import FusedUpdate
 
 if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
+    from decentopt.communicator import Communicator, Relaying
     from decentopt.schedules import LearningRate
 
 __all__ = ["Method", "MethodState", "as_method"]
@@ -185,8 +185,15 @@ class Method:
             raise ValueError(f"{self.name} cannot take the outer optimizer {parsed.name}: {why}")
         return dataclasses.replace(self, outer=parsed)
 
-    def init(self, x0: torch.Tensor) -> MethodState:
+    def init(self, x0: torch.Tensor, comm: Communicator | None = None) -> MethodState:
+        """The state at ``x0``; with the communicator it will run on, the rule's
+        :attr:`per_neighbour` fields are as wide as its neighbour slots from the start (a
+        checkpoint's fit them), else sized at the first exchange."""
         inner = self.rule.init(x0)
+        if comm is not None and self.rule.per_neighbour:
+            slots = cast("Relaying", comm).slots
+            wide = {k: _widened(getattr(inner, k), slots) for k in self.rule.per_neighbour}
+            inner = inner._replace(**wide)
         extra = self.gossip.init(x0, self.rule.sends or ())
         outer = {} if self.outer is None else self.outer.init(x0)
         clash = sorted(set(inner._fields) & set(extra))
@@ -209,6 +216,11 @@ class Method:
         x = outer["outer_x"]
         moved = {f: getattr(rule, f) + (x - rule.x) for f in self.rule.from_x0}
         return MethodState(rule._replace(x=x.clone(), **moved), fields, outer)
+
+
+def _widened(z: torch.Tensor, slots: int) -> torch.Tensor:
+    """Zeros like ``z`` with ``slots`` along its slot axis (the second)."""
+    return z.new_zeros((z.shape[0], slots, *z.shape[2:]))
 
 
 def as_method(method: Any) -> Method:

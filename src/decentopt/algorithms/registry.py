@@ -46,9 +46,20 @@ PAPER_ORDER = ("dsgd", "dmsgd", "decentlam", "qg_dsgdm", "dsgt", "dsgt_hb", "ed"
 #: Then the methods beyond the paper, by family: exact methods, compressed gossip,
 #: push-sum over directed graphs, relaying over trees, delayed and asynchronous methods.
 LATER_ORDER = (
-    "extra", "nids", "mt", "choco_dsgd", "choco_ed", "choco_edm", "sgp", "push_diging", "relaysgd",
-    "osgp", "ad_psgd", "k_gt", "led",
-)  # fmt: skip
+    "extra",
+    "nids",
+    "mt",
+    "choco_dsgd",
+    "choco_ed",
+    "choco_edm",
+    "sgp",
+    "push_diging",
+    "relaysgd",
+    "osgp",
+    "ad_psgd",
+    "k_gt",
+    "led",
+)
 
 
 @dataclass(frozen=True)

@@ -66,10 +66,12 @@ class RelaySGD(MomentumHyperParams):
     sends: ClassVar[tuple[str, ...] | None] = None
     mixes: ClassVar[bool] = False  # one message of its own per neighbour (exchange)
     agent_fields: ClassVar[tuple[str, ...]] = ("counts",)
+    per_neighbour: ClassVar[tuple[str, ...]] = ("received", "counts")
 
     def init(self, x0: torch.Tensor) -> RelayState:
         x0 = check_initial_point(x0, self.name)
-        # no messages yet: the slot axis is sized at the first exchange (m, c = 0)
+        # no messages yet (m, c = 0): the slot axis is sized by Method.init for its
+        # communicator, or else at the first exchange
         received, counts = _nothing_received(x0, 0)
         return RelayState(x0, x0.clone(), torch.zeros_like(x0), received, counts)
 

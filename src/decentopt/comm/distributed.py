@@ -90,7 +90,9 @@ class DistributedCommunicator(Shared):
         self.oldest = 0
         if isinstance(topology, TopologySchedule):
             self._schedule: TopologySchedule | None = topology
-            self.self_weight, self.neighbors, self.targets = 1.0, (), ()
+            self.self_weight = 1.0
+            self.neighbors = ()
+            self.targets = ()
             return
         self._schedule = None
         W = topology.W.numpy()
@@ -247,7 +249,8 @@ class DistributedCommunicator(Shared):
         ``w_ii z_i(t - tau) + sum_j w_ij z_j(s_j)`` with ``t - bound <= s_j <= t - tau``:
         the newest message from ``j`` of that age, waiting only for the one of age ``bound``.
         The neighbours of round ``s + tau`` (the round that reads them) receive round ``s``."""
-        tau, r = len(rounds) - 1, self.stats.rounds
+        tau = len(rounds) - 1
+        r = self.stats.rounds
         flats = [
             self._row(torch.cat([z.reshape(1, -1) for z in zs], 1), "mix_posted") for zs in rounds
         ]
@@ -269,7 +272,8 @@ class DistributedCommunicator(Shared):
         self_weight, neighbors, _, mean_messages, max_messages = self._round()
         received, age = stream.take([j for j, _ in neighbors], tau, bound, self._late)
         self.oldest = max(self.oldest, age)
-        self._streams[id(rounds[1][0])], stream.key = stream, weakref.ref(rounds[1][0])
+        self._streams[id(rounds[1][0])] = stream
+        stream.key = weakref.ref(rounds[1][0])
         payload = flats[-1].numel() * flats[-1].element_size()
         targets = self._round(r + tau)[2]
         self.stats.add_round(mean_messages, max_messages, payload, len(targets) * payload)

@@ -195,7 +195,8 @@ class GroupCommunicator(DistributedCommunicator):
         return self_weight, received
 
     def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        self._sent, before = 0, self.stats.bytes_sent
+        self._sent = 0
+        before = self.stats.bytes_sent
         result = super().exchange(tensors)
         self.stats.bytes_sent = before + self._sent
         return result

@@ -108,7 +108,8 @@ class Stream:
 
     def __init__(self, key: torch.Tensor, timeout: timedelta, threaded: bool) -> None:
         self.key = weakref.ref(key)
-        self.timeout, self.threaded = timeout, threaded
+        self.timeout = timeout
+        self.threaded = threaded
         self.posted = 0
         self.outbox: deque[Message] = deque()
         self.inbox: dict[int, deque[Message]] = {}

@@ -177,9 +177,15 @@ class SimulatedCommunicator(Shared):
             return "the descent direction has another shape than the state"
         folded = None if descent is None else (descent[0].reshape(flat.shape), descent[1])
         done = self.mixer_for(flat).choco(
-            codec, flat, hat.reshape(flat.shape), s.reshape(flat.shape), rows.shape[2], gamma,
-            self.stats.rounds, folded,
-        )  # fmt: skip
+            codec,
+            flat,
+            hat.reshape(flat.shape),
+            s.reshape(flat.shape),
+            rows.shape[2],
+            gamma,
+            self.stats.rounds,
+            folded,
+        )
         self.compressed_kernel = done if isinstance(done, str) else self.mixer_for(flat).name
         if isinstance(done, str):
             return done

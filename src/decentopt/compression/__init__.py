@@ -114,9 +114,12 @@ def parse(spec: str | Compressor) -> Compressor:
     if isinstance(spec, Compressor):
         return spec
     name, cls, kwargs = read_call(
-        spec, COMPRESSORS, "compression", "'top_k(0.1)', 'qsgd(4)', 'sign', 'none'",
+        spec,
+        COMPRESSORS,
+        "compression",
+        "'top_k(0.1)', 'qsgd(4)', 'sign', 'none'",
         "an operator of decentopt.compression",
-    )  # fmt: skip
+    )
     for f in dataclasses.fields(cls):
         if f.default is dataclasses.MISSING and f.name not in kwargs:
             raise ValueError(

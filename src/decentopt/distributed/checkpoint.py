@@ -105,7 +105,8 @@ def save_checkpoint(
     ``barrier`` (e.g. a communicator's, with a deadline) synchronises the ranks;
     by default ``torch.distributed.barrier`` when a process group exists.
     """
-    root, rank = Path(root), _rank()
+    root = Path(root)
+    rank = _rank()
     wait = barrier or (lambda _: dist.barrier() if dist.is_initialized() else None)
     folder = _step_dir(root, step)
     folder.mkdir(parents=True, exist_ok=True)
@@ -178,10 +179,12 @@ def load_latest(
     """The newest complete step that loads intact on every rank (``agree``: all ranks ok?)."""
     for step in _complete_steps(root):
         try:
-            payload, ok = load_checkpoint(root, step), True
+            payload = load_checkpoint(root, step)
+            ok = True
         except (ValueError, FileNotFoundError, json.JSONDecodeError, KeyError) as exc:
             warnings.warn(f"{exc}; trying the previous checkpoint", RuntimeWarning, stacklevel=2)
-            payload, ok = {}, False
+            payload = {}
+            ok = False
         if agree(ok):
             return step, payload
     return None

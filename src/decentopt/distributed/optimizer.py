@@ -226,7 +226,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         axis), pieced together along its last axis; an agent field (push-sum weights,
         ``algorithm.agent_fields``) is one value per agent, the same in every piece."""
         x = torch.cat([p.detach().reshape(-1) for p in params]).unsqueeze(0)
-        fresh = alg.init(x.clone())
+        fresh = alg.init(x.clone(), self.comm)
         initial = fresh.tensors()
         parts = {}
         for name in fields:

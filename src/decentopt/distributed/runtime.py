@@ -77,7 +77,8 @@ def _check_environment() -> None:
 
 def _use_local_gpu() -> None:
     """NCCL's one GPU per process: this process's is the LOCAL_RANK-th of its machine."""
-    local, gpus = _whole("LOCAL_RANK", "0"), torch.cuda.device_count()
+    local = _whole("LOCAL_RANK", "0")
+    gpus = torch.cuda.device_count()
     if local >= gpus:
         raise StartupError(
             f"rank {os.environ['RANK']}: LOCAL_RANK {local} but this machine has {gpus} "

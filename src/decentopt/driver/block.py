@@ -154,17 +154,26 @@ class BlockRunner:
     own step on gradients from noise drawn at once) or ``"native"`` (one C call)."""
 
     def __init__(
-        self, path: str, algorithm: Method, problem: Any, comm: Communicator,
-        state_bytes: int, native: Native | None = None,
-    ) -> None:  # fmt: skip
-        self.path, self.algorithm, self.problem, self.comm = path, algorithm, problem, comm
+        self,
+        path: str,
+        algorithm: Method,
+        problem: Any,
+        comm: Communicator,
+        state_bytes: int,
+        native: Native | None = None,
+    ) -> None:
+        self.path = path
+        self.algorithm = algorithm
+        self.problem = problem
+        self.comm = comm
         self.native = native
         self.checked = False
         #: the most steps in one block
         self.limit = max(1, BLOCK_BYTES // state_bytes)
 
-    def run(self, state: Any, start: int, stop: int, generator: torch.Generator,
-            timing: list[float]) -> Any:  # fmt: skip
+    def run(
+        self, state: Any, start: int, stop: int, generator: torch.Generator, timing: list[float]
+    ) -> Any:
         """The state after step ``stop``; ``timing`` (gradient, the rest) grows."""
         t0 = time.perf_counter()
         z = self.problem.draw(stop - start, generator)
@@ -188,8 +197,9 @@ class BlockRunner:
             timing[1] += time.perf_counter() - t1
         return state
 
-    def _native(self, state: Any, start: int, stop: int, z: torch.Tensor | None,
-                timing: list[float]) -> Any:  # fmt: skip
+    def _native(
+        self, state: Any, start: int, stop: int, z: torch.Tensor | None, timing: list[float]
+    ) -> Any:
         assert self.native is not None
         mixer, plan, terms, runs, lower = self.native
         t0 = time.perf_counter()

@@ -34,8 +34,11 @@ class Checkpointer:
         minutes: float | None = None,
         device: torch.device | None = None,
     ) -> None:
-        self.folder, self.comm, self.period = Path(folder), comm, period
-        self.every, self.minutes = every, minutes
+        self.folder = Path(folder)
+        self.comm = comm
+        self.period = period
+        self.every = every
+        self.minutes = minutes
         self.device = device or torch.device("cpu")
         self.last = time.monotonic()
 

@@ -82,11 +82,21 @@ class _Loop:
     """The parts of one run around ``algorithm.step``, and the steps between them."""
 
     def __init__(
-        self, algorithm: Method, problem: Problem, comm: Communicator, plan: Plan,
-        options: RunOptions, x: torch.Tensor, metrics: Callable,
-    ) -> None:  # fmt: skip
-        self.algorithm, self.problem, self.comm, self.plan = algorithm, problem, comm, plan
-        self.options, self.recorded = options, set(plan.record)
+        self,
+        algorithm: Method,
+        problem: Problem,
+        comm: Communicator,
+        plan: Plan,
+        options: RunOptions,
+        x: torch.Tensor,
+        metrics: Callable,
+    ) -> None:
+        self.algorithm = algorithm
+        self.problem = problem
+        self.comm = comm
+        self.plan = plan
+        self.options = options
+        self.recorded = set(plan.record)
         self.record_order = sorted(self.recorded)
         # timings on a GPU need the queued kernels finished
         self.sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
@@ -99,13 +109,20 @@ class _Loop:
         sink = None if options.monitor is None else options.monitor.record
         self.recorder = Recorder(metrics, comm, plan.period, algorithm.lr_at, sink)
         self.timing = [0.0, 0.0]  # gradient, everything else
-        self.start_step, self.bar = 0, None
+        self.start_step = 0
+        self.bar = None
         self.block: BlockRunner | None = None  # the block path (decentopt.driver.block)
         self.watch = GossipWatch(comm, algorithm)  # a method that never gossips
-        self.saver = None if options.checkpoint_dir is None else Checkpointer(
-            options.checkpoint_dir, comm, period=plan.period, every=options.checkpoint_every,
-            minutes=options.checkpoint_minutes, device=x.device,
-        )  # fmt: skip
+        self.saver: Checkpointer | None = None
+        if options.checkpoint_dir is not None:
+            self.saver = Checkpointer(
+                options.checkpoint_dir,
+                comm,
+                period=plan.period,
+                every=options.checkpoint_every,
+                minutes=options.checkpoint_minutes,
+                device=x.device,
+            )
 
     def resume(self, state: Any) -> Any:
         """The state of the newest intact checkpoint (everything else restored with it)."""
@@ -157,9 +174,12 @@ class _Loop:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(
-                total=self.plan.iterations, initial=self.start_step, desc=self.algorithm.name,
-                leave=False, disable=None,
-            )  # fmt: skip
+                total=self.plan.iterations,
+                initial=self.start_step,
+                desc=self.algorithm.name,
+                leave=False,
+                disable=None,
+            )
 
     def step(self, t: int, state: Any, gradient: Callable) -> Any:
         """Step ``t`` -> ``t + 1``: the gradient, the method's step, their timings."""
@@ -206,7 +226,8 @@ class _Loop:
         t = last = self.start_step
         while t < self.plan.iterations:
             if self.block is None:
-                last, state = t + 1, self.step(t, state, gradient)
+                last = t + 1
+                state = self.step(t, state, gradient)
             else:  # the steps up to the next event in one call; their progress after it
                 last = self.block_end(t)
                 state = self.block.run(state, t, last, self.generator, self.timing)
@@ -295,7 +316,7 @@ def run_loop(
     if x.device.type == "cpu" and x.numel() * x.element_size() >= LARGE_STATE_BYTES:
         keep_freed_memory()
     check_network(algorithm, comm.topology)
-    state = algorithm.init(x)
+    state = algorithm.init(x, comm)
     metrics = metrics or (lambda z: problem.metrics(z, comm))
     loop = _Loop(algorithm, problem, comm, plan, options, x, metrics)
     state = loop.resume(state)

@@ -42,7 +42,10 @@ class Recorder:
         lr_at: Callable[[int], float],
         sink: Callable[[Record], None] | None = None,
     ) -> None:
-        self.metrics, self.comm, self.period, self.lr_at = metrics, comm, period, lr_at
+        self.metrics = metrics
+        self.comm = comm
+        self.period = period
+        self.lr_at = lr_at
         self.sink = sink  # given each record as it is written
         self.records: list[Record] = []
         self.losses: torch.Tensor | None = None  # summed over the current epoch

@@ -36,8 +36,9 @@ import numpy as np
 
 from decentopt._registry import Registry
 from decentopt._schema import ConfigError
-from decentopt.analysis import ALPHA
+from decentopt.experiments.case_checks import along, divergence, missing
 from decentopt.experiments.measures import (
+    PER_ITERATION,
     SETTLING,
     STEADY,
     TIME,
@@ -49,7 +50,10 @@ from decentopt.experiments.measures import (
 from decentopt.experiments.paired import paired_ratios, ratio_near
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.summary import Stat, heterogeneity_slope, levels_by_zeta
-from decentopt.plotting import LABELS
+from decentopt.experiments.verdicts import SIG as _SIG
+from decentopt.experiments.verdicts import Panel, Verdict, combine, family, ordered_verdict
+from decentopt.experiments.verdicts import label_name as _name
+from decentopt.experiments.verdicts import label_names as _names
 
 __all__ = [
     "CHECKS",
@@ -57,6 +61,7 @@ __all__ = [
     "Verdict",
     "bytes_to_settle",
     "check_claims",
+    "check_panels",
     "claims_markdown",
     "claims_report",
     "combine",
@@ -76,12 +81,6 @@ UNAFFECTED_GROWTH = 1.2
 
 
 @dataclass(frozen=True)
-class Verdict:
-    holds: bool | None  # None: inconclusive (or not measurable in this sweep)
-    evidence: str
-
-
-@dataclass(frozen=True)
 class Claim:
     """A claim as stated, the test that measures it, and the check that judges it (on a
     sweep's statistics, or on a study's cases)."""
@@ -93,23 +92,6 @@ class Claim:
 
 def _algs(stats: Stats) -> set[str]:
     return {a for _, a in stats}
-
-
-def _name(alg: str) -> str:
-    return LABELS.get(alg, alg)
-
-
-def combine(verdicts: Sequence[bool | None]) -> bool | None:
-    """All hold: holds; any fails: does not hold; otherwise inconclusive."""
-    if any(v is False for v in verdicts):
-        return False
-    return True if all(v is True for v in verdicts) else None
-
-
-def ordered_verdict(order: int | None, strict: bool) -> bool | None:
-    """Verdict on "A below B" (``strict``) or "A not above B" from :func:`compare`'s sign
-    (``None``: no way to tell, e.g. one run of a random problem)."""
-    return None if order is None else {-1: True, 1: False}.get(order, None if strict else True)
 
 
 def _effect(expect: str, test: str) -> Factory:
@@ -146,25 +128,34 @@ def _effect(expect: str, test: str) -> Factory:
 
 
 def ordered(
-    measure: Measure, alg: str, others: Sequence[str], strict: bool
+    measure: Measure,
+    alg: str,
+    others: Sequence[str],
+    strict: bool,
+    cases: Sequence[Any] | None = None,
 ) -> Callable[[Stats], Verdict]:
-    """``alg`` is below (``strict``) or not above each of ``others`` in ``measure``, per level."""
+    """``alg`` is below (``strict``) or not above each of ``others`` in ``measure``, per level
+    (or in each of ``cases``, a panel's case axis: :mod:`.case_checks`)."""
 
     def check(stats: Stats) -> Verdict:
+        if cases is not None and (lacking := missing(stats, [alg, *others], cases)):
+            return lacking
         if not {alg, *others} <= _algs(stats):
             return Verdict(None, f"needs {_name(alg)} and {', '.join(map(_name, others))}")
-        verdicts, parts = [], []
-        levels = levels_by_zeta(stats)
-        comparisons = len(others) * len(levels)
+        verdicts = []
+        parts = []
+        levels = levels_by_zeta(stats) if cases is None else list(cases)
+        comparisons = len(others) * len(levels) * family(stats)
         for other in others:
             for lv in levels:
                 a, b = stats[(lv, alg)], stats[(lv, other)]
                 verdict, word = compared(measure, a, b, comparisons, strict)
                 verdicts.append(verdict)
+                where = "" if cases is None else f"{lv}: "
                 parts.append(
-                    f"{measure.describe(a)} vs {_name(other)} {measure.describe(b)} ({word})"
+                    f"{where}{measure.describe(a)} vs {_name(other)} {measure.describe(b)} ({word})"
                 )
-        heading = measure.heading.format(alg=_name(alg))
+        heading = measure.heading.format(alg=_name(alg)) if cases is None else _name(alg)
         return Verdict(combine(verdicts), f"{heading}: " + "; ".join(parts))
 
     return check
@@ -182,17 +173,13 @@ def held_back_by_tracking(stats: Stats) -> Verdict:
     )
 
 
-_SIG = f"at a {ALPHA:.0%} family-wise level"
-
-
-def _names(algs: Sequence[str]) -> str:
-    return ", ".join(map(_name, algs))
-
-
 def _ordering(measure: Measure, strict: bool, words: str) -> Callable[..., Any]:
-    def make(algorithm: str, others: Sequence[str]) -> tuple[Callable[[Stats], Verdict], str]:
-        test = f"{_name(algorithm)} {words} {_names(others)} {_SIG}, at every level"
-        return ordered(measure, algorithm, others, strict), test
+    def make(
+        algorithm: str, others: Sequence[str], cases: Sequence[Any] | None = None
+    ) -> tuple[Callable[[Stats], Verdict], str]:
+        where = "at every level" if cases is None else f"in each of {', '.join(map(str, cases))}"
+        test = f"{_name(algorithm)} {words} {_names(others)} {_SIG}, {where}"
+        return ordered(measure, algorithm, others, strict, cases), test
 
     return make
 
@@ -265,7 +252,9 @@ def _bytes_cut_by(
     def check(stats: Stats) -> Verdict:
         if not {algorithm, *others} <= _algs(stats):
             return Verdict(None, f"needs {_names([algorithm, *others])}")
-        levels, verdicts, parts = levels_by_zeta(stats), [], []
+        levels = levels_by_zeta(stats)
+        verdicts = []
+        parts = []
         for other in others:
             for lv in levels:
                 a, b = stats[(lv, algorithm)], stats[(lv, other)]
@@ -283,6 +272,24 @@ def _bytes_cut_by(
         f"{_SIG}, at every level"
     )
     return check, test
+
+
+def _all_of(checks: Sequence[Mapping[str, Any]]) -> tuple[Callable[[Stats], Verdict], str]:
+    """Every one of ``checks``: tables as in ``[[claims]]``, without ``text``."""
+    parts = []
+    for table in checks:
+        args = dict(table)
+        name = args.pop("check", None)
+        if name not in CHECKS:
+            raise TypeError(f"all_of: each of checks names one of {', '.join(CHECKS)}")
+        parts.append(CHECKS[name](**args))
+
+    def check(stats: Stats) -> Verdict:
+        verdicts = [judge(stats) for judge, _ in parts]
+        evidence = "; ".join(v.evidence for v in verdicts)
+        return Verdict(combine([v.holds for v in verdicts]), evidence)
+
+    return check, "; and ".join(test for _, test in parts)
 
 
 #: Checks a ``[[claims]]`` table can name (``check = "NAME"`` plus its arguments).
@@ -306,6 +313,16 @@ CHECKS: Registry[Factory] = Registry(
         "sooner_in_time": _ordering(
             TIME, True, "settles below the threshold in less simulated time than"
         ),
+        "steady_increases_along": along(STEADY, True, "steady error rises from case to case"),
+        "steady_does_not_decrease_along": along(
+            STEADY, False, "steady error does not fall from case to case"
+        ),
+        "time_per_iteration_increases_along": along(
+            PER_ITERATION, True, "modelled time per iteration rises from case to case"
+        ),
+        "diverges": divergence(True),
+        "never_diverges": divergence(False),
+        "all_of": _all_of,
         "held_back_by_tracking": lambda: (
             held_back_by_tracking,
             "EDM settles sooner than DSGT-HB, and DSGT-HB no sooner than DSGT (momentum gains "
@@ -341,6 +358,21 @@ def parse_claims(
 def check_claims(claims: Sequence[Claim], stats: Any) -> list[tuple[Claim, Verdict]]:
     """The verdict on every claim (a specification's ``claims``, or a study's)."""
     return [(claim, claim.check(stats)) for claim in claims]
+
+
+def check_panels(
+    claims: Sequence[Claim], panels: Mapping[str, Stats]
+) -> list[tuple[Claim, Verdict]]:
+    """The verdict on every claim judged on each of ``panels`` by name (a study's problems
+    and numbers of agents), its level divided among all their comparisons: holding where it
+    holds on every panel, failing where it fails on one."""
+    mark = {True: "yes", False: "no", None: "?"}
+    results = []
+    for claim in claims:
+        judged = {name: claim.check(Panel(stats, len(panels))) for name, stats in panels.items()}
+        evidence = "; ".join(f"{n}: {mark[v.holds]} ({v.evidence})" for n, v in judged.items())
+        results.append((claim, Verdict(combine([v.holds for v in judged.values()]), evidence)))
+    return results
 
 
 def claims_markdown(results: list[tuple[Claim, Verdict]]) -> str:

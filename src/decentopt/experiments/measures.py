@@ -19,6 +19,7 @@ from decentopt.analysis import (
 from decentopt.experiments.summary import Stat
 
 __all__ = [
+    "PER_ITERATION",
     "SETTLING",
     "STEADY",
     "TIME",
@@ -143,6 +144,22 @@ TIME = Measure(
     ("sooner", "same within noise", "later"),
     "simulated seconds to settle below the threshold, {alg} per level",
     ranked=True,
+)
+
+
+def _per_iteration_order(a: Stat, b: Stat, comparisons: int) -> int | None:
+    """Modelled seconds per iteration: the network model's, exact (no noise to test)."""
+    x, y = a.seconds_per_step, b.seconds_per_step
+    if np.isnan(x) or np.isnan(y):
+        return None  # no [network] in the specification
+    return int(np.sign(x - y))
+
+
+PER_ITERATION = Measure(
+    _per_iteration_order,
+    lambda s: f"{s.seconds_per_step * 1e3:.3g} ms",
+    ("lower", "equal", "higher"),
+    "modelled time per iteration, {alg} per level",
 )
 
 #: What a comparison says when it cannot be made.

@@ -191,7 +191,10 @@ def transient_rows(
     momentum = {"lr": 0.02, "beta": 0.5}
     hps = {"ed": {"lr": 0.02}, "edm": momentum, "dsgt": {"lr": 0.02}, "dsgt_hb": momentum}
     sums: dict[str, list[np.ndarray]] = {name: [] for name in hps}
-    gaps, zeta0s, said, pending = [], [], [], []
+    gaps = []
+    zeta0s = []
+    said = []
+    pending = []
     for m in sizes:
         prob = Quadratic.paper(n=m, d=d, p=p, c=0.5, sigma2=0.0, repetitions=seeds, seed=13)
         topo = topology.ring(m)

@@ -111,15 +111,22 @@ def _run_parts(study: Study, out: Path, options: RunOptions, how: Request) -> li
     """Each part into its own folder of ``out``, reported with its claims and the study's
     table; ``out/summary.md`` gathers them."""
     extra = {"tuned": _tuned, "bytes": _bytes}[study.study]  # (heading, table, more files)
-    sections, files = [f"# {study.title}", ""], []
+    sections = [f"# {study.title}", ""]
+    files = []
     for spec in study.parts(how):
-        folder, modified = out / spec.name, how.quick or bool(how.sets)
+        folder = out / spec.name
+        modified = how.quick or bool(how.sets)
         outcome = Sweep(spec, folder, options).run()
         claims = partial(claims_report, spec.claims) if how.check and spec.claims else None
         files += write_report(
-            spec, outcome.rows, folder, modified=modified, claims=claims, say=options.log,
+            spec,
+            outcome.rows,
+            folder,
+            modified=modified,
+            claims=claims,
+            say=options.log,
             x=how.x or study.x,
-        )  # fmt: skip
+        )
         title, table, more = extra(spec, outcome.rows, out, modified)
         options.log(table)
         files += more

@@ -69,7 +69,8 @@ class Study:
     def parts(self, how: Request) -> list[RunSpec]:
         """Every part, loaded and checked before anything runs. ``--only``: each label must
         name a variant of some part, and a part runs the ones it has."""
-        specs, only = [how.load(self.spec_path(p)) for p in self.specs], how.only
+        specs = [how.load(self.spec_path(p)) for p in self.specs]
+        only = how.only
         if only is None:
             return specs
         check_labels(only, list(dict.fromkeys(x for spec in specs for x in spec.algorithms)))

@@ -77,6 +77,9 @@ class Stat:
     curves: tuple[tuple[float, ...], ...] = ()
     #: simulated seconds at each of ``steps`` under the spec's time model (empty without one)
     seconds: tuple[float, ...] = ()
+    #: modelled seconds per iteration under the spec's ``[network]`` (``model_time``) at the
+    #: last recorded step (NaN without one)
+    seconds_per_step: float = float("nan")
 
 
 def _stat(
@@ -86,6 +89,7 @@ def _stat(
     zeta2: float,
     per_step: float,
     seconds: tuple[float, ...] = (),
+    seconds_per_step: float = float("nan"),
 ) -> Stat:
     """The statistics of one (level, algorithm): ``values`` is (runs, steps); ``seconds``
     the simulated time of each recorded step, where a time model clocked the run."""
@@ -101,6 +105,7 @@ def _stat(
             zeta2,
             deterministic=exact,
             bytes_per_step=per_step,
+            seconds_per_step=seconds_per_step,
         )
     tail = steps >= steps[-1] - 0.1 * (steps[-1] - steps[0])
     per_rep = values[alive][:, tail].mean(axis=1)
@@ -130,6 +135,7 @@ def _stat(
         steps=tuple(float(v) for v in steps),
         curves=tuple(tuple(map(float, c)) for c in values[alive]),
         seconds=seconds,
+        seconds_per_step=seconds_per_step,
     )
 
 
@@ -143,7 +149,7 @@ def summarise(
         lambda: defaultdict(list)
     )
     zetas: dict[tuple[float, str], list[float]] = defaultdict(list)
-    sent: dict[tuple[float, str], tuple[int, float]] = {}  # the last (step, bytes per agent)
+    last: dict[tuple[float, str], dict[str, Any]] = {}  # the last row of a step > 0
     clocks: dict[tuple[float, str], dict[int, float]] = defaultdict(dict)  # step -> sim_time
     for row in rows:
         key = (float(row[param]), row["algorithm"])
@@ -151,8 +157,8 @@ def summarise(
         zetas[key].append(row.get("zeta2", key[0]))  # kinds without zeta2 order by level
         if "sim_time" in row:
             clocks[key][row["step"]] = float(row["sim_time"])
-        if row["step"] > 0 and row["step"] >= sent.get(key, (0, 0.0))[0]:
-            sent[key] = (row["step"], float(row.get("bytes_per_agent", float("nan"))))
+        if row["step"] > 0 and row["step"] >= last.get(key, {"step": 0})["step"]:
+            last[key] = row
     stats = {}
     for key, reps in grouped.items():
         curves = []
@@ -160,11 +166,13 @@ def summarise(
             pts = sorted(reps[rep])
             steps = np.array([s for s, _ in pts])
             curves.append([v for _, v in pts])
-        last, sent_bytes = sent.get(key, (0, float("nan")))
-        per_step = sent_bytes / last if last else float("nan")
+        end = last.get(key, {"step": float("nan")})
+        per_step = float(end.get("bytes_per_agent", float("nan"))) / end["step"]
+        per_iteration = float(end.get("model_time", float("nan"))) / end["step"]
         values = np.array(curves, dtype=float)  # (R, steps)
         seconds = tuple(clocks[key][int(v)] for v in steps) if clocks[key] else ()
-        stats[key] = _stat(steps, values, spec, float(np.mean(zetas[key])), per_step, seconds)
+        zeta2 = float(np.mean(zetas[key]))
+        stats[key] = _stat(steps, values, spec, zeta2, per_step, seconds, per_iteration)
     return stats
 
 

@@ -9,35 +9,35 @@ writes ``results.csv`` (all rows, with ``problem``, ``agents`` and ``graph``
 columns), ``summary.md`` (per problem and n: each graph's peers per round, rate,
 modelled time per iteration, and every method's steady error) and figures of error
 against iterations and against modelled time (the parts' ``[network]``).
-``--check`` judges the study's ``[[claims]]``, each naming one of :data:`CHECKS`, and each
-part's own ``[[claims]]`` on every number of agents and graph (the stragglers study).
+``--check`` judges the study's ``[[claims]]`` -- checks of
+:data:`decentopt.experiments.claims.CHECKS`, the graphs' labels their case axis, on every
+part and n together -- and each part's own ``[[claims]]`` on every number of agents and
+graph (the stragglers study).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decentopt._registry import Registry
-from decentopt.analysis import ALPHA
+import tomllib
+
+from decentopt._renamed import renamed
 from decentopt.distributed import runtime
 from decentopt.driver import RunOptions
+from decentopt.experiments import claims as _claims
 from decentopt.experiments.claims import (
     Claim,
-    Factory,
-    Verdict,
     check_claims,
+    check_panels,
     claims_markdown,
-    combine,
-    ordered_verdict,
     parse_claims,
     tally,
 )
-from decentopt.experiments.measures import STEADY
 from decentopt.experiments.reports import CHANGED_RUN, markdown_table
 from decentopt.experiments.runner import Sweep, forked_map, memory_parts
 from decentopt.experiments.spec import RunSpec
@@ -47,11 +47,12 @@ from decentopt.perf import MEMORY_MARGIN, available_memory
 from decentopt.plotting import LABELS, plot_curves
 from decentopt.results import write_csv_atomic, write_text_atomic
 
-__all__ = ["CHECKS", "Case", "run_graphs"]
+__all__ = ["Case", "run_graphs"]
 
-#: The graph labels the checks compare (the built-in study's [graphs]).
-STATIC = ("ring", "torus", "exponential", "complete")
-TIME_VARYING = ("one_peer_exponential", "one_peer_hypercube", "base_2", "base_3")
+__getattr__ = renamed(
+    __name__,
+    {"CHECKS": (lambda: _claims.CHECKS, "its claims name decentopt.experiments.claims.CHECKS")},
+)
 
 
 @dataclass
@@ -70,100 +71,73 @@ class Case:
     def name(self) -> str:
         return f"{self.preset.split('_', 1)[-1]}, n = {self.n}"
 
+    def panel(self) -> dict[tuple[str, str], Stat]:
+        """Its statistics by (graph, method): a panel whose case axis is the graph."""
+        return {(g, m): s for g, by_method in self.stats.items() for m, s in by_method.items()}
+
 
 # ------------------------------------------------------------------- claims
-# Each claim is judged on every case (problem, n) with the statistics of every other
-# claim (claims.py): a comparison is decided by Welch's t-test at the claim's
-# family-wise level, Bonferroni-corrected over its comparisons in all cases;
-# within noise a strict claim is inconclusive.
+# The study's [[claims]] are the shared checks (claims.CHECKS) on each case's panel, its
+# graphs the case axis, judged on every problem and n together (claims.check_panels).
+
+#: Check names of earlier releases, each the table it stands for (a copy of the study
+#: that still names one loads, with a warning naming its replacement).
+_OLD_CHECKS = tomllib.loads("""
+[one_peer_cheaper]
+check = "all_of"
+[[one_peer_cheaper.checks]]
+check = "time_per_iteration_increases_along"
+algorithm = "dsgd"
+cases = ["one_peer_exponential", "exponential"]
+[[one_peer_cheaper.checks]]
+check = "steady_does_not_decrease_along"
+algorithm = "dsgd"
+cases = ["one_peer_exponential", "exponential"]
+
+[base_no_worse]
+check = "steady_increases_along"
+algorithm = "dsgd"
+cases = ["base_3", "one_peer_exponential"]
+
+[sparser_more_bias]
+check = "steady_increases_along"
+algorithm = "dsgd"
+cases = ["complete", "exponential", "torus", "ring"]
+
+[exact_diffusion_needs_fixed_w]
+check = "all_of"
+[[exact_diffusion_needs_fixed_w.checks]]
+check = "never_diverges"
+algorithms = ["ed", "edm"]
+cases = ["ring", "torus", "exponential", "complete"]
+[[exact_diffusion_needs_fixed_w.checks]]
+check = "diverges"
+algorithms = ["ed", "edm"]
+cases = ["one_peer_exponential", "one_peer_hypercube", "base_2", "base_3"]
+
+[tracking_exact]
+check = "steady_below"
+algorithm = "dsgt"
+others = ["dsgd"]
+cases = ["one_peer_exponential", "one_peer_hypercube", "base_2", "base_3"]
+""")
 
 
-def _order(case: Case, a: tuple[str, str], b: tuple[str, str], k: int) -> tuple[int | None, str]:
-    """Compare the steady errors of (graph, method) ``a`` and ``b`` in one case: the order
-    (:func:`ordered_verdict` reads it) and its word."""
-    order = STEADY.order(case.stats[a[0]][a[1]], case.stats[b[0]][b[1]], k)
-    return order, "unknown" if order is None else STEADY.words[order + 1]
-
-
-def _per_iteration(case: Case, graph: str) -> float:
-    """Modelled seconds per iteration over ``graph``, at the last recorded step."""
-    last = max(case.rows[graph], key=lambda r: r["step"])
-    return last["model_time"] / max(last["step"], 1)
-
-
-Judge = Callable[[Case, int], tuple[bool | None, str]]
-#: Checks a graph study's ``[[claims]]`` can name (``text`` and ``check``, no arguments).
-CHECKS: Registry[Factory] = Registry("graph claim check")
-_TEST = f"at a {ALPHA:.0%} family-wise level over every case"
-
-
-def _per_case(comparisons: int, test: str) -> Callable[[Judge], Judge]:
-    """Register a claim's check, named after ``judge`` (one case, with the comparisons of
-    all): ``judge`` over every case, holding when it holds in every case and failing when it
-    fails in one (three-way)."""
-
-    def register(judge: Judge) -> Judge:
-        def check(cases: list[Case]) -> Verdict:
-            try:
-                results = [(case, *judge(case, comparisons * len(cases))) for case in cases]
-            except KeyError as exc:  # a copy of the study without a graph or method it compares
-                return Verdict(None, f"needs {exc.args[0]!r} in every case")
-            mark = {True: "yes", False: "no", None: "?"}
-            evidence = "; ".join(f"{c.name}: {mark[h]} ({e})" for c, h, e in results)
-            return Verdict(combine([h for _, h, _ in results]), evidence)
-
-        CHECKS.add(judge.__name__, lambda: (check, test))
-        return judge
-
-    return register
-
-
-@_per_case(1, f"modelled ms per iteration, and DSGD's steady error not higher, {_TEST}")
-def one_peer_cheaper(case: Case, k: int) -> tuple[bool | None, str]:
-    graphs = ("one_peer_exponential", "exponential")
-    one, static = (_per_iteration(case, g) for g in graphs)
-    order, word = _order(case, (graphs[0], "dsgd"), (graphs[1], "dsgd"), k)
-    errors = [case.stats[g]["dsgd"].steady for g in graphs]
-    return (ordered_verdict(order, strict=False) if one < static else False), (
-        f"{one * 1e3:.3g} vs {static * 1e3:.3g} ms per iteration; error {errors[0]:.2e} vs "
-        f"{errors[1]:.2e} ({word})"
-    )
-
-
-@_per_case(1, f"DSGD's steady error lower, {_TEST}")
-def base_no_worse(case: Case, k: int) -> tuple[bool | None, str]:
-    order, word = _order(case, ("base_3", "dsgd"), ("one_peer_exponential", "dsgd"), k)
-    base, one = (case.stats[g]["dsgd"].steady for g in ("base_3", "one_peer_exponential"))
-    return ordered_verdict(order, strict=True), f"{base:.2e} vs {one:.2e} ({word})"
-
-
-SPARSER = ("complete", "exponential", "torus", "ring")
-
-
-@_per_case(len(SPARSER) - 1, f"every step of the chain higher, {_TEST}")
-def sparser_more_bias(case: Case, k: int) -> tuple[bool | None, str]:
-    steps = list(itertools.pairwise(SPARSER))
-    judged = [_order(case, (a, "dsgd"), (b, "dsgd"), k) for a, b in steps]
-    values = " < ".join(f"{case.stats[g]['dsgd'].steady:.2e}" for g in SPARSER)
-    words = ", ".join(f"{a} vs {b}: {w}" for (a, b), (_, w) in zip(steps, judged, strict=True))
-    return combine([ordered_verdict(o, strict=True) for o, _ in judged]), f"{values} ({words})"
-
-
-@_per_case(1, "runs stopped as diverged")
-def exact_diffusion_needs_fixed_w(case: Case, k: int) -> tuple[bool | None, str]:
-    static_ok = all(case.stats[g][m].diverged == 0 for g in STATIC for m in ("ed", "edm"))
-    failed = [g for g in TIME_VARYING if any(case.stats[g][m].diverged for m in ("ed", "edm"))]
-    return static_ok and len(failed) == len(TIME_VARYING), (
-        f"static graphs: {'none' if static_ok else 'some'} diverged; time-varying graphs "
-        f"where ED/EDM diverged: {', '.join(failed) or 'none'}"
-    )
-
-
-@_per_case(len(TIME_VARYING), f"DSGT's steady error lower on every time-varying graph, {_TEST}")
-def tracking_exact(case: Case, k: int) -> tuple[bool | None, str]:
-    judged = [_order(case, (g, "dsgt"), (g, "dsgd"), k) for g in TIME_VARYING]
-    words = ", ".join(f"{g}: {w}" for g, (_, w) in zip(TIME_VARYING, judged, strict=True))
-    return combine([ordered_verdict(o, strict=True) for o, _ in judged]), f"DSGT vs DSGD: {words}"
+def _current(tables: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """``[[claims]]`` tables with a check name of an earlier release spelled as it is now."""
+    current = []
+    for table in tables:
+        old = table.get("check")
+        if isinstance(old, str) and old in _OLD_CHECKS:
+            new = _OLD_CHECKS[old]
+            warnings.warn(
+                f"{where}: check = {old!r} is spelled {json.dumps(new)} now",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            table = {**table, **new}
+        current.append(table)
+    return current
 
 
 # ------------------------------------------------------------------- report
@@ -211,6 +185,12 @@ def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> li
             if how.check and spec.claims:
                 case.judged[graph] = check_claims(spec.claims, stats)
     return cases
+
+
+def _per_iteration(case: Case, graph: str) -> float:
+    """Modelled seconds per iteration over ``graph``, at the last recorded step."""
+    last = max(case.rows[graph], key=lambda r: r["step"])
+    return last["model_time"] / max(last["step"], 1)
 
 
 def _case_section(case: Case) -> list[str]:
@@ -265,13 +245,19 @@ def _figure(rows: list[dict[str, Any]], metric: str, path: Path, x: str, title: 
     """One figure of the study: every graph's curves, a panel per n."""
     scale = "log" if x == "model_time" else "auto"
     return plot_curves(
-        rows, metric, path, panel="agents", panel_title="n = {value}", x=x, xscale=scale,
+        rows,
+        metric,
+        path,
+        panel="agents",
+        panel_title="n = {value}",
+        x=x,
+        xscale=scale,
         title=title,
-    )  # fmt: skip
+    )
 
 
 def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:
-    verdicts = check_claims(claims, cases) if claims else []
+    verdicts = check_panels(claims, {c.name: c.panel() for c in cases}) if claims else []
     lines = ["## Claims", "", *([claims_markdown(verdicts), ""] if claims else [])]
     for case in cases:
         for graph, own in case.judged.items():
@@ -284,7 +270,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
     """Run (or resume) a graph study into ``out``, as ``how`` asks; every part, ``--only``
     label and claim is checked before anything runs."""
     study.parts(how)
-    claims = parse_claims(study.claims, study.source, CHECKS)
+    claims = parse_claims(_current(study.claims, study.source), study.source)
     cases = _run_cases(study, out, options, how)
     everything = [
         r | {"problem": c.preset, "agents": c.n, "graph": g}

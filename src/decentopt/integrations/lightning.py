@@ -72,7 +72,9 @@ class DecentralizedStrategy(DDPStrategy):
         **hyperparams: Any,
     ) -> None:
         super().__init__()
-        self.method, self.topology, self.hyperparams = method, topology, hyperparams
+        self.method = method
+        self.topology = topology
+        self.hyperparams = hyperparams
         self.graph_options = dict(graph_options or {})
         self.gossip_timeout = timeout
         self.comm: DistributedCommunicator | None = None

@@ -59,7 +59,9 @@ class Monitor:
     ) -> None:
         if int(log_every) < 1:
             raise ValueError(f"log_every must be a positive number of steps; got {log_every}")
-        self.log_every, self.total, self.say = int(log_every), total, say
+        self.log_every = int(log_every)
+        self.total = total
+        self.say = say
         self.distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if self.distributed else 0
         self.world = dist.get_world_size() if self.distributed else 1

@@ -43,6 +43,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from decentopt.native import build
 
@@ -58,48 +59,70 @@ __all__ = [
 HERE = build.HERE
 #: The updates of ``decentopt_update_mix``, by ``kind`` index (api.c says the same).
 UPDATE_KINDS = ("descend", "momentum_descend", "correct", "edm")
-#: Largest stencil and block width the C code accepts (MAX_TERMS, MAX_WIDTH there).
-MAX_TERMS, MAX_WIDTH = 64, 8192
+#: Largest stencil the C code accepts (MAX_TERMS there).
+MAX_TERMS = 64
+#: Largest block width the C code accepts (MAX_WIDTH there).
+MAX_WIDTH = 8192
 #: decentopt_cpu_level's answer -> the variants that CPU runs, best first.
 _RUNS = {2: ("avx512", "avx2", "generic"), 1: ("avx2", "generic"), 0: ("generic",)}
 
-_F32, _F64 = ctypes.c_float, ctypes.c_double
+_F32 = ctypes.c_float
+_F64 = ctypes.c_double
 _P = ctypes.c_void_p
-_I64, _INT = ctypes.c_int64, ctypes.c_int
+_I64 = ctypes.c_int64
+_INT = ctypes.c_int
+
+
+#: Every exported function's arguments in order, as the C headers declare them (api.c,
+#: blocks.c, logistic.h, quadratic.h): a type and a name each. ``scalar`` is the variant's
+#: float type, ``T*`` a pointer to a ``T``, ``ptr[]`` an array of pointers.
+_DECLARATIONS = {
+    "decentopt_update_mix": (
+        "int kind, int nesterov, int dampening, i64 n, i64 d, ptr[] inputs, ptr[] outputs, "
+        "scalar alpha, scalar beta, i64 k, i64* offsets, scalar* weights, i64 width, "
+        "int threads"
+    ),
+    "decentopt_mix": (
+        "i64 n, i64 d, ptr z, ptr out, i64 k, i64* offsets, scalar* weights, i64 width, int threads"
+    ),
+    # z = x - alpha g where z is NULL
+    "decentopt_choco": (
+        "int op, i64 n, i64 D, i64 k, i64 kept, f64 levels, f64 per_unit, ptr z, ptr hat, "
+        "ptr s, ptr out, scalar gamma, ptr keys, ptr units, i64 terms, i64* offsets, "
+        "f64* weights, ptr x, ptr g, scalar alpha, int threads"
+    ),
+    "decentopt_quadratic_steps": (
+        "int kind, int nesterov, int dampening, i64 n, i64 panels, i64 runs, i64 d, i64 k, "
+        "int lower, ptr[] in, ptr[] out, ptr H, ptr F, ptr b, ptr z, int wide, i64 steps, "
+        "scalar* alphas, scalar beta, i64 terms, i64* offsets, scalar* weights"
+    ),
+    "decentopt_logistic_gradient": (
+        "i64 groups, i64 levels, i64 stride, i64 m, i64 d, ptr samples, ptr labels, ptr x, "
+        "ptr out, ptr loss, f64 scale, int threads"
+    ),
+    "decentopt_quadratic_gradient": (
+        "i64 count, i64 d, ptr H, ptr x, ptr b, ptr term, ptr out, int threads"
+    ),
+}
 
 
 def _signatures(scalar: type) -> dict[str, list]:
-    offsets, weights = ctypes.POINTER(_I64), ctypes.POINTER(scalar)
+    """The ctypes argument types of :data:`_DECLARATIONS` for the variant of ``scalar``."""
+    types: dict[str, Any] = {
+        "int": _INT,
+        "i64": _I64,
+        "f64": _F64,
+        "scalar": scalar,
+        "ptr": _P,
+        "ptr[]": ctypes.POINTER(_P),
+        "i64*": ctypes.POINTER(_I64),
+        "f64*": ctypes.POINTER(_F64),
+        "scalar*": ctypes.POINTER(scalar),
+    }
     return {
-        # kind, nesterov, dampening, n, d, inputs, outputs, alpha, beta, k, offsets,
-        # weights, width, threads
-        "decentopt_update_mix": [
-            _INT, _INT, _INT, _I64, _I64, ctypes.POINTER(_P), ctypes.POINTER(_P),
-            scalar, scalar, _I64, offsets, weights, _I64, _INT,
-        ],
-        # n, d, z, out, k, offsets, weights, width, threads
-        "decentopt_mix": [_I64, _I64, _P, _P, _I64, offsets, weights, _I64, _INT],
-        # op, n, D, k, kept, levels, per_unit, z, hat, s, out, gamma, keys, units, terms,
-        # offsets, float64 weights, x, g, alpha (z = x - alpha g where z is NULL), threads
-        "decentopt_choco": [
-            _INT, _I64, _I64, _I64, _I64, _F64, _F64, _P, _P, _P, _P, scalar, _P, _P, _I64,
-            offsets, ctypes.POINTER(_F64), _P, _P, scalar, _INT,
-        ],
-        # kind, nesterov, dampening, n, panels, runs, d, k, lower, in, out, H, F, b, z,
-        # wide, steps, alphas, beta, terms, offsets, weights (blocks.c)
-        "decentopt_quadratic_steps": [
-            _INT, _INT, _INT, _I64, _I64, _I64, _I64, _I64, _INT, ctypes.POINTER(_P),
-            ctypes.POINTER(_P), _P, _P, _P, _P, _INT, _I64, weights, scalar, _I64, offsets,
-            weights,
-        ],
-        # groups, levels, stride, m, d, samples, labels, x, out, loss, scale, threads
-        # (logistic.h)
-        "decentopt_logistic_gradient": [
-            _I64, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _P, _F64, _INT,
-        ],
-        # count, d, H, x, b, term, out, threads (quadratic.h)
-        "decentopt_quadratic_gradient": [_I64, _I64, _P, _P, _P, _P, _P, _INT],
-    }  # fmt: skip
+        name: [types[arg.split()[0]] for arg in declaration.split(", ")]
+        for name, declaration in _DECLARATIONS.items()
+    }
 
 
 @dataclass(frozen=True)

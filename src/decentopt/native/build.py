@@ -34,9 +34,15 @@ __all__ = [
 HERE = Path(__file__).resolve().parent
 #: Every file the library is built from (a change to any of them rebuilds a cached copy).
 SOURCES = (
-    "kernels.c", "kernels.h", "compress.h", "logistic.h", "quadratic.h", "blocks.c", "blocks.h",
+    "kernels.c",
+    "kernels.h",
+    "compress.h",
+    "logistic.h",
+    "quadratic.h",
+    "blocks.c",
+    "blocks.h",
     "api.c",
-)  # fmt: skip
+)
 #: The files compiled once per instruction set (each exports its functions with the suffix).
 PER_ISA = ("kernels.c", "blocks.c")
 #: Instruction-set variants of kernels.c: name and the compiler flags that enable it,
@@ -92,14 +98,22 @@ def build_unix(
         lines = (result.stderr or result.stdout or "").strip().splitlines()
         return next((line for line in lines if "error" in line), lines[0] if lines else "")
 
-    objects, built = [], []
+    objects = []
+    built = []
     for name, flags in variants():
         objs = [workdir / f"{Path(source).stem}_{name}.o" for source in PER_ISA]
         for source, obj in zip(PER_ISA, objs, strict=True):
             result = call(
-                [*COMMON_FLAGS, *flags, f"-DDECENTOPT_ISA={name}", "-c", str(HERE / source),
-                 "-o", str(obj)]
-            )  # fmt: skip
+                [
+                    *COMMON_FLAGS,
+                    *flags,
+                    f"-DDECENTOPT_ISA={name}",
+                    "-c",
+                    str(HERE / source),
+                    "-o",
+                    str(obj),
+                ]
+            )
             if result.returncode != 0:
                 break
         if result.returncode != 0:

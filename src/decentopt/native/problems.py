@@ -78,12 +78,12 @@ def _logistic(
     out = torch.empty_like(x)
     loss = torch.zeros(x.shape[:-1], dtype=torch.float64) if with_loss else None
     stride, m, d = samples.shape[-3:]
-    ran = _run(
-        "decentopt_logistic_gradient", suffix, "logistic gradient",
-        math.prod(samples.shape[:-2]), x.shape[-2] // max(stride, 1), max(stride, 1), m, d,
-        samples.data_ptr(), 0 if labels is None else labels.data_ptr(), x.data_ptr(),
-        out.data_ptr(), None if loss is None else loss.data_ptr(), float(scale),
-    )  # fmt: skip
+    # groups, levels, stride, m, d as logistic.h declares them, then the buffers
+    shape = (math.prod(samples.shape[:-2]), x.shape[-2] // max(stride, 1), max(stride, 1), m, d)
+    given = (samples.data_ptr(), 0 if labels is None else labels.data_ptr(), x.data_ptr())
+    written = (out.data_ptr(), None if loss is None else loss.data_ptr())
+    kernel = "decentopt_logistic_gradient"
+    ran = _run(kernel, suffix, "logistic gradient", *shape, *given, *written, float(scale))
     return (out, loss) if ran else None
 
 
@@ -123,9 +123,9 @@ def quadratic_gradient(
     H, x, b = H.contiguous(), x.contiguous(), b.contiguous()
     term = None if term is None else term.contiguous()
     out = torch.empty_like(x)
+    given = (H.data_ptr(), x.data_ptr(), b.data_ptr(), None if term is None else term.data_ptr())
+    shape = (math.prod(x.shape[:-1]), x.shape[-1])
     ran = _run(
-        "decentopt_quadratic_gradient", suffix, "quadratic gradient",
-        math.prod(x.shape[:-1]), x.shape[-1], H.data_ptr(), x.data_ptr(), b.data_ptr(),
-        None if term is None else term.data_ptr(), out.data_ptr(),
-    )  # fmt: skip
+        "decentopt_quadratic_gradient", suffix, "quadratic gradient", *shape, *given, out.data_ptr()
+    )
     return out if ran else None

@@ -100,10 +100,14 @@ class Logistic(StatelessProblem):
         if not sigma_s2 >= 0:
             raise ValueError(f"sigma_s2 must be >= 0; got {sigma_s2}")
         self.n, self.repetitions, self.m, self.dim = v.shape[0], v.shape[1], *U.shape[2:]
-        self.dtype, self.mu, self.sigma_s2, self.v = dtype, float(mu), float(sigma_s2), v
+        self.dtype = dtype
+        self.mu = float(mu)
+        self.sigma_s2 = float(sigma_s2)
+        self.v = v
         self._U = U.contiguous()
         self.compute_dtype = compute_dtype or dtype
-        self._U_fast, self._v_fast = self._U.to(self.compute_dtype), v.to(self.compute_dtype)
+        self._U_fast = self._U.to(self.compute_dtype)
+        self._v_fast = v.to(self.compute_dtype)
         self.x_star = self._solve()
         self.f_star = self.objective(self.x_star)
         self.zeta2 = self.full_gradient(self.x_star.expand(self.n, -1, -1)).pow(2).sum(-1).mean(0)

@@ -101,8 +101,14 @@ class Quadratic(StatelessProblem):
     ) -> None:
         A, x_local, sigma2 = _checked(A, x_local, sigma2, dtype)
         n, R, p, d = A.shape
-        self.n, self.repetitions, self.p, self.dim = n, R, p, d
-        self.dtype, self.sigma2, self.A, self.x_local = dtype, float(sigma2), A, x_local
+        self.n = n
+        self.repetitions = R
+        self.p = p
+        self.dim = d
+        self.dtype = dtype
+        self.sigma2 = float(sigma2)
+        self.A = A
+        self.x_local = x_local
         # per-agent d x d Hessians cost more memory than A itself when p < d
         self.low_memory = p < d if low_memory is None else bool(low_memory)
         At = A.transpose(-1, -2)

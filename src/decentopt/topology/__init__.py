@@ -78,16 +78,33 @@ def spanning_tree_of(
     return spanning_tree(base, root=root)
 
 
+#: The graph families; each is registered under its function's name (``spanning_tree_of``
+#: as ``spanning_tree``).
+_FAMILIES = (
+    ring,
+    complete,
+    star,
+    grid,
+    torus,
+    hypercube,
+    exponential,
+    erdos_renyi,
+    one_peer_exponential,
+    one_peer_hypercube,
+    base_graph,
+    random_matchings,
+    chain,
+    binary_tree,
+    spanning_tree_of,
+    directed_ring,
+    directed_exponential,
+    random_directed,
+    directed_one_peer_exponential,
+)
 #: Graph families by name (used by configuration files and the CLI).
 REGISTRY: Registry[Callable[..., Topology | TopologySchedule]] = Registry(
-    "topology",
-    [(f.__name__.removesuffix("_of"), f) for f in (
-        ring, complete, star, grid, torus, hypercube, exponential, erdos_renyi,
-        one_peer_exponential, one_peer_hypercube, base_graph, random_matchings,
-        chain, binary_tree, spanning_tree_of,
-        directed_ring, directed_exponential, random_directed, directed_one_peer_exponential,
-    )],
-)  # fmt: skip
+    "topology", [(f.__name__.removesuffix("_of"), f) for f in _FAMILIES]
+)
 
 
 def check_arguments(name: str, kwargs: dict[str, Any]) -> None:

@@ -28,10 +28,14 @@ from decentopt.topology.sparse import SPARSE_FROM
 
 __all__ = ["build_bytes"]
 
-#: Bytes per agent of a circulant stencil, and per entry of a dense W (copies while checked).
-CIRCULANT_BYTES, DENSE_BYTES = 32.0, 32.0
-#: networkx graphs: bytes per agent and per link (undirected edge).
-NODE_BYTES, EDGE_BYTES = 1000.0, 600.0
+#: Bytes per agent of a circulant stencil.
+CIRCULANT_BYTES = 32.0
+#: Bytes per entry of a dense W (copies while checked).
+DENSE_BYTES = 32.0
+#: networkx graphs: bytes per agent.
+NODE_BYTES = 1000.0
+#: networkx graphs: bytes per link (undirected edge).
+EDGE_BYTES = 600.0
 #: Sequences of rounds: bytes per agent and round.
 ROUND_BYTES = 200.0
 #: Builders that keep W dense whatever the size.

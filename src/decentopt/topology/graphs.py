@@ -94,7 +94,8 @@ def from_adjacency(
     name: str = "graph",
 ) -> Topology:
     """Mixing matrix of an undirected graph given by its 0/1 adjacency matrix."""
-    lazy, A = _options(weights, lazy), links(adjacency)
+    lazy = _options(weights, lazy)
+    A = links(adjacency)
     if not np.array_equal(A, A.T):
         raise ValueError("the adjacency matrix must be symmetric (an undirected graph)")
     W = _WEIGHTS[weights](A)
@@ -166,7 +167,8 @@ def ring(n: int, *, weights: Literal["paper"] | Weights = "paper", lazy: Lazy = 
     the EDM paper's experiments; positive semi-definite, with eigenvalues
     ``1/2 + 1/2 cos(2 pi k / n)`` so ``lambda = 1/2 + 1/2 cos(2 pi / n)``.
     """
-    n, lazy = agents(n), _options(weights, lazy, ("paper",))
+    n = agents(n)
+    lazy = _options(weights, lazy, ("paper",))
     if n >= CIRCULANT_FROM:
         if weights == "paper":
             return CirculantTopology(n, {0: 0.5, 1: 0.25, -1: 0.25}, name=f"ring({n})")
@@ -248,7 +250,8 @@ def exponential(n: int, *, lazy: Lazy = "auto") -> Topology:
     Each agent's neighbours are ``(i + 2^k) mod n`` for ``k = 0 .. floor(log2(n-1))``,
     made undirected; weights are Metropolis--Hastings.
     """
-    n, lazy = agents(n, 2), _options("metropolis", lazy)
+    n = agents(n, 2)
+    lazy = _options("metropolis", lazy)
     offsets = {2**k for k in range(math.floor(math.log2(n - 1)) + 1)}
     if n >= CIRCULANT_FROM:
         return circulant_from_offsets(n, offsets, f"exponential({n})[metropolis]", lazy)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from decentopt._checks import as_count
 from decentopt.topology.schedule import _TOL, GossipRound, TopologySchedule
 from decentopt.topology.topology import AssumptionError, _as_numpy, agents
 
@@ -82,7 +83,8 @@ def one_peer_hypercube(n: int) -> TopologySchedule:
 def _base_groups(n: int, base: int) -> list[tuple[int, int, int]]:
     """``n``'s base-``base`` digits as groups ``(first agent, pieces a, power p)``, from the
     highest power down: ``a`` pieces of ``base**p`` consecutive agents each."""
-    groups, start = [], 0
+    groups = []
+    start = 0
     for p in reversed(range(int(math.log(n, base)) + 2)):
         a = (n // base**p) % base
         if a:
@@ -125,9 +127,7 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
     ``False``); finite-time exactness needs them as they are.
     """
     n = agents(n)
-    if not isinstance(base, int | np.integer) or isinstance(base, bool) or base < 2:
-        raise ValueError(f"base must be an integer >= 2 (k + 1 for k peers); got {base!r}")
-    base = int(base)
+    base = as_count(base, "base_graph: base", minimum=2)  # k + 1 for k peers
     groups = _base_groups(n, base)
     digit_cliques = functools.partial(_digit_cliques, base)
     # round index -> its entries (every index up to the last gets some)

@@ -70,7 +70,10 @@ def parse(spec: str | Gossip) -> Gossip:
     if isinstance(spec, Gossip):
         return spec
     _, cls, kwargs = read_call(
-        spec, GOSSIPS, "gossip", "'push_sum', 'choco(top_k(0.1), gamma=0.4)'",
+        spec,
+        GOSSIPS,
+        "gossip",
+        "'push_sum', 'choco(top_k(0.1), gamma=0.4)'",
         "a gossip of decentopt.algorithms.gossips",
-    )  # fmt: skip
+    )
     return cls(**kwargs)

@@ -24,8 +24,20 @@ def heavy_ball(m, g, damp, keep, NESTEROV: tl.constexpr):
 
 
 @triton.jit
-def first_output(x_ptr, a_ptr, b_ptr, c_ptr, at, alpha, damp, keep, mask,
-                 KIND: tl.constexpr, NESTEROV: tl.constexpr, ACC: tl.constexpr):  # fmt: skip
+def first_output(
+    x_ptr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    at,
+    alpha,
+    damp,
+    keep,
+    mask,
+    KIND: tl.constexpr,
+    NESTEROV: tl.constexpr,
+    ACC: tl.constexpr,
+):
     x = tl.load(x_ptr + at, mask=mask, other=0.0).to(ACC)
     if KIND == 0:  # the plain mix
         y = x
@@ -50,10 +62,25 @@ def first_output(x_ptr, a_ptr, b_ptr, c_ptr, at, alpha, damp, keep, mask,
 
 
 @triton.jit
-def update_mix(x_ptr, a_ptr, b_ptr, c_ptr, out0_ptr, out1_ptr, out2_ptr,
-               offsets_ptr, weights_ptr, scalars_ptr, n, d,
-               KIND: tl.constexpr, NESTEROV: tl.constexpr, TERMS: tl.constexpr,
-               BLOCK: tl.constexpr, ACC: tl.constexpr):  # fmt: skip
+def update_mix(
+    x_ptr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    out0_ptr,
+    out1_ptr,
+    out2_ptr,
+    offsets_ptr,
+    weights_ptr,
+    scalars_ptr,
+    n,
+    d,
+    KIND: tl.constexpr,
+    NESTEROV: tl.constexpr,
+    TERMS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ACC: tl.constexpr,
+):
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     # alpha and the heavy ball's damp and keep, in the state's precision (a float argument

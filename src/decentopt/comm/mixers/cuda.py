@@ -95,7 +95,8 @@ class CudaMixer(MixerBase):
         module, why = triton_kernel()
         if module is None:
             raise RuntimeError(why)
-        kernel, tl = module.update_mix, module.tl
+        kernel = module.update_mix
+        tl = module.tl
         n, d = inputs[0].shape
         padded = list(inputs) + [inputs[0]] * (4 - len(inputs))
         outputs = list(outs) + [outs[0]] * (3 - len(outs))
@@ -104,10 +105,19 @@ class CudaMixer(MixerBase):
         damp, keep = (beta, 0.0) if dampening else (0.0, beta)
         scalars = torch.tensor([alpha, damp, keep], dtype=weights.dtype, device=weights.device)
         kernel[n, -(-d // BLOCK)](
-            *padded, *outputs, offsets, weights, scalars, n, d,
-            KIND=KINDS[kind], NESTEROV=bool(nesterov), TERMS=len(self.stencil), BLOCK=BLOCK,
+            *padded,
+            *outputs,
+            offsets,
+            weights,
+            scalars,
+            n,
+            d,
+            KIND=KINDS[kind],
+            NESTEROV=bool(nesterov),
+            TERMS=len(self.stencil),
+            BLOCK=BLOCK,
             ACC=tl.float64 if wide else tl.float32,
-        )  # fmt: skip
+        )
 
     def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:
         flat = flat.contiguous()

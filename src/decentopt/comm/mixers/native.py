@@ -100,7 +100,8 @@ class NativeMixer(MixerBase):
     def block_width(self, flat: torch.Tensor) -> int:
         """Columns per block of the fused kernel: rows of ``ROW_BYTES``; a far-reaching
         stencil (all n rows of a block kept) in blocks of at most ``BLOCK_BYTES``."""
-        size, cols = flat.element_size(), flat.shape[1]
+        size = flat.element_size()
+        cols = flat.shape[1]
         width = ROW_BYTES // size
         if self.n <= 4 * self.reach + 1:
             width = min(width, BLOCK_BYTES // (self.n * size))
@@ -123,10 +124,10 @@ class NativeMixer(MixerBase):
         else:
             width = self.block_width(flat)
         n, d = flat.shape
-        status = self._function("decentopt_mix", flat.dtype)(
-            n, d, flat.data_ptr(), target.data_ptr(), *self._stencil_args(flat.dtype), width,
-            torch.get_num_threads(),
-        )  # fmt: skip
+        stencil = self._stencil_args(flat.dtype)
+        threads = torch.get_num_threads()
+        mix = self._function("decentopt_mix", flat.dtype)
+        status = mix(n, d, flat.data_ptr(), target.data_ptr(), *stencil, width, threads)
         if status:
             raise RuntimeError(
                 f"the native mix was given {len(self.stencil)} stencil terms (at most "
@@ -140,8 +141,12 @@ class NativeMixer(MixerBase):
         call = prepare(fn, flats, scalars)
         if call is None:
             return None
-        update, nesterov, dampening = call.update, call.nesterov, call.dampening
-        flats, outs, first = call.inputs, call.outputs, call.inputs[0]
+        update = call.update
+        nesterov = call.nesterov
+        dampening = call.dampening
+        flats = call.inputs
+        outs = call.outputs
+        first = call.inputs[0]
         n, d = first.shape
         width = self.block_width(first)
         pointers = ctypes.c_void_p
@@ -197,7 +202,8 @@ class NativeMixer(MixerBase):
         if why or k < 1:
             return why or "rows of no entries"
         n, d = flat.shape
-        op, rows = CHOCO_OPS.index(codec.name), d // k
+        op = CHOCO_OPS.index(codec.name)
+        rows = d // k
         kept = kept_count(codec.ratio, k) if op == 0 else 0  # type: ignore[attr-defined]
         keys = row_keys(codec.seed, range(n), range(rows), t) if op == 1 else torch.empty(0)
         levels = float(codec.levels) if op == 1 else 0.0  # type: ignore[attr-defined]
@@ -207,13 +213,16 @@ class NativeMixer(MixerBase):
         g = None if descent is None else descent[0].contiguous()
         alpha = 0.0 if descent is None else float(descent[1])
         (units,) = self._scratch((n * rows * 2, torch.float64))  # qsgd: units, then scales
-        status = self._function("decentopt_choco", flat.dtype)(
-            op, n, d, k, kept, levels, per_unit, flat.data_ptr() if g is None else None,
-            hat.data_ptr(), s.data_ptr(), out.data_ptr(), gamma, keys.data_ptr(),
-            units.data_ptr(), len(self.stencil), self._offsets, self._weights["f64"],
-            None if g is None else flat.data_ptr(), None if g is None else g.data_ptr(), alpha,
-            torch.get_num_threads(),
-        )  # fmt: skip
+        # the arguments in the groups of the C declaration (native._DECLARATIONS)
+        sizes = (op, n, d, k, kept, levels, per_unit)
+        z = flat.data_ptr() if g is None else None  # else z = x - alpha g, read in the kernel
+        buffers = (z, hat.data_ptr(), s.data_ptr(), out.data_ptr(), gamma)
+        scratch = (keys.data_ptr(), units.data_ptr())
+        stencil = (len(self.stencil), self._offsets, self._weights["f64"])
+        x_g = (None, None) if g is None else (flat.data_ptr(), g.data_ptr())
+        choco = self._function("decentopt_choco", flat.dtype)
+        threads = torch.get_num_threads()
+        status = choco(*sizes, *buffers, *scratch, *stencil, *x_g, alpha, threads)
         if status:
             raise RuntimeError(f"the native compressed round failed (status {status})")
         return out, hat, s
@@ -252,10 +261,17 @@ class NativeMixer(MixerBase):
         )
 
     def quadratic_steps(
-        self, kind: str, switches: tuple[bool, bool], fields: dict[str, torch.Tensor],
-        terms: Sequence[torch.Tensor], noise: torch.Tensor | None, alphas: Sequence[float],
-        beta: float, runs: int, lower: bool,
-    ) -> dict[str, torch.Tensor]:  # fmt: skip
+        self,
+        kind: str,
+        switches: tuple[bool, bool],
+        fields: dict[str, torch.Tensor],
+        terms: Sequence[torch.Tensor],
+        noise: torch.Tensor | None,
+        alphas: Sequence[float],
+        beta: float,
+        runs: int,
+        lower: bool,
+    ) -> dict[str, torch.Tensor]:
         """``len(alphas)`` steps of an update of :data:`~decentopt.updates.KINDS` on a stacked
         quadratic (``blocks.c``): ``fields`` (``x``, and ``psi`` / ``m`` where the update has
         them) are ``(n, R, d)``, ``terms`` the quadratic's ``(H, F, b)`` as :meth:`panels` of
@@ -274,16 +290,19 @@ class NativeMixer(MixerBase):
             noise = noise.double()
         noise = None if noise is None else noise.contiguous()
         scalar = ctypes.c_double if x.dtype == torch.float64 else ctypes.c_float
-        status = self._function("decentopt_quadratic_steps", x.dtype)(
-            native.UPDATE_KINDS.index(kind), int(switches[0]), int(switches[1]), n, R // runs,
-            runs, d, F.shape[2], int(lower),
-            pointers(*(given[k].data_ptr() if k in given else None for k in names)),
-            pointers(*(out[k].data_ptr() if k in out else None for k in names)),
-            H.data_ptr(), F.data_ptr(), b.data_ptr(),
-            None if noise is None else noise.data_ptr(),
-            int(noise is not None and noise.dtype == torch.float64), len(alphas),
-            (scalar * len(alphas))(*alphas), float(beta), *self._stencil_args(x.dtype),
-        )  # fmt: skip
+        # the arguments in the groups of the C declaration (native._DECLARATIONS)
+        update = (native.UPDATE_KINDS.index(kind), int(switches[0]), int(switches[1]))
+        shape = (n, R // runs, runs, d, F.shape[2], int(lower))
+        states = [
+            pointers(*(t[k].data_ptr() if k in t else None for k in names)) for t in (given, out)
+        ]
+        problem = (H.data_ptr(), F.data_ptr(), b.data_ptr())
+        wide = noise is not None and noise.dtype == torch.float64
+        drawn = (None if noise is None else noise.data_ptr(), int(wide))
+        steps = (len(alphas), (scalar * len(alphas))(*alphas), float(beta))
+        stencil = self._stencil_args(x.dtype)
+        run = self._function("decentopt_quadratic_steps", x.dtype)
+        status = run(*update, *shape, *states, *problem, *drawn, *steps, *stencil)
         if status:
             raise RuntimeError("the native quadratic steps could not allocate their scratch")
         return out

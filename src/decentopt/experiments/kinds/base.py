@@ -159,7 +159,8 @@ class ConvexSpec:
         return lr
 
     def columns(self, problem: Any) -> list[dict[str, Any]]:
-        levels, R = self.levels(), problem.repetitions // len(self.levels())
+        levels = self.levels()
+        R = problem.repetitions // len(self.levels())
         return [
             {self.panel: levels[col // R], "zeta2": float(problem.zeta2[col]), "run": col % R}
             for col in range(problem.repetitions)

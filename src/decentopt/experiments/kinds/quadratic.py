@@ -33,7 +33,10 @@ class QuadraticSpec(ConvexSpec):
     def memory_bytes(self, *, agents: int, runs: int) -> dict[str, float]:
         """What building and running it holds, by part (measured within 2x of the peak:
         ``tests/experiments/test_memory.py``)."""
-        n, d, p, cols = agents, self.d, self.p, runs * len(self.c)
+        n = agents
+        d = self.d
+        p = self.p
+        cols = runs * len(self.c)
         w = 4 if self.dtype == "float32" else 8
         gram = n * runs * d * d * w  # the per-agent Gram matrices of x*, all repetitions
         if gram > GRAM_BYTES:

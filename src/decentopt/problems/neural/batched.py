@@ -37,7 +37,10 @@ class BatchedRuns:
             )
         self.runs = runs
         first = runs[0]
-        self.n, self.dim, self.dtype, self.device = first.n, first.dim, first.dtype, first.device
+        self.n = first.n
+        self.dim = first.dim
+        self.dtype = first.dtype
+        self.device = first.device
         self.x_star = None
         self.repetitions = len(runs)
         self.sampler = first.sampler  # every run's epoch has the same length (N / n samples)

@@ -39,7 +39,8 @@ class ReplicaDropout(nn.Module):
 
     def __init__(self, p: float, generator: torch.Generator) -> None:
         super().__init__()
-        self.p, self.generator = float(p), generator
+        self.p = float(p)
+        self.generator = generator
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return replica_dropout(x, self.p, self.generator) if self.training else x

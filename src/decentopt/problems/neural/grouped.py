@@ -88,7 +88,9 @@ class GroupedBackend:
                 "backend 'vmap'"
             )
         self.layers = _leaves(model)
-        self.layout, self.options, self.replicas = layout, options, replicas
+        self.layout = layout
+        self.options = options
+        self.replicas = replicas
         self._compiled: dict[str, Any] = {}
         # per-replica BatchNorm statistics: (N * C,) running mean and variance per layer
         self.running: dict[int, list[torch.Tensor]] = {}
@@ -119,9 +121,14 @@ class GroupedBackend:
                 weight = w.reshape(n * w.shape[1], *w.shape[2:])
                 bias = next(views).reshape(-1) if layer.bias is not None else None
                 h = F.conv2d(
-                    h, weight, bias, layer.stride, layer.padding, layer.dilation,
+                    h,
+                    weight,
+                    bias,
+                    layer.stride,
+                    layer.padding,
+                    layer.dilation,
                     groups=n * layer.groups,
-                )  # fmt: skip
+                )
             elif isinstance(layer, nn.Linear):
                 w = next(views)
                 if layer.bias is not None:

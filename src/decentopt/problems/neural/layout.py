@@ -26,9 +26,10 @@ class ParamLayout:
     def of(cls, model: nn.Module) -> ParamLayout:
         named = list(model.named_parameters())
         return cls(
-            tuple(n for n, _ in named), tuple(p.shape for _, p in named),
+            tuple(n for n, _ in named),
+            tuple(p.shape for _, p in named),
             tuple(p.numel() for _, p in named),
-        )  # fmt: skip
+        )
 
     @property
     def dim(self) -> int:

@@ -34,7 +34,8 @@ class LoopBackend:
                 "compile = true needs backend 'vmap' or 'grouped' (the loop backend runs one "
                 "module per agent); set backend, or compile = false"
             )
-        self.layout, self.options = layout, options
+        self.layout = layout
+        self.options = options
         self.replicas = [copy.deepcopy(model) for _ in range(replicas)]
         for replica in self.replicas:
             swap_dropout(replica, torch.Generator())  # each call gives the replica's own

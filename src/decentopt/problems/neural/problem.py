@@ -224,9 +224,12 @@ class NeuralProblem:
         x = self.data.x_test if split == "test" else self.data.x_train
         y = self.data.y_test if split == "test" else self.data.y_train
         model.eval()
-        total, correct, count = 0.0, 0, 0
+        total = 0.0
+        correct = 0
+        count = 0
         for s in range(0, len(y), batch):
-            xb, yb = x[s : s + batch].to(self.device), y[s : s + batch].to(self.device)
+            xb = x[s : s + batch].to(self.device)
+            yb = y[s : s + batch].to(self.device)
             out = model(xb)
             total += float(F.cross_entropy(out, yb, reduction="sum"))
             correct += int((out.argmax(1) == yb).sum())

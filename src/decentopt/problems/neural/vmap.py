@@ -36,7 +36,9 @@ class VmapBackend:
                 "backend 'vmap' needs a model without buffers (e.g. no BatchNorm); use "
                 "backend 'grouped' or 'loop'"
             )
-        self.model, self.layout, self.options = model, layout, options
+        self.model = model
+        self.layout = layout
+        self.options = options
         self.replicas = replicas
         self._compiled: dict[str, Any] = {}
 

@@ -1,0 +1,63 @@
+"""Verdicts on claims: three-way, combined over comparisons, and panels judged together.
+
+A verdict *holds*, *does not hold* or is *inconclusive* (``None``). A claim judged on
+several panels at once (the graph study's problems and numbers of agents) divides its
+family-wise level among all of their comparisons: each panel's statistics come as a
+:class:`Panel` that says how many are judged together (Bonferroni).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from decentopt.analysis import ALPHA
+from decentopt.plotting import LABELS
+
+__all__ = ["SIG", "Panel", "Verdict", "combine", "family", "label_name", "label_names"]
+
+#: How a claim's test names its level.
+SIG = f"at a {ALPHA:.0%} family-wise level"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    holds: bool | None  # None: inconclusive (or not measurable in this sweep)
+    evidence: str
+
+
+def combine(verdicts: Sequence[bool | None]) -> bool | None:
+    """All hold: holds; any fails: does not hold; otherwise inconclusive."""
+    if any(v is False for v in verdicts):
+        return False
+    return True if all(v is True for v in verdicts) else None
+
+
+def ordered_verdict(order: int | None, strict: bool) -> bool | None:
+    """Verdict on "A below B" (``strict``) or "A not above B" from :func:`compare`'s sign
+    (``None``: no way to tell, e.g. one run of a random problem)."""
+    return None if order is None else {-1: True, 1: False}.get(order, None if strict else True)
+
+
+class Panel(dict):
+    """A sweep's statistics, ``(case, label) -> Stat``, as one of ``panels`` panels a claim
+    is judged on together: each comparison's level is divided by ``panels`` as well."""
+
+    def __init__(self, stats: Mapping[Any, Any], panels: int) -> None:
+        super().__init__(stats)
+        self.panels = panels
+
+
+def family(stats: Mapping[Any, Any]) -> int:
+    """How many panels ``stats`` is judged together with (itself included)."""
+    return stats.panels if isinstance(stats, Panel) else 1
+
+
+def label_name(label: str) -> str:
+    """A method's label as figures and reports name it ("dsgd" -> "DSGD")."""
+    return LABELS.get(label, label)
+
+
+def label_names(labels: Sequence[str]) -> str:
+    return ", ".join(map(label_name, labels))
