@@ -17,10 +17,8 @@ import torch
 
 from decentopt._checks import as_count
 from decentopt.algorithms.base import Algorithm
-from decentopt.comm.aged import AgedCommunicator
-from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.driver import Result, RunOptions, TimeModel, check_gradient, run_loop, timed
-from decentopt.driver.timeline import stale_timeline, staleness
+from decentopt.driver.timeline import simulated_communicator
 from decentopt.plan import TAIL_POINTS, Plan, record_steps
 from decentopt.problems.base import BlockProblem, StackedProblem
 from decentopt.topology import Network
@@ -84,26 +82,6 @@ def _stepwise(
     return gradient
 
 
-def _communicator(
-    algorithm: Algorithm[Any],
-    topology: Network,
-    kernel: str,
-    timing: TimeModel | None,
-    iterations: int,
-    columns: int,
-) -> SimulatedCommunicator:
-    """The simulator's communicator; under a time model and bounded staleness, one that
-    mixes each neighbour's message at the age the time model gives."""
-    stale = None if timing is None else staleness(algorithm)
-    if timing is None or stale is None:
-        return SimulatedCommunicator(topology, kernel=kernel)
-
-    def ages(payload: float, steps: int) -> Any:
-        return stale_timeline(timing, topology, steps, payload, *stale).ages
-
-    return AgedCommunicator(topology, ages, iterations, columns, kernel=kernel)
-
-
 def simulate(
     algorithm: Algorithm[Any],
     problem: StackedProblem,
@@ -150,7 +128,8 @@ def simulate(
     """
     iterations, seed = _checked(topology, problem, iterations, seed, blowup)
     steps = record_steps(iterations, record, points)
-    comm = _communicator(algorithm, topology, kernel, timing, iterations, problem.repetitions)
+    columns = problem.repetitions
+    comm = simulated_communicator(algorithm, topology, timing, iterations, columns, kernel)
 
     result = run_loop(
         algorithm,

@@ -43,6 +43,8 @@ import numpy as np
 from decentopt._schema import bounded
 from decentopt.algorithms.gossips.delayed import Delayed
 from decentopt.algorithms.method import as_method
+from decentopt.comm.aged import AgedCommunicator
+from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.driver.arrivals import StaleRun, neighbour_slots, stale_run
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "clock_rows",
     "compute_times",
     "pace",
+    "simulated_communicator",
     "stale_timeline",
     "staleness",
     "timed",
@@ -188,6 +191,27 @@ def stale_timeline(
     send = reads.sum(axis=0) * model.message_seconds(payload)
     slots = neighbour_slots(graph.neighbors)
     return stale_run(compute_times(model, graph.n, steps), slots, send, tau, bound)
+
+
+def simulated_communicator(
+    algorithm: Any,
+    graph: Any,
+    model: TimeModel | None,
+    steps: int,
+    columns: int = 1,
+    kernel: str = "auto",
+) -> SimulatedCommunicator:
+    """The simulator's communicator for a method: under a time model and bounded staleness
+    one that mixes each neighbour's message at the age :func:`stale_timeline` gives
+    (``columns``: a message's payload is per column, as :func:`timed` charges it)."""
+    stale = None if model is None else staleness(algorithm)
+    if model is None or stale is None:
+        return SimulatedCommunicator(graph, kernel=kernel)
+
+    def ages(payload: float, rounds: int) -> np.ndarray:
+        return stale_timeline(model, graph, rounds, payload, *stale).ages
+
+    return AgedCommunicator(graph, ages, steps, columns, kernel=kernel)
 
 
 def clock(
