@@ -125,7 +125,9 @@ def test_a_time_varying_graph_is_refused_in_one_line():
 
 def test_a_specification_with_a_time_model_mixes_the_ages_it_gives(tmp_path):
     """A [timing] table reaches a sweep's runs: there bounded staleness and the plain delay
-    end apart; without one they end together (the one pace of the simulator)."""
+    end apart; without one they end together (the one pace of the simulator). The model is
+    part of a staleness unit's fingerprint (another model computes it again) and stays
+    presentation for the others (reclocked, not rerun)."""
     from decentopt.experiments import load_spec, run_spec
     from tests.experiments.test_spec import BASE, write
 
@@ -143,6 +145,9 @@ def test_a_specification_with_a_time_model_mixes_the_ages_it_gives(tmp_path):
         final[name] = {
             (r["algorithm"], r["run"]): r["dist_to_opt"] for r in rows if r["step"] == last
         }
+    faster = load_spec(write(tmp_path, text + timing.replace("6.0", "2.0"), "timed.toml"))
+    again = run_spec(faster, tmp_path / "timed", progress=False, log=lambda _: None)
+    assert sorted({unit.split("/")[0] for unit in map(str, again.ran)}) == ["stale"], again.ran
     for run in (0, 1):
         assert final["untimed"]["stale", run] == final["untimed"]["plain", run]
         assert final["timed"]["plain", run] == final["untimed"]["plain", run]
