@@ -54,7 +54,8 @@ class AgedCommunicator(SimulatedCommunicator):
             )
         super().__init__(topology, kernel=kernel)
         self.schedule, self.planned, self.columns = schedule, max(1, steps), max(1, columns)
-        #: ``(rounds, n, K)`` the ages used so far (once the first round ran)
+        #: ``(planned rounds, n, K)``: the ages of the schedule, round by round (asked for
+        #: at the first round); ``ages[t, i, k]`` is that of ``topology.neighbors[i][k]``
         self.ages: np.ndarray | None = None
         self._payload = 0.0
         peers = [(i, k, j) for i, row in enumerate(topology.neighbors) for k, j in enumerate(row)]
