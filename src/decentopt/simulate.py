@@ -17,8 +17,8 @@ import torch
 
 from decentopt._checks import as_count
 from decentopt.algorithms.base import Algorithm
-from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.driver import Result, RunOptions, TimeModel, check_gradient, run_loop, timed
+from decentopt.driver.timeline import simulated_communicator
 from decentopt.plan import TAIL_POINTS, Plan, record_steps
 from decentopt.problems.base import BlockProblem, StackedProblem
 from decentopt.topology import Network
@@ -121,11 +121,15 @@ def simulate(
             by default one for small states (see :func:`decentopt.driver.run_loop`).
         progress: ``True`` for a progress bar, or a callable receiving the step.
         timing: a :class:`~decentopt.driver.TimeModel`: every row then carries ``sim_time``,
-            the simulated seconds at its step (:mod:`decentopt.driver.timeline`).
+            the simulated seconds at its step (:mod:`decentopt.driver.timeline`). Under
+            bounded staleness (``delayed(tau, staleness=S)``) it also sets which message
+            each agent mixes: each neighbour's newest arrived by its own clock
+            (:mod:`decentopt.driver.arrivals`); without it every message is ``tau`` old.
     """
     iterations, seed = _checked(topology, problem, iterations, seed, blowup)
     steps = record_steps(iterations, record, points)
-    comm = SimulatedCommunicator(topology, kernel=kernel)
+    columns = problem.repetitions
+    comm = simulated_communicator(algorithm, topology, timing, iterations, columns, kernel)
 
     result = run_loop(
         algorithm,

@@ -75,7 +75,7 @@ def test_the_optimizer_warns_once_too():
         assert len([w for w in seen if "no gossip round" in str(w.message)]) == count
 
 
-def test_bounded_staleness_in_the_simulator_says_it_is_the_plain_delay():
+def test_bounded_staleness_without_a_time_model_says_it_is_the_plain_delay():
     """One line at the start names what the simulator assumes; the iterates are delayed(1)'s
     bit for bit."""
     prob = dopt.problems.Quadratic.paper(n=4, d=3, p=4, sigma2=0.0, repetitions=1, seed=0)
@@ -93,4 +93,5 @@ def test_bounded_staleness_in_the_simulator_says_it_is_the_plain_delay():
     assert lines[1] == []
     [line] = lines[0]
     assert "each neighbour's message is exactly tau = 1 rounds old" in line
-    assert "staleness = 4 only changes the ages over torch.distributed" in line
+    assert "without a [timing] model the simulator runs every agent at one pace" in line
+    assert "to simulate the ages up to staleness = 4" in line

@@ -428,6 +428,35 @@ def test_bounded_staleness_runs_ahead_of_a_slow_neighbour_by_at_most_the_bound(t
     assert all(torch.isfinite(g["x"]).all() for g in got)
 
 
+def test_bounded_staleness_uses_the_ages_the_simulator_gives_under_the_same_compute_times(
+    tmp_path,
+):
+    """3 gloo ranks on a ring, delayed(1, staleness=3), each sleeping its compute time of the
+    time model (rank 0 0.24 s a step, the others 0.03 s): every rank uses, step by step and
+    neighbour by neighbour, the message ages the simulator's time model gives (the fast ranks
+    1, 1, 2, then 3 from rank 0; 1 from each other), and ends at the simulator's iterate."""
+    from decentopt.driver.timeline import stale_timeline
+
+    world = 3
+    procs = launch("stale_timed", tmp_path, world=world)
+    codes = wait_all(procs, timeout=90)
+    assert codes == [0] * world, [p.stdout.read().decode()[-2000:] for p in procs]
+    got = [torch.load(tmp_path / f"stale_timed-rank{r}.pt") for r in range(world)]
+    graph = dopt.topology.ring(world)
+    alg = dopt.algorithms.make("dsgd", lr=0.05, gossip=worker.TIMED_GOSSIP)
+    prob = worker.timed_problem(world)
+    sim = dopt.simulate(alg, prob, graph, worker.TIMED_STEPS, timing=worker.TIMED)
+    payload = 3 * 8.0  # one float64 row of d = 3
+    want = stale_timeline(worker.TIMED, graph, worker.TIMED_STEPS, payload, 1, 3).ages
+    assert sorted(np.unique(want[:, 1:]).tolist()) == [1, 2, 3]  # the ages do vary
+    for rank in range(world):
+        assert np.array_equal(np.array(got[rank]["ages"]), want[:, rank]), rank
+        torch.testing.assert_close(got[rank]["x"][0], sim.final_state.x[rank], rtol=0, atol=1e-12)
+    plain_alg = dopt.algorithms.make("dsgd", lr=0.05, gossip="delayed(1)")
+    plain = dopt.simulate(plain_alg, prob, graph, worker.TIMED_STEPS)
+    assert not torch.allclose(plain.final_state.x, sim.final_state.x, atol=1e-6)  # ages matter
+
+
 @pytest.mark.parametrize(("mode", "how"), [("failure", "closed the link"), ("hang", "within 5 s")])
 def test_bounded_staleness_stops_on_a_dead_neighbour_naming_it(tmp_path, mode, how):
     """Rank 3 exits (or first falls silent) at step 5: its neighbours stop with one line

@@ -1,6 +1,7 @@
 """Communicators: the only place where agents exchange data."""
 
 from decentopt._renamed import renamed
+from decentopt.comm.aged import AgedCommunicator
 from decentopt.comm.distributed import DistributedCommunicator, PeerFailure
 from decentopt.comm.grouped import GroupCommunicator
 from decentopt.comm.many import ManyAgentCommunicator
@@ -8,6 +9,7 @@ from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.communicator import CommStats, Communicator
 
 __all__ = [
+    "AgedCommunicator",
     "CommStats",
     "Communicator",
     "DistributedCommunicator",

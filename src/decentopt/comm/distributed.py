@@ -88,6 +88,8 @@ class DistributedCommunicator(Shared):
         self._store = leaving.register(self)  # where finished ranks say so
         #: the largest age, in rounds, of a neighbour's message used by delayed gossip
         self.oldest = 0
+        #: the ages of the messages its last round used, per neighbour (``neighbors``' order)
+        self.ages: tuple[int, ...] = ()
         if isinstance(topology, TopologySchedule):
             self._schedule: TopologySchedule | None = topology
             self.self_weight = 1.0
@@ -272,6 +274,7 @@ class DistributedCommunicator(Shared):
         self_weight, neighbors, _, mean_messages, max_messages = self._round()
         received, age = stream.take([j for j, _ in neighbors], tau, bound, self._late)
         self.oldest = max(self.oldest, age)
+        self.ages = tuple(stream.posted - 1 - stream.latest[j].round for j, _ in neighbors)
         self._streams[id(rounds[1][0])] = stream
         stream.key = weakref.ref(rounds[1][0])
         payload = flats[-1].numel() * flats[-1].element_size()

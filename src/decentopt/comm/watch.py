@@ -1,5 +1,6 @@
 """What a run should hear early: a method that never gossips is purely local training
-(say so once); bounded staleness in one process is the plain delay (say so at the start).
+(say so once); bounded staleness in one process without a time model is the plain delay
+(say so at the start).
 
 A rule whose step never mixes through the communicator it is given (a plugin that
 forgot to, a gossip that skips every round of a short run) would otherwise run as
@@ -13,7 +14,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from decentopt.algorithms.gossips.delayed import Delayed, SendsAhead
+from decentopt.algorithms.gossips.delayed import Delayed, MixesAged, SendsAhead
 from decentopt.algorithms.method import as_method
 
 __all__ = ["FIRST_STEPS", "GossipWatch", "staleness_note"]
@@ -50,16 +51,19 @@ class GossipWatch:
 
 
 def staleness_note(algorithm: Any, comm: Any) -> str | None:
-    """The line a run of ``delayed(tau, staleness=S)`` over a communicator that does not send
-    ahead (the simulator) should print: what it assumes instead of arrival times."""
+    """The line a run of ``delayed(tau, staleness=S)`` in the simulator without a time model
+    (a communicator that neither sends ahead nor knows the ages) should print: what it
+    assumes instead of arrival times."""
     gossip = as_method(algorithm).gossip
-    if not isinstance(gossip, Delayed) or not gossip.staleness or isinstance(comm, SendsAhead):
+    if not isinstance(gossip, Delayed) or not gossip.staleness:
+        return None
+    if isinstance(comm, SendsAhead | MixesAged):
         return None
     tau = gossip.tau
     bound = gossip.staleness
     return (
-        f"{algorithm.name}: the simulator runs every agent at one pace, so each neighbour's "
-        f"message is exactly tau = {tau} rounds old (the iterates of delayed({tau})); "
-        f"staleness = {bound} only changes the ages over torch.distributed, and a [timing] "
-        f"model's clock charges a wait for messages {bound} rounds old"
+        f"{algorithm.name}: without a [timing] model the simulator runs every agent at one "
+        f"pace, so each neighbour's message is exactly tau = {tau} rounds old (the iterates "
+        f"of delayed({tau})); give one (simulate(timing=...) or a [timing] table) to simulate "
+        f"the ages up to staleness = {bound} that processes at their own pace use"
     )

@@ -27,8 +27,11 @@ average over all agents (``"all"``, Gossip-PGA) waits for every agent and a ring
 all-reduce, ``T_i(t+1) = max_j r_j(t) + 2 (n - 1) (latency + payload / (n bandwidth))``;
 an outer optimizer's average after a gossip step (``"gossip+all"``) is that all-reduce
 after the gossip round, from ``max_j T_j(t+1)``.
-The same model and seed give the same timeline, bit for bit: it depends on the graph, the
-pace and the payload only.
+Bounded staleness (``delayed(tau, staleness=S)``) is simulated as the ranks run it
+(:mod:`decentopt.driver.arrivals`): each agent uses each neighbour's newest message that
+has arrived by its own clock, waits only for one ``S`` rounds old, and the clock is its
+waits (:func:`stale_timeline`). The same model and seed give the same timeline, bit for
+bit: it depends on the graph, the pace and the payload only.
 """
 
 from __future__ import annotations
@@ -40,9 +43,23 @@ from typing import Any
 import numpy as np
 
 from decentopt._schema import bounded
+from decentopt.algorithms.gossips.delayed import Delayed
 from decentopt.algorithms.method import as_method
+from decentopt.comm.aged import AgedCommunicator
+from decentopt.comm.simulated import SimulatedCommunicator
+from decentopt.driver.arrivals import StaleRun, neighbour_slots, stale_run
 
-__all__ = ["TimeModel", "clock", "clock_rows", "compute_times", "pace", "timed"]
+__all__ = [
+    "TimeModel",
+    "clock",
+    "clock_rows",
+    "compute_times",
+    "pace",
+    "simulated_communicator",
+    "stale_timeline",
+    "staleness",
+    "timed",
+]
 
 
 #: The time model's numbers, each between a lowest and a highest value (and a unit): within
@@ -157,6 +174,48 @@ def pace(algorithm: Any) -> tuple[int, bool]:
     return as_method(algorithm).pace
 
 
+def staleness(algorithm: Any) -> tuple[int, int] | None:
+    """``(tau, S)`` of a method whose gossip is ``delayed(tau, staleness=S)``, else None."""
+    gossip = as_method(algorithm).gossip
+    if isinstance(gossip, Delayed) and gossip.staleness is not None:
+        return gossip.tau, gossip.staleness
+    return None
+
+
+def stale_timeline(
+    model: TimeModel, graph: Any, steps: int, payload: float, tau: int, bound: int
+) -> StaleRun:
+    """The ages each agent uses and the clock under ``delayed(tau, staleness=bound)``
+    (:func:`~decentopt.driver.arrivals.stale_run`) on a static ``graph``: compute times of
+    the model, and a message of ``j`` reaching its readers ``s_j`` after it computed (its
+    messages of the round one after the other, as :func:`clock` charges them)."""
+    reads = _reads(graph, 0)
+    send = reads.sum(axis=0) * model.message_seconds(payload)
+    slots = neighbour_slots(graph.neighbors)
+    return stale_run(compute_times(model, graph.n, steps), slots, send, tau, bound)
+
+
+def simulated_communicator(
+    algorithm: Any,
+    graph: Any,
+    model: TimeModel | None,
+    steps: int,
+    columns: int = 1,
+    kernel: str = "auto",
+) -> SimulatedCommunicator:
+    """The simulator's communicator for a method: under a time model and bounded staleness
+    one that mixes each neighbour's message at the age :func:`stale_timeline` gives
+    (``columns``: a message's payload is per column, as :func:`timed` charges it)."""
+    stale = None if model is None else staleness(algorithm)
+    if model is None or stale is None:
+        return SimulatedCommunicator(graph, kernel=kernel)
+
+    def ages(payload: float, rounds: int) -> np.ndarray:
+        return stale_timeline(model, graph, rounds, payload, *stale).ages
+
+    return AgedCommunicator(graph, ages, steps, columns, kernel=kernel)
+
+
 def clock(
     model: TimeModel,
     graph: Any,
@@ -165,11 +224,15 @@ def clock(
     lag: int = 0,
     asynchronous: bool = False,
     talks: Callable[[int], str] | None = None,
+    stale: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """``(steps + 1,)`` simulated seconds at which step ``t`` is done (module docstring);
     ``payload``: bytes of one message; ``talks(t)``: what step ``t`` sends (``"gossip"``,
     ``"none"``, ``"all"``, or ``"gossip+all"`` for a gossip round, then an all-reduce;
-    gossip on every step without it)."""
+    gossip on every step without it); ``stale``: ``(tau, S)`` of bounded staleness
+    (:func:`staleness`), simulated by :func:`stale_timeline`."""
+    if stale is not None:
+        return stale_timeline(model, graph, steps, payload, *stale).clock
     n = graph.n
     c = compute_times(model, n, steps)
     one = model.message_seconds(payload)
@@ -225,7 +288,8 @@ def timed(result: Any, model: TimeModel, graph: Any, algorithm: Any) -> Any:
     per = _per_message(stats.busiest_bytes, stats.busiest_messages, algorithm, steps, graph.n)
     payload = per / result.columns
     talks = as_method(algorithm).talks
-    result.clock = clock(model, graph, steps, payload, *pace(algorithm), talks=talks)
+    stale = staleness(algorithm)
+    result.clock = clock(model, graph, steps, payload, *pace(algorithm), talks, stale)
     return result
 
 
@@ -241,6 +305,7 @@ def clock_rows(rows: list[dict[str, Any]], model: TimeModel, graph_of: Any, meth
         graph, method, steps = graph_of(label), as_method(method_of(label)), int(last["step"])
         busiest = (last["busiest_bytes"], last["busiest_messages"])
         payload = _per_message(*busiest, method, steps, graph.n)
-        seconds = clock(model, graph, steps, payload, *pace(method), talks=method.talks)
+        stale = staleness(method)
+        seconds = clock(model, graph, steps, payload, *pace(method), method.talks, stale)
         for row in mine:
             row["sim_time"] = float(seconds[int(row["step"])])

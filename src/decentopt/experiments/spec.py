@@ -29,7 +29,7 @@ from decentopt import algorithms, plugins, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError, bounded, parse
 from decentopt.comm.cost import NetworkModel
-from decentopt.driver.timeline import TimeModel, pace
+from decentopt.driver.timeline import TimeModel, pace, staleness
 from decentopt.experiments import kinds
 from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.sources import PRESETS, is_study, merge, parse_override, read_toml
@@ -153,6 +153,8 @@ class RunSpec(_Shared):
         payload["algorithms"].pop("label")
         if payload["algorithms"]["topology"] is None:  # the shared graph: hashed above
             payload["algorithms"].pop("topology")
+        if self.timing is not None and staleness(self.algorithms[label].make()):
+            payload["timing"] = whole["timing"]  # it sets the ages of bounded staleness
         payload["run"] = run
         payload["rows"] = ROW_FORMAT
         blob = json.dumps(payload, sort_keys=True, default=repr)

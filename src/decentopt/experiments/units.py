@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from decentopt.comm.distributed import DistributedCommunicator
-from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.distributed import launch, runtime
 from decentopt.distributed.checkpoint import latest_checkpoint
 from decentopt.driver import RunOptions, run_loop
+from decentopt.driver.timeline import simulated_communicator
 from decentopt.experiments.planning import unit_name
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
 from decentopt.problems.neural import BatchedRuns, NeuralProblem
@@ -84,10 +84,11 @@ class Units:
         network, shared = self.graph_for(label)
         if shared is not None:  # every unit starts at round 0 (schedules, counts, seeds)
             shared.stats.reset()
-        comm = shared or SimulatedCommunicator(network)
-        if shared is not None:
             shared.check_consistency(extra=f"{label}:{run}:{problem.dim}")
-        return comm
+            return shared
+        # under a time model, bounded staleness mixes the messages of the ages it gives
+        method = self.spec.algorithms[label].make()
+        return simulated_communicator(method, network, self.spec.timing, self.spec.iterations)
 
     def compute(self, variant: Variant, group: tuple[int, ...] | None, folder: Path) -> tuple:
         """One unit: the variant on the runs ``group``; its rows and facts for the store."""

@@ -34,9 +34,12 @@ neighbour's newest message of age ``tau`` to ``S``, waiting only for the one of 
     \\text{mix}(Z)_i = w_{ii} Z_i^{(t)} + \\sum_{j \\ne i} w_{ij} Z_j^{(t - \\delta_{ij}(t))},
     \\qquad \\tau \\le \\delta_{ij}(t) \\le S.
 
-Note: under a bound the ages depend on when messages arrive, so such runs over processes do
-not repeat bit for bit; where all agents keep pace (the simulator) ``delta = tau``. Push-sum
-takes no bound (its weights must arrive exactly once).
+Under a bound the gossip keeps the sent tensors of the last ``S`` rounds. The ages depend on
+when messages arrive, so such runs over processes do not repeat bit for bit; a communicator
+that knows the ages (``mix_aged``: the simulator under a time model,
+:mod:`decentopt.comm.aged`) mixes with them, and one that knows neither (the simulator
+without a time model) runs every agent at one pace, ``delta = tau``. Push-sum takes no bound
+(its weights must arrive exactly once).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
 if TYPE_CHECKING:
     from decentopt.communicator import Communicator
 
-__all__ = ["Delayed", "SendsAhead", "self_weights"]
+__all__ = ["Delayed", "MixesAged", "SendsAhead", "self_weights"]
 
 
 @runtime_checkable
@@ -66,6 +69,17 @@ class SendsAhead(Protocol):
 
     def mix_posted(
         self, rounds: Sequence[Sequence[torch.Tensor]], bound: int
+    ) -> list[torch.Tensor]: ...
+
+
+@runtime_checkable
+class MixesAged(Protocol):
+    """A communicator that knows the age ``delta_ij(t)`` of each neighbour's message under
+    bounded staleness; ``rounds`` are the tensors sent ``tau, tau + 1, ..., S`` rounds ago
+    (see :meth:`decentopt.comm.AgedCommunicator.mix_aged`)."""
+
+    def mix_aged(
+        self, rounds: Sequence[Sequence[torch.Tensor]], tau: int
     ) -> list[torch.Tensor]: ...
 
 
@@ -174,11 +188,11 @@ class Delayed(Gossip):
         fields = dict(self._wrapped.init(x0, sends))
         for k in range(self._slots(sends)):
             start = push_weights(x0) if k == len(sends) else x0
-            fields |= {_history(k, lag): start.clone() for lag in range(1, self.tau + 1)}
+            fields |= {_history(k, lag): start.clone() for lag in range(1, self.lag + 1)}
         return fields
 
     def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
-        lags = range(1, self.tau + 1)
+        lags = range(1, self.lag + 1)
         kept = {_history(k, lag) for k in range(self._slots(sends)) for lag in lags}
         inner_fields = {name: value for name, value in fields.items() if name not in kept}
         if self.tau == 0:
@@ -194,8 +208,9 @@ class Delayed(Gossip):
 
 
 class _LateComm(Channel):
-    """A communicator whose one round a step mixes ``D Z(t) + (W - D) Z(t - tau)``, keeping
-    the sent tensors of the last ``tau`` rounds (its ``state``)."""
+    """A communicator whose one round a step mixes ``D Z(t) + (W - D) Z(t - tau)`` (ages from
+    ``tau`` to the bound where the communicator knows them), keeping the sent tensors of the
+    last ``bound`` rounds (its ``state``)."""
 
     def __init__(
         self, comm: Communicator, history: Fields, tau: int, slots: int, bound: int | None
@@ -214,16 +229,21 @@ class _LateComm(Channel):
         old = [self.history[_history(k, self.tau)] for k in slots]
         diag = self_weights(self.comm, zs[0].shape[0])
         sent = [z.detach().clone() for z in zs]
-        if not isinstance(self.comm, SendsAhead):
-            mixed = self.comm.mix_many(old)
-        else:
+        if isinstance(self.comm, SendsAhead):
             rounds = [[self.history[_history(k, lag)] for k in slots] for lag in lags]
             mixed = self.comm.mix_posted([*rounds, sent], self.bound)
+        elif self.bound > self.tau and isinstance(self.comm, MixesAged):
+            ages = range(self.tau, self.bound + 1)
+            mixed = self.comm.mix_aged(
+                [[self.history[_history(k, a)] for k in slots] for a in ages], self.tau
+            )
+        else:
+            mixed = self.comm.mix_many(old)
         out = []
         for k, (z, late, wz) in enumerate(zip(zs, old, mixed, strict=True)):
             own = diag.to(device=z.device, dtype=z.dtype).view((-1,) + (1,) * (z.ndim - 1))
             out.append(wz + own * (z - late))
-            for lag in range(self.tau, 1, -1):
+            for lag in range(self.bound, 1, -1):
                 self.history[_history(k, lag)] = self.history[_history(k, lag - 1)]
             self.history[_history(k, 1)] = sent[k]
         return out
