@@ -103,6 +103,8 @@ def test_unequal_bytes_one_run_divergence_and_absence_are_not_forced():
     assert lost.holds is False and "every run of a diverged" in lost.evidence
     missing = verdict(rows_of(good, {"a": 1.0, "b": 1.0}), others=("nosuch",))
     assert missing.holds is None and "needs nosuch" in missing.evidence
+    unknown = verdict(rows_of(good, {"a": 1.0, "b": 1.0}), metric="nosuch")
+    assert unknown.holds is None and "no nosuch recorded" in unknown.evidence
 
 
 def test_a_training_run_takes_training_checks_and_refuses_the_sweeps_in_one_line(tmp_path):

@@ -99,13 +99,13 @@ def _megabytes(value: float) -> str:
     return f"{value / 1e6:.3g} MB"
 
 
-def _side(name: str, table: Mapping[str, Final], metric: str) -> tuple[str | None, str]:
-    """The variant ``name`` stands for, or why there is none."""
+def _side(name: str, table: Mapping[str, Final], metric: str) -> tuple[str | None, bool, str]:
+    """The variant ``name`` stands for; else whether it ran (and diverged), and why none."""
     label = tuned(name, table, metric)
     if label is not None:
-        return label, ""
+        return label, True, ""
     ran = name in table or name in grids(list(table))
-    return None, f"every run of {_name(name)} diverged" if ran else f"needs {_name(name)}"
+    return None, ran, f"every run of {_name(name)} diverged" if ran else f"needs {_name(name)}"
 
 
 def _compare(
@@ -152,13 +152,15 @@ def _matches_at_bytes(
     sign = 1.0 if higher_is_better(metric) else -1.0
 
     def check(rows: Rows) -> Verdict:
+        if rows and metric not in rows[0]:
+            return Verdict(None, f"no {metric} recorded in this run")
         table = finals(rows, metric)
-        mine, why = _side(algorithm, table, metric)
-        if mine is None:
-            return Verdict(False if why.startswith("every") else None, why)
+        mine, ran, why = _side(algorithm, table, metric)
+        if mine is None:  # diverged everywhere: it matches nothing
+            return Verdict(False if ran else None, why)
         verdicts, parts = [], []
         for other in others:
-            theirs, why = _side(other, table, metric)
+            theirs, _, why = _side(other, table, metric)
             if theirs is None:
                 verdicts.append(None)
                 parts.append(why)
