@@ -17,6 +17,7 @@ from decentopt.experiments.sources import PRESET_DIR, tomllib
 from decentopt.experiments.spec import load_spec
 from decentopt.experiments.study import load_study
 from decentopt.experiments.summary import summarise
+from decentopt.experiments.variants import grids
 from tests.experiments.test_verdicts import STEPS, THRESHOLD, curve, spec
 
 LEVEL = 1.0  # one heterogeneity level (c = 1)
@@ -128,22 +129,42 @@ def test_the_cost_table_reads_each_column_at_each_runs_settling_iteration():
 def test_the_local_study_loads_its_parts_and_plans_them():
     study = load_study("local", quick=True)
     assert study.study == "cases" and study.sizes == {"local_pga": [32, 64]}
-    assert study.specs == ("local_pga", "local_bytes", "local_exact")
+    assert study.specs == ("local_pga", "local_bytes", "local_exact", "local_digits")
     [gap] = parse_claims(study.claims, study.source, CHECKS)
     assert "DSGD's iterations to settle over dsgd_pga8's" in gap.test
     for part in study.specs:
         spec_ = load_spec(study.spec_path(part), quick=True)
         assert spec_.claims and spec_.network is not None
-        assert [p.variant.label for p in plan_units(spec_)] == list(spec_.algorithms)
+        # every variant planned (a training run: one unit per variant and run)
+        assert {p.variant.label for p in plan_units(spec_)} == set(spec_.algorithms)
         raw = tomllib.loads((PRESET_DIR / f"{part}.toml").read_text())
-        for table in raw["claims"]:  # every label a claim names is a variant of its part
-            assert {table["algorithm"], *table["others"]} <= set(spec_.algorithms)
+        for table in raw["claims"]:  # every label a claim names is a variant or grid of its part
+            named = {table["algorithm"], *table["others"]}
+            assert named <= set(spec_.algorithms) | set(grids(list(spec_.algorithms)))
     gossips = {
         label: load_spec(p, quick=True).algorithms[label].make().gossip
         for p, label in (("local_pga", "dsgd_pga8"), ("local_bytes", "dsgd_local4"))
     }
     assert gossips["dsgd_pga8"].every == 8 and gossips["dsgd_local4"].every == 4
     assert load_spec("local_pga", quick=True).threshold == THRESHOLD
+
+
+def test_the_digits_part_compares_tuned_grids_at_equal_bytes():
+    """Both sides are grids of step sizes, and both talk on every 4th step only: one ring
+    gossip round against one all-reduce."""
+    spec_ = load_spec("local_digits")
+    assert (spec_.panel, spec_.runs, spec_.params.epochs) == (None, 4, 30)
+    members = grids(list(spec_.algorithms))
+    assert {k: len(v) for k, v in members.items()} == {"dsgd_local4": 4, "diloco4": 4}
+    local = spec_.algorithms["dsgd_local4(lr=0.2)"].make()
+    outer = spec_.algorithms["diloco4(lr=0.1)"].make()
+    assert local.gossip.every == 4 and outer.outer.every == 4
+    assert [local.talks(t) for t in range(4)] == ["none"] * 3 + ["gossip"]
+    assert [outer.talks(t) for t in range(4)] == ["none"] * 3 + ["all"]
+    quick = load_spec("local_digits", quick=True)
+    assert (quick.runs, quick.params.epochs) == (3, 12)
+    [judged] = quick.claims
+    assert "non-inferiority" in judged.test and "x1.1 their bytes" in judged.test
 
 
 def test_a_size_for_no_part_is_refused_in_one_line(tmp_path):
@@ -158,9 +179,10 @@ def test_reproduce_local_quick_holds_every_claim(tmp_path, capsys):
     args = ["reproduce", "local", "--quick", "--check", "--x", "bytes", "--out", str(tmp_path)]
     assert main([*args, "--no-progress", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
-    assert "6 of 6 claims hold in this run" in out
+    assert "7 of 7 claims hold in this run" in out
     summary = (tmp_path / "summary.md").read_text()
     for case in ("local_pga, n = 32", "local_pga, n = 64", "local_bytes, n = 32"):
         assert f"## {case}" in summary
+    assert "## local_digits, n = 16" in summary and "best of its grid" in summary
     assert (tmp_path / "local_pga" / "n64" / "local_pga.png").exists()
     assert (tmp_path / "local_exact" / "local_exact.png").exists()

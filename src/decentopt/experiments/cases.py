@@ -12,9 +12,11 @@ happen -- a local step sends nothing, a global average is priced as a ring all-r
 ``OUT/summary.md`` gathers the cases and judges the study's own ``[[claims]]``, each
 naming one of :data:`CHECKS` (claims across cases, e.g. a gap growing with ``n``).
 
-A further claim on another problem (say, an outer optimizer on the digits network at
-equal bytes) is one more part in ``specs`` with its ``[[claims]]``; a claim across parts
-or sizes is one more check in :data:`CHECKS`.
+A part that trains a network (no panel parameter: the outer optimizers on the digits) is
+reported by its variants' final values instead, each grid's tuned member marked, and its
+``[[claims]]`` are those of :mod:`.trained` (judged on its rows). A further claim on
+another problem is one more part in ``specs`` with its ``[[claims]]``; a claim across
+parts or sizes is one more check in :data:`CHECKS`.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from decentopt.experiments.runner import Sweep
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import Stat, levels_by_zeta, summarise
+from decentopt.experiments.trained import final_table
 from decentopt.plotting import LABELS
 from decentopt.results import write_csv_atomic, write_text_atomic
 
@@ -170,22 +173,33 @@ def cost_table(spec: RunSpec, rows: list[dict[str, Any]], stats: Stats) -> str:
     return markdown_table([*header, f"steady {spec.metric}"], body)
 
 
+def _costs(case: Case) -> list[str]:
+    """What reaching the threshold costs each method (a panel sweep), or what each variant
+    of a training run reaches and sends, its grids' tuned members marked."""
+    spec = case.spec
+    if spec.panel is None:
+        table = final_table(case.rows, list(spec.algorithms), spec.metric)
+        return ["What each variant reaches and sends:", "", table]
+    return [f"Reaching {spec.threshold:g}:", "", cost_table(spec, case.rows, case.stats)]
+
+
 # ------------------------------------------------------------------- running and reporting
 def _run_case(
     spec: RunSpec, folder: Path, options: RunOptions, how: Request, x: str
 ) -> tuple[Case, list[Path]]:
-    """One part at one size: run (or resumed), reported, its claims judged with ``--check``."""
+    """One part at one size: run (or resumed), reported, its claims judged with ``--check``
+    (on a panel sweep's statistics, or on a training run's rows: :mod:`.trained`)."""
     rows = Sweep(spec, folder, options).run().rows
-    case = Case(spec, spec.agents, rows, summarise(rows, spec))
+    case = Case(spec, spec.agents, rows, {} if spec.panel is None else summarise(rows, spec))
 
-    def judge(stats: Stats) -> str:
-        case.judged = check_claims(spec.claims, stats)
+    def judge(measured: Any) -> str:
+        case.judged = check_claims(spec.claims, measured)
         return f"{claims_markdown(case.judged)}\n\n{tally(case.judged)}\n"
 
     modified = how.quick or bool(how.sets)
     claims = judge if how.check and spec.claims else None
     files = write_report(spec, rows, folder, modified=modified, claims=claims, say=options.log, x=x)
-    if x != "bytes_per_agent":  # what local steps save, whatever the main axis
+    if spec.panel is not None and x != "bytes_per_agent":  # what local steps save
         title = spec.title(modified) + ", against bytes sent"
         order = levels_by_zeta(case.stats)
         files += panel_curves(
@@ -215,8 +229,7 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
             files += written
             report = (folder / "summary.md").read_text().split("\n", 1)[1]
             report = report.replace("\n## ", "\n### ")  # under the case's heading
-            sections += [f"## {case.name}", "", f"Reaching {spec.threshold:g}:", ""]
-            sections += [cost_table(spec, case.rows, case.stats), "", report]
+            sections += [f"## {case.name}", "", *_costs(case), "", report]
     everything = [r | {"part": c.part, "agents": c.n} for c in cases for r in c.rows]
     files.insert(0, write_csv_atomic(out / "results.csv", everything))
     if how.check:

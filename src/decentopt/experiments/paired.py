@@ -30,7 +30,7 @@ import numpy as np
 from decentopt.analysis import ALPHA, compare_settling, ordering_verdict, rank_test_can_decide
 from decentopt.experiments.summary import Stat
 
-__all__ = ["paired_ratios", "ratio_grows", "ratio_near", "ratio_text"]
+__all__ = ["mean_bound", "paired_ratios", "ratio_grows", "ratio_near", "ratio_text"]
 
 
 def paired_ratios(a: Stat, b: Stat, values: Callable[[Stat], Sequence[float]]) -> np.ndarray | None:
@@ -59,16 +59,16 @@ def ratio_text(ratios: np.ndarray | None) -> str:
     return f"x{mean:.3g} (runs x{finite.min():.3g} to x{finite.max():.3g})"
 
 
-def _t_bound(logs: np.ndarray, level: float, upper: bool) -> float:
-    """One-sided ``1 - level`` confidence bound of the mean of ``logs`` (the mean itself
+def mean_bound(values: np.ndarray, level: float, upper: bool) -> float:
+    """One-sided ``1 - level`` t confidence bound of the mean of ``values`` (the mean itself
     where the runs agree exactly or there is one)."""
-    mean = float(logs.mean())
-    if logs.size < 2:
+    mean = float(values.mean())
+    if values.size < 2:
         return mean
     from scipy import stats
 
-    se = float(logs.std(ddof=1) / np.sqrt(logs.size))
-    quantile = float(stats.t.ppf(1 - level, logs.size - 1))
+    se = float(values.std(ddof=1) / np.sqrt(values.size))
+    quantile = float(stats.t.ppf(1 - level, values.size - 1))
     return mean + quantile * se if upper else mean - quantile * se
 
 
@@ -89,9 +89,9 @@ def ratio_near(
         return None, f"{text}; one run of a random problem: no spread to judge by"
     logs, lo, hi = np.log(ratios), np.log(low), np.log(high)
     refute = ALPHA / (2 * max(1, comparisons))
-    if _t_bound(logs, refute, upper=True) < lo or _t_bound(logs, refute, upper=False) > hi:
+    if mean_bound(logs, refute, upper=True) < lo or mean_bound(logs, refute, upper=False) > hi:
         return False, f"{text}: outside x{low:.3g} to x{high:.3g}"
-    if _t_bound(logs, ALPHA, upper=False) > lo and _t_bound(logs, ALPHA, upper=True) < hi:
+    if mean_bound(logs, ALPHA, upper=False) > lo and mean_bound(logs, ALPHA, upper=True) < hi:
         return True, f"{text}: within x{low:.3g} to x{high:.3g}"
     return None, f"{text}: not told apart from x{low:.3g} to x{high:.3g} by {ratios.size} runs"
 

@@ -180,7 +180,7 @@ def write_report(
     out: Path,
     *,
     modified: bool,
-    claims: Callable[[dict[tuple[float, str], Stat]], str] | None = None,
+    claims: Callable[[Any], str] | None = None,
     say: Callable[[str], None] = print,
     x: str = "step",
 ) -> list[Path]:
@@ -205,10 +205,8 @@ def write_report(
         files = panel_curves(spec, rows, out / spec.name, title, order, x=x, names=names)
     say(tables)
     report = [f"# {spec.name}: {title}", "", tables]
-    if claims is not None:
-        if stats is None:
-            raise ValueError(f"{spec.name}: claims are checked on panel sweeps only")
-        text = claims(stats) + (f"\n{CHANGED_RUN}\n" if modified else "")
+    if claims is not None:  # a panel sweep's statistics, or a training run's rows
+        text = claims(rows if stats is None else stats) + (f"\n{CHANGED_RUN}\n" if modified else "")
         say(text)
         report += ["## The paper's claims" if spec.reproduces else "## Claims", "", text]
     write_text_atomic(out / "summary.md", "\n".join(report))

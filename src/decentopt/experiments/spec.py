@@ -31,8 +31,9 @@ from decentopt._schema import ConfigError, bounded, parse
 from decentopt.comm.cost import NetworkModel
 from decentopt.driver.timeline import TimeModel, pace, staleness
 from decentopt.experiments import kinds
-from decentopt.experiments.claims import Claim, parse_claims
+from decentopt.experiments.claims import CHECKS, Claim, parse_claims
 from decentopt.experiments.sources import PRESETS, is_study, merge, parse_override, read_toml
+from decentopt.experiments.trained import CHECKS as TRAINING_CHECKS
 from decentopt.experiments.variants import (
     Variant,
     check_labels,
@@ -347,7 +348,8 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     for m in (metric, *top.also_report):
         if m not in kind.metrics:
             raise ConfigError(f"{source}: {unknown_name('metric', m, kind.metrics)}")
-    claims = parse_claims(top.claims, source)
+    trained = params.panel is None  # a training run: judged on its final values
+    claims = parse_claims(top.claims, source, TRAINING_CHECKS if trained else CHECKS)
     try:
         loggers.check_table(top.logging)
     except ValueError as exc:
