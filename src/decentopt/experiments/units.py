@@ -10,7 +10,10 @@ store, the plan and where the units run are the runner's
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,38 @@ from decentopt.experiments.planning import unit_name
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
 from decentopt.problems.neural import BatchedRuns, NeuralProblem
 
-__all__ = ["Units"]
+__all__ = ["UNIT_DTYPE", "Units", "unit_dtype"]
+
+#: torch's default dtype while a unit is built and computed, wherever it runs (this
+#: process, a forked worker, a SLURM job, a dask worker, a rank of torchrun): what tensors
+#: made without a dtype take (gradient noise drawn in float32, models initialised before
+#: they are cast to ``problem_params.dtype``). torch's own default, so a unit's rows never
+#: depend on a default the submitting process or a worker changed.
+UNIT_DTYPE = torch.float32
+
+
+_DTYPE_LOCK = threading.Lock()
+#: Units being built or computed in this process (threads of an executor), and torch's
+#: default dtype before the first of them began: restored when the last one ends.
+_ACTIVE: list[Any] = [0, None]
+
+
+@contextmanager
+def unit_dtype() -> Iterator[None]:
+    """Build or compute a unit with :data:`UNIT_DTYPE` as torch's default dtype (process-wide:
+    units computed by threads of one process share it), then restore the caller's."""
+    with _DTYPE_LOCK:
+        if _ACTIVE[0] == 0:
+            _ACTIVE[1] = torch.get_default_dtype()
+            torch.set_default_dtype(UNIT_DTYPE)
+        _ACTIVE[0] += 1
+    try:
+        yield
+    finally:
+        with _DTYPE_LOCK:
+            _ACTIVE[0] -= 1
+            if _ACTIVE[0] == 0:
+                torch.set_default_dtype(_ACTIVE[1])
 
 
 class Units:
@@ -67,7 +101,8 @@ class Units:
         spec = self.spec
         t0 = time.perf_counter()
         try:
-            problem = spec.build_problem(group, self.job.rank if self.job.world > 1 else None)
+            with unit_dtype():
+                problem = spec.build_problem(group, self.job.rank if self.job.world > 1 else None)
         except (MemoryError, RuntimeError) as exc:  # the allocator refused
             if "alloc" not in str(exc).lower() and not isinstance(exc, MemoryError):
                 raise
@@ -113,7 +148,7 @@ class Units:
         )
         # the newest checkpoint when the unit starts: where it resumes (0: from the start)
         resumed_from = (latest_checkpoint(folder) if options.checkpoint_dir else None) or 0
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), unit_dtype():
             torch.manual_seed(1000 + noise + 7919 * self.job.rank)  # dropout, per agent
             result = run_loop(alg, problem, comm, plan, options, labels=labels)
         result.algorithm = variant.label
