@@ -44,7 +44,7 @@ from decentopt.experiments.planning import (
     run_groups,
 )
 from decentopt.experiments.progress import Progress, say_line
-from decentopt.experiments.spec import RunSpec
+from decentopt.experiments.spec import ConfigError, RunSpec
 from decentopt.experiments.store import Claimed, ResultStore
 from decentopt.experiments.units import Units
 from decentopt.integrations import loggers
@@ -159,6 +159,14 @@ class Sweep(Units):
         super().__init__(spec, options)
         self.out = out
         self.executor = executor
+        chosen = executor or spec.executor.get("name", "local")
+        if self.job.world > 1 and chosen != "local":  # no engine, no leases: see run()
+            label = chosen if isinstance(chosen, str) else type(chosen).__name__
+            raise ConfigError(
+                f"{spec.source}: --executor {label} under torchrun: its {self.job.world} "
+                f"processes compute each unit together, one unit after the other; run it "
+                f"without torchrun to hand its units to {label}, or give --executor local"
+            )
         self.planned = plan_units(spec)
         self.store = ResultStore(
             out / "runs",
@@ -257,7 +265,9 @@ class Sweep(Units):
         """Every unit computed or resumed; all rows, also in ``OUT/results.csv``."""
         # one run writes a folder at a time; stale temporary files of killed writes go
         with lock_folder(self.out) if self.job.main else contextlib.nullcontext():
-            if self.job.world > 1:  # every rank computes every unit, in order
+            if self.job.world > 1:  # every rank computes every unit, in order: the ranks of
+                # a unit compute it together, so a lease per process would mean nothing (the
+                # folder lock keeps another run of this host out); rank 0 writes it
                 rows = []
                 for planned in self.planned:
                     rows += self.store.cached(planned.unit, self._work_of(planned))
