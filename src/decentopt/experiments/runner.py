@@ -254,12 +254,26 @@ class Sweep(Units):
             finally:
                 engine.close()
                 _SWEEPS.pop(out, None)
+            lost = self._published(lost, rows)
             if lost:
                 raise WorkersLost(
                     f"{len(lost)} unit(s) not computed (their workers died): "
                     f"{', '.join(lost)}; the finished units are saved and a rerun computes the rest"
                 )
         return [row for index in range(len(self.planned)) for row in rows[index]]
+
+    def _published(self, lost: list[str], rows: dict[int, list[dict[str, Any]]]) -> list[str]:
+        """The units of ``lost`` not stored after all: a pool that breaks (a caller's
+        ProcessPoolExecutor) fails every task it held, also those whose worker had stored
+        its unit; those are taken from the store."""
+        names = [p.unit.name for p in self.planned]
+        for name in list(lost):
+            found = self.store.stored(self.planned[names.index(name)].unit)
+            if found is not None:
+                rows[names.index(name)] = found
+                self.store.ran.append(name)
+                lost.remove(name)
+        return lost
 
     def run(self) -> Outcome:
         """Every unit computed or resumed; all rows, also in ``OUT/results.csv``."""
