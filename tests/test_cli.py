@@ -278,11 +278,11 @@ def test_the_world_size_error_names_the_flag_of_the_launcher_in_use(
         monkeypatch.setenv("DECENTOPT_ATTEMPT", "0")  # what decentopt launch sets
     else:
         monkeypatch.delenv("DECENTOPT_ATTEMPT", raising=False)
-    monkeypatch.setattr("decentopt.distributed.runtime.job", lambda timeout: Job(0, 2))
+    monkeypatch.setattr("decentopt.distributed.runtime.job", lambda timeout: Job(0, 4))
     args = ["compare", "--quick", "--set", "agents=6", "--out", str(tmp_path / "o")]
     assert main([*args, "--no-progress", "--jobs", "1"]) == 2
     err = capsys.readouterr().err
-    assert "6 agents but 2 processes" in err and f"start it with {flag} (one agent" in err
+    assert "6 agents on 4 processes" in err and f"start it with {flag} (processes that" in err
     other = "--nproc-per-node" if launcher == "decentopt" else "launch -n"
     assert other not in err
 

@@ -296,7 +296,7 @@ def test_training_preset_runs_one_agent_per_process(tmp_path):
             "decentopt",
             "launch",
             "-n",
-            "2",
+            "3",
             "-m",
             "decentopt",
             "run",
@@ -310,7 +310,7 @@ def test_training_preset_runs_one_agent_per_process(tmp_path):
         timeout=300,
     )
     said = wrong.stderr + wrong.stdout
-    assert wrong.returncode != 0 and "4 agents but 2 processes" in said
+    assert wrong.returncode != 0 and "4 agents on 3 processes" in said
     assert "start it with decentopt launch -n 4" in said and "--nproc-per-node" not in said
 
 

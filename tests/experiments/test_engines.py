@@ -10,6 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -207,6 +208,26 @@ def _kill_mid_unit(out: Path, unit: str) -> threading.Thread:
     return thread
 
 
+def _logged_sweep(spec, out: Path, lines: Path, executor: str, log=quiet):
+    """The sweep run on ``executor`` with a JSON-lines logger under ``lines``."""
+    from decentopt.driver import RunOptions
+    from decentopt.experiments.runner import Sweep
+    from decentopt.integrations import loggers
+
+    options = RunOptions(progress=False, log=log, monitor=loggers.make([f"jsonl:{lines}"]))
+    return Sweep(spec, out, options, executor=executor).run()
+
+
+def _each_step_logged_once(lines: Path, rows) -> None:
+    """Every unit logged every recorded step once, from the worker that computed it (a
+    resumed unit goes on from its checkpoint's step)."""
+    steps = _logged(lines)
+    assert set(steps) == {"ed", "edm"}
+    recorded = sorted({r["step"] for r in rows})
+    for unit in ("ed", "edm"):
+        assert steps[unit] == recorded, unit
+
+
 @pytest.mark.slow  # starts a job process per unit, one killed and run again
 def test_submitit_local_jobs_write_the_default_rows_and_a_killed_unit_resumes(tmp_path):
     spec = load_spec(write(tmp_path, LONG + '[executor]\ncluster = "local"\npoll = 0.2\n'))
@@ -214,12 +235,13 @@ def test_submitit_local_jobs_write_the_default_rows_and_a_killed_unit_resumes(tm
     out = tmp_path / "o"
     killer = _kill_mid_unit(out, "edm")
     lines: list[str] = []
-    got = run_spec(spec, out, progress=False, log=lines.append, executor="slurm")
+    got = _logged_sweep(spec, out, tmp_path / "lines", "slurm", lines.append)
     killer.join()
     assert numbers(got.rows) == numbers(default.rows)
     lost = [line for line in lines if "ended without a result" in line]
     assert len(lost) == 1 and lost[0].split()[0] == "edm" and "computing it again" in lost[0]
     assert json.loads((out / "runs" / "edm" / "meta.json").read_text())["resumed_from"] >= 2000
+    _each_step_logged_once(tmp_path / "lines", got.rows)
 
 
 @pytest.mark.slow  # starts a local dask cluster; one of its workers is killed
@@ -228,10 +250,11 @@ def test_a_dask_local_cluster_writes_the_default_rows_and_a_killed_unit_resumes(
     default = run_spec(spec, tmp_path / "d", progress=False, log=quiet)
     out = tmp_path / "o"
     killer = _kill_mid_unit(out, "edm")
-    got = run_spec(spec, out, progress=False, log=quiet, executor="dask")
+    got = _logged_sweep(spec, out, tmp_path / "lines", "dask")
     killer.join()
     assert numbers(got.rows) == numbers(default.rows)
     assert json.loads((out / "runs" / "edm" / "meta.json").read_text())["resumed_from"] >= 2000
+    _each_step_logged_once(tmp_path / "lines", got.rows)
 
 
 @pytest.mark.slow  # a fresh interpreter
@@ -292,3 +315,107 @@ def test_a_process_that_ran_units_of_other_settings_builds_the_new_ones(tmp_path
         _SWEEPS.pop(out, None)
     alone = run_spec(second, tmp_path / "alone", progress=False, log=quiet).rows
     assert numbers(rows) == [r for r in numbers(alone) if r["algorithm"] == "edm"]
+
+
+def test_a_units_rows_do_not_depend_on_torchs_default_dtype(tmp_path):
+    """The quadratic's noise is drawn in the default dtype: a unit computes under torch's
+    own default (float32, a command line's) wherever it runs, whatever the caller set
+    (these tests run under float64)."""
+    import torch
+
+    from decentopt.experiments.runner import _SWEEPS
+
+    spec = load_spec(write(tmp_path, BASE))
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        default = run_spec(spec, tmp_path / "d", progress=False, log=quiet)
+    finally:
+        torch.set_default_dtype(previous)
+    assert previous == torch.float64
+    here = run_spec(spec, tmp_path / "here", progress=False, log=quiet)
+    try:
+        rows = UnitTask(spec, str(tmp_path / "task"), 1)().rows  # as a worker runs it
+    finally:
+        _SWEEPS.pop(str(tmp_path / "task"), None)
+    assert torch.get_default_dtype() == previous
+    assert numbers(here.rows) == numbers(default.rows)
+    assert numbers(rows) == [r for r in numbers(default.rows) if r["algorithm"] == "edm"]
+
+
+class _Cluster:
+    """dask's LocalCluster and Client, recording the workers asked for; the units run in
+    a thread pool."""
+
+    made: ClassVar[list[int]] = []
+
+    def __init__(self, n_workers=None, **_):
+        self.made.append(n_workers)
+
+    def get_executor(self, pure=True):
+        return ThreadPoolExecutor(1)
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize(
+    "flags,table,workers",
+    [(["--jobs", "3"], "", 3), ([], "workers = 5\n", 5), (["--jobs", "2"], "workers = 5\n", 2)],
+)
+def test_jobs_sizes_a_local_dask_cluster(tmp_path, monkeypatch, flags, table, workers):
+    import distributed
+    from decentopt.cli import main
+
+    monkeypatch.setattr(_Cluster, "made", [])
+    monkeypatch.setattr(distributed, "LocalCluster", _Cluster)
+    monkeypatch.setattr(distributed, "Client", lambda cluster: cluster)
+    path = write(tmp_path, BASE + "[executor]\n" + table)
+    args = ["run", str(path), "--out", str(tmp_path / "o"), "--executor", "dask", *flags]
+    assert main([*args, "--no-progress"]) == 0
+    assert _Cluster.made == [workers]
+
+
+def test_a_wrong_number_of_dask_workers_is_one_line(tmp_path, capsys):
+    from decentopt.cli import main
+
+    path = write(tmp_path, BASE + '[executor]\nworkers = "many"\n')
+    args = ["run", str(path), "--out", str(tmp_path / "o"), "--executor", "dask"]
+    assert main([*args, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "workers = 'many'" in err and "--jobs" in err
+
+
+def _logged(folder: Path) -> dict[str, list[int]]:
+    """The steps each unit logged to the JSON-lines folder, by unit."""
+    from decentopt.integrations.loggers.jsonl import read_jsonl
+
+    return {
+        path.stem: [e["step"] for e in read_jsonl(path) if e["event"] == "scalars"]
+        for path in sorted((folder / "tiny").glob("*.jsonl"))
+    }
+
+
+def test_a_unit_made_elsewhere_is_logged_by_the_process_that_runs_it(tmp_path):
+    """The sweep's loggers travel with each unit as NAME:TARGET and are made again where it
+    runs (a SLURM job, a dask worker): every unit logs its steps there."""
+    from decentopt.driver import RunOptions
+    from decentopt.experiments.runner import Sweep
+    from decentopt.integrations import loggers
+
+    spec = load_spec(write(tmp_path, BASE))
+    lines = tmp_path / "lines"
+    monitor = loggers.make([f"jsonl:{lines}"])
+    seen: list = []
+
+    class Elsewhere(ThreadPoolExecutor):  # as a cluster's worker: nothing but the task
+        def submit(self, fn, /, *args, **kwargs):
+            seen.append(fn)
+            return super().submit(fn, *args, **kwargs)
+
+    options = RunOptions(progress=False, log=quiet, monitor=monitor)
+    with Elsewhere(1) as pool:
+        Sweep(spec, tmp_path / "o", options, executor=pool).run()
+    assert [task.log for task in seen] == [(f"jsonl:{lines}",)] * 2
+    steps = _logged(lines)
+    assert set(steps) == {"ed", "edm"} and steps["edm"][-1] == 50 and steps["edm"][0] == 0

@@ -57,7 +57,9 @@ class MeanSpec:
 
     def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> MeanEstimation:
         gen = torch.Generator().manual_seed(seed)
-        return MeanEstimation(torch.randn(agents, runs, self.d, generator=gen), self.noise)
+        return MeanEstimation(
+            torch.randn(agents, runs, self.d, generator=gen, dtype=torch.float64), self.noise
+        )
 
     def plan(self, problem: Any, iterations: int | None, points: int) -> Plan:
         assert iterations is not None

@@ -12,6 +12,7 @@ import io
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -116,10 +117,10 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
     p.add_argument("--only", metavar="A,B", help="run only these algorithms (their labels)")
     cores = os.cpu_count() or 1
     jobs_help = (
-        f"worker processes for the units of a convex sweep or of CPU training (default: {cores}, "
-        "the cores)"
+        f"worker processes for the units of a convex sweep or of CPU training, or of a local "
+        f"dask cluster (default: {cores}, the cores)"
     )
-    p.add_argument("--jobs", type=int, default=cores, metavar="N", help=jobs_help)
+    p.add_argument("--jobs", type=int, metavar="N", help=jobs_help)
     p.add_argument(
         "--executor",
         choices=["local", *ENGINES],
@@ -161,14 +162,14 @@ def _out(args: argparse.Namespace, name: str) -> Path:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
     if args.log_every is not None and args.log_every < 1:
         raise ValueError(f"--log-every must be >= 1; got {args.log_every}")
     # how the runs of this command are carried out: built once, passed down whole
     options = RunOptions(
         progress=not args.no_progress,
-        jobs=args.jobs,
+        jobs=args.jobs or os.cpu_count() or 1,
         force=args.force,
         log=say_line,
         log_every=args.log_every,
@@ -202,6 +203,8 @@ def _run_command(args: argparse.Namespace) -> int:
             f"--check: {spec.name} states no claims; omit --check, or add [[claims]] tables "
             "(docs/experiments.md)"
         )
+    if args.jobs is not None:  # the flag sizes a local dask cluster before [executor] workers
+        spec = replace(spec, executor={k: v for k, v in spec.executor.items() if k != "workers"})
     out = _out(args, spec.name)
     monitor = loggers.make([*args.log, *loggers.targets(spec.logging)])
     outcome = Sweep(spec, out, options.but(monitor=monitor), executor=args.executor).run()

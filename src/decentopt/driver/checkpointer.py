@@ -43,9 +43,13 @@ class Checkpointer:
         self.last = time.monotonic()
 
     def _share(self, flag: bool) -> float:
-        """The share of the ranks whose ``flag`` is true (1.0: all of them)."""
-        value = torch.tensor([[1.0 if flag else 0.0]], dtype=torch.float64, device=self.device)
-        return float(self.comm.mean(value).item())
+        """The share of the ranks whose ``flag`` is true (1.0: all of them). ``comm.mean``
+        averages over agents, not ranks (a rank may hold several): the flag's mean over the
+        ranks' one-row means of ``[flag, 1]``."""
+        one = [1.0 if flag else 0.0, 1.0]
+        value = torch.tensor([one], dtype=torch.float64, device=self.device)
+        shares = self.comm.mean(value).reshape(-1)
+        return float(shares[0] / shares[1])
 
     def restore(self, like: Any = None) -> dict[str, Any] | None:
         """The payload of the newest checkpoint every rank can read intact, or ``None``.

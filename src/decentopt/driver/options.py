@@ -22,7 +22,12 @@ __all__ = ["RecordSink", "RunOptions"]
 
 class RecordSink(Protocol):
     """Told of a run as it goes (loggers: :mod:`decentopt.integrations.loggers`); a sweep
-    hands each of its units the sink ``unit(spec, variant, run, folder)`` returns."""
+    hands each of its units the sink ``unit(spec, variant, run, folder)`` returns.
+    ``targets``: the ``NAME:TARGET`` strings that make it again in a process of its own
+    (units computed by a SLURM job or a dask worker are logged from there; empty: they
+    are not logged)."""
+
+    targets: tuple[str, ...]
 
     def unit(self, spec: Any, variant: Any, run: int | None, folder: Path) -> RecordSink | None: ...
 

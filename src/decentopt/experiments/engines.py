@@ -12,7 +12,8 @@ timed out is requeued by submitit and resumes from its checkpoints in the store.
 
 ``--executor dask`` runs the units on a dask.distributed cluster: ``address`` (a
 scheduler's, e.g. ``"tcp://head:8786"``), or else a ``LocalCluster`` of
-``workers`` processes (default: the cores) with one thread each.
+``workers`` processes with one thread each (``--jobs N`` where given, else the table's
+``workers``, else ``--jobs``' default, the cores).
 
 Every engine computes each unit under its lease in the shared store, so a unit is
 computed once however many jobs or hosts try. Any other
@@ -131,7 +132,7 @@ def _last_error(exc: BaseException) -> str:
     return f"a unit's job failed: {raised[-1] if raised else lines[0]}"
 
 
-def _slurm(settings: dict[str, Any], out: Path) -> Engine:
+def _slurm(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
     try:  # the extra decentopt[slurm], imported only when asked for
         import submitit
         from submitit.core import utils
@@ -172,14 +173,19 @@ def _slurm(settings: dict[str, Any], out: Path) -> Engine:
     )
 
 
-def _dask(settings: dict[str, Any], out: Path) -> Engine:
+def _dask(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
     try:  # the extra decentopt[dask], imported only when asked for
         import distributed
     except ImportError:
         raise missing("dask", "distributed") from None
     settings = dict(settings)
     address = settings.pop("address", None)
-    workers = settings.pop("workers", None)
+    workers = settings.pop("workers", jobs)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(
+            f"[executor] workers = {workers!r}: give the local cluster's worker processes as "
+            "a whole number >= 1 (or --jobs N)"
+        )
     if settings:
         raise ConfigError(
             f"[executor] of --executor dask: unknown key(s) {', '.join(sorted(settings))}; "
@@ -209,13 +215,19 @@ def _dask(settings: dict[str, Any], out: Path) -> Engine:
     )
 
 
-#: Engines by name (``--executor NAME``); local forked workers are the runner's own.
-ENGINES: dict[str, Callable[[dict[str, Any], Path], Engine]] = {"slurm": _slurm, "dask": _dask}
+#: Engines by name (``--executor NAME``), each made from its ``[executor]`` settings, the
+#: output folder and ``jobs`` (the local processes asked for: a local dask cluster's
+#: workers); local forked workers are the runner's own.
+ENGINES: dict[str, Callable[[dict[str, Any], Path, int], Engine]] = {
+    "slurm": _slurm,
+    "dask": _dask,
+}
 
 
-def make(name: str, spec: RunSpec, out: Path) -> Engine:
-    """The engine ``name``, set up by the specification's ``[executor]`` table."""
+def make(name: str, spec: RunSpec, out: Path, jobs: int = 1) -> Engine:
+    """The engine ``name``, set up by the specification's ``[executor]`` table; ``jobs``:
+    the workers of a local dask cluster whose table names none."""
     if name not in ENGINES:
         raise ConfigError(f"--executor {name}: use one of local, {', '.join(ENGINES)}")
     settings = {k: v for k, v in spec.executor.items() if k != "name"}
-    return ENGINES[name](settings, out)
+    return ENGINES[name](settings, out, jobs)

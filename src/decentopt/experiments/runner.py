@@ -29,8 +29,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from decentopt import plugins
 from decentopt.driver import RunOptions, intra_op_threads
 from decentopt.driver.timeline import clock_rows
@@ -46,9 +44,10 @@ from decentopt.experiments.planning import (
     run_groups,
 )
 from decentopt.experiments.progress import Progress, say_line
-from decentopt.experiments.spec import RunSpec
+from decentopt.experiments.spec import ConfigError, RunSpec
 from decentopt.experiments.store import Claimed, ResultStore
 from decentopt.experiments.units import Units
+from decentopt.integrations import loggers
 from decentopt.perf import keep_freed_memory
 from decentopt.results import lock_folder, write_csv_atomic
 
@@ -110,26 +109,22 @@ class UnitTask:
     force: bool = False
     stale: float = STALE
     beat: float = BEAT
-    #: torch's default dtype where the task is made (what tensors made without one take)
-    dtype: str = field(default_factory=lambda: str(torch.get_default_dtype()).split(".")[-1])
     #: users' methods loaded where the task is made, loaded again where it runs
     plugins: tuple[str, ...] = field(default_factory=lambda: tuple(plugins.loaded()))
+    #: the loggers of the sweep (``NAME:TARGET``), made again where the unit runs
+    log: tuple[str, ...] = ()
 
     def __call__(self) -> Claimed:
         for plugin in self.plugins:  # once per process; a forked worker has them already
             plugins.load(plugin)
-        previous = torch.get_default_dtype()
-        torch.set_default_dtype(getattr(torch, self.dtype))
-        try:
-            sweep = _SWEEPS.get(self.out)
-            if sweep is None or replace(sweep.spec, claims=()) != self.spec:  # another sweep
-                options = RunOptions(progress=False, force=self.force, log=say_line)
-                path = Path(self.out)
-                sweep = Sweep(self.spec, path, options, stale=self.stale, beat=self.beat)
-                _SWEEPS[self.out] = sweep
-            return sweep.compute_unit(self.index)
-        finally:
-            torch.set_default_dtype(previous)
+        sweep = _SWEEPS.get(self.out)
+        if sweep is None or replace(sweep.spec, claims=()) != self.spec:  # another sweep
+            monitor = loggers.make(self.log) if self.log else None
+            options = RunOptions(progress=False, force=self.force, log=say_line, monitor=monitor)
+            path = Path(self.out)
+            sweep = Sweep(self.spec, path, options, stale=self.stale, beat=self.beat)
+            _SWEEPS[self.out] = sweep
+        return sweep.compute_unit(self.index)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """Under submitit: a unit pre-empted or timed out is requeued as it is, and
@@ -164,6 +159,14 @@ class Sweep(Units):
         super().__init__(spec, options)
         self.out = out
         self.executor = executor
+        chosen = executor or spec.executor.get("name", "local")
+        if self.job.world > 1 and chosen != "local":  # no engine, no leases: see run()
+            label = chosen if isinstance(chosen, str) else type(chosen).__name__
+            raise ConfigError(
+                f"{spec.source}: --executor {label} under torchrun: its {self.job.world} "
+                f"processes compute each unit together, one unit after the other; run it "
+                f"without torchrun to hand its units to {label}, or give --executor local"
+            )
         self.planned = plan_units(spec)
         self.store = ResultStore(
             out / "runs",
@@ -205,7 +208,7 @@ class Sweep(Units):
             return Engine(self.executor)
         name = self.executor or self.spec.executor.get("name", "local")
         if name != "local":
-            return engines.make(str(name), self.spec, self.out)
+            return engines.make(str(name), self.spec, self.out, self.options.jobs)
         groups = run_groups(self.spec)
         forkable = groups == [None] or self.spec.params.forkable
         jobs = min(parallel_jobs(self.spec, self.options.jobs), pending)
@@ -241,7 +244,8 @@ class Sweep(Units):
                 for index in pending:
                     self.store.prepare(self.planned[index].unit)
             spec = replace(self.spec, claims=())  # what a unit needs, and all pickles
-            tasks = [UnitTask(spec, out, i) for i in pending]
+            log = self.options.monitor.targets if self.options.monitor else ()
+            tasks = [UnitTask(spec, out, i, log=log) for i in pending]
             if isinstance(engine.executor, ForkPool):  # one thread per forked worker
                 tasks = [partial(_one_thread, task) for task in tasks]
             try:
@@ -250,6 +254,7 @@ class Sweep(Units):
             finally:
                 engine.close()
                 _SWEEPS.pop(out, None)
+            lost = self._published(lost, rows)
             if lost:
                 raise WorkersLost(
                     f"{len(lost)} unit(s) not computed (their workers died): "
@@ -257,11 +262,26 @@ class Sweep(Units):
                 )
         return [row for index in range(len(self.planned)) for row in rows[index]]
 
+    def _published(self, lost: list[str], rows: dict[int, list[dict[str, Any]]]) -> list[str]:
+        """The units of ``lost`` not stored after all: a pool that breaks (a caller's
+        ProcessPoolExecutor) fails every task it held, also those whose worker had stored
+        its unit; those are taken from the store."""
+        names = [p.unit.name for p in self.planned]
+        for name in list(lost):
+            found = self.store.stored(self.planned[names.index(name)].unit)
+            if found is not None:
+                rows[names.index(name)] = found
+                self.store.ran.append(name)
+                lost.remove(name)
+        return lost
+
     def run(self) -> Outcome:
         """Every unit computed or resumed; all rows, also in ``OUT/results.csv``."""
         # one run writes a folder at a time; stale temporary files of killed writes go
         with lock_folder(self.out) if self.job.main else contextlib.nullcontext():
-            if self.job.world > 1:  # every rank computes every unit, in order
+            if self.job.world > 1:  # every rank computes every unit, in order: the ranks of
+                # a unit compute it together, so a lease per process would mean nothing (the
+                # folder lock keeps another run of this host out); rank 0 writes it
                 rows = []
                 for planned in self.planned:
                     rows += self.store.cached(planned.unit, self._work_of(planned))

@@ -173,10 +173,12 @@ class RunSpec(_Shared):
         label: its members); labels of other specifications' variants are left out."""
         return present(labels, list(self.algorithms))
 
-    def build_problem(self, runs: tuple[int, ...] | None = None, rank: int | None = None) -> Any:
+    def build_problem(
+        self, runs: tuple[int, ...] | None = None, rank: int | range | None = None
+    ) -> Any:
         """The problem of all runs (``None``, batched kinds) or of the runs ``runs``
-        (consecutive; run r has data seed ``seeds.data + r``); ``rank``: only that agent
-        (one process per agent)."""
+        (consecutive; run r has data seed ``seeds.data + r``); ``rank``: only that agent,
+        or that range of agents (torchrun, one or several agents per process)."""
         first = 0 if runs is None else runs[0]
         count = self.runs if runs is None else len(runs)
         seed = self.seeds.data + first

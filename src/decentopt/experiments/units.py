@@ -5,18 +5,30 @@ distinct table (and, under torchrun, its communicator made in the same order on
 every rank: units run in order), a batched problem once for every variant. The
 store, the plan and where the units run are the runner's
 (:mod:`~decentopt.experiments.runner`).
+
+Under torchrun (or ``decentopt launch -n N``) the ``agents`` of the specification are
+spread over the ``N`` processes, ``k = agents / N`` each: rank ``r`` holds agents
+``r k ... r k + k - 1`` of the problem and gossips through a
+:class:`~decentopt.comm.DistributedCommunicator` (``k = 1``) or a
+:class:`~decentopt.comm.ManyAgentCommunicator` (``k > 1``); the rows are the
+simulator's, to rounding.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from decentopt.comm.distributed import DistributedCommunicator
+from decentopt.comm.many import ManyAgentCommunicator
 from decentopt.distributed import launch, runtime
 from decentopt.distributed.checkpoint import latest_checkpoint
 from decentopt.driver import RunOptions, run_loop
@@ -25,7 +37,38 @@ from decentopt.experiments.planning import unit_name
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
 from decentopt.problems.neural import BatchedRuns, NeuralProblem
 
-__all__ = ["Units"]
+__all__ = ["UNIT_DTYPE", "Units", "unit_dtype"]
+
+#: torch's default dtype while a unit is built and computed, wherever it runs (this
+#: process, a forked worker, a SLURM job, a dask worker, a rank of torchrun): what tensors
+#: made without a dtype take (gradient noise drawn in float32, models initialised before
+#: they are cast to ``problem_params.dtype``). torch's own default, so a unit's rows never
+#: depend on a default the submitting process or a worker changed.
+UNIT_DTYPE = torch.float32
+
+
+_DTYPE_LOCK = threading.Lock()
+#: Units being built or computed in this process (threads of an executor), and torch's
+#: default dtype before the first of them began: restored when the last one ends.
+_ACTIVE: list[Any] = [0, None]
+
+
+@contextmanager
+def unit_dtype() -> Iterator[None]:
+    """Build or compute a unit with :data:`UNIT_DTYPE` as torch's default dtype (process-wide:
+    units computed by threads of one process share it), then restore the caller's."""
+    with _DTYPE_LOCK:
+        if _ACTIVE[0] == 0:
+            _ACTIVE[1] = torch.get_default_dtype()
+            torch.set_default_dtype(UNIT_DTYPE)
+        _ACTIVE[0] += 1
+    try:
+        yield
+    finally:
+        with _DTYPE_LOCK:
+            _ACTIVE[0] -= 1
+            if _ACTIVE[0] == 0:
+                torch.set_default_dtype(_ACTIVE[1])
 
 
 class Units:
@@ -34,11 +77,24 @@ class Units:
 
     def __init__(self, spec: RunSpec, options: RunOptions) -> None:
         self.job = runtime.job(spec.timeout)
-        if self.job.world > 1 and self.job.world != spec.agents:
+        world = self.job.world
+        if world > 1 and spec.agents % world:
+            more = world * -(-spec.agents // world)
+            fits = ", ".join(str(n) for n in range(1, spec.agents + 1) if spec.agents % n == 0)
             raise ConfigError(
-                f"{spec.source}: {spec.agents} agents but {self.job.world} processes; start "
-                f"it with {launch.processes_flag(spec.agents)} (one agent per process)"
+                f"{spec.source}: {spec.agents} agents on {world} processes: every process holds "
+                f"as many agents, so agents must be a multiple of the processes; set agents = "
+                f"{more} (--set agents={more}) or start it with "
+                f"{launch.processes_flag(spec.agents)} (processes that divide {spec.agents}: "
+                f"{fits})"
             )
+        if world > 1 and int(os.environ.get("DECENTOPT_PROCS_PER_AGENT") or 1) > 1:
+            raise ConfigError(
+                f"{spec.source}: a sweep places its agents on the processes itself (agents / "
+                "processes each); --procs-per-agent is for training scripts: drop it"
+            )
+        #: the agents of each process (torchrun: ``agents / processes``; alone: all of them)
+        self.per_process = spec.agents // world
         self.spec = spec
         self.say = options.log if self.job.main else (lambda _: None)
         self.options = options.but(log=self.say, progress=options.progress and self.job.main)
@@ -55,10 +111,20 @@ class Units:
         if key not in self.graphs:  # the shared table's graph is the one built at the start
             shared_table = self.spec.topology_of(label) == self.spec.topology
             network = self.topology if shared_table else self.spec.build_topology(label)
-            world = self.job.world > 1
-            shared = DistributedCommunicator(network, timeout=self.spec.timeout) if world else None
+            shared = None
+            if self.job.world > 1:  # one agent per process, or several
+                kind = DistributedCommunicator if self.per_process == 1 else ManyAgentCommunicator
+                shared = kind(network, timeout=self.spec.timeout)
             self.graphs[key] = (network, shared)
         return self.graphs[key]
+
+    def mine(self) -> int | range | None:
+        """The agents of this process, as a kind's ``build`` takes them: ``None`` (all of
+        them, the simulator), this rank (one agent per process) or a range of agents."""
+        if self.job.world == 1:
+            return None
+        k = self.per_process
+        return self.job.rank if k == 1 else range(self.job.rank * k, self.job.rank * k + k)
 
     def problem_for(self, group: tuple[int, ...] | None) -> Any:
         """The problem of the runs ``group`` (``None``: one batched problem for all)."""
@@ -67,7 +133,8 @@ class Units:
         spec = self.spec
         t0 = time.perf_counter()
         try:
-            problem = spec.build_problem(group, self.job.rank if self.job.world > 1 else None)
+            with unit_dtype():
+                problem = spec.build_problem(group, self.mine())
         except (MemoryError, RuntimeError) as exc:  # the allocator refused
             if "alloc" not in str(exc).lower() and not isinstance(exc, MemoryError):
                 raise
@@ -114,7 +181,7 @@ class Units:
         )
         # the newest checkpoint when the unit starts: where it resumes (0: from the start)
         resumed_from = (latest_checkpoint(folder) if options.checkpoint_dir else None) or 0
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), unit_dtype():
             torch.manual_seed(1000 + noise + 7919 * self.job.rank)  # dropout, per agent
             result = run_loop(alg, problem, comm, plan, options, labels=labels)
         result.algorithm = variant.label

@@ -44,8 +44,10 @@ class ProblemSpec(Protocol):
         """Cross-field checks (``iterations``: the top-level key); raise ValueError with the fix."""
         ...
 
-    def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Problem:
-        """The problem for ``runs`` columns (data seed ``seed``); ``rank``: one agent only."""
+    def build(self, *, agents: int, runs: int, seed: int, rank: int | range | None) -> Problem:
+        """The problem for ``runs`` columns (data seed ``seed``); ``rank``: only this
+        process's agents of the ``agents`` (torchrun): one agent's index, or a ``range``
+        of them where each process holds several. None: every agent (the simulator)."""
         ...
 
     def plan(self, problem: Problem, iterations: int | None, points: int) -> Plan: ...
@@ -139,7 +141,7 @@ class ConvexSpec:
     def deterministic(self) -> bool:
         return getattr(self, self.noise) == 0
 
-    def build(self, *, agents: int, runs: int, seed: int, rank: int | None) -> Problem:
+    def build(self, *, agents: int, runs: int, seed: int, rank: int | range | None) -> Problem:
         if rank is not None:
             raise ValueError(
                 f"{type(self).__name__}: a convex sweep simulates every agent in one process; "

@@ -130,7 +130,7 @@ class NeuralSpec:
             raise ValueError(f"'milestones' must be epochs between 1 and {self.epochs - 1}")
 
     def build(
-        self, *, agents: int, runs: int, seed: int, rank: int | None
+        self, *, agents: int, runs: int, seed: int, rank: int | range | None
     ) -> NeuralProblem | BatchedRuns:
         if runs > 1:  # run r as alone: data seed + r
             return BatchedRuns(
@@ -138,7 +138,7 @@ class NeuralSpec:
             )
         return self._one(agents=agents, seed=seed, rank=rank)
 
-    def _one(self, *, agents: int, seed: int, rank: int | None) -> NeuralProblem:
+    def _one(self, *, agents: int, seed: int, rank: int | range | None) -> NeuralProblem:
         device = torch.device(self.device) if rank is None else device_for_rank()
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(
@@ -146,6 +146,7 @@ class NeuralSpec:
                 "--set 'problem_params.device=\"cpu\"' (slow) or a GPU machine"
             )
         data = _dataset(self.dataset, self.data_dir, self.dtype)
+        mine = None if rank is None else (rank,) if isinstance(rank, int) else tuple(rank)
         share = self.batch_size if self.min_share is None else self.min_share
         split = dirichlet_split(data.y_train.numpy(), agents, self.phi, seed=seed, min_share=share)
         model = make_model(
@@ -154,14 +155,14 @@ class NeuralSpec:
         return NeuralProblem(
             model.to(getattr(torch, self.dtype)),
             data,
-            split.indices if rank is None else (split.indices[rank],),
+            split.indices if mine is None else tuple(split.indices[a] for a in mine),
             batch_size=self.batch_size,
             weight_decay=self.weight_decay,
             augment=augment_cifar if self.augment else None,
             backend=self.backend,
             device=device,
             seed=seed,
-            agent_ids=None if rank is None else (rank,),
+            agent_ids=mine,
             mean_share=float(np.mean(split.sizes)),
             precision=self.precision,
             channels_last=self.channels_last,

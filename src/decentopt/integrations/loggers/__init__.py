@@ -122,4 +122,5 @@ def make_logger(target: str) -> Logger:
 
 def make(targets: Iterable[str]) -> Loggers:
     """Several ``NAME:TARGET`` strings as one :class:`Loggers` (each checked now)."""
-    return Loggers([make_logger(t) for t in targets])
+    targets = list(targets)
+    return Loggers([make_logger(t) for t in targets], targets=targets)

@@ -76,7 +76,9 @@ class Loggers:
     """``loggers`` logging the run ``run`` (bind one with :meth:`bind` or :meth:`unit`).
 
     Also the driver's record sink (:class:`~decentopt.driver.options.RecordSink`):
-    ``start``, ``record``, ``finish``.
+    ``start``, ``record``, ``finish``. ``targets``: the ``NAME:TARGET`` strings the loggers
+    were made from (:func:`~decentopt.integrations.loggers.make`), from which a unit that
+    runs in another process (a SLURM job, a dask worker) makes them again.
     """
 
     def __init__(
@@ -84,8 +86,10 @@ class Loggers:
         loggers: Sequence[Logger],
         run: RunInfo | None = None,
         timing: tuple[TimeModel, Any, Any] | None = None,
+        targets: Sequence[str] = (),
     ) -> None:
         self.loggers = list(loggers)
+        self.targets = tuple(targets)
         self.run = run
         self.timing = timing  # (time model, graph, method): sim_time at the end
         self.labels: list[dict[str, Any]] = []
@@ -93,7 +97,8 @@ class Loggers:
 
     def bind(self, name: str, group: str = "", params: dict[str, Any] | None = None) -> Loggers:
         """The same loggers for the run ``name`` of ``group``, with its hyper-parameters."""
-        return Loggers(self.loggers, RunInfo(name, group, flat_params(params or {})))
+        run = RunInfo(name, group, flat_params(params or {}))
+        return Loggers(self.loggers, run, targets=self.targets)
 
     def unit(self, spec: Any, variant: Any, run: int | None, folder: Path) -> Loggers | None:
         """The loggers of one unit of the sweep ``spec`` (None on ranks other than 0)."""

@@ -83,9 +83,11 @@ class MlflowLogger(Logger):
         self.after = -1  # steps up to this one were logged before a resume
 
     def _experiment(self, name: str) -> str:
-        """The experiment ``name``'s id, created if new (by whichever of parallel workers
-        comes first: in a file store, under a lock, as it checks names without one)."""
+        """The client and the experiment ``name``'s id, created if new (by whichever of
+        parallel workers comes first: in a file store, under a lock, as it checks names
+        without one, and its client makes the default experiment of a new folder)."""
         with _store_lock(self.uri):
+            self.client = self.mlflow.MlflowClient(tracking_uri=self.uri)
             return self._get_or_create(name)
 
     def _get_or_create(self, name: str) -> str:
@@ -102,7 +104,6 @@ class MlflowLogger(Logger):
 
     def start(self, run: RunInfo) -> None:
         with _file_store_allowed():
-            self.client = self.mlflow.MlflowClient(tracking_uri=self.uri)
             experiment = self._experiment(run.group or "decentopt")
             query = f"tags.`{RUN_TAG}` = '{run.key}'"
             newest = ["attributes.start_time DESC"]
