@@ -10,16 +10,18 @@ once rank 0 (the store's host) has left.
 
 A process that ends without ``finalize()`` leaves the same way at interpreter exit
 (:func:`leave`, registered with :mod:`atexit` by the first communicator): its delayed
-messages are settled and the process group is closed while Python is still whole. Left to
-interpreter shutdown, gloo's worker threads can abort the process ("terminate called
-without an active exception", exit code 134) after all its work was done. A process that
-ends on an uncaught exception does not announce a normal finish.
+messages are settled, the process group is closed while Python is still whole, and gloo's
+worker threads get a moment to release what the last collectives held. Left to interpreter
+shutdown, one of them can abort the process ("terminate called without an active
+exception", exit code 134) after all its work was done. A process that ends on an uncaught
+exception does not announce a normal finish.
 """
 
 from __future__ import annotations
 
 import atexit
 import sys
+import time
 import weakref
 from typing import Any
 
@@ -33,6 +35,8 @@ _ALL: weakref.WeakSet[Any] = weakref.WeakSet()
 #: messages on the same links keep matching in order) until :func:`settle_all`.
 POSTING: set[Any] = set()
 _closing_at_exit = False
+#: seconds gloo's worker threads get at exit to release what the last collectives held
+_RELEASE_PAUSE = 0.25
 
 
 def _key(rank: int) -> str:
@@ -100,8 +104,16 @@ def leave(*, finished: bool = True) -> None:
 
 def _leave_at_exit() -> None:
     """:func:`leave` for a process that ends without ``finalize()``; a process that ends on
-    an uncaught exception (``sys.last_value``) does not claim a normal finish."""
+    an uncaught exception (``sys.last_value``) does not claim a normal finish.
+
+    Then a pause without the GIL: once a collective has returned, gloo's worker thread may
+    still have to take the GIL to release the Python objects the collective held. Were the
+    interpreter finalizing by then, that thread would be stopped inside C++ and abort the
+    process. The group's worker threads outlive ``destroy_process_group()`` whenever
+    something else keeps the group (``import torch._dynamo``, which ``torch.optim`` does,
+    holds references to it), so closing the group cannot end them."""
     try:
         leave(finished=getattr(sys, "last_value", None) is None)
     except Exception:  # the process is ending: a neighbour already gone has nothing to hear
         pass
+    time.sleep(_RELEASE_PAUSE)

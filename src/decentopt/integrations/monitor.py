@@ -78,7 +78,8 @@ class Monitor:
             return
         names = sorted(scalars)
         device = "cuda" if self.distributed and dist.get_backend() == "nccl" else "cpu"
-        mine = torch.tensor([float(scalars[k]) for k in names], dtype=torch.float64, device=device)
+        values = [float(torch.as_tensor(scalars[k]).detach()) for k in names]
+        mine = torch.tensor(values, dtype=torch.float64, device=device)
         every = self._gather(mine)  # (world, len(names)) on rank 0
         if self.rank != 0 or every is None:
             return
