@@ -230,7 +230,7 @@ class _Loop:
                 state = self.step(t, state, gradient)
             else:  # the steps up to the next event in one call; their progress after it
                 last = self.block_end(t)
-                state = self.block.run(state, t, last, self.generator, self.timing)
+                state = self.block.run(self, state, t, last)
                 self.report(t + 1, last)
             state, stop = self.after(last, state)
             if stop:
