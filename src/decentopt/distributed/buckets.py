@@ -119,7 +119,8 @@ class Overlap:
     """
 
     def __init__(self, run: Callable[[int], None], count: int) -> None:
-        self._run, self.count = run, count
+        self._run = run
+        self.count = count
         self._ready = [threading.Event() for _ in range(count)]
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._work, name="decentopt-gossip", daemon=True)
