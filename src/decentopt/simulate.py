@@ -11,6 +11,7 @@ which records metrics on a grid of steps and stops a diverging repetition
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -56,30 +57,11 @@ def _broadcast_x0(x0: torch.Tensor | None, problem: StackedProblem) -> torch.Ten
     return x0.clone()
 
 
-def _checked(
-    topology: Network, problem: StackedProblem, iterations: int, seed: int, blowup: float
-) -> tuple[int, int]:
-    """:func:`simulate`'s counts, once its arguments agree, or a ValueError naming the fix."""
-    if topology.n != problem.n:
-        raise ValueError(
-            f"the topology has n = {topology.n} agents but the problem has n = {problem.n}; "
-            "build both with the same number of agents"
-        )
-    counts = as_count(iterations, "simulate: iterations"), as_count(seed, "simulate: seed")
-    if not blowup > 1:
-        raise ValueError(f"blowup must be > 1; got {blowup}")
-    return counts
-
-
 def _stepwise(
-    problem: StackedProblem,
-) -> Callable[[torch.Tensor, torch.Generator], tuple[torch.Tensor, None]]:
-    """The problem's gradient as ``run_loop`` takes it step by step (no extra state)."""
-
-    def gradient(x: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, None]:
-        return problem.gradient(x, generator), None
-
-    return gradient
+    problem: StackedProblem, x: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, None]:
+    """The problem's gradient as ``run_loop`` takes it step by step (no loss)."""
+    return problem.gradient(x, generator), None
 
 
 def simulate(
@@ -126,11 +108,18 @@ def simulate(
             each agent mixes: each neighbour's newest arrived by its own clock
             (:mod:`decentopt.driver.arrivals`); without it every message is ``tau`` old.
     """
-    iterations, seed = _checked(topology, problem, iterations, seed, blowup)
+    if topology.n != problem.n:
+        raise ValueError(
+            f"the topology has n = {topology.n} agents but the problem has n = {problem.n}; "
+            "build both with the same number of agents"
+        )
+    iterations = as_count(iterations, "simulate: iterations")
+    seed = as_count(seed, "simulate: seed")
+    if not blowup > 1:
+        raise ValueError(f"blowup must be > 1; got {blowup}")
     steps = record_steps(iterations, record, points)
     columns = problem.repetitions
     comm = simulated_communicator(algorithm, topology, timing, iterations, columns, kernel)
-
     result = run_loop(
         algorithm,
         problem,
@@ -138,7 +127,7 @@ def simulate(
         Plan(iterations, tuple(steps.tolist())),
         RunOptions(seed=seed, threads=threads, progress=progress, blowup=blowup, path=path),
         # the problem's own gradients (in blocks where it draws them so), else step by step
-        gradient=None if isinstance(problem, BlockProblem) else _stepwise(problem),
+        gradient=None if isinstance(problem, BlockProblem) else partial(_stepwise, problem),
         metrics=problem.metrics,
         x0=_broadcast_x0(x0, problem),
         labels=[{"run": r} for r in range(problem.repetitions)],

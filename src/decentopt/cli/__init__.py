@@ -30,8 +30,9 @@ from decentopt.experiments.engines import ENGINES
 from decentopt.experiments.execution import SweepFailed
 from decentopt.experiments.runner import Sweep, say_line
 from decentopt.experiments.sources import PAPER_PRESETS, STUDIES, is_study, read_toml
+from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.studies import run_study
-from decentopt.experiments.study import load_study
+from decentopt.experiments.study import Study, load_study
 from decentopt.integrations import loggers
 from decentopt.results import FolderBusy
 
@@ -92,13 +93,16 @@ def _check_launched(argv: list[str]) -> None:
         return
     if inner.command not in ("run", "reproduce", "compare"):
         return
-    source = getattr(inner, "source", "compare")
     for plugin in inner.plugin:
         plugins.load(plugin)
-    if is_study(read_toml(source)[0]):
-        load_study(source, quick=inner.quick)
-    else:
-        load_spec(source, quick=inner.quick, overrides=inner.overrides)
+    _load(inner)
+
+
+def _load(args: argparse.Namespace) -> Study | RunSpec:
+    """The study or the specification ``args.source`` names, read and checked."""
+    if is_study(read_toml(args.source)[0]):
+        return load_study(args.source, quick=args.quick)
+    return load_spec(args.source, quick=args.quick, overrides=args.overrides)
 
 
 # ------------------------------------------------------------ reproduce / run
@@ -109,6 +113,8 @@ def _configure_run(p: argparse.ArgumentParser, *, choices: list[str] | None) -> 
         )
     elif choices:
         p.add_argument("source", metavar="TARGET", choices=choices, help=", ".join(choices))
+    else:
+        p.set_defaults(source="compare")
     p.add_argument("--quick", action="store_true", help="apply the config's [quick] overrides")
     p.add_argument("--check", action="store_true", help="check the paper's claims on the results")
     example = "e.g. --set iterations=500 --set algorithms.edm.beta=0.95"
@@ -174,17 +180,17 @@ def _run_command(args: argparse.Namespace) -> int:
         log=say_line,
         log_every=args.log_every,
     )
-    if is_study(read_toml(args.source)[0]):
+    loaded = _load(args)
+    if isinstance(loaded, Study):
         if args.executor not in (None, "local"):
             raise ValueError(
                 f"--executor {args.executor}: a study runs here; give --executor to the run of "
                 "one of its specifications instead"
             )
-        study = load_study(args.source, quick=args.quick)
         monitor = loggers.make(args.log)  # each unit of each part, grouped by the part
         files = run_study(
-            study,
-            _out(args, study.name),
+            loaded,
+            _out(args, loaded.name),
             options.but(monitor=monitor),
             quick=args.quick,
             sets=args.overrides,
@@ -192,12 +198,10 @@ def _run_command(args: argparse.Namespace) -> int:
             check=args.check,
             x=None if args.x is None else X_AXES[args.x],
         )
-        monitor.figures(files, group=study.name)
+        monitor.figures(files, group=loaded.name)
         print("wrote " + ", ".join(map(str, files)))
         return 0
-    spec = load_spec(args.source, quick=args.quick, overrides=args.overrides)
-    if args.only is not None:
-        spec = spec.select(_only(args) or [])
+    spec = loaded if args.only is None else loaded.select(_only(args) or [])
     if args.check and not spec.claims:
         raise ValueError(
             f"--check: {spec.name} states no claims; omit --check, or add [[claims]] tables "
@@ -268,7 +272,7 @@ COMMANDS: dict[
         "run every algorithm on the paper's quadratic problem (the 'compare' preset; "
         "change it with --set, e.g. --set agents=64 --set problem_params.c=[0.5])",
         lambda p: _configure_run(p, choices=[]),
-        lambda args: _run_command(argparse.Namespace(**vars(args), source="compare")),
+        _run_command,
     ),
     "topology": (
         "print a topology's spectral quantities, Assumption 1 and the theorems' step sizes",

@@ -112,15 +112,18 @@ def plan_buckets(params: Sequence[torch.nn.Parameter], cap_bytes: int) -> list[l
 class Overlap:
     """Bucket steps on one worker thread, each as soon as its gradients are ready.
 
-    ``ready(k)`` marks bucket ``k`` (hooks call it from backward); the worker runs
-    buckets strictly in order ``0, 1, ...``, waiting for each, so every rank sends its
-    messages in the same order. ``finish()`` marks every bucket, waits for the worker
-    and re-raises what it raised.
+    ``accumulated(p)`` counts the gradient of ``p`` in (hooks call it from backward); the
+    last of a bucket's marks it ready. The worker runs buckets strictly in order
+    ``0, 1, ...``, waiting for each, so every rank sends its messages in the same order.
+    ``finish()`` marks every bucket, waits for the worker and re-raises what it raised.
     """
 
-    def __init__(self, run: Callable[[int], None], count: int) -> None:
-        self._run, self.count = run, count
-        self._ready = [threading.Event() for _ in range(count)]
+    def __init__(self, run: Callable[[int], None], buckets: Sequence[Bucket]) -> None:
+        self._run = run
+        self.count = len(buckets)
+        self._where = {id(p): k for k, bucket in enumerate(buckets) for p in bucket.params}
+        self._waiting = [len(bucket.params) for bucket in buckets]  # gradients still to come
+        self._ready = [threading.Event() for _ in buckets]
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._work, name="decentopt-gossip", daemon=True)
         self._thread.start()
@@ -133,8 +136,13 @@ class Overlap:
         except BaseException as exc:  # handed to the main thread in finish()
             self._error = exc
 
-    def ready(self, k: int) -> None:
-        self._ready[k].set()
+    def accumulated(self, p: torch.Tensor) -> None:
+        k = self._where.get(id(p))
+        if k is None:  # not a trainable parameter of the layout
+            return
+        self._waiting[k] -= 1
+        if self._waiting[k] == 0:
+            self._ready[k].set()
 
     def finish(self) -> None:
         for event in self._ready:

@@ -110,8 +110,7 @@ def _supervise(procs: list[subprocess.Popen], grace: float) -> tuple[int, int | 
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
             _stop(procs, grace)
-            code = failed[0][1]
-            rank = failed[0][0]
+            rank, code = failed[0]
             return (128 - code if code < 0 else code), rank  # killed by signal N: 128 + N
         if all(c == 0 for c in codes):
             return 0, None

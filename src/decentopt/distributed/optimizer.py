@@ -126,9 +126,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self.bucket_bytes = float("inf") if varying else bucket_cap_mb * 2**20
         self._tunable = ("lr", "beta") if "beta" in algorithms.hyperparameters(alg) else ("lr",)
         self._buckets: list[Bucket] = []
-        self._where: dict[int, int] = {}  # id(param) -> bucket index
         self._layout: tuple = ()
-        self._waiting: list[int] = []  # per bucket: gradients still to come this backward
         self._pending: Overlap | None = None
         self._sync = True
         self._agreed: tuple = ()  # the parameter set the ranks last agreed on
@@ -200,7 +198,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         """Buckets of the trainable parameters, their flat state assembled from each
         parameter's own (moved to its dtype and device), new ones initialised."""
         fields = self._fields()
-        self._buckets, self._where = [], {}
+        self._buckets = []
         for g, group in enumerate(self.param_groups):
             alg = self._algorithm_for(group)
             kinds: dict[tuple, list[torch.nn.Parameter]] = {}
@@ -212,8 +210,6 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                 for indices in plan_buckets(params, self.bucket_bytes):
                     chosen = [params[i] for i in sorted(indices)]  # rows in model order
                     state = self._flat_state(alg, chosen, fields, step)
-                    for p in chosen:
-                        self._where[id(p)] = len(self._buckets)
                     self._buckets.append(Bucket(g, chosen, state, alg))
         for bucket in self._buckets:
             self._expose(bucket)
@@ -277,17 +273,15 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         if not self._sync:
             return
         if self._pending is None:
-            self._check_agreement()
-            if self._layout != self._signature():
-                self._lay_out()
-            self._waiting = [len(b.params) for b in self._buckets]
-            self._pending = Overlap(self._run_bucket, len(self._buckets))
-        k = self._where.get(id(p))
-        if k is None:
-            return
-        self._waiting[k] -= 1
-        if self._waiting[k] == 0:
-            self._pending.ready(k)
+            self._prepare()
+            self._pending = Overlap(self._run_bucket, self._buckets)
+        self._pending.accumulated(p)
+
+    def _prepare(self) -> None:
+        """Agreement checked, buckets laid out for the parameters as they are now."""
+        self._check_agreement()
+        if self._layout != self._signature():
+            self._lay_out()
 
     def _run_bucket(self, k: int, grad_scale: float | None = None) -> None:
         bucket = self._buckets[k]
@@ -323,9 +317,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             pending, self._pending = self._pending, None
             pending.finish()
         else:
-            self._check_agreement()
-            if self._layout != self._signature():
-                self._lay_out()
+            self._prepare()
             for k in range(len(self._buckets)):
                 self._run_bucket(k, scale)
         for bucket in self._buckets:

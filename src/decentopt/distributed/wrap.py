@@ -87,11 +87,11 @@ class GossipOptimizer:
         **hyperparams: Any,
     ) -> None:
         check_wrap_args(base, comm)
-        self.base, self.comm = base, comm
+        self.base = base
+        self.comm = comm
         params = [p for g in base.param_groups for p in g["params"]]
         alg = _method(method, hyperparams)
-        alg = alg if outer is None else alg.with_outer(outer)
-        self.gossip = DecentralizedOptimizer(params, alg, comm)
+        self.gossip = DecentralizedOptimizer(params, alg, comm, outer=outer)
         self.algorithm = self.gossip.algorithm.name
         # the base optimizer's settings must match too (the inner optimizer checks the method's)
         fields = agreement.describe_algorithm(base, "base optimizer")

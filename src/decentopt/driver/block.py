@@ -33,6 +33,7 @@ from __future__ import annotations
 import inspect
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -167,34 +168,23 @@ class BlockRunner:
         self.problem = problem
         self.comm = comm
         self.native = native
-        self.checked = False
         #: the most steps in one block
         self.limit = max(1, BLOCK_BYTES // state_bytes)
 
-    def run(
-        self, state: Any, start: int, stop: int, generator: torch.Generator, timing: list[float]
-    ) -> Any:
-        """The state after step ``stop``; ``timing`` (gradient, the rest) grows."""
+    def run(self, loop: Any, state: Any, start: int, stop: int) -> Any:
+        """The state after step ``stop``, for ``loop`` (:class:`decentopt.driver.loop._Loop`):
+        its generator draws the noise, its timings grow, and on the ``"block"`` path its own
+        ``step`` takes each step's gradient from the block's noise."""
         t0 = time.perf_counter()
-        z = self.problem.draw(stop - start, generator)
+        z = self.problem.draw(stop - start, loop.generator)
         if self.native is not None:
-            timing[0] += time.perf_counter() - t0
-            return self._native(state, start, stop, z, timing)
+            loop.timing[0] += time.perf_counter() - t0
+            return self._native(state, start, stop, z, loop.timing)
         terms = self.problem.noise_terms(z)
-        timing[0] += time.perf_counter() - t0
+        loop.timing[0] += time.perf_counter() - t0
         for s in range(stop - start):
-            t0 = time.perf_counter()
-            grad = self.problem.gradient_from(state.x, None if terms is None else terms[s])
-            if not self.checked:
-                check_gradient(grad, state.x, type(self.problem).__name__)
-            t1 = time.perf_counter()
-            new = self.algorithm.step(state, grad, self.comm)
-            if not self.checked:
-                check_step(new, state, self.algorithm)
-                self.checked = True
-            state = new
-            timing[0] += t1 - t0
-            timing[1] += time.perf_counter() - t1
+            term = None if terms is None else terms[s]
+            state = loop.step(start + s, state, partial(_from_terms, self.problem, term))
         return state
 
     def _native(
@@ -223,6 +213,13 @@ class BlockRunner:
         timing[1] += time.perf_counter() - t0
         renamed = {roles.get(k, k): v for k, v in out.items()}
         return state.replace(**renamed, t=stop)
+
+
+def _from_terms(
+    problem: Any, term: torch.Tensor | None, x: torch.Tensor, _: torch.Generator
+) -> tuple[torch.Tensor, None]:
+    """A step's gradient from its share of the block's noise (no loss)."""
+    return problem.gradient_from(x, term), None
 
 
 def _native_parts(

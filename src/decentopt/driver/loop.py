@@ -162,24 +162,17 @@ class _Loop:
         self.saver.save(step, payload)
 
     def open_bar(self) -> None:
-        if self.options.progress is True and in_a_job() and not sys.stdout.isatty():
-            self.bar = ProgressLines(  # rank 0 of a distributed run, writing to a log
-                self.plan.iterations,
-                self.start_step,
-                self.options.log,
-                self.algorithm.name,
-                self.options.log_every,
-            )
-        elif self.options.progress is True:
+        if self.options.progress is not True:
+            return
+        total = self.plan.iterations
+        start = self.start_step
+        name = self.algorithm.name
+        if in_a_job() and not sys.stdout.isatty():  # rank 0 of a distributed run, to a log
+            self.bar = ProgressLines(total, start, self.options.log, name, self.options.log_every)
+        else:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(
-                total=self.plan.iterations,
-                initial=self.start_step,
-                desc=self.algorithm.name,
-                leave=False,
-                disable=None,
-            )
+            self.bar = tqdm(total=total, initial=start, desc=name, leave=False, disable=None)
 
     def step(self, t: int, state: Any, gradient: Callable) -> Any:
         """Step ``t`` -> ``t + 1``: the gradient, the method's step, their timings."""
@@ -230,7 +223,7 @@ class _Loop:
                 state = self.step(t, state, gradient)
             else:  # the steps up to the next event in one call; their progress after it
                 last = self.block_end(t)
-                state = self.block.run(state, t, last, self.generator, self.timing)
+                state = self.block.run(self, state, t, last)
                 self.report(t + 1, last)
             state, stop = self.after(last, state)
             if stop:

@@ -45,7 +45,7 @@ class ProgressLines:
 
     def __init__(
         self,
-        total: int,
+        total: int | None,
         initial: int,
         say: Callable[[str], None],
         desc: str = "",
@@ -55,7 +55,7 @@ class ProgressLines:
         self.step = initial
         self.say = say
         self.desc = desc
-        self.every = max(1, every or total // LINES_PER_RUN)
+        self.every = max(1, every or (total or 0) // LINES_PER_RUN)
         self.mark = (initial, time.perf_counter())
 
     def update(self, n: int) -> None:

@@ -265,19 +265,27 @@ def clock(
     return out
 
 
-def _per_message(
-    total_bytes: float, messages: float, algorithm: Any = None, steps: int = 0, n: int = 1
-) -> float:
-    """Bytes of one gossip message from the busiest agents' totals (0 where no message went
-    out). A method's exact averages (``talks(t) == "all"``) were counted as ring all-reduces,
-    ``2 (n - 1)`` messages of ``1/n`` of the payload each; they are taken out."""
-    reduces = 0
-    if algorithm is not None and n > 1:
-        method = as_method(algorithm)
-        kinds = (method.talks(t).split("+") for t in range(steps))
-        reduces = 2 * (n - 1) * sum(kind.count("all") for kind in kinds)
+def _seconds(
+    model: TimeModel,
+    graph: Any,
+    algorithm: Any,
+    steps: int,
+    total_bytes: float,
+    messages: float,
+    columns: int = 1,
+) -> np.ndarray:
+    """:func:`clock` of a run whose busiest agents sent ``total_bytes`` in ``messages``
+    (their totals over ``columns``): one gossip message's payload is their share (0 where no
+    message went out). A method's exact averages (``talks(t) == "all"``) were counted as
+    ring all-reduces, ``2 (n - 1)`` messages of ``1/n`` of the payload each; they are taken
+    out."""
+    method = as_method(algorithm)
+    n = graph.n
+    kinds = (method.talks(t).split("+") for t in range(steps))
+    reduces = 2 * (n - 1) * sum(kind.count("all") for kind in kinds)
     share = messages - reduces + reduces / n
-    return total_bytes / share if share > 0 else 0.0
+    payload = total_bytes / share / columns if share > 0 else 0.0
+    return clock(model, graph, steps, payload, *method.pace, method.talks, staleness(method))
 
 
 def timed(result: Any, model: TimeModel, graph: Any, algorithm: Any) -> Any:
@@ -285,11 +293,8 @@ def timed(result: Any, model: TimeModel, graph: Any, algorithm: Any) -> Any:
     message's payload is the run's bytes per message of one column (a repetition)."""
     stats = result.comm
     steps = int(result.steps.max(initial=0))
-    per = _per_message(stats.busiest_bytes, stats.busiest_messages, algorithm, steps, graph.n)
-    payload = per / result.columns
-    talks = as_method(algorithm).talks
-    stale = staleness(algorithm)
-    result.clock = clock(model, graph, steps, payload, *pace(algorithm), talks, stale)
+    busiest = (stats.busiest_bytes, stats.busiest_messages, result.columns)
+    result.clock = _seconds(model, graph, algorithm, steps, *busiest)
     return result
 
 
@@ -302,10 +307,8 @@ def clock_rows(rows: list[dict[str, Any]], model: TimeModel, graph_of: Any, meth
         by_label.setdefault(row["algorithm"], []).append(row)
     for label, mine in by_label.items():
         last = max(mine, key=lambda r: r["step"])
-        graph, method, steps = graph_of(label), as_method(method_of(label)), int(last["step"])
         busiest = (last["busiest_bytes"], last["busiest_messages"])
-        payload = _per_message(*busiest, method, steps, graph.n)
-        stale = staleness(method)
-        seconds = clock(model, graph, steps, payload, *pace(method), method.talks, stale)
+        steps = int(last["step"])
+        seconds = _seconds(model, graph_of(label), method_of(label), steps, *busiest)
         for row in mine:
             row["sim_time"] = float(seconds[int(row["step"])])

@@ -106,13 +106,11 @@ class DecentralizedStrategy(DDPStrategy):
         super().setup_optimizers(trainer)
         if self.comm is None:
             self.comm = DistributedCommunicator(self.network(), timeout=self.gossip_timeout)
-        self.optimizers = [self._wrapped(o) for o in self.optimizers]
-
-    def _wrapped(self, optimizer: Any) -> GossipOptimizer:
-        if isinstance(optimizer, GossipOptimizer):
-            return optimizer
-        assert self.comm is not None
-        return wrap(optimizer, self.method, self.comm, **self.hyperparams)
+        comm = self.comm
+        self.optimizers = [
+            o if isinstance(o, GossipOptimizer) else wrap(o, self.method, comm, **self.hyperparams)
+            for o in self.optimizers
+        ]
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None

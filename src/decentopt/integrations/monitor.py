@@ -19,15 +19,14 @@ Without torch.distributed (or with one process) the same runs with one agent.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from decentopt.driver.progress import progress_line
-from decentopt.integrations.loggers import Loggers, RunInfo, make
+from decentopt.driver.progress import ProgressLines, progress_line
+from decentopt.integrations.loggers import Loggers, make
 
 __all__ = ["Monitor", "progress_line"]
 
@@ -61,7 +60,6 @@ class Monitor:
             raise ValueError(f"log_every must be a positive number of steps; got {log_every}")
         self.log_every = int(log_every)
         self.total = total
-        self.say = say
         self.distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if self.distributed else 0
         self.world = dist.get_world_size() if self.distributed else 1
@@ -69,7 +67,7 @@ class Monitor:
         self.loggers = hub.bind(name, group, params) if self.rank == 0 else None
         self.t = self.start = int(start)
         self.opened = False
-        self.clock = (self.t, time.perf_counter())
+        self.lines = None if say is None else ProgressLines(total, self.t, say, every=log_every)
 
     def step(self, **scalars: float | torch.Tensor) -> None:
         """One step done, with this rank's ``scalars`` (the same names on every rank)."""
@@ -81,17 +79,17 @@ class Monitor:
         values = [float(torch.as_tensor(scalars[k]).detach()) for k in names]
         mine = torch.tensor(values, dtype=torch.float64, device=device)
         every = self._gather(mine)  # (world, len(names)) on rank 0
-        if self.rank != 0 or every is None:
+        if every is None or self.loggers is None:
             return
-        values = {f"mean/{k}": float(v) for k, v in zip(names, every.mean(0), strict=True)}
+        logged = {f"mean/{k}": float(v) for k, v in zip(names, every.mean(0), strict=True)}
         for r in range(self.world):
-            values |= {f"rank{r}/{k}": float(v) for k, v in zip(names, every[r], strict=True)}
-        self._log(values)
-        now = time.perf_counter()
-        rate = (self.t - self.clock[0]) / max(now - self.clock[1], 1e-9)
-        self.clock = (self.t, now)
-        if self.say is not None:
-            self.say(progress_line(self.t, self.total, rate))
+            logged |= {f"rank{r}/{k}": float(v) for k, v in zip(names, every[r], strict=True)}
+        if not self.opened:
+            self.loggers.start(self.start, [])
+            self.opened = True
+        self.loggers.scalars(self.t, logged)
+        if self.lines is not None:
+            self.lines.update(self.t - self.lines.step)
 
     def _gather(self, mine: torch.Tensor) -> torch.Tensor | None:
         """Every rank's vector on rank 0, in one collective (None elsewhere)."""
@@ -103,19 +101,6 @@ class Monitor:
             return torch.stack(parts).cpu()
         dist.gather(mine, None, dst=0)
         return None
-
-    def _log(self, values: dict[str, float]) -> None:
-        assert self.loggers is not None
-        if not self.loggers.loggers:
-            return
-        if not self.opened:
-            run = self.loggers.run
-            assert run is not None
-            for logger in self.loggers.loggers:
-                logger.start(RunInfo(run.name, run.group, run.params, self.start))
-            self.opened = True
-        for logger in self.loggers.loggers:
-            logger.scalars(self.t, values)
 
     def close(self) -> None:
         """Finish the run (rank 0)."""

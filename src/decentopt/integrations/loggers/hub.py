@@ -134,9 +134,12 @@ class Loggers:
             logger.start(run)
 
     def record(self, record: Record) -> None:
-        values = record_scalars(record, self.labels)
+        self.scalars(record.step, record_scalars(record, self.labels))
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        """``values`` of ``step`` to every logger (a started run)."""
         for logger in self.loggers:
-            logger.scalars(record.step, values)
+            logger.scalars(step, values)
 
     def finish(self, result: Result) -> None:
         if self.timing is not None and result.clock is None:
@@ -145,8 +148,7 @@ class Loggers:
             result = timed(dataclasses.replace(result), *self.timing)
         if result.clock is not None:
             for step in result.steps[result.steps >= self.first]:
-                for logger in self.loggers:
-                    logger.scalars(int(step), {"sim_time": float(result.clock[step])})
+                self.scalars(int(step), {"sim_time": float(result.clock[step])})
         for logger in self.loggers:
             logger.finish()
 

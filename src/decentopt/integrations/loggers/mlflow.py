@@ -88,19 +88,16 @@ class MlflowLogger(Logger):
         without one, and its client makes the default experiment of a new folder)."""
         with _store_lock(self.uri):
             self.client = self.mlflow.MlflowClient(tracking_uri=self.uri)
-            return self._get_or_create(name)
-
-    def _get_or_create(self, name: str) -> str:
-        found = self.client.get_experiment_by_name(name)
-        if found is not None:
-            return found.experiment_id
-        try:
-            return self.client.create_experiment(name)
-        except self.mlflow.exceptions.MlflowException:
-            found = self.client.get_experiment_by_name(name)  # another worker made it
-            if found is None:
-                raise
-            return found.experiment_id
+            found = self.client.get_experiment_by_name(name)
+            if found is not None:
+                return found.experiment_id
+            try:
+                return self.client.create_experiment(name)
+            except self.mlflow.exceptions.MlflowException:
+                found = self.client.get_experiment_by_name(name)  # another worker made it
+                if found is None:
+                    raise
+                return found.experiment_id
 
     def start(self, run: RunInfo) -> None:
         with _file_store_allowed():

@@ -34,12 +34,10 @@ class WandbLogger(Logger):
         self.wandb = needs("wandb", "wandb", "the wandb logger")
         self.project = project or "decentopt"
         self.run: Any = None
-        # wandb.init replaces sys.exit and sys.excepthook (to record the exit code) and
-        # leaves them replaced after finish(): put the process's own back then
-        self._exit = sys.exit
-        self._excepthook = sys.excepthook
 
     def start(self, run: RunInfo) -> None:
+        # wandb.init replaces sys.exit and sys.excepthook (to record the exit code) and
+        # leaves them replaced after finish(): put the process's own back then
         self._exit = sys.exit
         self._excepthook = sys.excepthook
         self.run = self.wandb.init(
