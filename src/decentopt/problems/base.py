@@ -131,15 +131,8 @@ class ConvexProblem(StatelessProblem):
     a step's gradient noise (one step, or many: :class:`BlockProblem`) and the metrics of a
     stack against the known optimum ``x_star``."""
 
-    n: int
-    repetitions: int
-    dim: int
-    dtype: torch.dtype
-    x_star: torch.Tensor
-
-    def noise_shape(self) -> tuple[int, ...] | None:
-        """The shape of one step's standard normals; None when the gradients are exact."""
-        raise NotImplementedError
+    #: The shape of one step's standard normals; None when the gradients are exact.
+    noise_shape: tuple[int, ...] | None
 
     def at_average(self, xbar: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(grad f(xbar), f(xbar) - f*)`` at the averages ``xbar`` ``(R, d)``."""
@@ -151,12 +144,12 @@ class ConvexProblem(StatelessProblem):
     def normals(self, generator: torch.Generator) -> torch.Tensor | None:
         """One step's standard normals, drawn in float32 (torch's vectorised sampler, ~6x
         faster than float64) and cast; None when the gradients are exact."""
-        shape = self.noise_shape()
+        shape = self.noise_shape
         return None if shape is None else torch.randn(shape, generator=generator).to(self.dtype)
 
     def draw(self, steps: int, generator: torch.Generator) -> torch.Tensor | None:
-        """The normals of ``steps`` calls of ``gradient``, ``(steps, *noise_shape())``."""
-        shape = self.noise_shape()
+        """The normals of ``steps`` calls of ``gradient``, ``(steps, *noise_shape)``."""
+        shape = self.noise_shape
         return None if shape is None else normal_block(steps, shape, generator)
 
     def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, torch.Tensor]:

@@ -99,6 +99,7 @@ class Logistic(ConvexProblem):
         self.dtype = dtype
         self.mu = float(mu)
         self.sigma_s2 = float(sigma_s2)
+        self.noise_shape = (self.n, self.repetitions, self.dim) if sigma_s2 > 0 else None
         self.v = v
         self._U = U.contiguous()
         self.compute_dtype = compute_dtype or dtype
@@ -252,9 +253,6 @@ class Logistic(ConvexProblem):
         return x
 
     # ----------------------------------------------------------------- interface
-    def noise_shape(self) -> tuple[int, ...] | None:
-        return (self.n, self.repetitions, self.dim) if self.sigma_s2 > 0 else None
-
     def gradient(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         return self.gradient_from(x, self.noise_terms(self.normals(generator)))
 

@@ -137,6 +137,8 @@ class Quadratic(ConvexProblem):
             self.noise_factor = chol * (self.sigma2 / p) ** 0.5
         else:
             self.noise_factor = At * (self.sigma2**0.5 / p)
+        # k normals per agent and step, the columns of noise_factor
+        self.noise_shape = (n, R, self.noise_factor.shape[-1]) if self.sigma2 > 0 else None
         # one batched product per step: [H_i | noise_factor_i] @ [x_i; z_i] - b_i
         self._fused = None
         if self.H is not None:
@@ -226,12 +228,6 @@ class Quadratic(ConvexProblem):
         return grad
 
     # ------------------------------------------------- many steps (driver.block)
-    def noise_shape(self) -> tuple[int, ...] | None:
-        """``(n, R, k)``: ``k`` normals per agent, the columns of ``noise_factor``."""
-        if self.sigma2 == 0:
-            return None
-        return (self.n, self.repetitions, self.noise_factor.shape[-1])
-
     def noise_terms(self, z: torch.Tensor | None) -> torch.Tensor | None:
         """Each step's noise ``noise_factor_i z_i``, all steps in one batched product."""
         if z is None:
