@@ -144,7 +144,6 @@ class NeuralProblem:
         self.dim = self.layout.dim
         self.dtype = next(model.parameters()).dtype
         self.x_star = None  # no known optimum
-        self.has_buffers = any(True for _ in model.buffers())
         #: bf16 autocast of forward and backward. "auto": bf16 on CUDA, float32 elsewhere.
         bf16 = precision == "bf16" or (precision == "auto" and self.device.type == "cuda")
         self.options = Options(self.device, bf16, bool(channels_last), bool(compile))
