@@ -226,16 +226,10 @@ class Logistic(ConvexProblem):
             s = torch.sigmoid(self._margins(x.expand(self.n, -1, -1)))
             curv = (s * (1 - s)) / self.m  # (n, R, m)
             # v^2 = 1: (v u)(v u)^T = u u^T, per block of columns sharing samples
-            H = (
-                torch.cat(
-                    [
-                        self._U.transpose(-1, -2) @ (c.unsqueeze(-1) * self._U)
-                        for c in self._levels(curv)
-                    ],
-                    1,
-                ).mean(0)
-                + self.mu * eye
-            )
+            blocks = [
+                self._U.transpose(-1, -2) @ (c.unsqueeze(-1) * self._U) for c in self._levels(curv)
+            ]
+            H = torch.cat(blocks, 1).mean(0) + self.mu * eye
             with one_thread():
                 step = torch.linalg.solve(H, g)
             decrement = (g * step).sum(-1)  # (R,)

@@ -120,15 +120,8 @@ class GroupedBackend:
                 w = next(views)
                 weight = w.reshape(n * w.shape[1], *w.shape[2:])
                 bias = next(views).reshape(-1) if layer.bias is not None else None
-                h = F.conv2d(
-                    h,
-                    weight,
-                    bias,
-                    layer.stride,
-                    layer.padding,
-                    layer.dilation,
-                    groups=n * layer.groups,
-                )
+                groups = n * layer.groups  # replica r's channels are the r-th block
+                h = F.conv2d(h, weight, bias, layer.stride, layer.padding, layer.dilation, groups)
             elif isinstance(layer, nn.Linear):
                 w = next(views)
                 if layer.bias is not None:
