@@ -229,10 +229,6 @@ class GroupedBackend:
         return out
 
     def load_buffers(self, saved: list[list[torch.Tensor]]) -> None:
-        for r, values in enumerate(saved):
-            for j, k in enumerate(sorted(self.running)):
-                mean, var, count = self.running[k]
-                c = mean.numel() // self.replicas
-                mean[r * c : (r + 1) * c].copy_(values[3 * j])
-                var[r * c : (r + 1) * c].copy_(values[3 * j + 1])
-                count.copy_(values[3 * j + 2])
+        for views, values in zip(self.buffers(), saved, strict=True):  # views of the statistics
+            for view, value in zip(views, values, strict=True):
+                view.copy_(value)

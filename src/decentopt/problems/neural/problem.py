@@ -225,15 +225,13 @@ class NeuralProblem:
         model.eval()
         total = 0.0
         correct = 0
-        count = 0
         for s in range(0, len(y), batch):
             xb = x[s : s + batch].to(self.device)
             yb = y[s : s + batch].to(self.device)
             out = model(xb)
             total += float(F.cross_entropy(out, yb, reduction="sum"))
             correct += int((out.argmax(1) == yb).sum())
-            count += len(yb)
-        return total / count, correct / count
+        return total / len(y), correct / len(y)
 
     @torch.no_grad()
     def evaluate_replicas(
