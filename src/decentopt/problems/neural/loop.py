@@ -80,11 +80,9 @@ class LoopBackend:
     @torch.no_grad()
     def logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
         self.bind(x)
-        outs = []
         for replica in self.replicas:
             replica.eval()
-            outs.append(replica(images))
-        return torch.stack(outs)
+        return torch.stack([replica(images) for replica in self.replicas])
 
     def buffers(self) -> list[list[torch.Tensor]]:
         """Every replica's buffers (BatchNorm statistics), in ``model.buffers()`` order."""
