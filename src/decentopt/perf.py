@@ -132,20 +132,24 @@ def cgroup_memory(root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc"
     return min(rooms) if rooms else None
 
 
+def _proc_bytes(path: str, key: str) -> float | None:
+    """The size on the line ``key`` of a /proc file (given in KiB), in bytes."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    return next((float(line.split()[1]) * 1024 for line in lines if line.startswith(key)), None)
+
+
 def _address_space_room() -> float | None:
     """What ``RLIMIT_AS`` leaves of this process's address space, if it is limited."""
     try:
         import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-        if soft == resource.RLIM_INFINITY:
-            return None
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmSize:"):
-                return max(0.0, soft - float(line.split()[1]) * 1024)
-    except (ImportError, OSError, ValueError):
-        pass
-    return None
+    except ImportError:
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    size = _proc_bytes("/proc/self/status", "VmSize:")
+    return None if soft == resource.RLIM_INFINITY or size is None else max(0.0, soft - size)
 
 
 def available_memory() -> float | None:
@@ -158,10 +162,4 @@ def available_memory() -> float | None:
 
 
 def _mem_available() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return _proc_bytes("/proc/meminfo", "MemAvailable:")

@@ -220,29 +220,33 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
     (the period's contraction to the power ``1/period``), at which the theorems'
     step sizes are evaluated -- a heuristic: the theorems assume one fixed W.
     """
+    symmetric = "symmetric" in topo.offers
+    rows = [("topology", topo.name), ("n", str(topo.n))]
     if isinstance(topo, TopologySchedule):
-        return _schedule_report(topo, L=L, beta=beta)
-    deg = topo.degrees
-    head = [("topology", topo.name), ("n", str(topo.n))]
-    if "symmetric" not in topo.offers:  # the theorems assume a symmetric W: no step sizes
-        return [
-            *head,
+        rows += _schedule_rows(topo, symmetric)
+    elif symmetric:
+        deg = topo.degrees
+        rows += [
+            ("lambda = ||W - 11^T/n||", f"{topo.lam:.6f}"),
+            ("1 - lambda", f"{topo.spectral_gap:.6g}"),
+            ("lambda_min(W)", f"{topo.lam_min:.6g}"),
+            ("degree (min / mean / max)", f"{deg.min()} / {deg.mean():.2f} / {deg.max()}"),
+            ("Assumption 1", "holds (symmetric, doubly stochastic, w_ii > 0, W >= 0)"),
+        ]
+        if "tree" in topo.offers:
+            rows.append(("tree", "yes: relaying (relaysgd) averages exactly over it"))
+    else:  # the theorems assume a symmetric W: no step sizes
+        deg = topo.degrees
+        rows += [
             ("|lambda_2(P)| (mixing rate)", f"{topo.mixing_rate:.6f}"),
             ("1 - |lambda_2(P)|", f"{1 - topo.mixing_rate:.6g}"),
             ("messages sent (min / mean / max)", f"{deg.min()} / {deg.mean():.2f} / {deg.max()}"),
             ("P", _DIRECTED + ("; also row-stochastic" if topo.doubly_stochastic else "")),
-            ("Assumption 1", _NOT_SYMMETRIC),
         ]
-    rows = [
-        *head,
-        ("lambda = ||W - 11^T/n||", f"{topo.lam:.6f}"),
-        ("1 - lambda", f"{topo.spectral_gap:.6g}"),
-        ("lambda_min(W)", f"{topo.lam_min:.6g}"),
-        ("degree (min / mean / max)", f"{deg.min()} / {deg.mean():.2f} / {deg.max()}"),
-        ("Assumption 1", "holds (symmetric, doubly stochastic, w_ii > 0, W >= 0)"),
-    ]
-    if "tree" in topo.offers:
-        rows.append(("tree", "yes: relaying (relaysgd) averages exactly over it"))
+    if not symmetric:
+        return [*rows, ("Assumption 1", _NOT_SYMMETRIC)]
+    if isinstance(topo, TopologySchedule):
+        return rows + _step_sizes(max(topo.lam, 1e-12), L, beta, "at lambda per round (heuristic)")
     return rows + _step_sizes(topo.lam, L, beta, f"(L={L:g}, beta={beta:g})")
 
 
@@ -253,15 +257,12 @@ _NOT_SYMMETRIC = (
 )
 
 
-def _schedule_report(schedule: Any, *, L: float, beta: float) -> list[tuple[str, str]]:
-    symmetric = "symmetric" in schedule.offers
+def _schedule_rows(schedule: Any, symmetric: bool) -> list[tuple[str, str]]:
     per_round = ("P_t per round", _DIRECTED + " over a period")
     if symmetric:
         psd = ", W_t >= 0" if schedule.psd else "; some W_t have a negative eigenvalue"
         per_round = ("Assumption 1 per round", "symmetric, doubly stochastic, w_ii > 0" + psd)
-    rows = [
-        ("topology", schedule.name),
-        ("n", str(schedule.n)),
+    return [
         ("period (rounds)", str(schedule.period or "none: a fresh random W_t every round")),
         (
             "||prod W_t - 11^T/n|| over a period" + ("" if schedule.period else " (64 rounds)"),
@@ -272,9 +273,6 @@ def _schedule_report(schedule: Any, *, L: float, beta: float) -> list[tuple[str,
         ("most peers per round", str(schedule.max_degree)),
         per_round,
     ]
-    if not symmetric:
-        return [*rows, ("Assumption 1", _NOT_SYMMETRIC)]
-    return rows + _step_sizes(max(schedule.lam, 1e-12), L, beta, "at lambda per round (heuristic)")
 
 
 def _step_sizes(lam: float, L: float, beta: float, how: str) -> list[tuple[str, str]]:

@@ -124,3 +124,40 @@ class StatelessProblem:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+class ConvexProblem(StatelessProblem):
+    """What the convex problems share: iterates ``(n, R, d)`` started at zero, the normals of
+    a step's gradient noise (one step, or many: :class:`BlockProblem`) and the metrics of a
+    stack against the known optimum ``x_star``."""
+
+    #: The shape of one step's standard normals; None when the gradients are exact.
+    noise_shape: tuple[int, ...] | None
+
+    def at_average(self, xbar: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(grad f(xbar), f(xbar) - f*)`` at the averages ``xbar`` ``(R, d)``."""
+        raise NotImplementedError
+
+    def initial_point(self) -> torch.Tensor:
+        return torch.zeros(self.n, self.repetitions, self.dim, dtype=self.dtype)
+
+    def normals(self, generator: torch.Generator) -> torch.Tensor | None:
+        """One step's standard normals, drawn in float32 (torch's vectorised sampler, ~6x
+        faster than float64) and cast; None when the gradients are exact."""
+        shape = self.noise_shape
+        return None if shape is None else torch.randn(shape, generator=generator).to(self.dtype)
+
+    def draw(self, steps: int, generator: torch.Generator) -> torch.Tensor | None:
+        """The normals of ``steps`` calls of ``gradient``, ``(steps, *noise_shape)``."""
+        shape = self.noise_shape
+        return None if shape is None else normal_block(steps, shape, generator)
+
+    def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, torch.Tensor]:
+        xbar = x.mean(0)  # (R, d)
+        grad, gap = self.at_average(xbar)
+        return {
+            "dist_to_opt": (x - self.x_star).pow(2).sum(-1).mean(0),
+            "consensus": (x - xbar).pow(2).sum(-1).mean(0),
+            "grad_norm": grad.pow(2).sum(-1),
+            "opt_gap": gap,
+        }

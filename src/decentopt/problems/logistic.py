@@ -35,7 +35,6 @@ precision, so ``f(xbar) - f*`` and ``||grad f(xbar)||^2`` are exact.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -43,15 +42,12 @@ import torch.nn.functional as F
 from decentopt._checks import as_count, as_real, check_problem_dtype
 from decentopt.native.problems import logistic_data_term, logistic_term_and_loss
 from decentopt.perf import one_thread
-from decentopt.problems.base import StatelessProblem, normal_block
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
+from decentopt.problems.base import ConvexProblem
 
 __all__ = ["Logistic"]
 
 
-class Logistic(StatelessProblem):
+class Logistic(ConvexProblem):
     """Heterogeneous l2-regularised logistic regression over ``n`` agents, ``R`` repetitions.
 
     Args:
@@ -103,6 +99,7 @@ class Logistic(StatelessProblem):
         self.dtype = dtype
         self.mu = float(mu)
         self.sigma_s2 = float(sigma_s2)
+        self.noise_shape = (self.n, self.repetitions, self.dim) if sigma_s2 > 0 else None
         self.v = v
         self._U = U.contiguous()
         self.compute_dtype = compute_dtype or dtype
@@ -229,16 +226,10 @@ class Logistic(StatelessProblem):
             s = torch.sigmoid(self._margins(x.expand(self.n, -1, -1)))
             curv = (s * (1 - s)) / self.m  # (n, R, m)
             # v^2 = 1: (v u)(v u)^T = u u^T, per block of columns sharing samples
-            H = (
-                torch.cat(
-                    [
-                        self._U.transpose(-1, -2) @ (c.unsqueeze(-1) * self._U)
-                        for c in self._levels(curv)
-                    ],
-                    1,
-                ).mean(0)
-                + self.mu * eye
-            )
+            blocks = [
+                self._U.transpose(-1, -2) @ (c.unsqueeze(-1) * self._U) for c in self._levels(curv)
+            ]
+            H = torch.cat(blocks, 1).mean(0) + self.mu * eye
             with one_thread():
                 step = torch.linalg.solve(H, g)
             decrement = (g * step).sum(-1)  # (R,)
@@ -256,20 +247,10 @@ class Logistic(StatelessProblem):
         return x
 
     # ----------------------------------------------------------------- interface
-    def initial_point(self) -> torch.Tensor:
-        return torch.zeros(self.n, self.repetitions, self.dim, dtype=self.dtype)
-
     def gradient(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        z = torch.randn(x.shape, generator=generator) if self.sigma_s2 > 0 else None
-        return self.gradient_from(x, self.noise_terms(z))
+        return self.gradient_from(x, self.noise_terms(self.normals(generator)))
 
     # ------------------------------------------------- many steps (driver.block)
-    def draw(self, steps: int, generator: torch.Generator) -> torch.Tensor | None:
-        """The normals of ``steps`` calls of :meth:`gradient`, ``(steps, n, R, d)``."""
-        if self.sigma_s2 == 0:
-            return None
-        return normal_block(steps, (self.n, self.repetitions, self.dim), generator)
-
     def noise_terms(self, z: torch.Tensor | None) -> torch.Tensor | None:
         return None if z is None else self.sigma_s2**0.5 * z.to(self.dtype)
 
@@ -278,16 +259,10 @@ class Logistic(StatelessProblem):
         grad = self.full_gradient(x, exact=False)
         return grad if term is None else grad + term
 
-    def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, torch.Tensor]:
-        xbar = x.mean(0)
+    def at_average(self, xbar: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         grad, objective = self._at_mean(xbar)  # the data read once for both where C runs
         grad = self._global_gradient(xbar) if grad is None else grad
-        return {
-            "dist_to_opt": (x - self.x_star).pow(2).sum(-1).mean(0),
-            "consensus": (x - xbar).pow(2).sum(-1).mean(0),
-            "grad_norm": grad.pow(2).sum(-1),
-            "opt_gap": objective - self.f_star,
-        }
+        return grad, objective - self.f_star
 
     def __repr__(self) -> str:
         return (

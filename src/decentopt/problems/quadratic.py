@@ -26,7 +26,6 @@ near 1-3), which is what makes the paper's ``alpha = 0.05`` stable.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -34,10 +33,7 @@ import torch
 from decentopt._checks import as_count, as_real, check_problem_dtype
 from decentopt.native.problems import quadratic_gradient
 from decentopt.perf import one_thread
-from decentopt.problems.base import StatelessProblem, normal_block
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
+from decentopt.problems.base import ConvexProblem
 
 __all__ = ["GRAM_BYTES", "Quadratic"]
 
@@ -77,7 +73,7 @@ def _checked(
     return A, x_local, sigma2
 
 
-class Quadratic(StatelessProblem):
+class Quadratic(ConvexProblem):
     """Heterogeneous least squares over ``n`` agents and ``R`` repetitions.
 
     Args:
@@ -141,6 +137,8 @@ class Quadratic(StatelessProblem):
             self.noise_factor = chol * (self.sigma2 / p) ** 0.5
         else:
             self.noise_factor = At * (self.sigma2**0.5 / p)
+        # k normals per agent and step, the columns of noise_factor
+        self.noise_shape = (n, R, self.noise_factor.shape[-1]) if self.sigma2 > 0 else None
         # one batched product per step: [H_i | noise_factor_i] @ [x_i; z_i] - b_i
         self._fused = None
         if self.H is not None:
@@ -201,9 +199,6 @@ class Quadratic(StatelessProblem):
         return cls(A.repeat(1, len(cs), 1, 1), x_local, sigma2, dtype=dtype)
 
     # ----------------------------------------------------------------- interface
-    def initial_point(self) -> torch.Tensor:
-        return torch.zeros(self.n, self.repetitions, self.dim, dtype=self.dtype)
-
     def full_gradient(self, x: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
         """Exact local gradients ``H_i x_i - H_i x_i*`` at a stack ``(n, R, d)``.
 
@@ -223,25 +218,16 @@ class Quadratic(StatelessProblem):
         The noise of all ``n`` agents is drawn either way, so a rank that passes
         ``rows`` sees exactly the noise the simulator gives those agents.
         """
-        n, R, k = self.n, self.repetitions, self.noise_factor.shape[-1]
-        z = torch.randn(n, R, k, generator=generator).to(self.dtype) if self.sigma2 > 0 else None
+        z = self.normals(generator)
         if self._fused is not None and rows == slice(None):
             v = x if z is None else torch.cat([x, z], dim=-1)
-            return torch.baddbmm(self._neg_b, self._fused, v.reshape(n * R, -1, 1)).view(x.shape)
+            return torch.baddbmm(self._neg_b, self._fused, v.flatten(0, 1)[..., None]).view(x.shape)
         grad = self.full_gradient(x, rows)
         if z is not None:
             grad = grad + (self.noise_factor[rows] @ z[rows].unsqueeze(-1)).squeeze(-1)
         return grad
 
     # ------------------------------------------------- many steps (driver.block)
-    def draw(self, steps: int, generator: torch.Generator) -> torch.Tensor | None:
-        """The normals of ``steps`` calls of :meth:`gradient`, ``(steps, n, R, k)``."""
-        if self.sigma2 == 0:
-            return None
-        return normal_block(
-            steps, (self.n, self.repetitions, self.noise_factor.shape[-1]), generator
-        )
-
     def noise_terms(self, z: torch.Tensor | None) -> torch.Tensor | None:
         """Each step's noise ``noise_factor_i z_i``, all steps in one batched product."""
         if z is None:
@@ -267,16 +253,10 @@ class Quadratic(StatelessProblem):
         for the native block kernel; None without per-agent Hessians (``low_memory``)."""
         return None if self.H is None else (self.H, self.noise_factor, self.b)
 
-    def metrics(self, x: torch.Tensor, comm: Communicator | None = None) -> dict[str, torch.Tensor]:
-        xbar = x.mean(dim=0)  # (R, d)
+    def at_average(self, xbar: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         err = xbar - self.x_star
         grad_f = (self.H_mean @ xbar.unsqueeze(-1)).squeeze(-1) - self.b_mean
-        return {
-            "dist_to_opt": (x - self.x_star).pow(2).sum(-1).mean(0),
-            "consensus": (x - xbar).pow(2).sum(-1).mean(0),
-            "grad_norm": grad_f.pow(2).sum(-1),
-            "opt_gap": 0.5 * (err.unsqueeze(-2) @ self.H_mean @ err.unsqueeze(-1)).reshape(-1),
-        }
+        return grad_f, 0.5 * (err.unsqueeze(-2) @ self.H_mean @ err.unsqueeze(-1)).reshape(-1)
 
     def __repr__(self) -> str:
         return (

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from decentopt.perf import one_thread
@@ -60,8 +61,18 @@ class GossipRound:
     def messages(self) -> np.ndarray:
         """How many messages each agent sends this round (to the agents that read its row;
         over a symmetric round, the peers it exchanges with)."""
+        return np.bincount(self.links()[1], minlength=self.n)
+
+    def links(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The round's off-diagonal entries ``W[rows, cols] = w`` with ``w > 0``."""
         used = self.weights > 0
-        return np.bincount(self.peers[used], minlength=self.n)
+        rows = np.broadcast_to(np.arange(self.n), self.peers.shape)[used]
+        return rows, self.peers[used], self.weights[used]
+
+    def sparse(self) -> sp.csr_matrix:
+        """The off-diagonal part of ``W_t`` as a sparse matrix."""
+        rows, cols, w = self.links()
+        return sp.csr_matrix((w, (rows, cols)), shape=(self.n, self.n))
 
     @classmethod
     def from_entries(cls, n: int, rows: np.ndarray, cols: np.ndarray, w: np.ndarray) -> GossipRound:
@@ -144,20 +155,13 @@ class GossipRound:
     def check(self, where: str) -> None:
         """Refuse a round that is not symmetric, non-negative, doubly stochastic with w_ii > 0."""
         self._check_entries(where, "Assumption 1(1) fails: ")
-        used = self.weights > 0
-        rows = np.broadcast_to(np.arange(self.n), self.peers.shape)[used]
-        cols, w = self.peers[used], self.weights[used]
-        # symmetric: the entries sorted by (i, j) equal those sorted by (j, i), transposed
-        forward, backward = np.lexsort((cols, rows)), np.lexsort((rows, cols))
-        same = np.array_equal(rows[forward], cols[backward]) and np.array_equal(
-            cols[forward], rows[backward]
-        )
-        bad = np.flatnonzero(np.abs(w[forward] - w[backward]) > _TOL) if same else [0]
+        W = self.sparse()
+        gap = (W - W.T).tocoo()
+        bad = np.flatnonzero(np.abs(gap.data) > _TOL)
         if len(bad):
-            k = forward[bad[0]]
-            i, j = int(rows[k]), int(cols[k])
+            i, j = int(gap.row[bad[0]]), int(gap.col[bad[0]])
             raise AssumptionError(
-                f"{where}: Assumption 1(2) fails: W is not symmetric (w_{i}{j} = {w[k]:.3g}, "
+                f"{where}: Assumption 1(2) fails: W is not symmetric (w_{i}{j} = {W[i, j]:.3g}, "
                 f"but w_{j}{i} differs); build each round from an undirected graph"
             )
 
@@ -180,7 +184,6 @@ class GossipRound:
         if (self.self_weight >= self.weights.sum(axis=0) - _TOL).all():
             return True  # diagonally dominant with a non-negative diagonal
         if self.n > DENSE_UP_TO:
-            import scipy.sparse as sp
             import scipy.sparse.linalg as sla
 
             if self.n > 4 * DENSE_UP_TO:
@@ -231,30 +234,19 @@ class TopologySchedule:
                 raise AssumptionError(f"{self.name}: round {t} has {r.n} agents, not {self.n}")
             (r.check_columns if self.directed else r.check)(f"{self.name}, round {t}")
         # with positive diagonals, the period's product contracts iff the union of the
-        # rounds' graphs is connected: an O(edges) check instead of a spectrum
-        if self.rounds and self.n > 1 and self._components() > 1:
+        # rounds' graphs is connected (directed: strongly, every agent reaching every other
+        # along the rounds' links): an O(edges) check instead of a spectrum
+        union = sum((r.sparse() for r in self.rounds), sp.csr_matrix((self.n, self.n)))
+        groups = components(union, directed=self.directed) if self.rounds else 1
+        if groups > 1:
             raise AssumptionError(
                 f"{self.name}: the product of W_t over one period does not contract (the "
-                f"rounds together leave the agents in {self._components()} groups that never "
+                f"rounds together leave the agents in {groups} groups that never "
                 "exchange), so they never reach consensus; add rounds or edges that connect "
                 "the graph"
             )
 
     # ------------------------------------------------------------------ rounds
-    def _components(self) -> int:
-        import scipy.sparse as sp
-
-        rows, cols = [], []
-        for r in self.rounds:
-            used = r.weights > 0
-            rows.append(np.broadcast_to(np.arange(self.n), r.peers.shape)[used])
-            cols.append(r.peers[used])
-        union = sp.coo_matrix(
-            (np.ones(sum(map(len, rows))), (np.concatenate(rows), np.concatenate(cols))),
-            shape=(self.n, self.n),
-        )
-        # directed: every agent must reach every other along the rounds' links
-        return components(union, directed=self.directed)
 
     @property
     def period(self) -> int | None:

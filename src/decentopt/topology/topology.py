@@ -51,12 +51,11 @@ def _as_numpy(W: object) -> np.ndarray:
     if isinstance(W, torch.Tensor):
         W = W.detach().cpu().double().numpy()
     try:
-        arr = np.asarray(W, dtype=np.float64)
+        return np.asarray(W, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise AssumptionError(
             f"the mixing matrix must be a square array of numbers; got {type(W).__name__}"
         ) from exc
-    return arr
 
 
 def links(adjacency: object) -> np.ndarray:

@@ -120,15 +120,8 @@ class GroupedBackend:
                 w = next(views)
                 weight = w.reshape(n * w.shape[1], *w.shape[2:])
                 bias = next(views).reshape(-1) if layer.bias is not None else None
-                h = F.conv2d(
-                    h,
-                    weight,
-                    bias,
-                    layer.stride,
-                    layer.padding,
-                    layer.dilation,
-                    groups=n * layer.groups,
-                )
+                groups = n * layer.groups  # replica r's channels are the r-th block
+                h = F.conv2d(h, weight, bias, layer.stride, layer.padding, layer.dilation, groups)
             elif isinstance(layer, nn.Linear):
                 w = next(views)
                 if layer.bias is not None:
@@ -236,10 +229,6 @@ class GroupedBackend:
         return out
 
     def load_buffers(self, saved: list[list[torch.Tensor]]) -> None:
-        for r, values in enumerate(saved):
-            for j, k in enumerate(sorted(self.running)):
-                mean, var, count = self.running[k]
-                c = mean.numel() // self.replicas
-                mean[r * c : (r + 1) * c].copy_(values[3 * j])
-                var[r * c : (r + 1) * c].copy_(values[3 * j + 1])
-                count.copy_(values[3 * j + 2])
+        for views, values in zip(self.buffers(), saved, strict=True):  # views of the statistics
+            for view, value in zip(views, values, strict=True):
+                view.copy_(value)

@@ -21,6 +21,7 @@ from torch import nn
 from decentopt.problems.neural.base import Options
 from decentopt.problems.neural.dropout import ReplicaDropout, swap_dropout
 from decentopt.problems.neural.layout import ParamLayout
+from decentopt.problems.neural.vmap import channels_last_rows
 
 __all__ = ["LoopBackend"]
 
@@ -54,11 +55,6 @@ class LoopBackend:
             for p, v in zip(replica.parameters(), self.layout.views(row), strict=True):
                 p.data = v
 
-    def _layout(self, images: torch.Tensor) -> torch.Tensor:
-        if self.options.channels_last and images.ndim == 4:
-            return images.contiguous(memory_format=torch.channels_last)
-        return images
-
     def gradients(
         self,
         x: torch.Tensor,
@@ -68,13 +64,15 @@ class LoopBackend:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         self.bind(x)
         self._grad.zero_()
+        if self.options.channels_last and images.ndim == 5:
+            images = channels_last_rows(images)
         losses = torch.empty(len(self.replicas), device=x.device, dtype=torch.float32)
         for i, replica in enumerate(self.replicas):
             replica.train()
             for m in self._dropouts[i]:
                 m.generator = dropout[i]
             with self.options.autocast():
-                loss = F.cross_entropy(replica(self._layout(images[i])), labels[i])
+                loss = F.cross_entropy(replica(images[i]), labels[i])
             loss.backward()
             losses[i] = loss.detach()
         return self._grad.clone(), losses
@@ -82,11 +80,9 @@ class LoopBackend:
     @torch.no_grad()
     def logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
         self.bind(x)
-        outs = []
         for replica in self.replicas:
             replica.eval()
-            outs.append(replica(images))
-        return torch.stack(outs)
+        return torch.stack([replica(images) for replica in self.replicas])
 
     def buffers(self) -> list[list[torch.Tensor]]:
         """Every replica's buffers (BatchNorm statistics), in ``model.buffers()`` order."""

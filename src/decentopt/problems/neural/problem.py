@@ -144,7 +144,6 @@ class NeuralProblem:
         self.dim = self.layout.dim
         self.dtype = next(model.parameters()).dtype
         self.x_star = None  # no known optimum
-        self.has_buffers = any(True for _ in model.buffers())
         #: bf16 autocast of forward and backward. "auto": bf16 on CUDA, float32 elsewhere.
         bf16 = precision == "bf16" or (precision == "auto" and self.device.type == "cuda")
         self.options = Options(self.device, bf16, bool(channels_last), bool(compile))
@@ -226,15 +225,13 @@ class NeuralProblem:
         model.eval()
         total = 0.0
         correct = 0
-        count = 0
         for s in range(0, len(y), batch):
             xb = x[s : s + batch].to(self.device)
             yb = y[s : s + batch].to(self.device)
             out = model(xb)
             total += float(F.cross_entropy(out, yb, reduction="sum"))
             correct += int((out.argmax(1) == yb).sum())
-            count += len(yb)
-        return total / count, correct / count
+        return total / len(y), correct / len(y)
 
     @torch.no_grad()
     def evaluate_replicas(

@@ -42,13 +42,16 @@ class VmapBackend:
         self.replicas = replicas
         self._compiled: dict[str, Any] = {}
 
-        def loss(flat: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        def forward(flat: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
             params = dict(zip(layout.names, layout.views(flat), strict=True))
+            return torch.func.functional_call(model, params, (xb,))
+
+        def loss(flat: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             with options.autocast():
-                out = torch.func.functional_call(model, params, (xb,))
-                return F.cross_entropy(out, yb)
+                return F.cross_entropy(forward(flat, xb), yb)
 
         self._batched = torch.func.vmap(torch.func.grad_and_value(loss), randomness="different")
+        self._logits = torch.func.vmap(forward, in_dims=(0, None))
 
     def gradients(
         self,
@@ -66,15 +69,8 @@ class VmapBackend:
 
     @torch.no_grad()
     def logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-        model, layout = self.model, self.layout
-        model.eval()
-
-        def one(flat: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
-            return torch.func.functional_call(
-                model, dict(zip(layout.names, layout.views(flat), strict=True)), (xb,)
-            )
-
-        return torch.func.vmap(one, in_dims=(0, None))(x, images)
+        self.model.eval()
+        return self._logits(x, images)
 
     def buffers(self) -> list[list[torch.Tensor]]:
         return [[] for _ in range(self.replicas)]  # no buffers: refused above
