@@ -27,6 +27,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import torch
+
 from decentopt._process import die_with_parent
 from decentopt.driver import intra_op_threads
 from decentopt.experiments.progress import Progress
@@ -54,14 +56,11 @@ class WorkerDied(WorkerLost):
     """The forked worker computing a task ended before it returned (a signal, or an exit)."""
 
     def __init__(self, pid: int | None = None, exitcode: int | None = None) -> None:
-        if pid is None:
-            super().__init__("no worker was left to compute it (they all died)")
-            return
+        how = f"exit code {exitcode}"
         if exitcode is not None and exitcode < 0:
             how = f"killed by {signal.Signals(-exitcode).name}"
-        else:
-            how = f"exit code {exitcode}"
-        super().__init__(f"its worker (PID {pid}) died ({how})")
+        lost = "no worker was left to compute it (they all died)"
+        super().__init__(lost if pid is None else f"its worker (PID {pid}) died ({how})")
 
 
 class SweepFailed(RuntimeError):
@@ -90,10 +89,12 @@ class _Worker:
 
 
 def _serve(conn: multiprocessing.connection.Connection) -> None:
-    """A worker: compute ``(fn, args, kwargs)`` messages until ``None`` or the pipe closes."""
+    """A worker: compute ``(fn, args, kwargs)`` messages until ``None`` or the pipe closes,
+    on one intra-op thread (as many workers as cores)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # whatever the parent made of it: it ends
     die_with_parent(signal.SIGKILL)  # a killed sweep leaves no worker computing on
+    torch.set_num_threads(1)
     while True:
         try:
             message = conn.recv()
@@ -193,15 +194,13 @@ class ForkPool(Executor):
         worker.task = None
         assert task is not None
         try:
-            ok, value = worker.conn.recv()
+            reply = worker.conn.recv()
         except (EOFError, OSError):  # it died computing the task
             worker.process.join(1.0)
-            if task.future.done():
-                return
-            task.future.set_exception(WorkerDied(worker.process.pid, worker.process.exitcode))
-            return
+            reply = (False, WorkerDied(worker.process.pid, worker.process.exitcode))
         if task.future.done():
             return
+        ok, value = reply
         if ok:
             task.future.set_result(value)
         else:
@@ -209,17 +208,13 @@ class ForkPool(Executor):
 
     def stop(self) -> None:
         """End every worker now; what they were computing is lost, queued tasks cancelled."""
+        self.shutdown(wait=False, cancel_futures=True)
         with self._lock:
-            self._closed = True
-            for task in self._queue:
-                task.future.cancel()
-            self._queue.clear()
             for worker in self._pool:
                 if worker.process.is_alive():
                     worker.process.kill()
         for worker in self._pool:
             worker.process.join(5.0)
-        self._wake_write.send_bytes(b".")
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
@@ -312,8 +307,7 @@ _WORK: dict[str, Any] = {}
 
 
 def _work(index: int) -> Any:
-    with intra_op_threads(1, 0):
-        return _WORK["compute"](*_WORK["pending"][index])
+    return _WORK["compute"](*_WORK["pending"][index])
 
 
 def forked_map(jobs: int, compute: Callable[..., R], pending: Sequence[tuple]) -> list[R]:

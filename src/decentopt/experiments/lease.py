@@ -23,14 +23,14 @@ The host name is ``socket.gethostname()``, or ``DECENTOPT_HOST`` where that is s
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,9 +88,6 @@ class Holder:
             pass
         now = _started(self.pid)
         return self.started is not None and now is not None and now != self.started
-
-    def describe(self) -> str:
-        return f"PID {self.pid} on {self.host}"
 
 
 def _read(path: Path) -> tuple[Holder | None, int, int] | None:
@@ -193,31 +190,21 @@ class Lease:
     def release(self) -> None:
         """Give the lease up (one held by another claimant by now is left alone)."""
         if self.holds():
-            try:
-                self.path.unlink()
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    raise
+            self.path.unlink(missing_ok=True)
 
-    def beating(self) -> _Heart:
+    @contextmanager
+    def beating(self) -> Iterator[Lease]:
         """A context in which a thread beats every ``beat`` seconds."""
-        return _Heart(self)
+        stop = threading.Event()
 
+        def beat() -> None:
+            while not stop.wait(self.beat):
+                self.touch()
 
-class _Heart:
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="decentopt-lease", daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.lease.beat):
-            self.lease.touch()
-
-    def __enter__(self) -> Lease:
-        self.thread.start()
-        return self.lease
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join()
+        thread = threading.Thread(target=beat, name="decentopt-lease", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()

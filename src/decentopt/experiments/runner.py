@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -134,12 +132,6 @@ class UnitTask:
         return DelayedSubmission(self, *args, **kwargs)
 
 
-def _one_thread(task: UnitTask) -> Claimed:
-    """A task in a forked worker: one intra-op thread, as many workers as cores."""
-    with intra_op_threads(1, 0):
-        return task()
-
-
 class Sweep(Units):
     """The units of one specification, computed or resumed through the store: here one
     after the other, in forked workers or on an engine (see the module docstring)."""
@@ -158,10 +150,9 @@ class Sweep(Units):
         check_memory(spec)  # before anything is built or written
         super().__init__(spec, options)
         self.out = out
-        self.executor = executor
-        chosen = executor or spec.executor.get("name", "local")
-        if self.job.world > 1 and chosen != "local":  # no engine, no leases: see run()
-            label = chosen if isinstance(chosen, str) else type(chosen).__name__
+        self.executor = executor or spec.executor.get("name", "local")
+        if self.job.world > 1 and self.executor != "local":  # no engine, no leases: see run()
+            label = self.executor if isinstance(self.executor, str) else type(executor).__name__
             raise ConfigError(
                 f"{spec.source}: --executor {label} under torchrun: its {self.job.world} "
                 f"processes compute each unit together, one unit after the other; run it "
@@ -181,23 +172,14 @@ class Sweep(Units):
     def compute_unit(self, index: int) -> Claimed:
         """The unit ``index`` of the plan, in the process that computes it: where a unit
         starts and ends. Computed under its lease, or taken as stored."""
-        planned = self.planned[index]
-
-        def work(folder: Path) -> tuple:
-            return self.compute(planned.variant, planned.group, folder)
-
-        return self.store.claimed(planned.unit, work)
+        return self.store.claimed(self.planned[index].unit, self._work_of(self.planned[index]))
 
     def stored_units(self) -> dict[int, list[dict[str, Any]]]:
         """The units stored intact for these settings, by index (each read once)."""
         found: dict[int, list[dict[str, Any]]] = {}
-        if self.options.force:
-            return found
         for index, planned in enumerate(self.planned):
-            with warnings.catch_warnings():  # the store warns about a corrupt unit when run
-                warnings.simplefilter("ignore")
-                rows = self.store.stored(planned.unit)
-            if rows is not None:
+            rows = None if self.options.force else self.store.published(planned.unit)
+            if rows is not None:  # the store warns about a corrupt unit when it is run
                 found[index] = rows
         return found
 
@@ -206,9 +188,8 @@ class Sweep(Units):
         caller's executor, a named engine, or ``jobs`` forked workers."""
         if isinstance(self.executor, Executor):  # the caller's: cancelled, never shut down
             return Engine(self.executor)
-        name = self.executor or self.spec.executor.get("name", "local")
-        if name != "local":
-            return engines.make(str(name), self.spec, self.out, self.options.jobs)
+        if self.executor != "local":
+            return engines.make(self.executor, self.spec, self.out, self.options.jobs)
         groups = run_groups(self.spec)
         forkable = groups == [None] or self.spec.params.forkable
         jobs = min(parallel_jobs(self.spec, self.options.jobs), pending)
@@ -246,8 +227,6 @@ class Sweep(Units):
             spec = replace(self.spec, claims=())  # what a unit needs, and all pickles
             log = self.options.monitor.targets if self.options.monitor else ()
             tasks = [UnitTask(spec, out, i, log=log) for i in pending]
-            if isinstance(engine.executor, ForkPool):  # one thread per forked worker
-                tasks = [partial(_one_thread, task) for task in tasks]
             try:
                 with intra_op_threads(1, 0):
                     lost = run_tasks(engine, tasks, [names[i] for i in pending], keep, progress)
