@@ -157,7 +157,9 @@ def _atomic(path: str | Path, newline: str | None = None) -> Iterator[TextIO]:
     try:
         with os.fdopen(fd, "w", newline=newline) as fh:
             yield fh
-        os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it (mkstemp makes 0600)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # as open() would create it (mkstemp makes 0600)
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -173,12 +175,6 @@ def _naming(exc: OSError, path: Path) -> OSError:
         return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     where = exc.filename if exc.errno == errno.ENAMETOOLONG and exc.filename else path
     return type(exc)(exc.errno, exc.strerror or str(exc), str(where))
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _csv_lines(rows: list[Mapping[str, Any]], fields: list[str], fh: TextIO) -> None:

@@ -77,13 +77,11 @@ class SubmititExecutor(Executor):
         return self._track(jobs)
 
     def _track(self, jobs: list[Any]) -> list[Future]:
-        futures = []
-        for job in jobs:
-            future: Future = Future()
+        futures: list[Future] = [Future() for _ in jobs]
+        for future in futures:
             future.set_running_or_notify_cancel()
-            futures.append(future)
-            with self._lock:
-                self.jobs.append((job, future))
+        with self._lock:
+            self.jobs += zip(jobs, futures, strict=True)
         return futures
 
     def _watch(self) -> None:

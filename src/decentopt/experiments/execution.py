@@ -320,8 +320,7 @@ def forked_map(jobs: int, compute: Callable[..., R], pending: Sequence[tuple]) -
         _WORK.update(pending=list(pending), compute=compute)
         pool = ForkPool(min(jobs, len(pending)))
         try:
-            futures = [pool.submit(_work, index) for index in range(len(pending))]
-            return [future.result() for future in futures]
+            return list(pool.map(_work, range(len(pending))))
         except BaseException:
             pool.stop()
             raise

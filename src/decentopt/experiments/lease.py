@@ -178,14 +178,13 @@ class Lease:
 
     def touch(self) -> None:
         """One beat (a lease taken over by another claimant is left to it)."""
-        if not self.holds():
-            self.lost = True
-            return
-        now = time.time_ns()
-        try:
-            os.utime(self.path, ns=(now, now))
-        except FileNotFoundError:
-            self.lost = True
+        if self.holds():
+            try:
+                os.utime(self.path)  # modified now
+                return
+            except FileNotFoundError:
+                pass
+        self.lost = True
 
     def release(self) -> None:
         """Give the lease up (one held by another claimant by now is left alone)."""

@@ -69,8 +69,11 @@ def plan_units(spec: RunSpec) -> list[Planned]:
     for group in run_groups(spec):
         run = None if group is None else group[0]
         for variant in spec.algorithms.values():
-            info: dict[str, Any] = {"algorithm": variant.label, "method": variant.method}
-            info["run"] = run
+            info: dict[str, Any] = {
+                "algorithm": variant.label,
+                "method": variant.method,
+                "run": run,
+            }
             if group is not None and len(group) > 1:
                 info["runs"] = list(group)
             info["hyperparams"] = variant.hyperparams

@@ -32,7 +32,6 @@ from decentopt.driver import RunOptions, intra_op_threads
 from decentopt.driver.timeline import clock_rows
 from decentopt.experiments import engines
 from decentopt.experiments.execution import Engine, ForkPool, WorkersLost, forked_map, run_tasks
-from decentopt.experiments.lease import BEAT, STALE
 from decentopt.experiments.planning import (
     Planned,
     check_memory,
@@ -105,8 +104,6 @@ class UnitTask:
     out: str
     index: int
     force: bool = False
-    stale: float = STALE
-    beat: float = BEAT
     #: users' methods loaded where the task is made, loaded again where it runs
     plugins: tuple[str, ...] = field(default_factory=lambda: tuple(plugins.loaded()))
     #: the loggers of the sweep (``NAME:TARGET``), made again where the unit runs
@@ -120,7 +117,7 @@ class UnitTask:
             monitor = loggers.make(self.log) if self.log else None
             options = RunOptions(progress=False, force=self.force, log=say_line, monitor=monitor)
             path = Path(self.out)
-            sweep = Sweep(self.spec, path, options, stale=self.stale, beat=self.beat)
+            sweep = Sweep(self.spec, path, options)
             _SWEEPS[self.out] = sweep
         return sweep.compute_unit(self.index)
 
@@ -143,8 +140,6 @@ class Sweep(Units):
         options: RunOptions,
         *,
         executor: str | Executor | None = None,
-        stale: float = STALE,
-        beat: float = BEAT,
     ) -> None:
         self.start = time.perf_counter()
         check_memory(spec)  # before anything is built or written
@@ -160,12 +155,7 @@ class Sweep(Units):
             )
         self.planned = plan_units(spec)
         self.store = ResultStore(
-            out / "runs",
-            force=options.force,
-            writer=self.job.main,
-            barrier=self.barrier,
-            stale=stale,
-            beat=beat,
+            out / "runs", force=options.force, writer=self.job.main, barrier=self.barrier
         )
         keep_freed_memory()
 
@@ -233,26 +223,20 @@ class Sweep(Units):
             finally:
                 engine.close()
                 _SWEEPS.pop(out, None)
-            lost = self._published(lost, rows)
+            # a pool that breaks (a caller's ProcessPoolExecutor) fails every task it held,
+            # also those whose worker had stored its unit: those are taken from the store
+            for index in [i for i in pending if names[i] in lost]:
+                found = self.store.stored(self.planned[index].unit)
+                if found is not None:
+                    rows[index] = found
+                    self.store.ran.append(names[index])
+                    lost.remove(names[index])
             if lost:
                 raise WorkersLost(
                     f"{len(lost)} unit(s) not computed (their workers died): "
                     f"{', '.join(lost)}; the finished units are saved and a rerun computes the rest"
                 )
         return [row for index in range(len(self.planned)) for row in rows[index]]
-
-    def _published(self, lost: list[str], rows: dict[int, list[dict[str, Any]]]) -> list[str]:
-        """The units of ``lost`` not stored after all: a pool that breaks (a caller's
-        ProcessPoolExecutor) fails every task it held, also those whose worker had stored
-        its unit; those are taken from the store."""
-        names = [p.unit.name for p in self.planned]
-        for name in list(lost):
-            found = self.store.stored(self.planned[names.index(name)].unit)
-            if found is not None:
-                rows[names.index(name)] = found
-                self.store.ran.append(name)
-                lost.remove(name)
-        return lost
 
     def run(self) -> Outcome:
         """Every unit computed or resumed; all rows, also in ``OUT/results.csv``."""

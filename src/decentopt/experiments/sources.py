@@ -49,7 +49,7 @@ STUDIES = sorted(k for k, raw in _BUILT_IN.items() if is_study(raw))
 PAPER_PRESETS = [p for p in PRESETS if "reproduces" in _BUILT_IN[p]]
 
 
-def _too_deep(where: object) -> ConfigError:
+def too_deep(where: object) -> ConfigError:
     return ConfigError(
         f"{where}: values are nested too deeply (arrays or tables within each other hundreds "
         "of times); a specification nests a few levels"
@@ -79,7 +79,7 @@ def parse_override(text: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError:
         value = raw
     except RecursionError:
-        raise _too_deep(f"override {key}") from None
+        raise too_deep(f"override {key}") from None
     for part in reversed(key.split(".")):
         value = {part: value}
     return value
@@ -101,4 +101,4 @@ def read_toml(path_or_preset: str | Path) -> tuple[dict[str, Any], str]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     except RecursionError:  # arrays or inline tables thousands deep
-        raise _too_deep(path) from None
+        raise too_deep(path) from None

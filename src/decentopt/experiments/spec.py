@@ -30,7 +30,7 @@ from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError, bounded, parse
 from decentopt.comm.cost import NetworkModel
 from decentopt.driver.timeline import TimeModel, pace, staleness
-from decentopt.experiments import kinds
+from decentopt.experiments import kinds, sources
 from decentopt.experiments.claims import CHECKS, Claim, parse_claims
 from decentopt.experiments.sources import PRESETS, is_study, merge, parse_override, read_toml
 from decentopt.experiments.trained import CHECKS as TRAINING_CHECKS
@@ -118,13 +118,6 @@ class _File(_Shared):
     quick: dict[str, Any] = field(default_factory=dict)
 
 
-def history_copies(method: Any) -> int:
-    """Copies of the iterates a method keeps of past rounds: its gossip's delay (or staleness
-    bound) times the tensors it sends a round."""
-    lag = pace(method)[0]
-    return lag * max(1, len(method.sends or ())) if lag else 0
-
-
 @functools.lru_cache(maxsize=GRAPHS_KEPT)
 def _built(name: str, agents: int, options: str) -> topology.Network:
     """The graph ``name`` over ``agents`` with the JSON ``options``, built once: a study
@@ -186,8 +179,10 @@ class RunSpec(_Shared):
 
     def history_bytes(self, runs: int) -> float:
         """Bytes of the past messages a delayed gossip keeps (``tau`` rounds of each tensor
-        it sends: ``tau`` copies of the iterates or more), for its largest variant."""
-        copies = max(history_copies(v.make()) for v in self.algorithms.values())
+        it sends: ``tau`` copies of the iterates or more), for its largest variant: its
+        gossip's delay (or staleness bound) times the tensors it sends a round."""
+        methods = [v.make() for v in self.algorithms.values()]
+        copies = max(pace(m)[0] * max(1, len(m.sends or ())) for m in methods)
         return copies * self.params.iterate_bytes(agents=self.agents, runs=runs)
 
     def topology_of(self, label: str | None = None) -> dict[str, Any]:
@@ -278,23 +273,16 @@ def load_spec(
             )
         return validate(raw, source)
     except RecursionError:  # a file or --set value of thousands of nested arrays or tables
-        raise ConfigError(
-            f"{path_or_preset}: values are nested too deeply (arrays or tables within each "
-            "other hundreds of times); a specification nests a few levels"
-        ) from None
+        raise sources.too_deep(path_or_preset) from None
 
 
 def _check_graphs(spec: RunSpec) -> None:
     """Build every graph once (its options checked) and refuse a method on a graph it
     cannot run on (relaying needs a tree, exact gossip a symmetric graph, ...)."""
-    graphs: dict[str, Any] = {}
     for label, variant in spec.algorithms.items():
-        key = json.dumps(spec.topology_of(label), sort_keys=True, default=repr)
-        if key not in graphs:
-            graphs[key] = spec.build_topology(label)
         method = variant.make()
-        try:
-            algorithms.check_network(method, graphs[key])
+        try:  # each graph is built once (:func:`_built`)
+            algorithms.check_network(method, spec.build_topology(label))
         except ValueError as exc:
             tree = "chain" if "tree" in method.needs else "ring"
             example = "directed_ring" if "symmetric" not in method.needs else tree
@@ -302,16 +290,6 @@ def _check_graphs(spec: RunSpec) -> None:
                 f"{spec.source} [algorithms.{label}]: {exc}; give the variant a graph of its "
                 f'own, e.g. topology = "{example}"'
             ) from None
-
-
-def _load_plugins(specs: tuple[str, ...], source: str) -> None:
-    """The users' methods a specification names: modules, or files beside it."""
-    base = Path(source).parent if Path(source).is_file() else None
-    for spec in specs:
-        try:
-            plugins.load(spec, base=base)
-        except plugins.PluginError as exc:
-            raise ConfigError(f"{source} plugins: {exc}") from None
 
 
 def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
@@ -326,7 +304,12 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     if top.problem not in kinds.KINDS:
         raise ConfigError(f"{source}: {unknown_name('problem', top.problem, kinds.KINDS)}")
     kind = kinds.KINDS[top.problem]
-    _check_timing(top, source)
+    late = [a for a in (top.timing.slow if top.timing else ()) if a >= top.agents]
+    if late:  # the [timing] table's slow agents must exist
+        raise ConfigError(
+            f"{source} [timing]: slow agent {late[0]} does not exist among agents = "
+            f"{top.agents} (numbered 0 to {top.agents - 1}); name agents below {top.agents}"
+        )
     if top.mix_rounds > 1 or top.acceleration != "none":  # the keys of earlier releases
         tables = rounds_as_gossip(top.algorithms, top.mix_rounds, top.acceleration, source)
         top = dataclasses.replace(top, algorithms=tables, mix_rounds=1, acceleration="none")
@@ -356,7 +339,12 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
         loggers.check_table(top.logging)
     except ValueError as exc:
         raise ConfigError(f"{source} [logging]: {exc}") from None
-    _load_plugins(top.plugins, source)  # before the algorithms are resolved
+    base = Path(source).parent if Path(source).is_file() else None
+    for plugin in top.plugins:  # users' methods (modules, or files beside it) come first
+        try:
+            plugins.load(plugin, base=base)
+        except plugins.PluginError as exc:
+            raise ConfigError(f"{source} plugins: {exc}") from None
     shared = {f.name: getattr(top, f.name) for f in dataclasses.fields(_Shared)}
     spec = RunSpec(
         **shared | {"name": top.name or Path(source).stem, "topology": topo, "metric": metric},
@@ -371,24 +359,14 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     return spec
 
 
-def _check_timing(top: _File, source: str) -> None:
-    """The ``[timing]`` table against the rest: its slow agents must exist."""
-    late = [a for a in (top.timing.slow if top.timing else ()) if a >= top.agents]
-    if late:
-        raise ConfigError(
-            f"{source} [timing]: slow agent {late[0]} does not exist among agents = "
-            f"{top.agents} (numbered 0 to {top.agents - 1}); name agents below {top.agents}"
-        )
-
-
 def _warn_of_days(spec: RunSpec) -> None:
     """Warn of a run of more than :data:`MOST_ROUNDS` gossip rounds: each round is about a
-    step's work, whether ``mix_rounds`` or a gossip (``multi_round(k)``) asks for it."""
+    step's work, however many a gossip (``multi_round(k)``) asks for."""
     if not spec.iterations:
         return
     rounds = {label: v.make().rounds_per_step for label, v in spec.algorithms.items()}
     label = max(rounds, key=rounds.__getitem__)
-    most = rounds[label] * spec.mix_rounds
+    most = rounds[label]
     if spec.iterations * most > MOST_ROUNDS:
         each = f" × {most:,} gossip rounds each ({label})" if most > 1 else ""
         warnings.warn(
