@@ -136,7 +136,6 @@ def _slurm(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
         from submitit.core import utils
     except ImportError:
         raise missing("slurm", "submitit") from None
-    settings = dict(settings)
     folder = Path(settings.pop("folder", out / "slurm"))
     poll = float(settings.pop("poll", POLL))
     cluster = settings.pop("cluster", "slurm")
@@ -162,13 +161,7 @@ def _slurm(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
             "partition, time, cpus_per_task, gpus_per_node, mem_gb, array_parallelism, ..."
         ) from None
     pool = SubmititExecutor(executor, utils.UncompletedJobError, utils.FailedJobError, poll)
-    return Engine(
-        pool,
-        lost=(WorkerLost,),
-        stop=pool.stop,
-        close=pool.shutdown,
-        submit_all=pool.submit_all,
-    )
+    return Engine(pool, stop=pool.stop, close=pool.shutdown, submit_all=pool.submit_all)
 
 
 def _dask(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
@@ -176,7 +169,6 @@ def _dask(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
         import distributed
     except ImportError:
         raise missing("dask", "distributed") from None
-    settings = dict(settings)
     address = settings.pop("address", None)
     workers = settings.pop("workers", jobs)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -213,9 +205,9 @@ def _dask(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
     )
 
 
-#: Engines by name (``--executor NAME``), each made from its ``[executor]`` settings, the
-#: output folder and ``jobs`` (the local processes asked for: a local dask cluster's
-#: workers); local forked workers are the runner's own.
+#: Engines by name (``--executor NAME``), each made from its ``[executor]`` settings (a
+#: copy of its own), the output folder and ``jobs`` (the local processes asked for: a local
+#: dask cluster's workers); local forked workers are the runner's own.
 ENGINES: dict[str, Callable[[dict[str, Any], Path, int], Engine]] = {
     "slurm": _slurm,
     "dask": _dask,

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -227,10 +228,8 @@ class ForkPool(Executor):
         if wait:
             self._thread.join()
             for worker in self._pool:
-                try:
+                with suppress(OSError):
                     worker.conn.send(None)
-                except OSError:
-                    pass
                 worker.process.join()
 
 

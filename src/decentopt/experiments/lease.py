@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,21 +169,17 @@ class Lease:
             return  # another claimant moved it first, or its holder released it
         try:
             if _read(aside) != seen:  # it beat, or it is a new holder's: put it back
-                try:
+                with suppress(FileExistsError):
                     os.link(aside, self.path)
-                except FileExistsError:
-                    pass
         finally:
             aside.unlink(missing_ok=True)
 
     def touch(self) -> None:
         """One beat (a lease taken over by another claimant is left to it)."""
-        if self.holds():
-            try:
+        with suppress(FileNotFoundError):
+            if self.holds():
                 os.utime(self.path)  # modified now
                 return
-            except FileNotFoundError:
-                pass
         self.lost = True
 
     def release(self) -> None:

@@ -116,8 +116,7 @@ class UnitTask:
         if sweep is None or replace(sweep.spec, claims=()) != self.spec:  # another sweep
             monitor = loggers.make(self.log) if self.log else None
             options = RunOptions(progress=False, force=self.force, log=say_line, monitor=monitor)
-            path = Path(self.out)
-            sweep = Sweep(self.spec, path, options)
+            sweep = Sweep(self.spec, Path(self.out), options)
             _SWEEPS[self.out] = sweep
         return sweep.compute_unit(self.index)
 
@@ -166,12 +165,10 @@ class Sweep(Units):
 
     def stored_units(self) -> dict[int, list[dict[str, Any]]]:
         """The units stored intact for these settings, by index (each read once)."""
-        found: dict[int, list[dict[str, Any]]] = {}
-        for index, planned in enumerate(self.planned):
-            rows = None if self.options.force else self.store.published(planned.unit)
-            if rows is not None:  # the store warns about a corrupt unit when it is run
-                found[index] = rows
-        return found
+        if self.options.force:  # the store warns about a corrupt unit when it is run
+            return {}
+        found = {index: self.store.published(p.unit) for index, p in enumerate(self.planned)}
+        return {index: rows for index, rows in found.items() if rows is not None}
 
     def engine(self, pending: int) -> Engine | None:
         """What computes the pending units: None (this process, one after the other), the

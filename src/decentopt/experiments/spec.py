@@ -197,7 +197,6 @@ class RunSpec(_Shared):
         spec = dict(self.topology_of(label))
         table = "[topology]" if spec == self.topology else f"[algorithms.{label}] topology"
         name = spec.pop("name")
-        builder = topology.REGISTRY[name]
         need = build_bytes(name, self.agents, spec)
         room = available_memory()
         if room is not None and need * MEMORY_MARGIN > room:  # refused before it is built
@@ -207,7 +206,7 @@ class RunSpec(_Shared):
                 "(ring and exponential cost a few bytes per agent; complete and graphs under "
                 "1,024 agents are dense)"
             )
-        if "seed" in inspect.signature(builder).parameters:
+        if "seed" in inspect.signature(topology.REGISTRY[name]).parameters:
             spec.setdefault("seed", self.seeds.graph)
         try:
             network = _built(name, self.agents, json.dumps(spec, sort_keys=True))
