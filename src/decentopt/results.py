@@ -74,37 +74,34 @@ def _take(folder: Path, lock: Path) -> int:
     """An open descriptor of ``lock``, held exclusively (``flock``) and naming this process."""
     for _ in range(100):
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        held = False
         try:
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             # the holder may have removed the file meanwhile: then lock the new one
             if os.fstat(fd).st_ino != os.stat(lock).st_ino:
-                os.close(fd)
                 continue
+            # a lock written without flock (another file system, an older version): its PID
+            pid = _holder(os.pread(fd, 64, 0).decode(errors="replace"))
+            if pid is not None and pid != os.getpid():
+                raise _busy(folder, lock, pid)
+            try:
+                os.ftruncate(fd, 0)
+                with os.fdopen(os.dup(fd), "w") as fh:
+                    fh.write(str(os.getpid()))
+            except OSError:  # e.g. a full disk: no empty lock is left behind to block later runs
+                lock.unlink(missing_ok=True)
+                raise
+            held = True
+            return fd
         except BlockingIOError:
-            os.close(fd)
             text = lock.read_text() if lock.is_file() else ""
             raise _busy(folder, lock, text.strip() or "unknown") from None
         except FileNotFoundError:
-            os.close(fd)
             continue
-        except BaseException:
-            os.close(fd)
-            raise
-        # a lock written without flock (another file system, an older version): its PID
-        pid = _holder(os.pread(fd, 64, 0).decode(errors="replace"))
-        if pid is not None and pid != os.getpid():
-            os.close(fd)
-            raise _busy(folder, lock, pid)
-        try:
-            os.ftruncate(fd, 0)
-            with os.fdopen(os.dup(fd), "w") as fh:
-                fh.write(str(os.getpid()))
-        except OSError:  # e.g. a full disk: no empty lock is left behind to block later runs
-            lock.unlink(missing_ok=True)
-            os.close(fd)
-            raise
-        return fd
+        finally:
+            if not held:
+                os.close(fd)
     raise FolderBusy(f"could not take the lock {lock}")
 
 
