@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,17 @@ def too_deep(where: object) -> ConfigError:
         f"{where}: values are nested too deeply (arrays or tables within each other hundreds "
         "of times); a specification nests a few levels"
     )
+
+
+@contextmanager
+def naming(
+    where: str, errors: type[Exception] | tuple[type[Exception], ...] = ValueError
+) -> Iterator[None]:
+    """The block's ``errors`` as one :class:`ConfigError` line that names ``where`` first."""
+    try:
+        yield
+    except errors as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -208,10 +208,8 @@ class RunSpec(_Shared):
             )
         if "seed" in inspect.signature(topology.REGISTRY[name]).parameters:
             spec.setdefault("seed", self.seeds.graph)
-        try:
+        with sources.naming(f"{self.source} {table} ({name})", (TypeError, ValueError)):
             network = _built(name, self.agents, json.dumps(spec, sort_keys=True))
-        except (TypeError, ValueError) as exc:  # AssumptionError is a ValueError
-            raise ConfigError(f"{self.source} {table} ({name}): {exc}") from None
         if network.n != self.agents:
             options = ", ".join(f"{k} = {v!r}" for k, v in spec.items())
             raise ConfigError(
@@ -319,31 +317,23 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
             f"{source}: the problem kind {top.problem!r} ({kind.__name__}) lacks "
             f"{', '.join(missing)} of decentopt.experiments.kinds.ProblemSpec; add them"
         )
-    try:
+    with sources.naming(f"{source} [problem_params]"):
         params.check(top.iterations)
-    except ValueError as exc:
-        raise ConfigError(f"{source} [problem_params]: {exc}") from None
     topo = dict(top.topology)
-    try:
+    with sources.naming(f"{source} [topology]"):
         topology.check_arguments(topo.get("name"), {k: v for k, v in topo.items() if k != "name"})
-    except ValueError as exc:
-        raise ConfigError(f"{source} [topology]: {exc}") from None
     metric = top.metric or kind.metrics[0]
     for m in (metric, *top.also_report):
         if m not in kind.metrics:
             raise ConfigError(f"{source}: {unknown_name('metric', m, kind.metrics)}")
     trained = params.panel is None  # a training run: judged on its final values
     claims = parse_claims(top.claims, source, TRAINING_CHECKS if trained else CHECKS)
-    try:
+    with sources.naming(f"{source} [logging]"):
         loggers.check_table(top.logging)
-    except ValueError as exc:
-        raise ConfigError(f"{source} [logging]: {exc}") from None
     base = Path(source).parent if Path(source).is_file() else None
     for plugin in top.plugins:  # users' methods (modules, or files beside it) come first
-        try:
+        with sources.naming(f"{source} plugins", plugins.PluginError):
             plugins.load(plugin, base=base)
-        except plugins.PluginError as exc:
-            raise ConfigError(f"{source} plugins: {exc}") from None
     shared = {f.name: getattr(top, f.name) for f in dataclasses.fields(_Shared)}
     spec = RunSpec(
         **shared | {"name": top.name or Path(source).stem, "topology": topo, "metric": metric},
@@ -365,9 +355,8 @@ def _warn_of_days(spec: RunSpec) -> None:
         return
     rounds = {label: v.make().rounds_per_step for label, v in spec.algorithms.items()}
     label = max(rounds, key=rounds.__getitem__)
-    most = rounds[label]
-    if spec.iterations * most > MOST_ROUNDS:
-        each = f" × {most:,} gossip rounds each ({label})" if most > 1 else ""
+    if spec.iterations * rounds[label] > MOST_ROUNDS:
+        each = f" × {rounds[label]:,} gossip rounds each ({label})" if rounds[label] > 1 else ""
         warnings.warn(
             f"{spec.source}: {spec.iterations:.3g} iterations{each} will take days; is that meant?",
             stacklevel=4,
