@@ -158,11 +158,10 @@ def _atomic(path: str | Path, newline: str | None = None) -> Iterator[TextIO]:
         os.umask(mask)
         os.chmod(tmp, 0o666 & ~mask)  # as open() would create it (mkstemp makes 0600)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise _naming(exc, path) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from exc
         raise
 
 

@@ -1,9 +1,7 @@
 """Run a specification: every unit of work through the store and the one loop.
 
-A unit is one algorithm variant with all its runs and panel levels batched into
-the columns of one problem (convex kinds), or one (variant, run) pair (neural
-kind): :mod:`~decentopt.experiments.planning`. Every algorithm sees the same
-problem, graph and noise (seeds by role; :mod:`~decentopt.experiments.units`).
+The units are planned by :mod:`~decentopt.experiments.planning`; every algorithm sees
+the same problem, graph and noise (seeds by role; :mod:`~decentopt.experiments.units`).
 Each unit is computed under its lease in the store
 (:meth:`~decentopt.experiments.store.ResultStore.claimed`), so an
 interrupted sweep resumes, a changed setting reruns only what it affects, nothing
@@ -12,9 +10,9 @@ corrupt is trusted and no two processes (or hosts) compute a unit at once.
 The units run one after the other, in ``--jobs`` forked workers
 (:mod:`~decentopt.experiments.execution`), or on a cluster engine
 (:mod:`~decentopt.experiments.engines`: SLURM through submitit, dask, or any
-``concurrent.futures.Executor``). Under ``torchrun`` every process holds one
-agent, gossips with its neighbours, the units run in order, and rank 0 writes the
-results.
+``concurrent.futures.Executor``). Under ``torchrun`` every process holds its share
+of the agents, gossips with its neighbours, the units run in order, and rank 0 writes
+the results.
 """
 
 from __future__ import annotations
