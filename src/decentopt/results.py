@@ -111,8 +111,7 @@ def _sweep(folder: Path) -> None:
     for here, dirs, files in os.walk(folder):
         if Path(here) != folder and ".lock" in files:
             dirs.clear()
-            continue
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(here, d))]
+            continue  # (links to folders are not followed either)
         for name in files:
             if name.startswith(TEMP_PREFIX) and name.endswith(".tmp"):
                 Path(here, name).unlink(missing_ok=True)

@@ -112,9 +112,8 @@ class SubmititExecutor(Executor):
         with self._lock:
             watched = list(self.jobs)
         for job, future in watched:
-            if not future.done():
+            if not future.done():  # (a running future cannot be cancelled)
                 job.cancel(check=False)
-                future.cancel()
         self.shutdown(wait=False)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:

@@ -253,13 +253,12 @@ def run_tasks(
     names: Sequence[str],
     keep: Callable[[int, R], None],
     progress: Progress,
-    retries: int = 1,
 ) -> list[str]:
     """Run every task through ``engine``; ``keep(index, result)`` as each one arrives. A
-    task whose worker is lost runs again up to ``retries`` times; the names of those that
-    could not run are returned. Any other exception, or an interruption, cancels the rest
-    and stops the engine before it propagates."""
-    tries = [0] * len(tasks)
+    task whose worker is lost runs once more; the names of those that could not run are
+    returned. Any other exception, or an interruption, cancels the rest and stops the
+    engine before it propagates."""
+    retried: set[int] = set()
     running: dict[Future, int] = {}
     lost: list[str] = []
 
@@ -283,9 +282,9 @@ def run_tasks(
                 try:
                     result = future.result()
                 except engine.lost as exc:
-                    again = tries[index] < retries
+                    again = index not in retried
                     progress.lost(names[index], str(exc) or type(exc).__name__, again)
-                    tries[index] += 1
+                    retried.add(index)
                     if again:
                         submit(index)
                     else:
