@@ -96,22 +96,16 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # whatever the parent made of it: it ends
     die_with_parent(signal.SIGKILL)  # a killed sweep leaves no worker computing on
     torch.set_num_threads(1)
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message is None:
-            return
-        fn, args, kwargs = message
-        try:
-            reply: tuple[bool, Any] = (True, fn(*args, **kwargs))
-        except BaseException as exc:  # the caller's to raise
-            reply = (False, exc)
-        try:
-            conn.send(reply)
-        except Exception as exc:  # a result that cannot be pickled
-            conn.send((False, RuntimeError(f"the result could not be sent back: {exc}")))
+    with suppress(EOFError):  # the pipe closed
+        for fn, args, kwargs in iter(conn.recv, None):
+            try:
+                reply: tuple[bool, Any] = (True, fn(*args, **kwargs))
+            except BaseException as exc:  # the caller's to raise
+                reply = (False, exc)
+            try:
+                conn.send(reply)
+            except Exception as exc:  # a result that cannot be pickled
+                conn.send((False, RuntimeError(f"the result could not be sent back: {exc}")))
 
 
 @dataclass

@@ -240,10 +240,9 @@ class RunSpec(_Shared):
         for key, sym, whose in (("lr", "α", "step size"), ("beta", "β", "momentum")):
             having = [v for v in self.algorithms.values() if key in v.hyperparams]
             values = "/".join(sorted({str(v.hyperparams[key]) for v in having}))
-            if having and len(having) < len(self.algorithms):  # not every method has one
-                parts.append(f"{sym} = {values} (the methods with {whose})")
-            elif having:
-                parts.append(f"{sym} = {values}")
+            some = f" (the methods with {whose})" if len(having) < len(self.algorithms) else ""
+            if having:  # ``some``: not every method has one
+                parts.append(f"{sym} = {values}{some}")
         paper = f" — the paper's {self.reproduces}" if self.reproduces and not modified else ""
         return ", ".join(parts) + paper
 
