@@ -29,7 +29,7 @@ from decentopt import algorithms, plugins, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError, bounded, parse
 from decentopt.comm.cost import NetworkModel
-from decentopt.driver.timeline import TimeModel, pace, staleness
+from decentopt.driver.timeline import TimeModel, staleness
 from decentopt.experiments import kinds, sources
 from decentopt.experiments.claims import CHECKS, Claim, parse_claims
 from decentopt.experiments.sources import PRESETS, is_study, merge, parse_override, read_toml
@@ -176,14 +176,6 @@ class RunSpec(_Shared):
         count = self.runs if runs is None else len(runs)
         seed = self.seeds.data + first
         return self.params.build(agents=self.agents, runs=count, seed=seed, rank=rank)
-
-    def history_bytes(self, runs: int) -> float:
-        """Bytes of the past messages a delayed gossip keeps (``tau`` rounds of each tensor
-        it sends: ``tau`` copies of the iterates or more), for its largest variant: its
-        gossip's delay (or staleness bound) times the tensors it sends a round."""
-        methods = [v.make() for v in self.algorithms.values()]
-        copies = max(pace(m)[0] * max(1, len(m.sends or ())) for m in methods)
-        return copies * self.params.iterate_bytes(agents=self.agents, runs=runs)
 
     def topology_of(self, label: str | None = None) -> dict[str, Any]:
         """The ``[topology]`` table the variant ``label`` runs on (None: the shared one)."""
