@@ -121,10 +121,9 @@ class Lease:
 
     def _write(self) -> bool:
         """Link a lease naming this holder into place; False if one is there."""
-        text = json.dumps(dataclasses.asdict(self.me))
         temporary = self.path.with_name(f".{self.path.name}.{self.me.token}.tmp")
         try:
-            temporary.write_text(text)
+            temporary.write_text(json.dumps(dataclasses.asdict(self.me)))
             os.link(temporary, self.path)
             return True
         except (FileExistsError, FileNotFoundError):  # held; or its folder was just emptied

@@ -166,19 +166,15 @@ class ResultStore:
         it; one that finds it held waits, and takes the stored rows once they are published
         (or the lease, once its holder stopped beating). Not for a distributed job (its
         ranks compute a unit together: :meth:`cached`)."""
-        rows = None if self.force else self.stored(unit)
-        if rows is not None:
-            self.kept.append(unit.name)
-            return Claimed(rows, False)
         path = self.inside(unit.name) / LEASE
         lease = Lease(path, stale=self.stale, beat=self.beat, poll=min(POLL, self.beat))
-        published: list[Rows | None] = []
+        published = [None if self.force else self.stored(unit)]  # a corrupt one is warned of
 
         def done() -> bool:  # another process published it while this one waited
             published.append(None if self.force else self.published(unit))
             return published[-1] is not None
 
-        if not lease.claim(done) or done():
+        if published[0] is not None or not lease.claim(done) or done():
             lease.release()
             self.kept.append(unit.name)
             return Claimed(published[-1], False)
