@@ -89,7 +89,6 @@ def describe(name: str) -> MethodInfo:
     graphs = ", ".join(registry.OFFERS.get(k, k) for k in registry.by_importance(_needs(cls, key)))
     if getattr(cls, "needs_psd", False):
         graphs += ", positive semi-definite"
-    module = cls.__module__
     return MethodInfo(
         name=key,
         summary=summary,
@@ -97,7 +96,7 @@ def describe(name: str) -> MethodInfo:
         hyperparams=hyperparams,
         graphs=graphs,
         gossips=registry.gossips_for(key),
-        origin="built-in" if module.startswith("decentopt.") else _origin(cls),
+        origin="built-in" if cls.__module__.startswith("decentopt.") else _origin(cls),
     )
 
 

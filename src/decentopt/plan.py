@@ -34,9 +34,8 @@ def record_steps(
     """
     if iterations < 0:
         raise ValueError(f"iterations must be >= 0; got {iterations}")
-    if record == "all":
-        steps = np.arange(iterations + 1)
-    elif isinstance(record, int) and not isinstance(record, bool):
+    record = 1 if record == "all" else record
+    if isinstance(record, int) and not isinstance(record, bool):
         if record < 1:
             raise ValueError(f"record every k steps needs k >= 1; got {record}")
         steps = np.arange(0, iterations + 1, record)

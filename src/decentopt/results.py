@@ -74,37 +74,34 @@ def _take(folder: Path, lock: Path) -> int:
     """An open descriptor of ``lock``, held exclusively (``flock``) and naming this process."""
     for _ in range(100):
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        held = False
         try:
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             # the holder may have removed the file meanwhile: then lock the new one
             if os.fstat(fd).st_ino != os.stat(lock).st_ino:
-                os.close(fd)
                 continue
+            # a lock written without flock (another file system, an older version): its PID
+            pid = _holder(os.pread(fd, 64, 0).decode(errors="replace"))
+            if pid is not None and pid != os.getpid():
+                raise _busy(folder, lock, pid)
+            try:
+                os.ftruncate(fd, 0)
+                with os.fdopen(os.dup(fd), "w") as fh:
+                    fh.write(str(os.getpid()))
+            except OSError:  # e.g. a full disk: no empty lock is left behind to block later runs
+                lock.unlink(missing_ok=True)
+                raise
+            held = True
+            return fd
         except BlockingIOError:
-            os.close(fd)
             text = lock.read_text() if lock.is_file() else ""
             raise _busy(folder, lock, text.strip() or "unknown") from None
         except FileNotFoundError:
-            os.close(fd)
             continue
-        except BaseException:
-            os.close(fd)
-            raise
-        # a lock written without flock (another file system, an older version): its PID
-        pid = _holder(os.pread(fd, 64, 0).decode(errors="replace"))
-        if pid is not None and pid != os.getpid():
-            os.close(fd)
-            raise _busy(folder, lock, pid)
-        try:
-            os.ftruncate(fd, 0)
-            with os.fdopen(os.dup(fd), "w") as fh:
-                fh.write(str(os.getpid()))
-        except OSError:  # e.g. a full disk: no empty lock is left behind to block later runs
-            lock.unlink(missing_ok=True)
-            os.close(fd)
-            raise
-        return fd
+        finally:
+            if not held:
+                os.close(fd)
     raise FolderBusy(f"could not take the lock {lock}")
 
 
@@ -114,8 +111,7 @@ def _sweep(folder: Path) -> None:
     for here, dirs, files in os.walk(folder):
         if Path(here) != folder and ".lock" in files:
             dirs.clear()
-            continue
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(here, d))]
+            continue  # (links to folders are not followed either)
         for name in files:
             if name.startswith(TEMP_PREFIX) and name.endswith(".tmp"):
                 Path(here, name).unlink(missing_ok=True)
@@ -157,13 +153,14 @@ def _atomic(path: str | Path, newline: str | None = None) -> Iterator[TextIO]:
     try:
         with os.fdopen(fd, "w", newline=newline) as fh:
             yield fh
-        os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it (mkstemp makes 0600)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # as open() would create it (mkstemp makes 0600)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise _naming(exc, path) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from exc
         raise
 
 
@@ -173,12 +170,6 @@ def _naming(exc: OSError, path: Path) -> OSError:
         return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     where = exc.filename if exc.errno == errno.ENAMETOOLONG and exc.filename else path
     return type(exc)(exc.errno, exc.strerror or str(exc), str(where))
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _csv_lines(rows: list[Mapping[str, Any]], fields: list[str], fh: TextIO) -> None:

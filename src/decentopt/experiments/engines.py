@@ -77,13 +77,11 @@ class SubmititExecutor(Executor):
         return self._track(jobs)
 
     def _track(self, jobs: list[Any]) -> list[Future]:
-        futures = []
-        for job in jobs:
-            future: Future = Future()
+        futures: list[Future] = [Future() for _ in jobs]
+        for future in futures:
             future.set_running_or_notify_cancel()
-            futures.append(future)
-            with self._lock:
-                self.jobs.append((job, future))
+        with self._lock:
+            self.jobs += zip(jobs, futures, strict=True)
         return futures
 
     def _watch(self) -> None:
@@ -114,9 +112,8 @@ class SubmititExecutor(Executor):
         with self._lock:
             watched = list(self.jobs)
         for job, future in watched:
-            if not future.done():
+            if not future.done():  # (a running future cannot be cancelled)
                 job.cancel(check=False)
-                future.cancel()
         self.shutdown(wait=False)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -138,7 +135,6 @@ def _slurm(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
         from submitit.core import utils
     except ImportError:
         raise missing("slurm", "submitit") from None
-    settings = dict(settings)
     folder = Path(settings.pop("folder", out / "slurm"))
     poll = float(settings.pop("poll", POLL))
     cluster = settings.pop("cluster", "slurm")
@@ -164,13 +160,7 @@ def _slurm(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
             "partition, time, cpus_per_task, gpus_per_node, mem_gb, array_parallelism, ..."
         ) from None
     pool = SubmititExecutor(executor, utils.UncompletedJobError, utils.FailedJobError, poll)
-    return Engine(
-        pool,
-        lost=(WorkerLost,),
-        stop=pool.stop,
-        close=pool.shutdown,
-        submit_all=pool.submit_all,
-    )
+    return Engine(pool, stop=pool.stop, close=pool.shutdown, submit_all=pool.submit_all)
 
 
 def _dask(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
@@ -178,7 +168,6 @@ def _dask(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
         import distributed
     except ImportError:
         raise missing("dask", "distributed") from None
-    settings = dict(settings)
     address = settings.pop("address", None)
     workers = settings.pop("workers", jobs)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -215,9 +204,9 @@ def _dask(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
     )
 
 
-#: Engines by name (``--executor NAME``), each made from its ``[executor]`` settings, the
-#: output folder and ``jobs`` (the local processes asked for: a local dask cluster's
-#: workers); local forked workers are the runner's own.
+#: Engines by name (``--executor NAME``), each made from its ``[executor]`` settings (a
+#: copy of its own), the output folder and ``jobs`` (the local processes asked for: a local
+#: dask cluster's workers); local forked workers are the runner's own.
 ENGINES: dict[str, Callable[[dict[str, Any], Path, int], Engine]] = {
     "slurm": _slurm,
     "dask": _dask,

@@ -24,8 +24,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+import torch
 
 from decentopt._process import die_with_parent
 from decentopt.driver import intra_op_threads
@@ -54,14 +57,11 @@ class WorkerDied(WorkerLost):
     """The forked worker computing a task ended before it returned (a signal, or an exit)."""
 
     def __init__(self, pid: int | None = None, exitcode: int | None = None) -> None:
-        if pid is None:
-            super().__init__("no worker was left to compute it (they all died)")
-            return
+        how = f"exit code {exitcode}"
         if exitcode is not None and exitcode < 0:
             how = f"killed by {signal.Signals(-exitcode).name}"
-        else:
-            how = f"exit code {exitcode}"
-        super().__init__(f"its worker (PID {pid}) died ({how})")
+        lost = "no worker was left to compute it (they all died)"
+        super().__init__(lost if pid is None else f"its worker (PID {pid}) died ({how})")
 
 
 class SweepFailed(RuntimeError):
@@ -90,26 +90,22 @@ class _Worker:
 
 
 def _serve(conn: multiprocessing.connection.Connection) -> None:
-    """A worker: compute ``(fn, args, kwargs)`` messages until ``None`` or the pipe closes."""
+    """A worker: compute ``(fn, args, kwargs)`` messages until ``None`` or the pipe closes,
+    on one intra-op thread (as many workers as cores)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # whatever the parent made of it: it ends
     die_with_parent(signal.SIGKILL)  # a killed sweep leaves no worker computing on
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message is None:
-            return
-        fn, args, kwargs = message
-        try:
-            reply: tuple[bool, Any] = (True, fn(*args, **kwargs))
-        except BaseException as exc:  # the caller's to raise
-            reply = (False, exc)
-        try:
-            conn.send(reply)
-        except Exception as exc:  # a result that cannot be pickled
-            conn.send((False, RuntimeError(f"the result could not be sent back: {exc}")))
+    torch.set_num_threads(1)
+    with suppress(EOFError):  # the pipe closed
+        for fn, args, kwargs in iter(conn.recv, None):
+            try:
+                reply: tuple[bool, Any] = (True, fn(*args, **kwargs))
+            except BaseException as exc:  # the caller's to raise
+                reply = (False, exc)
+            try:
+                conn.send(reply)
+            except Exception as exc:  # a result that cannot be pickled
+                conn.send((False, RuntimeError(f"the result could not be sent back: {exc}")))
 
 
 @dataclass
@@ -193,15 +189,13 @@ class ForkPool(Executor):
         worker.task = None
         assert task is not None
         try:
-            ok, value = worker.conn.recv()
+            reply = worker.conn.recv()
         except (EOFError, OSError):  # it died computing the task
             worker.process.join(1.0)
-            if task.future.done():
-                return
-            task.future.set_exception(WorkerDied(worker.process.pid, worker.process.exitcode))
-            return
+            reply = (False, WorkerDied(worker.process.pid, worker.process.exitcode))
         if task.future.done():
             return
+        ok, value = reply
         if ok:
             task.future.set_result(value)
         else:
@@ -209,17 +203,13 @@ class ForkPool(Executor):
 
     def stop(self) -> None:
         """End every worker now; what they were computing is lost, queued tasks cancelled."""
+        self.shutdown(wait=False, cancel_futures=True)
         with self._lock:
-            self._closed = True
-            for task in self._queue:
-                task.future.cancel()
-            self._queue.clear()
             for worker in self._pool:
                 if worker.process.is_alive():
                     worker.process.kill()
         for worker in self._pool:
             worker.process.join(5.0)
-        self._wake_write.send_bytes(b".")
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
@@ -232,10 +222,8 @@ class ForkPool(Executor):
         if wait:
             self._thread.join()
             for worker in self._pool:
-                try:
+                with suppress(OSError):
                     worker.conn.send(None)
-                except OSError:
-                    pass
                 worker.process.join()
 
 
@@ -259,13 +247,12 @@ def run_tasks(
     names: Sequence[str],
     keep: Callable[[int, R], None],
     progress: Progress,
-    retries: int = 1,
 ) -> list[str]:
     """Run every task through ``engine``; ``keep(index, result)`` as each one arrives. A
-    task whose worker is lost runs again up to ``retries`` times; the names of those that
-    could not run are returned. Any other exception, or an interruption, cancels the rest
-    and stops the engine before it propagates."""
-    tries = [0] * len(tasks)
+    task whose worker is lost runs once more; the names of those that could not run are
+    returned. Any other exception, or an interruption, cancels the rest and stops the
+    engine before it propagates."""
+    retried: set[int] = set()
     running: dict[Future, int] = {}
     lost: list[str] = []
 
@@ -289,9 +276,9 @@ def run_tasks(
                 try:
                     result = future.result()
                 except engine.lost as exc:
-                    again = tries[index] < retries
+                    again = index not in retried
                     progress.lost(names[index], str(exc) or type(exc).__name__, again)
-                    tries[index] += 1
+                    retried.add(index)
                     if again:
                         submit(index)
                     else:
@@ -312,8 +299,7 @@ _WORK: dict[str, Any] = {}
 
 
 def _work(index: int) -> Any:
-    with intra_op_threads(1, 0):
-        return _WORK["compute"](*_WORK["pending"][index])
+    return _WORK["compute"](*_WORK["pending"][index])
 
 
 def forked_map(jobs: int, compute: Callable[..., R], pending: Sequence[tuple]) -> list[R]:
@@ -326,8 +312,7 @@ def forked_map(jobs: int, compute: Callable[..., R], pending: Sequence[tuple]) -
         _WORK.update(pending=list(pending), compute=compute)
         pool = ForkPool(min(jobs, len(pending)))
         try:
-            futures = [pool.submit(_work, index) for index in range(len(pending))]
-            return [future.result() for future in futures]
+            return list(pool.map(_work, range(len(pending))))
         except BaseException:
             pool.stop()
             raise

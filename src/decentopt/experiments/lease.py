@@ -23,14 +23,14 @@ The host name is ``socket.gethostname()``, or ``DECENTOPT_HOST`` where that is s
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,9 +89,6 @@ class Holder:
         now = _started(self.pid)
         return self.started is not None and now is not None and now != self.started
 
-    def describe(self) -> str:
-        return f"PID {self.pid} on {self.host}"
-
 
 def _read(path: Path) -> tuple[Holder | None, int, int] | None:
     """``(holder, inode, mtime_ns)`` of the lease, or None when there is none; a lease
@@ -124,10 +121,9 @@ class Lease:
 
     def _write(self) -> bool:
         """Link a lease naming this holder into place; False if one is there."""
-        text = json.dumps(dataclasses.asdict(self.me))
         temporary = self.path.with_name(f".{self.path.name}.{self.me.token}.tmp")
         try:
-            temporary.write_text(text)
+            temporary.write_text(json.dumps(dataclasses.asdict(self.me)))
             os.link(temporary, self.path)
             return True
         except (FileExistsError, FileNotFoundError):  # held; or its folder was just emptied
@@ -172,52 +168,37 @@ class Lease:
             return  # another claimant moved it first, or its holder released it
         try:
             if _read(aside) != seen:  # it beat, or it is a new holder's: put it back
-                try:
+                with suppress(FileExistsError):
                     os.link(aside, self.path)
-                except FileExistsError:
-                    pass
         finally:
             aside.unlink(missing_ok=True)
 
     def touch(self) -> None:
         """One beat (a lease taken over by another claimant is left to it)."""
-        if not self.holds():
-            self.lost = True
-            return
-        now = time.time_ns()
-        try:
-            os.utime(self.path, ns=(now, now))
-        except FileNotFoundError:
-            self.lost = True
+        with suppress(FileNotFoundError):
+            if self.holds():
+                os.utime(self.path)  # modified now
+                return
+        self.lost = True
 
     def release(self) -> None:
         """Give the lease up (one held by another claimant by now is left alone)."""
         if self.holds():
-            try:
-                self.path.unlink()
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    raise
+            self.path.unlink(missing_ok=True)
 
-    def beating(self) -> _Heart:
+    @contextmanager
+    def beating(self) -> Iterator[Lease]:
         """A context in which a thread beats every ``beat`` seconds."""
-        return _Heart(self)
+        stop = threading.Event()
 
+        def beat() -> None:
+            while not stop.wait(self.beat):
+                self.touch()
 
-class _Heart:
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="decentopt-lease", daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.lease.beat):
-            self.lease.touch()
-
-    def __enter__(self) -> Lease:
-        self.thread.start()
-        return self.lease
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join()
+        thread = threading.Thread(target=beat, name="decentopt-lease", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()

@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
+from decentopt.driver.timeline import pace
 from decentopt.experiments.spec import ConfigError, RunSpec, Variant
 from decentopt.experiments.store import Unit
 from decentopt.perf import MEMORY_MARGIN, available_memory, gib
@@ -69,8 +70,11 @@ def plan_units(spec: RunSpec) -> list[Planned]:
     for group in run_groups(spec):
         run = None if group is None else group[0]
         for variant in spec.algorithms.values():
-            info: dict[str, Any] = {"algorithm": variant.label, "method": variant.method}
-            info["run"] = run
+            info: dict[str, Any] = {
+                "algorithm": variant.label,
+                "method": variant.method,
+                "run": run,
+            }
             if group is not None and len(group) > 1:
                 info["runs"] = list(group)
             info["hyperparams"] = variant.hyperparams
@@ -91,9 +95,13 @@ def memory_parts(spec: RunSpec) -> dict[str, float]:
     """About how many bytes a run holds beyond what the process holds already, by part."""
     runs = max(spec.runs if g is None else len(g) for g in run_groups(spec))
     parts = dict(spec.params.memory_bytes(agents=spec.agents, runs=runs))
-    parts["delayed gossip's messages of past rounds"] = spec.history_bytes(runs)
-    outer = any(v.make().outer is not None for v in spec.algorithms.values())
+    methods = [v.make() for v in spec.algorithms.values()]
     iterate = spec.params.iterate_bytes(agents=spec.agents, runs=runs)
+    # a delayed gossip keeps tau rounds of each tensor it sends (tau: its delay, or its
+    # staleness bound): tau copies of the iterates or more, for its largest variant
+    copies = max(pace(m)[0] * max(1, len(m.sends or ())) for m in methods)
+    parts["delayed gossip's messages of past rounds"] = copies * iterate
+    outer = any(m.outer is not None for m in methods)
     parts["an outer optimizer's x_sync and momentum"] = 2 * iterate if outer else 0.0
     levels = len(getattr(spec.params, spec.panel)) if spec.panel else 1
     records = spec.record_points + TAIL_POINTS + 2  # a log grid's points at most

@@ -1,9 +1,7 @@
 """Run a specification: every unit of work through the store and the one loop.
 
-A unit is one algorithm variant with all its runs and panel levels batched into
-the columns of one problem (convex kinds), or one (variant, run) pair (neural
-kind): :mod:`~decentopt.experiments.planning`. Every algorithm sees the same
-problem, graph and noise (seeds by role; :mod:`~decentopt.experiments.units`).
+The units are planned by :mod:`~decentopt.experiments.planning`; every algorithm sees
+the same problem, graph and noise (seeds by role; :mod:`~decentopt.experiments.units`).
 Each unit is computed under its lease in the store
 (:meth:`~decentopt.experiments.store.ResultStore.claimed`), so an
 interrupted sweep resumes, a changed setting reruns only what it affects, nothing
@@ -12,20 +10,18 @@ corrupt is trusted and no two processes (or hosts) compute a unit at once.
 The units run one after the other, in ``--jobs`` forked workers
 (:mod:`~decentopt.experiments.execution`), or on a cluster engine
 (:mod:`~decentopt.experiments.engines`: SLURM through submitit, dask, or any
-``concurrent.futures.Executor``). Under ``torchrun`` every process holds one
-agent, gossips with its neighbours, the units run in order, and rank 0 writes the
-results.
+``concurrent.futures.Executor``). Under ``torchrun`` every process holds its share
+of the agents, gossips with its neighbours, the units run in order, and rank 0 writes
+the results.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +30,6 @@ from decentopt.driver import RunOptions, intra_op_threads
 from decentopt.driver.timeline import clock_rows
 from decentopt.experiments import engines
 from decentopt.experiments.execution import Engine, ForkPool, WorkersLost, forked_map, run_tasks
-from decentopt.experiments.lease import BEAT, STALE
 from decentopt.experiments.planning import (
     Planned,
     check_memory,
@@ -107,8 +102,6 @@ class UnitTask:
     out: str
     index: int
     force: bool = False
-    stale: float = STALE
-    beat: float = BEAT
     #: users' methods loaded where the task is made, loaded again where it runs
     plugins: tuple[str, ...] = field(default_factory=lambda: tuple(plugins.loaded()))
     #: the loggers of the sweep (``NAME:TARGET``), made again where the unit runs
@@ -121,8 +114,7 @@ class UnitTask:
         if sweep is None or replace(sweep.spec, claims=()) != self.spec:  # another sweep
             monitor = loggers.make(self.log) if self.log else None
             options = RunOptions(progress=False, force=self.force, log=say_line, monitor=monitor)
-            path = Path(self.out)
-            sweep = Sweep(self.spec, path, options, stale=self.stale, beat=self.beat)
+            sweep = Sweep(self.spec, Path(self.out), options)
             _SWEEPS[self.out] = sweep
         return sweep.compute_unit(self.index)
 
@@ -132,12 +124,6 @@ class UnitTask:
         from submitit.helpers import DelayedSubmission
 
         return DelayedSubmission(self, *args, **kwargs)
-
-
-def _one_thread(task: UnitTask) -> Claimed:
-    """A task in a forked worker: one intra-op thread, as many workers as cores."""
-    with intra_op_threads(1, 0):
-        return task()
 
 
 class Sweep(Units):
@@ -151,17 +137,14 @@ class Sweep(Units):
         options: RunOptions,
         *,
         executor: str | Executor | None = None,
-        stale: float = STALE,
-        beat: float = BEAT,
     ) -> None:
         self.start = time.perf_counter()
         check_memory(spec)  # before anything is built or written
         super().__init__(spec, options)
         self.out = out
-        self.executor = executor
-        chosen = executor or spec.executor.get("name", "local")
-        if self.job.world > 1 and chosen != "local":  # no engine, no leases: see run()
-            label = chosen if isinstance(chosen, str) else type(chosen).__name__
+        self.executor = executor or spec.executor.get("name", "local")
+        if self.job.world > 1 and self.executor != "local":  # no engine, no leases: see run()
+            label = self.executor if isinstance(self.executor, str) else type(executor).__name__
             raise ConfigError(
                 f"{spec.source}: --executor {label} under torchrun: its {self.job.world} "
                 f"processes compute each unit together, one unit after the other; run it "
@@ -169,46 +152,29 @@ class Sweep(Units):
             )
         self.planned = plan_units(spec)
         self.store = ResultStore(
-            out / "runs",
-            force=options.force,
-            writer=self.job.main,
-            barrier=self.barrier,
-            stale=stale,
-            beat=beat,
+            out / "runs", force=options.force, writer=self.job.main, barrier=self.barrier
         )
         keep_freed_memory()
 
     def compute_unit(self, index: int) -> Claimed:
         """The unit ``index`` of the plan, in the process that computes it: where a unit
         starts and ends. Computed under its lease, or taken as stored."""
-        planned = self.planned[index]
-
-        def work(folder: Path) -> tuple:
-            return self.compute(planned.variant, planned.group, folder)
-
-        return self.store.claimed(planned.unit, work)
+        return self.store.claimed(self.planned[index].unit, self._work_of(self.planned[index]))
 
     def stored_units(self) -> dict[int, list[dict[str, Any]]]:
         """The units stored intact for these settings, by index (each read once)."""
-        found: dict[int, list[dict[str, Any]]] = {}
-        if self.options.force:
-            return found
-        for index, planned in enumerate(self.planned):
-            with warnings.catch_warnings():  # the store warns about a corrupt unit when run
-                warnings.simplefilter("ignore")
-                rows = self.store.stored(planned.unit)
-            if rows is not None:
-                found[index] = rows
-        return found
+        if self.options.force:  # the store warns about a corrupt unit when it is run
+            return {}
+        found = {index: self.store.published(p.unit) for index, p in enumerate(self.planned)}
+        return {index: rows for index, rows in found.items() if rows is not None}
 
     def engine(self, pending: int) -> Engine | None:
         """What computes the pending units: None (this process, one after the other), the
         caller's executor, a named engine, or ``jobs`` forked workers."""
         if isinstance(self.executor, Executor):  # the caller's: cancelled, never shut down
             return Engine(self.executor)
-        name = self.executor or self.spec.executor.get("name", "local")
-        if name != "local":
-            return engines.make(str(name), self.spec, self.out, self.options.jobs)
+        if self.executor != "local":
+            return engines.make(self.executor, self.spec, self.out, self.options.jobs)
         groups = run_groups(self.spec)
         forkable = groups == [None] or self.spec.params.forkable
         jobs = min(parallel_jobs(self.spec, self.options.jobs), pending)
@@ -246,34 +212,26 @@ class Sweep(Units):
             spec = replace(self.spec, claims=())  # what a unit needs, and all pickles
             log = self.options.monitor.targets if self.options.monitor else ()
             tasks = [UnitTask(spec, out, i, log=log) for i in pending]
-            if isinstance(engine.executor, ForkPool):  # one thread per forked worker
-                tasks = [partial(_one_thread, task) for task in tasks]
             try:
                 with intra_op_threads(1, 0):
                     lost = run_tasks(engine, tasks, [names[i] for i in pending], keep, progress)
             finally:
                 engine.close()
                 _SWEEPS.pop(out, None)
-            lost = self._published(lost, rows)
+            # a pool that breaks (a caller's ProcessPoolExecutor) fails every task it held,
+            # also those whose worker had stored its unit: those are taken from the store
+            for index in [i for i in pending if names[i] in lost]:
+                found = self.store.stored(self.planned[index].unit)
+                if found is not None:
+                    rows[index] = found
+                    self.store.ran.append(names[index])
+                    lost.remove(names[index])
             if lost:
                 raise WorkersLost(
                     f"{len(lost)} unit(s) not computed (their workers died): "
                     f"{', '.join(lost)}; the finished units are saved and a rerun computes the rest"
                 )
         return [row for index in range(len(self.planned)) for row in rows[index]]
-
-    def _published(self, lost: list[str], rows: dict[int, list[dict[str, Any]]]) -> list[str]:
-        """The units of ``lost`` not stored after all: a pool that breaks (a caller's
-        ProcessPoolExecutor) fails every task it held, also those whose worker had stored
-        its unit; those are taken from the store."""
-        names = [p.unit.name for p in self.planned]
-        for name in list(lost):
-            found = self.store.stored(self.planned[names.index(name)].unit)
-            if found is not None:
-                rows[names.index(name)] = found
-                self.store.ran.append(name)
-                lost.remove(name)
-        return lost
 
     def run(self) -> Outcome:
         """Every unit computed or resumed; all rows, also in ``OUT/results.csv``."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +51,22 @@ STUDIES = sorted(k for k, raw in _BUILT_IN.items() if is_study(raw))
 PAPER_PRESETS = [p for p in PRESETS if "reproduces" in _BUILT_IN[p]]
 
 
-def _too_deep(where: object) -> ConfigError:
+def too_deep(where: object) -> ConfigError:
     return ConfigError(
         f"{where}: values are nested too deeply (arrays or tables within each other hundreds "
         "of times); a specification nests a few levels"
     )
+
+
+@contextmanager
+def naming(
+    where: str, errors: type[Exception] | tuple[type[Exception], ...] = ValueError
+) -> Iterator[None]:
+    """The block's ``errors`` as one :class:`ConfigError` line that names ``where`` first."""
+    try:
+        yield
+    except errors as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -79,7 +92,7 @@ def parse_override(text: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError:
         value = raw
     except RecursionError:
-        raise _too_deep(f"override {key}") from None
+        raise too_deep(f"override {key}") from None
     for part in reversed(key.split(".")):
         value = {part: value}
     return value
@@ -101,4 +114,4 @@ def read_toml(path_or_preset: str | Path) -> tuple[dict[str, Any], str]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     except RecursionError:  # arrays or inline tables thousands deep
-        raise _too_deep(path) from None
+        raise too_deep(path) from None

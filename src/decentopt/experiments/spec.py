@@ -29,8 +29,8 @@ from decentopt import algorithms, plugins, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError, bounded, parse
 from decentopt.comm.cost import NetworkModel
-from decentopt.driver.timeline import TimeModel, pace, staleness
-from decentopt.experiments import kinds
+from decentopt.driver.timeline import TimeModel, staleness
+from decentopt.experiments import kinds, sources
 from decentopt.experiments.claims import CHECKS, Claim, parse_claims
 from decentopt.experiments.sources import PRESETS, is_study, merge, parse_override, read_toml
 from decentopt.experiments.trained import CHECKS as TRAINING_CHECKS
@@ -118,13 +118,6 @@ class _File(_Shared):
     quick: dict[str, Any] = field(default_factory=dict)
 
 
-def history_copies(method: Any) -> int:
-    """Copies of the iterates a method keeps of past rounds: its gossip's delay (or staleness
-    bound) times the tensors it sends a round."""
-    lag = pace(method)[0]
-    return lag * max(1, len(method.sends or ())) if lag else 0
-
-
 @functools.lru_cache(maxsize=GRAPHS_KEPT)
 def _built(name: str, agents: int, options: str) -> topology.Network:
     """The graph ``name`` over ``agents`` with the JSON ``options``, built once: a study
@@ -184,12 +177,6 @@ class RunSpec(_Shared):
         seed = self.seeds.data + first
         return self.params.build(agents=self.agents, runs=count, seed=seed, rank=rank)
 
-    def history_bytes(self, runs: int) -> float:
-        """Bytes of the past messages a delayed gossip keeps (``tau`` rounds of each tensor
-        it sends: ``tau`` copies of the iterates or more), for its largest variant."""
-        copies = max(history_copies(v.make()) for v in self.algorithms.values())
-        return copies * self.params.iterate_bytes(agents=self.agents, runs=runs)
-
     def topology_of(self, label: str | None = None) -> dict[str, Any]:
         """The ``[topology]`` table the variant ``label`` runs on (None: the shared one)."""
         own = None if label is None else self.algorithms[label].topology
@@ -202,7 +189,6 @@ class RunSpec(_Shared):
         spec = dict(self.topology_of(label))
         table = "[topology]" if spec == self.topology else f"[algorithms.{label}] topology"
         name = spec.pop("name")
-        builder = topology.REGISTRY[name]
         need = build_bytes(name, self.agents, spec)
         room = available_memory()
         if room is not None and need * MEMORY_MARGIN > room:  # refused before it is built
@@ -212,12 +198,10 @@ class RunSpec(_Shared):
                 "(ring and exponential cost a few bytes per agent; complete and graphs under "
                 "1,024 agents are dense)"
             )
-        if "seed" in inspect.signature(builder).parameters:
+        if "seed" in inspect.signature(topology.REGISTRY[name]).parameters:
             spec.setdefault("seed", self.seeds.graph)
-        try:
+        with sources.naming(f"{self.source} {table} ({name})", (TypeError, ValueError)):
             network = _built(name, self.agents, json.dumps(spec, sort_keys=True))
-        except (TypeError, ValueError) as exc:  # AssumptionError is a ValueError
-            raise ConfigError(f"{self.source} {table} ({name}): {exc}") from None
         if network.n != self.agents:
             options = ", ".join(f"{k} = {v!r}" for k, v in spec.items())
             raise ConfigError(
@@ -248,10 +232,9 @@ class RunSpec(_Shared):
         for key, sym, whose in (("lr", "α", "step size"), ("beta", "β", "momentum")):
             having = [v for v in self.algorithms.values() if key in v.hyperparams]
             values = "/".join(sorted({str(v.hyperparams[key]) for v in having}))
-            if having and len(having) < len(self.algorithms):  # not every method has one
-                parts.append(f"{sym} = {values} (the methods with {whose})")
-            elif having:
-                parts.append(f"{sym} = {values}")
+            some = f" (the methods with {whose})" if len(having) < len(self.algorithms) else ""
+            if having:  # ``some``: not every method has one
+                parts.append(f"{sym} = {values}{some}")
         paper = f" — the paper's {self.reproduces}" if self.reproduces and not modified else ""
         return ", ".join(parts) + paper
 
@@ -278,23 +261,16 @@ def load_spec(
             )
         return validate(raw, source)
     except RecursionError:  # a file or --set value of thousands of nested arrays or tables
-        raise ConfigError(
-            f"{path_or_preset}: values are nested too deeply (arrays or tables within each "
-            "other hundreds of times); a specification nests a few levels"
-        ) from None
+        raise sources.too_deep(path_or_preset) from None
 
 
 def _check_graphs(spec: RunSpec) -> None:
     """Build every graph once (its options checked) and refuse a method on a graph it
     cannot run on (relaying needs a tree, exact gossip a symmetric graph, ...)."""
-    graphs: dict[str, Any] = {}
     for label, variant in spec.algorithms.items():
-        key = json.dumps(spec.topology_of(label), sort_keys=True, default=repr)
-        if key not in graphs:
-            graphs[key] = spec.build_topology(label)
         method = variant.make()
-        try:
-            algorithms.check_network(method, graphs[key])
+        try:  # each graph is built once (:func:`_built`)
+            algorithms.check_network(method, spec.build_topology(label))
         except ValueError as exc:
             tree = "chain" if "tree" in method.needs else "ring"
             example = "directed_ring" if "symmetric" not in method.needs else tree
@@ -302,16 +278,6 @@ def _check_graphs(spec: RunSpec) -> None:
                 f"{spec.source} [algorithms.{label}]: {exc}; give the variant a graph of its "
                 f'own, e.g. topology = "{example}"'
             ) from None
-
-
-def _load_plugins(specs: tuple[str, ...], source: str) -> None:
-    """The users' methods a specification names: modules, or files beside it."""
-    base = Path(source).parent if Path(source).is_file() else None
-    for spec in specs:
-        try:
-            plugins.load(spec, base=base)
-        except plugins.PluginError as exc:
-            raise ConfigError(f"{source} plugins: {exc}") from None
 
 
 def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
@@ -326,7 +292,12 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     if top.problem not in kinds.KINDS:
         raise ConfigError(f"{source}: {unknown_name('problem', top.problem, kinds.KINDS)}")
     kind = kinds.KINDS[top.problem]
-    _check_timing(top, source)
+    late = [a for a in (top.timing.slow if top.timing else ()) if a >= top.agents]
+    if late:  # the [timing] table's slow agents must exist
+        raise ConfigError(
+            f"{source} [timing]: slow agent {late[0]} does not exist among agents = "
+            f"{top.agents} (numbered 0 to {top.agents - 1}); name agents below {top.agents}"
+        )
     if top.mix_rounds > 1 or top.acceleration != "none":  # the keys of earlier releases
         tables = rounds_as_gossip(top.algorithms, top.mix_rounds, top.acceleration, source)
         top = dataclasses.replace(top, algorithms=tables, mix_rounds=1, acceleration="none")
@@ -337,26 +308,23 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
             f"{source}: the problem kind {top.problem!r} ({kind.__name__}) lacks "
             f"{', '.join(missing)} of decentopt.experiments.kinds.ProblemSpec; add them"
         )
-    try:
+    with sources.naming(f"{source} [problem_params]"):
         params.check(top.iterations)
-    except ValueError as exc:
-        raise ConfigError(f"{source} [problem_params]: {exc}") from None
     topo = dict(top.topology)
-    try:
+    with sources.naming(f"{source} [topology]"):
         topology.check_arguments(topo.get("name"), {k: v for k, v in topo.items() if k != "name"})
-    except ValueError as exc:
-        raise ConfigError(f"{source} [topology]: {exc}") from None
     metric = top.metric or kind.metrics[0]
     for m in (metric, *top.also_report):
         if m not in kind.metrics:
             raise ConfigError(f"{source}: {unknown_name('metric', m, kind.metrics)}")
     trained = params.panel is None  # a training run: judged on its final values
     claims = parse_claims(top.claims, source, TRAINING_CHECKS if trained else CHECKS)
-    try:
+    with sources.naming(f"{source} [logging]"):
         loggers.check_table(top.logging)
-    except ValueError as exc:
-        raise ConfigError(f"{source} [logging]: {exc}") from None
-    _load_plugins(top.plugins, source)  # before the algorithms are resolved
+    base = Path(source).parent if Path(source).is_file() else None
+    for plugin in top.plugins:  # users' methods (modules, or files beside it) come first
+        with sources.naming(f"{source} plugins", plugins.PluginError):
+            plugins.load(plugin, base=base)
     shared = {f.name: getattr(top, f.name) for f in dataclasses.fields(_Shared)}
     spec = RunSpec(
         **shared | {"name": top.name or Path(source).stem, "topology": topo, "metric": metric},
@@ -371,26 +339,15 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
     return spec
 
 
-def _check_timing(top: _File, source: str) -> None:
-    """The ``[timing]`` table against the rest: its slow agents must exist."""
-    late = [a for a in (top.timing.slow if top.timing else ()) if a >= top.agents]
-    if late:
-        raise ConfigError(
-            f"{source} [timing]: slow agent {late[0]} does not exist among agents = "
-            f"{top.agents} (numbered 0 to {top.agents - 1}); name agents below {top.agents}"
-        )
-
-
 def _warn_of_days(spec: RunSpec) -> None:
     """Warn of a run of more than :data:`MOST_ROUNDS` gossip rounds: each round is about a
-    step's work, whether ``mix_rounds`` or a gossip (``multi_round(k)``) asks for it."""
+    step's work, however many a gossip (``multi_round(k)``) asks for."""
     if not spec.iterations:
         return
     rounds = {label: v.make().rounds_per_step for label, v in spec.algorithms.items()}
     label = max(rounds, key=rounds.__getitem__)
-    most = rounds[label] * spec.mix_rounds
-    if spec.iterations * most > MOST_ROUNDS:
-        each = f" × {most:,} gossip rounds each ({label})" if most > 1 else ""
+    if spec.iterations * rounds[label] > MOST_ROUNDS:
+        each = f" × {rounds[label]:,} gossip rounds each ({label})" if rounds[label] > 1 else ""
         warnings.warn(
             f"{spec.source}: {spec.iterations:.3g} iterations{each} will take days; is that meant?",
             stacklevel=4,

@@ -120,6 +120,12 @@ class ResultStore:
             warnings.warn(message, RuntimeWarning, stacklevel=3)
             return None
 
+    def published(self, unit: Unit) -> Rows | None:
+        """:meth:`stored` without its warning: a unit being written is not corrupt."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self.stored(unit)
+
     def prepare(self, unit: Unit) -> Path:
         """The unit's folder, ready for it to be computed: emptied if it was started for other
         settings (or ``force``), marked ``started`` for these (its checkpoints are resumed)."""
@@ -152,10 +158,6 @@ class ResultStore:
         self.barrier()
         return self.record(unit, *compute(folder))
 
-    def lease(self, unit: Unit) -> Lease:
-        path = self.inside(unit.name) / LEASE
-        return Lease(path, stale=self.stale, beat=self.beat, poll=min(POLL, self.beat))
-
     def claimed(
         self, unit: Unit, compute: Callable[[Path], tuple[Rows, dict[str, Any]]]
     ) -> Claimed:
@@ -164,22 +166,15 @@ class ResultStore:
         it; one that finds it held waits, and takes the stored rows once they are published
         (or the lease, once its holder stopped beating). Not for a distributed job (its
         ranks compute a unit together: :meth:`cached`)."""
-        rows = None if self.force else self.stored(unit)
-        if rows is not None:
-            self.kept.append(unit.name)
-            return Claimed(rows, False)
-        lease = self.lease(unit)
-        published: list[Rows] = []
+        path = self.inside(unit.name) / LEASE
+        lease = Lease(path, stale=self.stale, beat=self.beat, poll=min(POLL, self.beat))
+        published = [None if self.force else self.stored(unit)]  # a corrupt one is warned of
 
         def done() -> bool:  # another process published it while this one waited
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # a unit being written is not corrupt
-                found = self.stored(unit)
-            if found is not None:
-                published.append(found)
-            return found is not None
+            published.append(None if self.force else self.published(unit))
+            return published[-1] is not None
 
-        if not lease.claim(lambda: not self.force and done()) or (not self.force and done()):
+        if published[0] is not None or not lease.claim(done) or done():
             lease.release()
             self.kept.append(unit.name)
             return Claimed(published[-1], False)

@@ -108,9 +108,8 @@ class Units:
     def graph_for(self, label: str) -> tuple[Any, DistributedCommunicator | None]:
         """The variant's graph and, under torchrun, the communicator over it."""
         key = json.dumps(self.spec.topology_of(label), sort_keys=True, default=repr)
-        if key not in self.graphs:  # the shared table's graph is the one built at the start
-            shared_table = self.spec.topology_of(label) == self.spec.topology
-            network = self.topology if shared_table else self.spec.build_topology(label)
+        if key not in self.graphs:  # each graph is built once (spec's _built)
+            network = self.spec.build_topology(label)
             shared = None
             if self.job.world > 1:  # one agent per process, or several
                 kind = DistributedCommunicator if self.per_process == 1 else ManyAgentCommunicator

@@ -12,6 +12,7 @@ from typing import Any
 from decentopt import algorithms, topology
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError
+from decentopt.experiments.sources import naming
 
 __all__ = ["Variant", "check_labels", "rounds_as_gossip", "variants"]
 
@@ -76,10 +77,8 @@ def variants(tables: dict[str, Any], defaults: dict[str, Any], source: str) -> d
             args = ", ".join(f"{k}={v}" for k, v in point.items())
             name = f"{label}({args})" if point else label
             variant = Variant(name, method, merged | point, graph)
-            try:
+            with naming(where, (TypeError, ValueError)):
                 variant.make()
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"{where}: {exc}") from None
             out[name] = variant
     unused = sorted(set(defaults) - used)
     if unused:
@@ -124,10 +123,8 @@ def _own_topology(value: Any, where: str) -> dict[str, Any] | None:
             f'topology = "chain" or topology = {{name = "random_directed", p = 0.2}}; '
             f"found {value!r}"
         )
-    try:
+    with naming(f"{where} topology"):
         topology.check_arguments(table["name"], {k: v for k, v in table.items() if k != "name"})
-    except ValueError as exc:
-        raise ConfigError(f"{where} topology: {exc}") from None
     return dict(table)
 
 

@@ -125,12 +125,6 @@ class ConvexSpec:
         width = 4 if self.dtype == "float32" else 8
         return width * agents * runs * len(self.levels()) * self.d
 
-    @staticmethod
-    def state_bytes(agents: int, columns: int, d: int, width: int = 8) -> float:
-        """Iterates, algorithm state and a step's temporaries: about ten ``(n, columns, d)``
-        tensors."""
-        return 10 * width * agents * columns * d
-
     def check(self, iterations: int | None) -> None:
         if iterations is None:
             raise ValueError("a convex sweep needs 'iterations' (the number of steps)")

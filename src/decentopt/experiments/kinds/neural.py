@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -27,14 +27,7 @@ __all__ = ["NeuralSpec"]
 def _dataset(name: str, folder: str, dtype: str) -> Dataset:
     data = load_cifar10(folder) if name == "cifar10" else load_digits()
     cast = getattr(torch, dtype)
-    return Dataset(
-        data.name,
-        data.x_train.to(cast),
-        data.y_train,
-        data.x_test.to(cast),
-        data.y_test,
-        data.classes,
-    )
+    return replace(data, x_train=data.x_train.to(cast), x_test=data.x_test.to(cast))
 
 
 @dataclass(frozen=True)
@@ -94,12 +87,11 @@ class NeuralSpec:
         """What a group of runs holds, by part: every agent's parameters with the
         algorithm's buffers and gradients, each agent's model replica and the batched
         gradient's copies of them, and the data set (CIFAR-10: 50,000 + 10,000 images)."""
-        params = sum(p.numel() for p in make_model(self.model).parameters())
+        iterate = self.iterate_bytes(agents=agents, runs=runs)
         images = {"cifar10": 60_000 * 3 * 32 * 32, "digits": 1_797 * 64}[self.dataset]
-        width = 8 if self.dtype == "float64" else 4
         return {
-            "parameters, algorithm buffers and gradients": 6 * width * agents * runs * params,
-            "model replicas and batched-gradient copies": 4 * width * agents * runs * params,
+            "parameters, algorithm buffers and gradients": 6 * iterate,
+            "model replicas and batched-gradient copies": 4 * iterate,
             "data set (and its copy on the device)": 2 * 4 * images,
         }
 
