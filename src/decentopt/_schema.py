@@ -12,6 +12,7 @@ through the same number rules as every other input of the package.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 from collections.abc import Mapping
@@ -38,15 +39,23 @@ def bounded(
     maximum: float | None = None,
     below: float | None = None,
     one_of: tuple[Any, ...] | None = None,
+    limits: tuple[float, float] | None = None,
+    unit: str = "",
     note: str = "",
+    message: str = "",
     **field: Any,
 ) -> Any:
     """A dataclass field whose value must be ``>= minimum`` or ``> above``, and ``<= maximum``
-    or ``< below`` (or ``one_of`` some values); ``note`` says what it is in the error.
-    :func:`parse` (a specification's tables) and :func:`check_fields` (hyper-parameters)
-    check it; ``field``: further arguments of ``dataclasses.field`` (``kw_only``)."""
+    or ``< below`` (or ``one_of`` some values); a tuple's every entry must. ``unit`` follows
+    the bound in the error and ``note`` says what it is, or ``message`` says it all
+    ("names agents by index >= 0"). ``limits=(low, high)``: the range beyond which a number
+    means nothing (a clock that overflows), checked first, an infinite number included,
+    where the dataclass is built only. :func:`parse` (a specification's tables) and
+    :func:`check_fields` (hyper-parameters) check it; ``field``: further arguments of
+    ``dataclasses.field`` (``kw_only``)."""
     bounds = {"minimum": minimum, "above": above, "maximum": maximum, "below": below}
-    metadata = {**bounds, "one_of": one_of, "note": note}
+    words = {"unit": unit, "note": note, "message": message}
+    metadata = {**bounds, "one_of": one_of, "limits": limits, **words}
     return dataclasses.field(default=default, metadata=metadata, **field)
 
 
@@ -84,38 +93,59 @@ def _switch(value: Any, what: str) -> bool:
     return bool(value)
 
 
+def _whole(value: Any, what: str) -> int:
+    """A whole number of 64 bits, what torch and numpy take."""
+    out = as_count(value, what, minimum=-(2**63))
+    if out >= 2**63:
+        raise ValueError(f"{what} must be <= 2**63 - 1 (64 bits); got {out}")
+    return out
+
+
+def _whole_numbers(value: Any, what: str) -> tuple[int, ...]:
+    return tuple(_whole(entry, what) for entry in value)
+
+
 #: How :func:`check_fields` reads a field by its annotation.
-_READERS = {
-    "float": as_real,
-    "int": lambda value, what: as_count(value, what, minimum=-(2**63)),
-    "bool": _switch,
-}
+_READERS = {"float": as_real, "int": _whole, "tuple[int,...]": _whole_numbers, "bool": _switch}
 
 
 def check_fields(obj: Any, who: str) -> None:
     """Check and normalise a frozen dataclass's fields where it is built (``__post_init__``):
-    each number, whole number and switch by its annotation (``float``, ``int``, ``bool``,
-    ``| None`` allowed), then against its declared bounds (:func:`bounded`). Errors are
-    one line naming ``who`` and the field: a ``TypeError`` for a value of another type, a
-    ``ValueError`` for one out of bounds."""
+    each number, whole number (of 64 bits), tuple of them and switch by its annotation
+    (``float``, ``int``, ``tuple[int, ...]``, ``bool``, ``| None`` allowed), then against
+    its declared limits and bounds (:func:`bounded`). Errors are one line naming ``who``
+    and the field: a ``TypeError`` for a value of another type, a ``ValueError`` for one
+    out of bounds."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         hint = str(f.type).replace(" ", "")
         if not f.init or (value is None and hint.endswith("|None")):
             continue
-        note = f" ({f.metadata['note']})" if f.metadata.get("note") else ""
+        meta = f.metadata
+        note = f" ({meta['note']})" if meta.get("note") else ""
+        said = meta.get("unit", "") + note
         what = f"{who}: {f.name}"
+        limits = meta.get("limits")
         read = _READERS.get(hint.removesuffix("|None"))
-        if read is not None:
+        if limits is not None:
+            value = as_real(value, what, finite=False)
+            if math.isnan(value):
+                raise ValueError(f"{what} must be a number; got {value!r}")
+            if not limits[0] <= value <= limits[1]:
+                low, high = limits
+                raise ValueError(f"{what} must be >= {low:g} and <= {high:g}{said}; got {value!r}")
+        elif read is not None:
             value = read(value, what)
-            object.__setattr__(obj, f.name, value)
-        choices = f.metadata.get("one_of")
-        if choices is not None and value not in choices:
-            raise ValueError(
-                f"{what} must be one of {', '.join(map(repr, choices))}; got {value!r}"
-            )
-        if not _within(f.metadata, value):
-            raise ValueError(f"{what} must be {_range(f.metadata)}{note}; got {value}")
+        object.__setattr__(obj, f.name, value)
+        for entry in value if isinstance(value, tuple) else (value,):
+            choices = meta.get("one_of")
+            if choices is not None and entry not in choices:
+                raise ValueError(
+                    f"{what} must be one of {', '.join(map(repr, choices))}; got {entry!r}"
+                )
+            if not _within(meta, entry):
+                must = meta.get("message") or f"must be {_range(meta)}{said}"
+                raise ValueError(f"{what} {must}; got {entry}")
 
 
 def _kind(hint: Any) -> str:
@@ -197,7 +227,7 @@ def parse(cls: type[T], table: dict[str, Any], where: str) -> T:
         if name not in table:
             continue
         value = _convert(hints[name], table[name], where, name)
-        if value is not None and not _within(f.metadata, value):
+        if isinstance(value, int | float) and not _within(f.metadata, value):
             bound = _range(f.metadata, value)
             raise ConfigError(f"{where}: '{name}' must be {bound}, found {value}")
         values[name] = value
