@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 
 from decentopt.algorithms.gossips import Exact, Fields, Gossip
 from decentopt.algorithms.outer import Outer
 from decentopt.algorithms.outer import parse as parse_outer
+from decentopt.communicator import Communicator, Relaying
+from decentopt.schedules import LearningRate
 from decentopt.updates import FusedUpdate
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator, Relaying
-    from decentopt.schedules import LearningRate
 
 __all__ = ["Method", "MethodState", "as_method"]
 

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from decentopt._schema import check_fields
-
-if TYPE_CHECKING:
-    from decentopt.communicator import CommStats, Communicator, Elementwise
+from decentopt.communicator import CommStats, Communicator, Elementwise
 
 __all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Sends", "Through"]
 

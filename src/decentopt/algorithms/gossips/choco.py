@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
 from decentopt._schema import bounded
 from decentopt.algorithms.gossips.base import Channel, Fields, Gossip
+from decentopt.communicator import Communicator, Elementwise
 from decentopt.compression import Compressor, Identity, parse, suggested_gamma
 from decentopt.updates import FusedUpdate, add_scaled
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator, Elementwise
 
 __all__ = ["Choco", "FusesChoco", "public_copies"]
 

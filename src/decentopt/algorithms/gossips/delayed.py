@@ -46,16 +46,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
 from decentopt._schema import bounded
 from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossip, Sends, Through
 from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
+from decentopt.communicator import Communicator
 
 __all__ = ["Delayed", "MixesAged", "SendsAhead", "self_weights"]
 

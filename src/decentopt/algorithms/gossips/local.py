@@ -39,17 +39,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from decentopt._schema import bounded
 from decentopt.algorithms.gossips.base import Channel, Exact, Fields, Gossip, Sends
 from decentopt.algorithms.gossips.push_sum import PushSum
-from decentopt.communicator import map_then_mix
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator, Elementwise
+from decentopt.communicator import Communicator, Elementwise, map_then_mix
 
 __all__ = ["Local", "PeriodicGlobal", "count_all_reduce"]
 

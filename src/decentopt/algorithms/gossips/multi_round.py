@@ -27,16 +27,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import torch
 
 from decentopt._schema import bounded
 from decentopt.algorithms.gossips.base import Channel, Fields, Gossip, Sends
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
-    from decentopt.compression import Compressor
+from decentopt.communicator import Communicator
+from decentopt.compression import Compressor
 
 __all__ = ["MultiRound", "RoundsChannel"]
 
