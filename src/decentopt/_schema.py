@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import numpy as np
@@ -59,32 +60,30 @@ def bounded(
     return dataclasses.field(default=default, metadata=metadata, **field)
 
 
+#: Each bound: its words in an interval, its words alone, and whether a value keeps it.
+_BOUNDS: dict[str, tuple[str, str, Callable[[Any, Any], bool]]] = {
+    "minimum": ("[{}", ">= {}", operator.ge),
+    "above": ("({}", "> {}", operator.gt),
+    "maximum": ("{}]", "<= {}", operator.le),
+    "below": ("{})", "< {}", operator.lt),
+}
+
+
 def _range(metadata: Mapping[str, Any], value: Any = None) -> str:
     """The declared bounds in words (``>= 1``, ``in [0, 1)``); with ``value``, the one it
     breaks (``<= 100``)."""
-    low, above = metadata.get("minimum"), metadata.get("above")
-    high, below = metadata.get("maximum"), metadata.get("below")
-    lower = (f"[{low}", f">= {low}") if low is not None else None
-    lower = (f"({above}", f"> {above}") if above is not None else lower
-    upper = (f"{high}]", f"<= {high}") if high is not None else None
-    upper = (f"{below})", f"< {below}") if below is not None else upper
-    if value is not None and lower and upper:
-        too_low = (low is not None and value < low) or (above is not None and not value > above)
-        return lower[1] if too_low else upper[1]
-    if lower and upper:
-        return f"in {lower[0]}, {upper[0]}"
-    return (lower or upper or ("", ""))[1]
+    declared = [key for key in _BOUNDS if metadata.get(key) is not None]
+    if value is not None:
+        declared = [key for key in declared if not _BOUNDS[key][2](value, metadata[key])]
+    if len(declared) == 2:  # a lower bound, then an upper one
+        lower, upper = (_BOUNDS[key][0].format(metadata[key]) for key in declared)
+        return f"in {lower}, {upper}"
+    return "".join(_BOUNDS[key][1].format(metadata[key]) for key in declared)
 
 
 def _within(metadata: Mapping[str, Any], value: Any) -> bool:
-    low, above = metadata.get("minimum"), metadata.get("above")
-    high, below = metadata.get("maximum"), metadata.get("below")
-    return not (
-        (low is not None and value < low)
-        or (above is not None and not value > above)
-        or (high is not None and value > high)
-        or (below is not None and not value < below)
-    )
+    bounds = ((keeps, metadata.get(key)) for key, (_, _, keeps) in _BOUNDS.items())
+    return all(bound is None or keeps(value, bound) for keeps, bound in bounds)
 
 
 def _switch(value: Any, what: str) -> bool:
