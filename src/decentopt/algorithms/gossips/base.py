@@ -34,7 +34,8 @@ __all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Sends", "Thr
 #: What a rule sends, per tensor of its one gossip round (the rule's ``sends``):
 #: ``VALUE``, an estimate the agents should agree on (an iterate); ``SUM``, a
 #: tracker whose sum over agents must be kept (gradient tracking's ``y``).
-VALUE, SUM = "value", "sum"
+VALUE = "value"
+SUM = "sum"
 
 #: The state a gossip keeps: field name -> tensor.
 Fields = dict[str, torch.Tensor]
@@ -55,7 +56,8 @@ class Channel:
     def __init__(
         self, comm: Communicator, fields: Fields, sends: Sends = (), gossip: Any = None
     ) -> None:
-        self.comm, self.gossip = comm, gossip  # the gossip whose round this is, if it needs it
+        self.comm = comm
+        self.gossip = gossip  # the gossip whose round this is, if it needs it
         self.state = dict(fields)
         self.sends = sends
         self.rounds_done = 0

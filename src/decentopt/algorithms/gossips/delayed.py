@@ -113,7 +113,8 @@ class Delayed(Gossip):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        tau, bound = self.tau, self.staleness
+        tau = self.tau
+        bound = self.staleness
         if bound is not None and tau == 0:
             raise ValueError(
                 "delayed: bounded staleness needs a delay tau >= 1 (messages of the current "
@@ -214,7 +215,9 @@ class _LateComm(Channel):
         self, comm: Communicator, history: Fields, tau: int, slots: int, bound: int | None
     ) -> None:
         super().__init__(comm, history)
-        self.history, self.tau, self.slots_sent = self.state, tau, slots
+        self.history = self.state
+        self.tau = tau
+        self.slots_sent = slots
         self.bound = tau if bound is None else bound
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -223,7 +226,8 @@ class _LateComm(Channel):
                 f"the rule mixed {len(zs)} tensors in one round; delayed gossip keeps the "
                 f"history of {self.slots_sent}"
             )
-        slots, lags = range(len(zs)), range(self.tau, 0, -1)
+        slots = range(len(zs))
+        lags = range(self.tau, 0, -1)
         old = [self.history[_history(k, self.tau)] for k in slots]
         diag = self_weights(self.comm, zs[0].shape[0])
         sent = [z.detach().clone() for z in zs]
@@ -257,7 +261,8 @@ class _DelayedChannel(Through):
 
     def __init__(self, inner: Channel, late: _LateComm) -> None:
         super().__init__(inner, {}, inner.sends)  # every call goes to the inner channel
-        self.inner, self.late = inner, late
+        self.inner = inner
+        self.late = late
 
     def fields(self) -> Fields:
         return {**self.inner.fields(), **self.late.history}
