@@ -11,19 +11,20 @@ through the same number rules as every other input of the package.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import operator
 import re
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import numpy as np
 
 from decentopt._checks import as_count, as_real, unknown_name
 
-__all__ = ["ConfigError", "bounded", "call_value", "check_fields", "parse", "read_call"]
+__all__ = ["ConfigError", "bounded", "call_value", "check_fields", "parse", "prefixed", "read_call"]
 
 T = TypeVar("T")
 
@@ -145,6 +146,16 @@ def check_fields(obj: Any, who: str) -> None:
             if not _within(meta, entry):
                 must = meta.get("message") or f"must be {_range(meta)}{said}"
                 raise ValueError(f"{what} {must}; got {entry}")
+
+
+@contextlib.contextmanager
+def prefixed(owner: str) -> Iterator[None]:
+    """A ``TypeError`` or ``ValueError`` of the block said as ``owner``'s (``choco: unknown
+    compression ...``), of the same type, in one line without the frames inside."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{owner}: {exc}") from None
 
 
 def _kind(hint: Any) -> str:

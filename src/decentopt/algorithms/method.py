@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, cast
 
 import torch
 
+from decentopt._schema import prefixed
 from decentopt.algorithms.gossips import Exact, Fields, Gossip
 from decentopt.algorithms.outer import Outer
 from decentopt.algorithms.outer import parse as parse_outer
@@ -174,10 +175,8 @@ class Method:
         error saying why it cannot take one."""
         if outer is None:
             return dataclasses.replace(self, outer=None)
-        try:
+        with prefixed(self.name):
             parsed = parse_outer(outer)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"{self.name}: {exc}") from None
         why = parsed.refuses(self.rule)
         if why:
             raise ValueError(f"{self.name} cannot take the outer optimizer {parsed.name}: {why}")

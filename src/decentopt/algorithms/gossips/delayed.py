@@ -50,7 +50,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from decentopt._schema import bounded
+from decentopt._schema import bounded, prefixed
 from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossip, Sends, Through
 from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
 from decentopt.communicator import Communicator
@@ -127,10 +127,8 @@ class Delayed(Gossip):
             )
         from decentopt.algorithms.gossips import parse  # the package imports this module
 
-        try:
+        with prefixed("delayed"):
             inner = parse(self.inner)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"delayed: {exc}") from None
         if not isinstance(inner, Exact | PushSum):
             raise ValueError(
                 f"delayed: {inner.name} gossip cannot be delayed (CHOCO's public copies must "

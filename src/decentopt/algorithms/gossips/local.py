@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from decentopt._schema import bounded
+from decentopt._schema import bounded, prefixed
 from decentopt.algorithms.gossips.base import Channel, Exact, Fields, Gossip, Sends
 from decentopt.algorithms.gossips.push_sum import PushSum
 from decentopt.communicator import Communicator
@@ -108,10 +108,8 @@ class _Step(Gossip):
 def _inner(owner: str, spec: str | Gossip) -> Gossip:
     from decentopt.algorithms.gossips import parse  # the package imports this module
 
-    try:
+    with prefixed(owner):
         inner = parse(spec)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{owner}: {exc}") from None
     if inner.name in ("delayed", "local", "periodic_global"):
         raise ValueError(
             f"{owner}: {inner.name} gossip cannot be the inner gossip (its rounds are counted "
