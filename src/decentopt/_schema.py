@@ -11,17 +11,20 @@ through the same number rules as every other input of the package.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
+import operator
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import numpy as np
 
 from decentopt._checks import as_count, as_real, unknown_name
 
-__all__ = ["ConfigError", "bounded", "call_value", "check_fields", "parse", "read_call"]
+__all__ = ["ConfigError", "bounded", "call_value", "check_fields", "parse", "prefixed", "read_call"]
 
 T = TypeVar("T")
 
@@ -38,44 +41,50 @@ def bounded(
     maximum: float | None = None,
     below: float | None = None,
     one_of: tuple[Any, ...] | None = None,
+    limits: tuple[float, float] | None = None,
+    unit: str = "",
     note: str = "",
+    message: str = "",
     **field: Any,
 ) -> Any:
     """A dataclass field whose value must be ``>= minimum`` or ``> above``, and ``<= maximum``
-    or ``< below`` (or ``one_of`` some values); ``note`` says what it is in the error.
-    :func:`parse` (a specification's tables) and :func:`check_fields` (hyper-parameters)
-    check it; ``field``: further arguments of ``dataclasses.field`` (``kw_only``)."""
+    or ``< below`` (or ``one_of`` some values); a tuple's every entry must. ``unit`` follows
+    the bound in the error and ``note`` says what it is, or ``message`` says it all
+    ("names agents by index >= 0"). ``limits=(low, high)``: the range beyond which a number
+    means nothing (a clock that overflows), checked first, an infinite number included,
+    where the dataclass is built only. :func:`parse` (a specification's tables) and
+    :func:`check_fields` (hyper-parameters) check it; ``field``: further arguments of
+    ``dataclasses.field`` (``kw_only``)."""
     bounds = {"minimum": minimum, "above": above, "maximum": maximum, "below": below}
-    metadata = {**bounds, "one_of": one_of, "note": note}
+    words = {"unit": unit, "note": note, "message": message}
+    metadata = {**bounds, "one_of": one_of, "limits": limits, **words}
     return dataclasses.field(default=default, metadata=metadata, **field)
+
+
+#: Each bound: its words in an interval, its words alone, and whether a value keeps it.
+_BOUNDS: dict[str, tuple[str, str, Callable[[Any, Any], bool]]] = {
+    "minimum": ("[{}", ">= {}", operator.ge),
+    "above": ("({}", "> {}", operator.gt),
+    "maximum": ("{}]", "<= {}", operator.le),
+    "below": ("{})", "< {}", operator.lt),
+}
 
 
 def _range(metadata: Mapping[str, Any], value: Any = None) -> str:
     """The declared bounds in words (``>= 1``, ``in [0, 1)``); with ``value``, the one it
     breaks (``<= 100``)."""
-    low, above = metadata.get("minimum"), metadata.get("above")
-    high, below = metadata.get("maximum"), metadata.get("below")
-    lower = (f"[{low}", f">= {low}") if low is not None else None
-    lower = (f"({above}", f"> {above}") if above is not None else lower
-    upper = (f"{high}]", f"<= {high}") if high is not None else None
-    upper = (f"{below})", f"< {below}") if below is not None else upper
-    if value is not None and lower and upper:
-        too_low = (low is not None and value < low) or (above is not None and not value > above)
-        return lower[1] if too_low else upper[1]
-    if lower and upper:
-        return f"in {lower[0]}, {upper[0]}"
-    return (lower or upper or ("", ""))[1]
+    declared = [key for key in _BOUNDS if metadata.get(key) is not None]
+    if value is not None:
+        declared = [key for key in declared if not _BOUNDS[key][2](value, metadata[key])]
+    if len(declared) == 2:  # a lower bound, then an upper one
+        lower, upper = (_BOUNDS[key][0].format(metadata[key]) for key in declared)
+        return f"in {lower}, {upper}"
+    return "".join(_BOUNDS[key][1].format(metadata[key]) for key in declared)
 
 
 def _within(metadata: Mapping[str, Any], value: Any) -> bool:
-    low, above = metadata.get("minimum"), metadata.get("above")
-    high, below = metadata.get("maximum"), metadata.get("below")
-    return not (
-        (low is not None and value < low)
-        or (above is not None and not value > above)
-        or (high is not None and value > high)
-        or (below is not None and not value < below)
-    )
+    bounds = ((keeps, metadata.get(key)) for key, (_, _, keeps) in _BOUNDS.items())
+    return all(bound is None or keeps(value, bound) for keeps, bound in bounds)
 
 
 def _switch(value: Any, what: str) -> bool:
@@ -84,38 +93,69 @@ def _switch(value: Any, what: str) -> bool:
     return bool(value)
 
 
+def _whole(value: Any, what: str) -> int:
+    """A whole number of 64 bits, what torch and numpy take."""
+    out = as_count(value, what, minimum=-(2**63))
+    if out >= 2**63:
+        raise ValueError(f"{what} must be <= 2**63 - 1 (64 bits); got {out}")
+    return out
+
+
+def _whole_numbers(value: Any, what: str) -> tuple[int, ...]:
+    return tuple(_whole(entry, what) for entry in value)
+
+
 #: How :func:`check_fields` reads a field by its annotation.
-_READERS = {
-    "float": as_real,
-    "int": lambda value, what: as_count(value, what, minimum=-(2**63)),
-    "bool": _switch,
-}
+_READERS = {"float": as_real, "int": _whole, "tuple[int,...]": _whole_numbers, "bool": _switch}
 
 
 def check_fields(obj: Any, who: str) -> None:
     """Check and normalise a frozen dataclass's fields where it is built (``__post_init__``):
-    each number, whole number and switch by its annotation (``float``, ``int``, ``bool``,
-    ``| None`` allowed), then against its declared bounds (:func:`bounded`). Errors are
-    one line naming ``who`` and the field: a ``TypeError`` for a value of another type, a
-    ``ValueError`` for one out of bounds."""
+    each number, whole number (of 64 bits), tuple of them and switch by its annotation
+    (``float``, ``int``, ``tuple[int, ...]``, ``bool``, ``| None`` allowed), then against
+    its declared limits and bounds (:func:`bounded`). Errors are one line naming ``who``
+    and the field: a ``TypeError`` for a value of another type, a ``ValueError`` for one
+    out of bounds."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         hint = str(f.type).replace(" ", "")
         if not f.init or (value is None and hint.endswith("|None")):
             continue
-        note = f" ({f.metadata['note']})" if f.metadata.get("note") else ""
+        meta = f.metadata
+        note = f" ({meta['note']})" if meta.get("note") else ""
+        said = meta.get("unit", "") + note
         what = f"{who}: {f.name}"
+        limits = meta.get("limits")
         read = _READERS.get(hint.removesuffix("|None"))
-        if read is not None:
+        if limits is not None:
+            value = as_real(value, what, finite=False)
+            if math.isnan(value):
+                raise ValueError(f"{what} must be a number; got {value!r}")
+            if not limits[0] <= value <= limits[1]:
+                low, high = limits
+                raise ValueError(f"{what} must be >= {low:g} and <= {high:g}{said}; got {value!r}")
+        elif read is not None:
             value = read(value, what)
-            object.__setattr__(obj, f.name, value)
-        choices = f.metadata.get("one_of")
-        if choices is not None and value not in choices:
-            raise ValueError(
-                f"{what} must be one of {', '.join(map(repr, choices))}; got {value!r}"
-            )
-        if not _within(f.metadata, value):
-            raise ValueError(f"{what} must be {_range(f.metadata)}{note}; got {value}")
+        object.__setattr__(obj, f.name, value)
+        for entry in value if isinstance(value, tuple) else (value,):
+            choices = meta.get("one_of")
+            if choices is not None and entry not in choices:
+                raise ValueError(
+                    f"{what} must be one of {', '.join(map(repr, choices))}; got {entry!r}"
+                )
+            if not _within(meta, entry):
+                must = meta.get("message") or f"must be {_range(meta)}{said}"
+                raise ValueError(f"{what} {must}; got {entry}")
+
+
+@contextlib.contextmanager
+def prefixed(owner: str) -> Iterator[None]:
+    """A ``TypeError`` or ``ValueError`` of the block said as ``owner``'s (``choco: unknown
+    compression ...``), of the same type, in one line without the frames inside."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{owner}: {exc}") from None
 
 
 def _kind(hint: Any) -> str:
@@ -197,7 +237,7 @@ def parse(cls: type[T], table: dict[str, Any], where: str) -> T:
         if name not in table:
             continue
         value = _convert(hints[name], table[name], where, name)
-        if value is not None and not _within(f.metadata, value):
+        if isinstance(value, int | float) and not _within(f.metadata, value):
             bound = _range(f.metadata, value)
             raise ConfigError(f"{where}: '{name}' must be {bound}, found {value}")
         values[name] = value

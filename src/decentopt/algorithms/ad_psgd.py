@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -11,10 +11,8 @@ import torch
 from decentopt._schema import bounded
 from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
+from decentopt.communicator import Communicator
 from decentopt.updates import add_scaled
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
 
 __all__ = ["ADPSGD", "ADPSGDState", "random_matching"]
 

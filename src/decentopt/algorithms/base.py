@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
 from decentopt._schema import bounded, check_fields
+from decentopt.communicator import Communicator
 from decentopt.schedules import LearningRate, lr_at, validate_lr
 from decentopt.updates import FusedUpdate, heavy_ball
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
 
 __all__ = [
     "Algorithm",

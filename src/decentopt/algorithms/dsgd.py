@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 
 from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
+from decentopt.communicator import Communicator
 from decentopt.updates import FusedUpdate
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
 
 
 class DSGDState(NamedTuple):

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 
 from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
+from decentopt.communicator import Communicator
 from decentopt.updates import FusedUpdate, correct
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
 
 
 class EDState(NamedTuple):
@@ -60,10 +58,10 @@ class ExactDiffusion(HyperParams):
         ``W~ = I - c (I - W)`` (``c = 1``: ``W`` itself, through :meth:`Communicator.mix_map`,
         which may fuse the update with the mix). Storing ``psi`` (rather than the
         previous gradient) keeps the correction exact when ``alpha`` changes over time."""
-        alpha, c, fused = self.lr_at(state.t), self.c, self.fused
-        if fused is not None:
-            x_next, psi = comm.mix_map(fused, (state.x, state.psi, grad), (alpha,))
+        alpha = self.lr_at(state.t)
+        if self.fused is not None:
+            x_next, psi = comm.mix_map(self.fused, (state.x, state.psi, grad), (alpha,))
         else:
             phi, psi = correct(state.x, state.psi, grad, alpha)
-            x_next = comm.mix(phi).mul_(c).add_(phi, alpha=1 - c)
+            x_next = comm.mix(phi).mul_(self.c).add_(phi, alpha=1 - self.c)
         return EDState(x=x_next, psi=psi, t=state.t + 1)

@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 
+from decentopt._schema import prefixed
 from decentopt.algorithms.gossips import Exact, Fields, Gossip
 from decentopt.algorithms.outer import Outer
 from decentopt.algorithms.outer import parse as parse_outer
+from decentopt.communicator import Communicator, Relaying
+from decentopt.schedules import LearningRate
 from decentopt.updates import FusedUpdate
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator, Relaying
-    from decentopt.schedules import LearningRate
 
 __all__ = ["Method", "MethodState", "as_method"]
 
@@ -176,10 +175,8 @@ class Method:
         error saying why it cannot take one."""
         if outer is None:
             return dataclasses.replace(self, outer=None)
-        try:
+        with prefixed(self.name):
             parsed = parse_outer(outer)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"{self.name}: {exc}") from None
         why = parsed.refuses(self.rule)
         if why:
             raise ValueError(f"{self.name} cannot take the outer optimizer {parsed.name}: {why}")

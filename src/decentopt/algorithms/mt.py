@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 
 from decentopt.algorithms.base import MomentumHyperParams, momentum_direction
 from decentopt.algorithms.registry import register
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
+from decentopt.communicator import Communicator
 
 
 class MTState(NamedTuple):

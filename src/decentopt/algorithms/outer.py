@@ -22,7 +22,7 @@ as they hold every field of the method.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -30,9 +30,7 @@ from decentopt._registry import Registry
 from decentopt._schema import bounded, check_fields, read_call
 from decentopt.algorithms.gossips.base import Fields
 from decentopt.algorithms.gossips.local import count_all_reduce
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
+from decentopt.communicator import Communicator
 
 __all__ = ["OUTERS", "Nesterov", "Outer", "parse", "register_outer"]
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from decentopt._checks import unknown_name
 from decentopt._registry import Registry
-from decentopt._schema import read_call
+from decentopt._schema import prefixed, read_call
 from decentopt.algorithms.gossips import GOSSIPS, Exact, Gossip, parse
 from decentopt.algorithms.method import Method, as_method
 from decentopt.algorithms.outer import Outer
@@ -187,10 +187,8 @@ def hyperparameters(method: str | type | Any) -> tuple[str, ...]:
 
 def compose(rule: Any, gossip: str | Gossip = "exact", alias: str = "") -> Method:
     """``rule`` with ``gossip``, or a one-line error saying why the pair cannot work."""
-    try:
+    with prefixed(rule.name):
         mixer = parse(gossip)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{rule.name}: {exc}") from None
     why = mixer.refuses(rule)
     if why:
         works = ", ".join(gossips_for(rule.name)) or "exact"
@@ -228,10 +226,8 @@ def _make(name: str, gossip: str | Gossip | None = None, **hyperparams: Any) -> 
                 f"{alias.rule} instead"
             )
         _check_keys(key, hyperparams, hyperparameters(key))
-        try:
+        with prefixed(key):
             mixer = cls(**given, **{k: v for k, v in hyperparams.items() if k in own})
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"{key}: {exc}") from None
         rule_hp = {k: v for k, v in hyperparams.items() if k not in own} | alias.fixed
         return compose(REGISTRY[alias.rule](**rule_hp), mixer, alias=key)
     cls = REGISTRY[key]

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 
 from decentopt.algorithms.base import MomentumHyperParams, check_initial_point, momentum_direction
 from decentopt.algorithms.registry import register
+from decentopt.communicator import Relaying
 from decentopt.updates import add_scaled
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Relaying
 
 
 class RelayState(NamedTuple):

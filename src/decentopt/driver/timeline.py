@@ -37,12 +37,12 @@ bit: it depends on the graph, the pace and the payload only.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
-from decentopt._schema import bounded
+from decentopt._schema import bounded, check_fields
 from decentopt.algorithms.gossips.delayed import Delayed
 from decentopt.algorithms.method import as_method
 from decentopt.comm.aged import AgedCommunicator
@@ -62,26 +62,6 @@ __all__ = [
 ]
 
 
-#: The time model's numbers, each between a lowest and a highest value (and a unit): within
-#: them every step's time, and so the clock of any run of up to 10^12 steps, stays finite in
-#: double precision (a step costs at most compute x factor x e^(noise x 40), lognormal draws
-#: beyond 40 sigma aside, plus its messages at latency + payload / bandwidth each).
-LIMITS: dict[str, tuple[float, float, str]] = {
-    "compute": (0.0, 1e9, " seconds"),
-    "noise": (0.0, 10.0, ""),
-    "factor": (1.0, 1e9, ""),
-    "latency": (0.0, 1e9, " seconds"),
-    "bandwidth": (1e-3, 1e300, " bytes/s"),
-}
-#: Why each limit is there, said with its error.
-WHY = {
-    "compute": "seconds per step; 1e9 is 30 years",
-    "noise": "the sigma of a step time's logarithm; at 10, one step in a thousand takes "
-    "1e13 times the median",
-    "factor": "how many times slower a slow agent is; 1 is not slower",
-    "latency": "seconds per message; 1e9 is 30 years",
-    "bandwidth": "bytes per second; at 1e-3 a kilobyte takes 30 years",
-}
 #: The largest seed of the time model's random stream (a 64-bit seed).
 MAX_TIMING_SEED = 2**63 - 1
 
@@ -90,41 +70,64 @@ MAX_TIMING_SEED = 2**63 - 1
 class TimeModel:
     """Compute time per step (seconds), its lognormal ``noise`` (sigma), the ``slow`` agents
     and their ``factor``, how often they move on (``moves_every`` steps, 0: never), the
-    links' ``latency`` (s per message) and ``bandwidth`` (bytes/s), and the ``seed``."""
+    links' ``latency`` (s per message) and ``bandwidth`` (bytes/s), and the ``seed``.
 
-    compute: float = bounded(1e-2, above=0)
-    noise: float = bounded(0.0, minimum=0)
-    slow: tuple[int, ...] = ()
-    factor: float = bounded(1.0, minimum=1)
+    Each number has limits (:data:`LIMITS`) within which every step's time, and so the
+    clock of any run of up to 10^12 steps, stays finite in double precision (a step costs
+    at most compute x factor x e^(noise x 40), lognormal draws beyond 40 sigma aside, plus
+    its messages at latency + payload / bandwidth each); the note of each says why."""
+
+    compute: float = bounded(
+        1e-2,
+        above=0,
+        limits=(0.0, 1e9),
+        unit=" seconds",
+        note="seconds per step; 1e9 is 30 years",
+    )
+    noise: float = bounded(
+        0.0,
+        minimum=0,
+        limits=(0.0, 10.0),
+        note="the sigma of a step time's logarithm; at 10, one step in a thousand takes "
+        "1e13 times the median",
+    )
+    slow: tuple[int, ...] = bounded((), minimum=0, message="names agents by index >= 0")
+    factor: float = bounded(
+        1.0,
+        minimum=1,
+        limits=(1.0, 1e9),
+        note="how many times slower a slow agent is; 1 is not slower",
+    )
     moves_every: int = bounded(0, minimum=0)
-    latency: float = bounded(5e-5, minimum=0)
-    bandwidth: float = bounded(1e9, above=0)
+    latency: float = bounded(
+        5e-5,
+        minimum=0,
+        limits=(0.0, 1e9),
+        unit=" seconds",
+        note="seconds per message; 1e9 is 30 years",
+    )
+    bandwidth: float = bounded(
+        1e9,
+        above=0,
+        limits=(1e-3, 1e300),
+        unit=" bytes/s",
+        note="bytes per second; at 1e-3 a kilobyte takes 30 years",
+    )
     seed: int = bounded(0, minimum=0, maximum=MAX_TIMING_SEED)
 
     def __post_init__(self) -> None:
-        for name, (low, high, unit) in LIMITS.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-                raise ValueError(f"TimeModel: {name} must be a number; got {value!r}")
-            if not low <= value <= high:
-                raise ValueError(
-                    f"TimeModel: {name} must be >= {low:g} and <= {high:g}{unit} ({WHY[name]}); "
-                    f"got {value!r}"
-                )
-        if self.compute <= 0:
-            raise ValueError(f"TimeModel: compute must be > 0 seconds; got {self.compute}")
-        bad = [a for a in self.slow if isinstance(a, bool) or not isinstance(a, int) or a < 0]
-        if bad:
-            raise ValueError(f"TimeModel: slow names agents by index >= 0; got {bad[0]!r}")
-        for name in ("moves_every", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"TimeModel: {name} must be a whole number >= 0; got {value!r}")
-        if self.seed > MAX_TIMING_SEED:
-            raise ValueError(f"TimeModel: seed must be <= 2**63 - 1 (64 bits); got {self.seed}")
+        check_fields(self, "TimeModel")
 
     def message_seconds(self, payload: float) -> float:
         return self.latency + payload / self.bandwidth
+
+
+#: The limits of the time model's numbers, ``(lowest, highest, unit)`` by name.
+LIMITS: dict[str, tuple[float, float, str]] = {
+    f.name: (*f.metadata["limits"], f.metadata["unit"])
+    for f in fields(TimeModel)
+    if f.metadata.get("limits")
+}
 
 
 def compute_times(model: TimeModel, n: int, steps: int) -> np.ndarray:

@@ -22,21 +22,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from decentopt._schema import check_fields
-
-if TYPE_CHECKING:
-    from decentopt.communicator import CommStats, Communicator, Elementwise
+from decentopt.communicator import CommStats, Communicator, Elementwise
 
 __all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Sends", "Through"]
 
 #: What a rule sends, per tensor of its one gossip round (the rule's ``sends``):
 #: ``VALUE``, an estimate the agents should agree on (an iterate); ``SUM``, a
 #: tracker whose sum over agents must be kept (gradient tracking's ``y``).
-VALUE, SUM = "value", "sum"
+VALUE = "value"
+SUM = "sum"
 
 #: The state a gossip keeps: field name -> tensor.
 Fields = dict[str, torch.Tensor]
@@ -57,7 +56,8 @@ class Channel:
     def __init__(
         self, comm: Communicator, fields: Fields, sends: Sends = (), gossip: Any = None
     ) -> None:
-        self.comm, self.gossip = comm, gossip  # the gossip whose round this is, if it needs it
+        self.comm = comm
+        self.gossip = gossip  # the gossip whose round this is, if it needs it
         self.state = dict(fields)
         self.sends = sends
         self.rounds_done = 0

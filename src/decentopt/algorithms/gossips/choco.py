@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from decentopt._schema import bounded
+from decentopt._schema import bounded, prefixed
 from decentopt.algorithms.gossips.base import Channel, Fields, Gossip
+from decentopt.communicator import Communicator, Elementwise
 from decentopt.compression import Compressor, Identity, parse, suggested_gamma
 from decentopt.updates import FusedUpdate, add_scaled
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator, Elementwise
 
 __all__ = ["Choco", "FusesChoco", "public_copies"]
 
@@ -98,10 +96,8 @@ class Choco(Gossip):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        try:
+        with prefixed("choco"):
             codec = parse(self.compression)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"choco: {exc}") from None
         given = self.gamma is not None
         object.__setattr__(self, "gamma", self.gamma if given else suggested_gamma(codec))
         object.__setattr__(self, "gamma_given", given)

@@ -46,16 +46,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from decentopt._schema import bounded
+from decentopt._schema import bounded, prefixed
 from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossip, Sends, Through
 from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
+from decentopt.communicator import Communicator
 
 __all__ = ["Delayed", "MixesAged", "SendsAhead", "self_weights"]
 
@@ -115,7 +113,8 @@ class Delayed(Gossip):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        tau, bound = self.tau, self.staleness
+        tau = self.tau
+        bound = self.staleness
         if bound is not None and tau == 0:
             raise ValueError(
                 "delayed: bounded staleness needs a delay tau >= 1 (messages of the current "
@@ -128,10 +127,8 @@ class Delayed(Gossip):
             )
         from decentopt.algorithms.gossips import parse  # the package imports this module
 
-        try:
+        with prefixed("delayed"):
             inner = parse(self.inner)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"delayed: {exc}") from None
         if not isinstance(inner, Exact | PushSum):
             raise ValueError(
                 f"delayed: {inner.name} gossip cannot be delayed (CHOCO's public copies must "
@@ -216,7 +213,9 @@ class _LateComm(Channel):
         self, comm: Communicator, history: Fields, tau: int, slots: int, bound: int | None
     ) -> None:
         super().__init__(comm, history)
-        self.history, self.tau, self.slots_sent = self.state, tau, slots
+        self.history = self.state
+        self.tau = tau
+        self.slots_sent = slots
         self.bound = tau if bound is None else bound
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -225,7 +224,8 @@ class _LateComm(Channel):
                 f"the rule mixed {len(zs)} tensors in one round; delayed gossip keeps the "
                 f"history of {self.slots_sent}"
             )
-        slots, lags = range(len(zs)), range(self.tau, 0, -1)
+        slots = range(len(zs))
+        lags = range(self.tau, 0, -1)
         old = [self.history[_history(k, self.tau)] for k in slots]
         diag = self_weights(self.comm, zs[0].shape[0])
         sent = [z.detach().clone() for z in zs]
@@ -259,7 +259,8 @@ class _DelayedChannel(Through):
 
     def __init__(self, inner: Channel, late: _LateComm) -> None:
         super().__init__(inner, {}, inner.sends)  # every call goes to the inner channel
-        self.inner, self.late = inner, late
+        self.inner = inner
+        self.late = late
 
     def fields(self) -> Fields:
         return {**self.inner.fields(), **self.late.history}

@@ -39,17 +39,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
-from decentopt._schema import bounded
+from decentopt._schema import bounded, prefixed
 from decentopt.algorithms.gossips.base import Channel, Exact, Fields, Gossip, Sends
 from decentopt.algorithms.gossips.push_sum import PushSum
-from decentopt.communicator import map_then_mix
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator, Elementwise
+from decentopt.communicator import Communicator
 
 __all__ = ["Local", "PeriodicGlobal", "count_all_reduce"]
 
@@ -61,7 +58,8 @@ def count_all_reduce(comm: Any, zs: Sequence[torch.Tensor]) -> None:
     if n == 1:
         return
     payload = sum(z[0].numel() * z.element_size() for z in zs)
-    part, messages = math.ceil(payload / n), 2 * (n - 1)
+    part = math.ceil(payload / n)
+    messages = 2 * (n - 1)
     rows = zs[0].shape[0]
     comm.stats.add_round(float(messages), messages, part, rows * messages * part)
 
@@ -71,26 +69,15 @@ class Silent(Channel):
 
     one_round: ClassVar[bool] = False
 
-    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return z.clone() if out is None else out.copy_(z)
-
-    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return [z.clone() for z in zs]
-
-    def mix_map(
-        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
-    ) -> tuple[torch.Tensor, ...]:
-        return map_then_mix(self, fn, tensors, scalars)  # type: ignore[arg-type]
-
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return self.mix_many(zs)
+        return [z.clone() for z in zs]
 
 
 class Averaging(Silent):
     """A round that averages exactly over all agents: one all-reduce (``comm.mean``) of the
     tensors of a call, packed, counted by :func:`count_all_reduce`."""
 
-    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         flats = [z.reshape(z.shape[0], -1) for z in zs]
         mean = self.comm.mean(torch.cat(flats, dim=1))
         count_all_reduce(self.comm, zs)
@@ -99,10 +86,6 @@ class Averaging(Silent):
             p.expand(f.shape).reshape(z.shape).clone()
             for p, f, z in zip(parts, flats, zs, strict=True)
         ]
-
-    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        mixed = self.mix_many([z])[0]
-        return mixed if out is None else out.copy_(mixed)
 
 
 @dataclass(frozen=True)
@@ -125,10 +108,8 @@ class _Step(Gossip):
 def _inner(owner: str, spec: str | Gossip) -> Gossip:
     from decentopt.algorithms.gossips import parse  # the package imports this module
 
-    try:
+    with prefixed(owner):
         inner = parse(spec)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{owner}: {exc}") from None
     if inner.name in ("delayed", "local", "periodic_global"):
         raise ValueError(
             f"{owner}: {inner.name} gossip cannot be the inner gossip (its rounds are counted "

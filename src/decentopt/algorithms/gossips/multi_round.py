@@ -27,27 +27,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import torch
 
 from decentopt._schema import bounded
 from decentopt.algorithms.gossips.base import Channel, Fields, Gossip, Sends
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
-    from decentopt.compression import Compressor
+from decentopt.communicator import Communicator
+from decentopt.compression import Compressor
 
 __all__ = ["MultiRound", "RoundsChannel"]
 
 Acceleration = Literal["none", "chebyshev"]
-
-
-def _check(rounds: object, acceleration: object, who: str = "") -> None:
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"{who}rounds must be a whole number >= 1; got {rounds!r}")
-    if acceleration not in ("none", "chebyshev"):
-        raise ValueError(f"{who}acceleration must be 'none' or 'chebyshev'; got {acceleration!r}")
 
 
 class RoundsChannel(Channel):
@@ -60,9 +51,11 @@ class RoundsChannel(Channel):
         self, comm: Communicator, rounds: int, acceleration: Acceleration = "chebyshev"
     ) -> None:
         super().__init__(comm, {})
-        _check(rounds, acceleration)
-        self.rounds, self.acceleration = rounds, acceleration
-        offers, wanted = comm.topology.offers, acceleration == "chebyshev" and rounds >= 2
+        checked = MultiRound(rounds, acceleration)  # the gossip's checks of its fields
+        self.rounds = checked.rounds
+        self.acceleration = checked.acceleration
+        offers = comm.topology.offers
+        wanted = self.acceleration == "chebyshev" and self.rounds >= 2
         if wanted and "symmetric" not in offers:
             raise ValueError(
                 f"Chebyshev acceleration needs a symmetric W; {comm.topology.name} is directed: "

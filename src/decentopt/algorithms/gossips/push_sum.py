@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from decentopt.algorithms.gossips.base import VALUE, Channel, Fields, Gossip, Sends
-
-if TYPE_CHECKING:
-    from decentopt.communicator import Communicator
+from decentopt.communicator import Communicator
 
 __all__ = ["PushSum", "push_weights"]
 
