@@ -89,7 +89,11 @@ __all__ = [
 
 #: The constructors (each with an optional ``seed=``): ``top_k(ratio)``, ``random_k(ratio)``,
 #: ``qsgd(bits=4)``, ``sign()``, ``none()``.
-top_k, random_k, qsgd, sign, none = TopK, RandomK, QSGD, ScaledSign, Identity
+top_k = TopK
+random_k = RandomK
+qsgd = QSGD
+sign = ScaledSign
+none = Identity
 
 
 def suggested_gamma(codec: str | Compressor) -> float:
