@@ -133,7 +133,7 @@ class CudaMixer(MixerBase):
         if call is None:
             return None
         if call.inputs[0].numel():
-            beta = float(scalars[1]) if len(scalars) > 1 else 0.0
-            settings = (float(scalars[0]), beta, call.nesterov, call.dampening)
-            self._launch(call.update.kind, call.inputs, call.outputs, *settings)
+            update = call.update
+            settings = (call.alpha, call.beta, update.nesterov, update.dampening)
+            self._launch(update.kind, call.inputs, call.outputs, *settings)
         return call.outputs
