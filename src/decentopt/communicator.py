@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
+from decentopt.topology import Network, TopologySchedule
+
 if TYPE_CHECKING:
     from decentopt.compression import Compressor
-    from decentopt.topology import Network
 
 __all__ = [
     "CommStats",
@@ -154,12 +156,33 @@ def slot_table(neighbors: Sequence[Sequence[int]]) -> tuple[np.ndarray, int]:
     return table, S
 
 
+def _totals(sent: np.ndarray) -> tuple[float, int, int]:
+    return float(sent.mean()), int(sent.max(initial=0)), int(sent.sum())
+
+
 class Shared:
     """What the simulated and the distributed communicators share: ``mix_many`` as one
     ``mix`` of the tensors packed column-wise, ``mix_map`` done plainly, the graph check
-    of ``exchange``."""
+    of ``exchange``, the messages of a round and their count."""
 
     topology: Network
+    stats: CommStats
+
+    @cached_property
+    def _static_messages(self) -> tuple[float, int, int]:
+        return _totals(self.topology.degrees)  # type: ignore[union-attr]
+
+    def _messages(self, at: int) -> tuple[float, int, int]:
+        """All agents' mean, largest and total number of messages at round ``at``."""
+        if isinstance(self.topology, TopologySchedule):
+            return _totals(self.topology.at(at).messages)
+        return self._static_messages
+
+    def _count(self, payload: int, sent: int | None = None) -> None:
+        """Count the current round, messages of ``payload`` bytes; ``sent`` bytes left this
+        process (by default every agent's messages: all agents live in this process)."""
+        mean, most, total = self._messages(self.stats.rounds)
+        self.stats.add_round(mean, most, payload, total * payload if sent is None else sent)
 
     def _fold(self, z: torch.Tensor) -> torch.Tensor:
         return z.reshape(z.shape[0], -1)
