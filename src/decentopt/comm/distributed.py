@@ -206,16 +206,18 @@ class DistributedCommunicator(Shared):
         """``t`` where the backend can send it: gloo sends and reduces host memory only."""
         return t.cpu() if self.backend == "gloo" and t.is_cuda else t
 
-    def _row(self, z: torch.Tensor, what: str) -> torch.Tensor:
-        if z.shape[0] != 1:
+    def _rows(self, z: torch.Tensor, what: str) -> torch.Tensor:
+        """``z`` as ``(k, -1)`` rows, ``k`` this process's agents, where the backend sends."""
+        k = self.agents_per_process
+        if z.shape[0] != k:
             raise ValueError(
-                f"a distributed rank owns one agent: {what} expects shape (1, ...); "
+                f"this process owns {k} agent(s): {what} expects shape ({k}, ...); "
                 f"got {tuple(z.shape)}"
             )
-        return self._host(z.detach().reshape(-1).contiguous())
+        return self._host(z.detach().reshape(k, -1).contiguous())
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        flat = self._row(z, "mix")
+        flat = self._rows(z, "mix")[0]
         self_weight, received = self._send_receive(flat)
         result = torch.mul(flat, self_weight)
         for _, w, buf in received:
@@ -243,11 +245,20 @@ class DistributedCommunicator(Shared):
         ``w_ii z_i(t - tau) + sum_j w_ij z_j(s_j)`` with ``t - bound <= s_j <= t - tau``:
         the newest message from ``j`` of that age, waiting only for the one of age ``bound``.
         The neighbours of round ``s + tau`` (the round that reads them) receive round ``s``."""
+        if self.agents_per_process * self.procs_per_agent > 1:
+            layout = (
+                f"{self.agents_per_process} agents per process"
+                if self.agents_per_process > 1
+                else f"{self.procs_per_agent} processes per agent"
+            )
+            raise ValueError(
+                f"delayed gossip keeps whole rows in flight between single processes: it needs "
+                f"one agent per process, not {layout}; use DistributedCommunicator, or a gossip "
+                "that is not delayed"
+            )
         tau = len(rounds) - 1
         r = self.stats.rounds
-        flats = [
-            self._row(torch.cat([z.reshape(1, -1) for z in zs], 1), "mix_posted") for zs in rounds
-        ]
+        flats = [self._host(torch.cat([z.detach().reshape(-1) for z in zs])) for zs in rounds]
         if bound > tau and isinstance(self.topology, TopologySchedule):
             raise ValueError(
                 "bounded staleness needs a static graph; give delayed(tau) no staleness"
@@ -313,8 +324,8 @@ class DistributedCommunicator(Shared):
         """``(Q(z), W Q(z))``: the encoded bytes of ``Q(z)`` go to every agent that reads this
         rank's row; the received ones are decoded (with their senders' random streams)."""
         codec = parse_compression(compression)
-        flat = self._row(z, "mix_compressed")
-        rows = rows_of(flat.view(1, -1), z)[0]
+        flat = self._rows(z, "mix_compressed")
+        rows = rows_of(flat, z)[0]
         r, k = rows.shape
         round_ = self.stats.rounds
         data = codec.encode(rows, self.rank, round_)

@@ -156,7 +156,7 @@ class GroupCommunicator(DistributedCommunicator):
 
     # ------------------------------------------------------------ gossip
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        flat = self._row(z, "mix")
+        flat = self._rows(z, "mix")[0]
         self_weight, neighbors, targets = self._links(self.rank)
         mine = self._shard(flat)
         received = [(self._process(j), w, torch.empty_like(mine)) for j, w in neighbors]
@@ -172,17 +172,6 @@ class GroupCommunicator(DistributedCommunicator):
         self._count(flat.numel() * flat.element_size(), sent)
         result = whole.to(z.device).view(z.shape)
         return result if out is None else out.copy_(result)
-
-    def mix_posted(
-        self, rounds: Sequence[Sequence[torch.Tensor]], bound: int
-    ) -> list[torch.Tensor]:
-        if self.procs_per_agent == 1:
-            return super().mix_posted(rounds, bound)
-        raise ValueError(
-            f"delayed gossip keeps whole rows in flight between single processes; it needs one "
-            f"agent per process, not {self.procs_per_agent}: use DistributedCommunicator, or "
-            "a gossip that is not delayed"
-        )
 
     # ------------------------------------------------------------ inside the agent
     def average_gradients(self, grad: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,6 @@ process) needs one agent per process and is refused in one line.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,15 +114,6 @@ class ManyAgentCommunicator(DistributedCommunicator):
         self._count(rows.shape[1] * rows.element_size(), sent)
         return torch.cat([rows, *received]), plan
 
-    def _rows(self, z: torch.Tensor, what: str) -> torch.Tensor:
-        k = self.agents_per_process
-        if z.shape[0] != k:
-            raise ValueError(
-                f"this process owns {k} agents: {what} expects shape ({k}, ...); "
-                f"got {tuple(z.shape)}"
-            )
-        return self._host(z.detach().reshape(k, -1).contiguous())
-
     # ------------------------------------------------------------ gossip
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         rows = self._rows(z, "mix")
@@ -154,12 +144,3 @@ class ManyAgentCommunicator(DistributedCommunicator):
         weights = torch.as_tensor(plan.weights, dtype=flat.dtype, device=flat.device)
         own = decoded[:k].to(z.device).view(z.shape)
         return own, (weights @ decoded).to(z.device).view(z.shape)
-
-    def mix_posted(
-        self, rounds: Sequence[Sequence[torch.Tensor]], bound: int
-    ) -> list[torch.Tensor]:
-        raise ValueError(
-            f"delayed gossip keeps rows in flight per process: it needs one agent per process, "
-            f"not {self.agents_per_process}; use DistributedCommunicator, or a gossip that is "
-            "not delayed"
-        )
