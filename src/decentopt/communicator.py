@@ -201,6 +201,11 @@ class Shared:
     ) -> tuple[torch.Tensor, ...]:
         return map_then_mix(self, fn, tensors, scalars)  # type: ignore[arg-type]
 
+    @property
+    def slots(self) -> int:
+        """Neighbour slots of ``exchange``: the graph's largest degree."""
+        return self._check_exchange()
+
     def _check_exchange(self, tensors: Sequence[torch.Tensor] = (), rows: int = 0) -> int:
         """The slots of ``exchange`` (the largest degree) over a static undirected graph, every
         tensor of ``tensors`` checked to be ``(rows, slots, ...)`` (rows: ``n``, or a rank's 1)."""

@@ -37,8 +37,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from decentopt.comm import leaving
-from decentopt.comm.base import CommStats, Shared, rows_of, slot_table
+from decentopt.comm import leaving, routes
+from decentopt.comm.base import CommStats, Shared, rows_of
 from decentopt.comm.posted import Stream
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
@@ -78,7 +78,7 @@ class DistributedCommunicator(Shared):
         self.world_size = dist.get_world_size(group)
         #: this process's (first) agent, its row of W: the rank itself, one agent per process
         self.rank = self._agent_of(dist.get_rank(group))
-        if topology.n != self._agents():
+        if topology.n != self._agent_of(self.world_size):
             raise ValueError(self._mismatch(topology.n))
         self.topology = topology
         self.timeout = timedelta(seconds=timeout)
@@ -91,6 +91,7 @@ class DistributedCommunicator(Shared):
         #: the ages of the messages its last round used, per row it reads (:meth:`_links`)
         self.ages: tuple[int, ...] = ()
         self._W: Any = None if isinstance(topology, TopologySchedule) else topology.W.numpy()
+        self._planned: tuple[int, routes.Plan | None] = (-2, None)  # (round or -1, plan)
 
     #: agents per process (:class:`~decentopt.comm.ManyAgentCommunicator`'s ``n / world``)
     agents_per_process = 1
@@ -101,10 +102,6 @@ class DistributedCommunicator(Shared):
         """The (first) agent a process runs."""
         return process // self.procs_per_agent * self.agents_per_process
 
-    def _agents(self) -> int:
-        """How many agents the job's processes run."""
-        return self._agent_of(self.world_size)
-
     def _mismatch(self, n: int) -> str:
         return (
             f"the topology has n = {n} agents but the job has {self.world_size} "
@@ -112,9 +109,7 @@ class DistributedCommunicator(Shared):
             f"torchrun --nproc-per-node {n})"
         )
 
-    def _links(
-        self, i: int, at: int | None = None
-    ) -> tuple[float, tuple[tuple[int, float], ...], tuple[int, ...]]:
+    def _links(self, i: int, at: int | None = None) -> routes.Links:
         """Agent ``i``'s self weight, the rows it reads (with their weights) and the agents
         that read its row at round ``at`` (the current one by default)."""
         graph = self.topology
@@ -216,24 +211,36 @@ class DistributedCommunicator(Shared):
             )
         return self._host(z.detach().reshape(k, -1).contiguous())
 
+    def _plan(self) -> routes.Plan:
+        """This round's plan (:mod:`~decentopt.comm.routes`), kept over a static graph."""
+        key = self.stats.rounds if isinstance(self.topology, TopologySchedule) else -1
+        if self._planned[0] != key:
+            links = [self._links(self.rank + a) for a in range(self.agents_per_process)]
+            self._planned = (key, routes.plan(links, self.rank))
+        return self._planned[1]
+
+    def _route(self, rows: torch.Tensor) -> tuple[routes.Plan, dict[int, torch.Tensor]]:
+        """One counted round: this process's ``(k, B)`` rows to the processes that read them,
+        theirs back; the plan, and every row its agents read (their own too) by agent."""
+        plan = self._plan()
+        k = self.agents_per_process
+        received = [rows.new_empty(len(agents), rows.shape[1]) for _, agents in plan.receives]
+        sent = self._p2p(
+            [(q, (rows if len(a) == k else rows[list(a)]).view(-1)) for q, a in plan.sends],
+            [(q, buf.view(-1)) for (q, _), buf in zip(plan.receives, received, strict=True)],
+        )
+        self._count(rows.shape[1] * rows.element_size(), sent)
+        by_agent = dict(zip(range(self.rank, self.rank + k), rows, strict=True))
+        for (_, agents), buf in zip(plan.receives, received, strict=True):
+            by_agent.update(zip(agents, buf, strict=True))
+        return plan, by_agent
+
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        flat = self._rows(z, "mix")[0]
-        self_weight, received = self._send_receive(flat)
-        result = torch.mul(flat, self_weight)
-        for _, w, buf in received:
-            result.add_(buf, alpha=w)
+        rows = self._rows(z, "mix")
+        plan, by_agent = self._route(rows)
+        result = routes.weigh(plan, self.rank, by_agent, torch.empty_like(rows))
         result = result.to(z.device).view(z.shape)
         return result if out is None else out.copy_(result)
-
-    def _send_receive(self, data: torch.Tensor) -> tuple[float, list[tuple[int, float, Any]]]:
-        """One counted round: ``data`` to every agent that reads this rank's row, each
-        neighbour's message into a buffer like it; this rank's self weight and, per
-        neighbour, ``(rank, weight, buffer)``."""
-        self_weight, neighbors, targets = self._links(self.rank)
-        received = [(j, w, torch.empty_like(data)) for j, w in neighbors]
-        sent = self._p2p([(k, data) for k in targets], [(j, buf) for j, _, buf in received])
-        self._count(data.numel() * data.element_size(), sent)
-        return self_weight, received
 
     def mix_posted(
         self, rounds: Sequence[Sequence[torch.Tensor]], bound: int
@@ -246,15 +253,11 @@ class DistributedCommunicator(Shared):
         the newest message from ``j`` of that age, waiting only for the one of age ``bound``.
         The neighbours of round ``s + tau`` (the round that reads them) receive round ``s``."""
         if self.agents_per_process * self.procs_per_agent > 1:
-            layout = (
-                f"{self.agents_per_process} agents per process"
-                if self.agents_per_process > 1
-                else f"{self.procs_per_agent} processes per agent"
-            )
             raise ValueError(
                 f"delayed gossip keeps whole rows in flight between single processes: it needs "
-                f"one agent per process, not {layout}; use DistributedCommunicator, or a gossip "
-                "that is not delayed"
+                f"one agent per process, not {self.agents_per_process} agent(s) per process and "
+                f"{self.procs_per_agent} process(es) per agent; use DistributedCommunicator, or "
+                "a gossip that is not delayed"
             )
         tau = len(rounds) - 1
         r = self.stats.rounds
@@ -321,31 +324,33 @@ class DistributedCommunicator(Shared):
     def mix_compressed(
         self, z: torch.Tensor, compression: str | Compressor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(Q(z), W Q(z))``: the encoded bytes of ``Q(z)`` go to every agent that reads this
-        rank's row; the received ones are decoded (with their senders' random streams)."""
+        """``(Q(z), W Q(z))``: each agent's encoded message travels; the received ones are
+        decoded with their sender agents' random streams."""
         codec = parse_compression(compression)
         flat = self._rows(z, "mix_compressed")
-        rows = rows_of(flat, z)[0]
-        r, k = rows.shape
+        per_agent = rows_of(flat, z)
+        _, r, k = per_agent.shape
         round_ = self.stats.rounds
-        data = codec.encode(rows, self.rank, round_)
-        self_weight, received = self._send_receive(data)
-        own = codec.decode(data, self.rank, round_, r, k, flat.dtype)
-        mixed = own * self_weight
-        for j, w, buf in received:
-            mixed.add_(codec.decode(buf, j, round_, r, k, flat.dtype), alpha=w)
+        first = self.rank
+        data = torch.stack([codec.encode(q, first + a, round_) for a, q in enumerate(per_agent)])
+        plan, messages = self._route(data)
+        decoded = {
+            j: codec.decode(m, j, round_, r, k, flat.dtype).reshape(-1) for j, m in messages.items()
+        }
+        own = torch.stack([decoded[first + a] for a in range(len(per_agent))])
+        mixed = routes.weigh(plan, first, decoded, torch.empty_like(own))
         return own.to(z.device).view(z.shape), mixed.to(z.device).view(z.shape)
 
-    @property
-    def slots(self) -> int:
-        return self._check_exchange()
+    @functools.cached_property
+    def _slots(self) -> routes.Slots:
+        return routes.slots(self.topology.neighbors, self.rank, self.agents_per_process)
 
     def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Slot ``s`` of each agent's tensors to its ``s``-th neighbour (in memory where that
         agent is on this process; else packed, per pair of processes, in ascending (sender,
         receiver) order); returns what each agent's neighbours sent it, in their slots
         (zeros past its degree)."""
-        k, first = self.agents_per_process, self.rank
+        k = self.agents_per_process
         S = self._check_exchange(tensors, k)
         if S == 0:  # one agent: a round without messages
             self._count(0, 0)
@@ -354,25 +359,12 @@ class DistributedCommunicator(Shared):
         widths = [r.shape[2] for r in rows]
         packed = torch.cat(rows, dim=2)
         received = torch.zeros_like(packed)
-        table, _ = slot_table(self.topology.neighbors)
-        slot = {(int(j), i): t for i in range(len(table)) for t, j in enumerate(table[i])}
-        out: dict[int, list[torch.Tensor]] = {}
-        into: dict[int, list[tuple[int, int]]] = {}
-        for i in range(self.topology.n):  # pairs (i, j) in ascending order on both sides
-            for s, j in enumerate(table[i]):
-                j = int(j)
-                mine, theirs = first <= i < first + k, first <= j < first + k
-                if j < 0 or not (mine or theirs):
-                    continue
-                if mine and theirs:
-                    received[j - first, slot[(i, j)]] = packed[i - first, s]
-                elif mine:
-                    out.setdefault(j // k, []).append(packed[i - first, s])
-                else:
-                    into.setdefault(i // k, []).append((j - first, slot[(i, j)]))
+        moves, out, into = self._slots
+        for (b, t), (a, s) in moves:
+            received[b, t] = packed[a, s]
         bufs = {q: packed.new_empty(len(pairs), packed.shape[2]) for q, pairs in into.items()}
         sent = self._p2p(
-            [(q, torch.stack(parts).view(-1)) for q, parts in out.items()],
+            [(q, torch.stack([packed[a] for a in pairs]).view(-1)) for q, pairs in out.items()],
             [(q, buf.view(-1)) for q, buf in bufs.items()],
         )
         for q, pairs in into.items():

@@ -100,7 +100,7 @@ class GroupCommunicator(DistributedCommunicator):
         P = self.procs_per_agent
         return (
             f"the topology has n = {n} agents but the job's {self.world_size} processes in "
-            f"agents of {P} make {self._agents()}; start {n * P} processes (torchrun "
+            f"agents of {P} make {self.world_size // P}; start {n * P} processes (torchrun "
             f"--nnodes {n} --nproc-per-node {P}, or decentopt launch -n {n * P} "
             f"--procs-per-agent {P})"
         )

@@ -193,11 +193,6 @@ class SimulatedCommunicator(Shared):
                 source[i, s] = j * table.shape[1] + self.topology.neighbors[j].index(i)
         return torch.from_numpy(source), torch.from_numpy(table >= 0)
 
-    @property
-    def slots(self) -> int:
-        """Neighbour slots of :meth:`exchange`: the largest number of neighbours."""
-        return int(self._slots[1].shape[1])
-
     def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """One round of a message per neighbour: ``tensors`` are ``(n, S, ...)`` with slot ``s``
         of agent ``i`` addressed to its ``s``-th neighbour (ascending); returns what each
