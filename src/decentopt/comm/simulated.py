@@ -200,7 +200,8 @@ class SimulatedCommunicator(Shared):
         source, valid = self._slots
         n, S = valid.shape
         self._check_exchange(tensors, n)
-        out, payload = [], 0
+        out = []
+        payload = 0
         if S == 0:  # nobody has a neighbour (one agent): a round without messages
             self._count(0)
             return [t.clone() for t in tensors]
