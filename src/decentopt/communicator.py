@@ -172,16 +172,13 @@ class Shared:
     def _static_messages(self) -> tuple[float, int, int]:
         return _totals(self.topology.degrees)  # type: ignore[union-attr]
 
-    def _messages(self, at: int) -> tuple[float, int, int]:
-        """All agents' mean, largest and total number of messages at round ``at``."""
-        if isinstance(self.topology, TopologySchedule):
-            return _totals(self.topology.at(at).messages)
-        return self._static_messages
-
     def _count(self, payload: int, sent: int | None = None) -> None:
         """Count the current round, messages of ``payload`` bytes; ``sent`` bytes left this
         process (by default every agent's messages: all agents live in this process)."""
-        mean, most, total = self._messages(self.stats.rounds)
+        if isinstance(self.topology, TopologySchedule):
+            mean, most, total = _totals(self.topology.at(self.stats.rounds).messages)
+        else:
+            mean, most, total = self._static_messages
         self.stats.add_round(mean, most, payload, total * payload if sent is None else sent)
 
     def _fold(self, z: torch.Tensor) -> torch.Tensor:

@@ -342,7 +342,7 @@ class DistributedCommunicator(Shared):
         return own.to(z.device).view(z.shape), mixed.to(z.device).view(z.shape)
 
     @functools.cached_property
-    def _slots(self) -> routes.Slots:
+    def _slots(self) -> tuple[list, dict, dict]:
         return routes.slots(self.topology.neighbors, self.rank, self.agents_per_process)
 
     def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:

@@ -110,13 +110,10 @@ class GroupCommunicator(DistributedCommunicator):
         return agent * self.procs_per_agent + self.position
 
     # ------------------------------------------------------------ shards
-    def _width(self, numel: int) -> int:
-        """Entries per shard: ``ceil(numel / P)`` (the last shards padded)."""
-        return max(1, math.ceil(numel / self.procs_per_agent))
-
     def _shard(self, flat: torch.Tensor) -> torch.Tensor:
-        """This position's shard of a flat message, padded to the shard width."""
-        c = self._width(flat.numel())
+        """This position's shard of a flat message: ``ceil(numel / P)`` entries (the last
+        shards padded)."""
+        c = max(1, math.ceil(flat.numel() / self.procs_per_agent))
         part = flat[self.position * c : (self.position + 1) * c]
         if part.numel() == c:
             return part.contiguous()

@@ -1,15 +1,6 @@
-"""Which rows a process sends and receives in a gossip round, and the mix it forms of them.
-
-A process runs agents ``first, ..., first + k - 1`` (``k = 1``: one agent per process;
-every process runs as many). In a round it sends, to each process whose agents read
-some of its agents' rows, those rows (each once) in one message, and receives the rows
-its agents read from the others; then every agent ``i`` it runs forms
-
-.. math::
-    (W z)_i = w_{ii} z_i + \\sum_{j \\in N_i} w_{ij} z_j
-
-from memory, summed in the order of its neighbours.
-"""
+"""Which rows a process running agents ``first, ..., first + k - 1`` sends and receives in a
+gossip round (each row once per process that reads it), and the mix ``(W z)_i = w_ii z_i +
+sum_j w_ij z_j`` it forms of them, summed in the order of agent ``i``'s neighbours."""
 
 from __future__ import annotations
 
@@ -20,16 +11,8 @@ import torch
 
 from decentopt.communicator import slot_table
 
-__all__ = ["Links", "Plan", "Slots", "plan", "slots", "weigh"]
+__all__ = ["Links", "Plan", "plan", "slots", "weigh"]
 
-#: For ``exchange``: the slots moved in memory, ``((b, t), (a, s))`` (received ``[b, t]``
-#: from sent ``[a, s]``, by local agent and slot), then by process the sent ``(a, s)`` to
-#: it and the received ``(b, t)`` from it, in ascending (sender, receiver) order.
-Slots = tuple[
-    list[tuple[tuple[int, int], tuple[int, int]]],
-    dict[int, list[tuple[int, int]]],
-    dict[int, list[tuple[int, int]]],
-]
 #: An agent's round: its self weight, the rows it reads (with their weights) and the agents
 #: that read its row.
 Links = tuple[float, tuple[tuple[int, float], ...], tuple[int, ...]]
@@ -73,9 +56,11 @@ def weigh(plan: Plan, first: int, rows: dict[int, torch.Tensor], out: torch.Tens
     return out
 
 
-def slots(neighbors: Sequence[Sequence[int]], first: int, k: int) -> Slots:
-    """The :data:`Slots` of the process running agents ``first, ..., first + k - 1`` over
-    a static undirected graph."""
+def slots(neighbors: Sequence[Sequence[int]], first: int, k: int) -> tuple[list, dict, dict]:
+    """For ``exchange`` over a static undirected graph: the slots moved in memory, ``((b, t),
+    (a, s))`` (received ``[b, t]`` from sent ``[a, s]``, by local agent and slot), then by
+    process the sent ``(a, s)`` to it and the received ``(b, t)`` from it, in ascending
+    (sender, receiver) order."""
     table, _ = slot_table(neighbors)
     slot = {(int(j), i): t for i in range(len(table)) for t, j in enumerate(table[i])}
     moves: list[tuple[tuple[int, int], tuple[int, int]]] = []

@@ -183,11 +183,6 @@ def installed_library() -> tuple[Library | None, str]:
     return None, "the package was installed without its compiled kernels"
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("DECENTOPT_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "decentopt"
-
-
 def _unsafe(path: Path) -> str:
     """Why ``path`` may not be trusted (another owner, writable by others); ``""`` if fine."""
     if not hasattr(os, "getuid"):  # no POSIX owners to check
@@ -256,7 +251,8 @@ def cached_library() -> tuple[Library | None, str]:
     recipe = json.dumps([build.COMMON_FLAGS, build.variants(), version, platform.machine()])
     key = hashlib.sha256(b"".join((HERE / s).read_bytes() for s in build.SOURCES))
     key.update(recipe.encode())
-    folder = _cache_dir()
+    root = os.environ.get("DECENTOPT_CACHE")
+    folder = Path(root) if root else Path.home() / ".cache" / "decentopt"
     why = _private_folder(folder)
     if why:
         return None, f"{why}; fix it (chmod 700) or set DECENTOPT_CACHE to a private folder"
