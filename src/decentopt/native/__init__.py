@@ -195,15 +195,6 @@ def _unsafe(path: Path) -> str:
     return ""
 
 
-def _private_folder(folder: Path) -> str:
-    """Create ``folder`` (``0700``) if needed; ``""`` when it is safe to build and load in."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        return f"the cache folder {folder} cannot be created ({exc.strerror or exc})"
-    return _unsafe(folder)
-
-
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -253,7 +244,12 @@ def cached_library() -> tuple[Library | None, str]:
     key.update(recipe.encode())
     root = os.environ.get("DECENTOPT_CACHE")
     folder = Path(root) if root else Path.home() / ".cache" / "decentopt"
-    why = _private_folder(folder)
+    try:  # created 0700 if needed, then checked to be safe to build and load in
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        why = f"the cache folder {folder} cannot be created ({exc.strerror or exc})"
+    else:
+        why = _unsafe(folder)
     if why:
         return None, f"{why}; fix it (chmod 700) or set DECENTOPT_CACHE to a private folder"
     target = folder / f"kernels-{key.hexdigest()[:16]}.so"
