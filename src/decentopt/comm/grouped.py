@@ -139,8 +139,6 @@ class GroupCommunicator(DistributedCommunicator):
     ) -> int:
         """Whole messages between agents, each link carrying this position's shard (the
         bytes returned); the received shards are gathered inside the agent into the buffers."""
-        if not sends and not receives:
-            return 0
         out = [(self._process(k), self._shard(t.reshape(-1))) for k, t in sends]
         bufs = [(j, self._shard(buf.reshape(-1)).clone()) for j, buf in receives]
         sent = super()._p2p(out, [(self._process(j), b) for j, b in bufs])
