@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
+from decentopt.topology import Network, TopologySchedule
+
 if TYPE_CHECKING:
     from decentopt.compression import Compressor
-    from decentopt.topology import Network
 
 __all__ = [
     "CommStats",
@@ -154,12 +156,30 @@ def slot_table(neighbors: Sequence[Sequence[int]]) -> tuple[np.ndarray, int]:
     return table, S
 
 
+def _totals(sent: np.ndarray) -> tuple[float, int, int]:
+    return float(sent.mean()), int(sent.max(initial=0)), int(sent.sum())
+
+
 class Shared:
     """What the simulated and the distributed communicators share: ``mix_many`` as one
     ``mix`` of the tensors packed column-wise, ``mix_map`` done plainly, the graph check
-    of ``exchange``."""
+    of ``exchange``, the messages of a round and their count."""
 
     topology: Network
+    stats: CommStats
+
+    @cached_property
+    def _static_messages(self) -> tuple[float, int, int]:
+        return _totals(self.topology.degrees)  # type: ignore[union-attr]
+
+    def _count(self, payload: int, sent: int | None = None) -> None:
+        """Count the current round, messages of ``payload`` bytes; ``sent`` bytes left this
+        process (by default every agent's messages: all agents live in this process)."""
+        if isinstance(self.topology, TopologySchedule):
+            mean, most, total = _totals(self.topology.at(self.stats.rounds).messages)
+        else:
+            mean, most, total = self._static_messages
+        self.stats.add_round(mean, most, payload, total * payload if sent is None else sent)
 
     def _fold(self, z: torch.Tensor) -> torch.Tensor:
         return z.reshape(z.shape[0], -1)
@@ -177,6 +197,11 @@ class Shared:
         self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[float] = ()
     ) -> tuple[torch.Tensor, ...]:
         return map_then_mix(self, fn, tensors, scalars)  # type: ignore[arg-type]
+
+    @property
+    def slots(self) -> int:
+        """Neighbour slots of ``exchange``: the graph's largest degree."""
+        return self._check_exchange()
 
     def _check_exchange(self, tensors: Sequence[torch.Tensor] = (), rows: int = 0) -> int:
         """The slots of ``exchange`` (the largest degree) over a static undirected graph, every

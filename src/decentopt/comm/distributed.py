@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from decentopt.comm import leaving
+from decentopt.comm import leaving, routes
 from decentopt.comm.base import CommStats, Shared, rows_of
 from decentopt.comm.posted import Stream
 from decentopt.compression import Compressor
@@ -76,9 +76,9 @@ class DistributedCommunicator(Shared):
             )
         self.group = group
         self.world_size = dist.get_world_size(group)
-        #: this process's agent (its row of W): the rank itself, one agent per process
+        #: this process's (first) agent, its row of W: the rank itself, one agent per process
         self.rank = self._agent_of(dist.get_rank(group))
-        if topology.n != self._agents():
+        if topology.n != self._agent_of(self.world_size):
             raise ValueError(self._mismatch(topology.n))
         self.topology = topology
         self.timeout = timedelta(seconds=timeout)
@@ -88,29 +88,19 @@ class DistributedCommunicator(Shared):
         self._store = leaving.register(self)  # where finished ranks say so
         #: the largest age, in rounds, of a neighbour's message used by delayed gossip
         self.oldest = 0
-        #: the ages of the messages its last round used, per neighbour (``neighbors``' order)
+        #: the ages of the messages its last round used, per row it reads (:meth:`_links`)
         self.ages: tuple[int, ...] = ()
-        if isinstance(topology, TopologySchedule):
-            self._schedule: TopologySchedule | None = topology
-            self.self_weight = 1.0
-            self.neighbors = ()
-            self.targets = ()
-            return
-        self._schedule = None
-        W = topology.W.numpy()
-        self.self_weight = float(W[self.rank, self.rank])
-        self.neighbors = tuple((j, float(W[self.rank, j])) for j in topology.neighbors[self.rank])
-        self.targets = tuple(topology.out_neighbors[self.rank])
-        degrees = topology.degrees
-        self._messages = (float(degrees.mean()), int(degrees.max(initial=0)))
+        self._W: Any = None if isinstance(topology, TopologySchedule) else topology.W.numpy()
+        self._planned: tuple[int, routes.Plan | None] = (-2, None)  # (round or -1, plan)
+
+    #: agents per process (:class:`~decentopt.comm.ManyAgentCommunicator`'s ``n / world``)
+    agents_per_process = 1
+    #: processes per agent (:class:`~decentopt.comm.GroupCommunicator`'s)
+    procs_per_agent = 1
 
     def _agent_of(self, process: int) -> int:
-        """The agent a process runs: its own, one agent per process."""
-        return process
-
-    def _agents(self) -> int:
-        """How many agents the job's processes run."""
-        return self.world_size
+        """The (first) agent a process runs."""
+        return process // self.procs_per_agent * self.agents_per_process
 
     def _mismatch(self, n: int) -> str:
         return (
@@ -119,23 +109,19 @@ class DistributedCommunicator(Shared):
             f"torchrun --nproc-per-node {n})"
         )
 
-    def _round(
-        self, at: int | None = None
-    ) -> tuple[float, tuple[tuple[int, float], ...], tuple[int, ...], float, int]:
-        """This rank's self weight, the rows it reads (with their weights) and the agents it
-        sends to at round ``at`` (the current one by default), and all agents' mean and
-        largest number of messages."""
-        if self._schedule is None:
-            return self.self_weight, self.neighbors, self.targets, *self._messages
-        this_round = self._schedule.at(self.stats.rounds if at is None else at)
-        sent = this_round.messages
-        return (
-            float(this_round.self_weight[self.rank]),
-            this_round.neighbours(self.rank),
-            this_round.targets(self.rank),
-            float(sent.mean()),
-            int(sent.max(initial=0)),
-        )
+    def _links(self, i: int, at: int | None = None) -> routes.Links:
+        """Agent ``i``'s self weight, the rows it reads (with their weights) and the agents
+        that read its row at round ``at`` (the current one by default)."""
+        graph = self.topology
+        if isinstance(graph, TopologySchedule):
+            this_round = graph.at(self.stats.rounds if at is None else at)
+            return (
+                float(this_round.self_weight[i]),
+                this_round.neighbours(i),
+                this_round.targets(i),
+            )
+        reads = tuple((j, float(self._W[i, j])) for j in graph.neighbors[i])
+        return float(self._W[i, i]), reads, tuple(graph.out_neighbors[i])
 
     # ----------------------------------------------------------------- checks
     def check_consistency(self, extra: str = "") -> None:
@@ -156,14 +142,15 @@ class DistributedCommunicator(Shared):
         self,
         sends: Sequence[tuple[int, torch.Tensor]],
         receives: Sequence[tuple[int, torch.Tensor]],
-    ) -> None:
-        """Send and receive these messages in one batch; a peer that does not deliver within
-        ``timeout`` raises :class:`PeerFailure` naming it, this rank and the round."""
+    ) -> int:
+        """Send and receive these messages in one batch, and return the bytes sent; a peer
+        that does not deliver within ``timeout`` raises :class:`PeerFailure` naming it, this
+        rank and the round."""
         calls = [(dist.isend, *m) for m in sends] + [(dist.irecv, *m) for m in receives]
         ops = [dist.P2POp(op, tensor, j, group=self.group) for op, j, tensor in calls]
         peers = [j for _, j, _ in calls]
         if not ops:
-            return
+            return 0
         start = time.monotonic()
         peer = None
         try:
@@ -186,11 +173,12 @@ class DistributedCommunicator(Shared):
                 or f"rank {self.rank}: gossip round {self.stats.rounds} failed {how} waiting for "
                 f"{who}: it died, hung or disconnected. Underlying error: {exc}"
             ) from None
+        return sum(t.numel() * t.element_size() for _, t in sends)
 
     def _finished(self, peer: int, made: int) -> str | None:
         """The line for a ``peer`` that finished normally while this rank has made (or
         started) ``made`` rounds; None where it did not say so (it died or hung)."""
-        return leaving.finished_line(self._store, self.rank, peer, made)
+        return leaving.finished_line(self._store, self.rank, self._agent_of(peer), made)
 
     def _wait(self, work: dist.Work) -> None:
         """Wait for ``work``, at most ``timeout`` where the backend takes one (gloo)."""
@@ -213,33 +201,46 @@ class DistributedCommunicator(Shared):
         """``t`` where the backend can send it: gloo sends and reduces host memory only."""
         return t.cpu() if self.backend == "gloo" and t.is_cuda else t
 
-    def _row(self, z: torch.Tensor, what: str) -> torch.Tensor:
-        if z.shape[0] != 1:
+    def _rows(self, z: torch.Tensor, what: str) -> torch.Tensor:
+        """``z`` as ``(k, -1)`` rows, ``k`` this process's agents, where the backend sends."""
+        k = self.agents_per_process
+        if z.shape[0] != k:
             raise ValueError(
-                f"a distributed rank owns one agent: {what} expects shape (1, ...); "
+                f"this process owns {k} agent(s): {what} expects shape ({k}, ...); "
                 f"got {tuple(z.shape)}"
             )
-        return self._host(z.detach().reshape(-1).contiguous())
+        return self._host(z.detach().reshape(k, -1).contiguous())
+
+    def _plan(self) -> routes.Plan:
+        """This round's plan (:mod:`~decentopt.comm.routes`), kept over a static graph."""
+        key = self.stats.rounds if isinstance(self.topology, TopologySchedule) else -1
+        if self._planned[0] != key:
+            links = [self._links(self.rank + a) for a in range(self.agents_per_process)]
+            self._planned = (key, routes.plan(links, self.rank))
+        return self._planned[1]
+
+    def _route(self, rows: torch.Tensor) -> tuple[routes.Plan, dict[int, torch.Tensor]]:
+        """One counted round: this process's ``(k, B)`` rows to the processes that read them,
+        theirs back; the plan, and every row its agents read (their own too) by agent."""
+        plan = self._plan()
+        k = self.agents_per_process
+        received = [rows.new_empty(len(agents), rows.shape[1]) for _, agents in plan.receives]
+        sent = self._p2p(
+            [(q, (rows if len(a) == k else rows[list(a)]).view(-1)) for q, a in plan.sends],
+            [(q, buf.view(-1)) for (q, _), buf in zip(plan.receives, received, strict=True)],
+        )
+        self._count(rows.shape[1] * rows.element_size(), sent)
+        by_agent = dict(zip(range(self.rank, self.rank + k), rows, strict=True))
+        for (_, agents), buf in zip(plan.receives, received, strict=True):
+            by_agent.update(zip(agents, buf, strict=True))
+        return plan, by_agent
 
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        flat = self._row(z, "mix")
-        self_weight, received = self._send_receive(flat)
-        result = torch.mul(flat, self_weight)
-        for _, w, buf in received:
-            result.add_(buf, alpha=w)
+        rows = self._rows(z, "mix")
+        plan, by_agent = self._route(rows)
+        result = routes.weigh(plan, self.rank, by_agent, torch.empty_like(rows))
         result = result.to(z.device).view(z.shape)
         return result if out is None else out.copy_(result)
-
-    def _send_receive(self, data: torch.Tensor) -> tuple[float, list[tuple[int, float, Any]]]:
-        """One counted round: ``data`` to every agent that reads this rank's row, each
-        neighbour's message into a buffer like it; this rank's self weight and, per
-        neighbour, ``(rank, weight, buffer)``."""
-        self_weight, neighbors, targets, mean_messages, max_messages = self._round()
-        received = [(j, w, torch.empty_like(data)) for j, w in neighbors]
-        self._p2p([(k, data) for k in targets], [(j, buf) for j, _, buf in received])
-        payload = data.numel() * data.element_size()
-        self.stats.add_round(mean_messages, max_messages, payload, len(targets) * payload)
-        return self_weight, received
 
     def mix_posted(
         self, rounds: Sequence[Sequence[torch.Tensor]], bound: int
@@ -251,12 +252,17 @@ class DistributedCommunicator(Shared):
         ``w_ii z_i(t - tau) + sum_j w_ij z_j(s_j)`` with ``t - bound <= s_j <= t - tau``:
         the newest message from ``j`` of that age, waiting only for the one of age ``bound``.
         The neighbours of round ``s + tau`` (the round that reads them) receive round ``s``."""
+        if self.agents_per_process * self.procs_per_agent > 1:
+            raise ValueError(
+                f"delayed gossip keeps whole rows in flight between single processes: it needs "
+                f"one agent per process, not {self.agents_per_process} agent(s) per process and "
+                f"{self.procs_per_agent} process(es) per agent; use DistributedCommunicator, or "
+                "a gossip that is not delayed"
+            )
         tau = len(rounds) - 1
         r = self.stats.rounds
-        flats = [
-            self._row(torch.cat([z.reshape(1, -1) for z in zs], 1), "mix_posted") for zs in rounds
-        ]
-        if bound > tau and self._schedule is not None:
+        flats = [self._host(torch.cat([z.detach().reshape(-1) for z in zs])) for zs in rounds]
+        if bound > tau and isinstance(self.topology, TopologySchedule):
             raise ValueError(
                 "bounded staleness needs a static graph; give delayed(tau) no staleness"
             )
@@ -271,15 +277,14 @@ class DistributedCommunicator(Shared):
             for k, flat in enumerate(flats[:-1]):  # the rounds before this stream's first
                 self._post(stream, flat, r + k)
         self._post(stream, flats[-1], r + tau)
-        self_weight, neighbors, _, mean_messages, max_messages = self._round()
+        self_weight, neighbors, _ = self._links(self.rank)
         received, age = stream.take([j for j, _ in neighbors], tau, bound, self._late)
         self.oldest = max(self.oldest, age)
         self.ages = tuple(stream.posted - 1 - stream.latest[j].round for j, _ in neighbors)
         self._streams[id(rounds[1][0])] = stream
         stream.key = weakref.ref(rounds[1][0])
         payload = flats[-1].numel() * flats[-1].element_size()
-        targets = self._round(r + tau)[2]
-        self.stats.add_round(mean_messages, max_messages, payload, len(targets) * payload)
+        self._count(payload, len(self._links(self.rank, r + tau)[2]) * payload)
         mixed = flats[0] * self_weight
         for (_, w), buf in zip(neighbors, received, strict=True):
             mixed.add_(buf, alpha=w)
@@ -287,7 +292,7 @@ class DistributedCommunicator(Shared):
         return [p.view(z.shape) for p, z in zip(parts, rounds[0], strict=True)]
 
     def _post(self, stream: Stream, flat: torch.Tensor, reader_round: int) -> None:
-        _, neighbors, targets, _, _ = self._round(reader_round)
+        _, neighbors, targets = self._links(self.rank, reader_round)
         ops = (
             lambda t, k: dist.isend(t, k, group=self.group),
             lambda t, j: dist.irecv(t, j, group=self.group),
@@ -319,54 +324,64 @@ class DistributedCommunicator(Shared):
     def mix_compressed(
         self, z: torch.Tensor, compression: str | Compressor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(Q(z), W Q(z))``: the encoded bytes of ``Q(z)`` go to every agent that reads this
-        rank's row; the received ones are decoded (with their senders' random streams)."""
+        """``(Q(z), W Q(z))``: each agent's encoded message travels; the received ones are
+        decoded with their sender agents' random streams."""
         codec = parse_compression(compression)
-        flat = self._row(z, "mix_compressed")
-        rows = rows_of(flat.view(1, -1), z)[0]
-        r, k = rows.shape
+        flat = self._rows(z, "mix_compressed")
+        per_agent = rows_of(flat, z)
+        _, r, k = per_agent.shape
         round_ = self.stats.rounds
-        data = codec.encode(rows, self.rank, round_)
-        self_weight, received = self._send_receive(data)
-        own = codec.decode(data, self.rank, round_, r, k, flat.dtype)
-        mixed = own * self_weight
-        for j, w, buf in received:
-            mixed.add_(codec.decode(buf, j, round_, r, k, flat.dtype), alpha=w)
+        first = self.rank
+        data = torch.stack([codec.encode(q, first + a, round_) for a, q in enumerate(per_agent)])
+        plan, messages = self._route(data)
+        decoded = {
+            j: codec.decode(m, j, round_, r, k, flat.dtype).reshape(-1) for j, m in messages.items()
+        }
+        own = torch.stack([decoded[first + a] for a in range(len(per_agent))])
+        mixed = routes.weigh(plan, first, decoded, torch.empty_like(own))
         return own.to(z.device).view(z.shape), mixed.to(z.device).view(z.shape)
 
-    @property
-    def slots(self) -> int:
-        return self._check_exchange()
+    @functools.cached_property
+    def _slots(self) -> tuple[list, dict, dict]:
+        return routes.slots(self.topology.neighbors, self.rank, self.agents_per_process)
 
     def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Slot ``s`` of every tensor (packed into one message) to the ``s``-th neighbour;
-        returns what each neighbour sent, in its slot (zeros past this agent's degree)."""
-        S = self._check_exchange(tensors, 1)
-        peers = [j for j, _ in self.neighbors]
+        """Slot ``s`` of each agent's tensors to its ``s``-th neighbour (in memory where that
+        agent is on this process; else packed, per pair of processes, in ascending (sender,
+        receiver) order); returns what each agent's neighbours sent it, in their slots
+        (zeros past its degree)."""
+        k = self.agents_per_process
+        S = self._check_exchange(tensors, k)
         if S == 0:  # one agent: a round without messages
-            self.stats.add_round(*self._messages, 0, 0)
+            self._count(0, 0)
             return [t.clone() for t in tensors]
-        rows = [self._row(t, "exchange").view(S, -1) for t in tensors]
-        widths = [r.shape[1] for r in rows]
-        packed = torch.cat(rows, dim=1) if len(rows) > 1 else rows[0]
+        rows = [self._host(t.detach().reshape(k, S, -1)) for t in tensors]
+        widths = [r.shape[2] for r in rows]
+        packed = torch.cat(rows, dim=2)
         received = torch.zeros_like(packed)
-        self._p2p(
-            [(j, packed[s].contiguous()) for s, j in enumerate(peers)],
-            [(j, received[s]) for s, j in enumerate(peers)],
+        moves, out, into = self._slots
+        for (b, t), (a, s) in moves:
+            received[b, t] = packed[a, s]
+        bufs = {q: packed.new_empty(len(pairs), packed.shape[2]) for q, pairs in into.items()}
+        sent = self._p2p(
+            [(q, torch.stack([packed[a] for a in pairs]).view(-1)) for q, pairs in out.items()],
+            [(q, buf.view(-1)) for q, buf in bufs.items()],
         )
-        payload = packed.shape[1] * packed.element_size()
-        self.stats.add_round(*self._messages, payload, len(peers) * payload)
-        parts = received.to(tensors[0].device).split(widths, dim=1)
+        for q, pairs in into.items():
+            for (b, t), row in zip(pairs, bufs[q], strict=True):
+                received[b, t] = row
+        self._count(packed.shape[2] * packed.element_size(), sent)
+        parts = received.to(tensors[0].device).split(widths, dim=2)
         return [p.reshape(t.shape) for p, t in zip(parts, tensors, strict=True)]
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
-        """Exact average over all ranks; a rank that does not join within ``timeout``
-        raises :class:`PeerFailure` on the others (gloo)."""
-        total = self._host(z.detach().clone())
+        """Exact average over all agents of all processes; a process that does not join
+        within ``timeout`` raises :class:`PeerFailure` on the others (gloo)."""
+        total = self._host(z.detach().sum(dim=0, keepdim=True))
         work = dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
         what = "an average over all ranks (all_reduce)"
         self.await_collective(work, what, "a rank died, hung or disconnected")
-        return (total / self.world_size).to(z.device)
+        return (total / (self.world_size * self.agents_per_process)).to(z.device)
 
     def barrier(self, stage: str) -> None:
         """Wait for every rank; name the ranks that did not arrive within ``timeout``."""

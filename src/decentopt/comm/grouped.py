@@ -93,21 +93,14 @@ class GroupCommunicator(DistributedCommunicator):
         self.position = dist.get_rank() % P  # this process's place in its agent
         #: the agent's processes (every process builds every agent's group, in order)
         self.agent_group, _ = dist.new_subgroups(group_size=P)
-        self._sent = 0  # bytes this process put on links to other agents, since the round began
         super().__init__(topology, timeout=timeout)
 
     # ------------------------------------------------------------ placement
-    def _agent_of(self, process: int) -> int:
-        return process // self.procs_per_agent
-
-    def _agents(self) -> int:
-        return self.world_size // self.procs_per_agent
-
     def _mismatch(self, n: int) -> str:
         P = self.procs_per_agent
         return (
             f"the topology has n = {n} agents but the job's {self.world_size} processes in "
-            f"agents of {P} make {self._agents()}; start {n * P} processes (torchrun "
+            f"agents of {P} make {self.world_size // P}; start {n * P} processes (torchrun "
             f"--nnodes {n} --nproc-per-node {P}, or decentopt launch -n {n * P} "
             f"--procs-per-agent {P})"
         )
@@ -116,17 +109,11 @@ class GroupCommunicator(DistributedCommunicator):
         """The process at this one's position in ``agent``."""
         return agent * self.procs_per_agent + self.position
 
-    def _finished(self, peer: int, made: int) -> str | None:
-        return super()._finished(self._agent_of(peer), made)
-
     # ------------------------------------------------------------ shards
-    def _width(self, numel: int) -> int:
-        """Entries per shard: ``ceil(numel / P)`` (the last shards padded)."""
-        return max(1, math.ceil(numel / self.procs_per_agent))
-
     def _shard(self, flat: torch.Tensor) -> torch.Tensor:
-        """This position's shard of a flat message, padded to the shard width."""
-        c = self._width(flat.numel())
+        """This position's shard of a flat message: ``ceil(numel / P)`` entries (the last
+        shards padded)."""
+        c = max(1, math.ceil(flat.numel() / self.procs_per_agent))
         part = flat[self.position * c : (self.position + 1) * c]
         if part.numel() == c:
             return part.contiguous()
@@ -149,28 +136,26 @@ class GroupCommunicator(DistributedCommunicator):
         self,
         sends: Sequence[tuple[int, torch.Tensor]],
         receives: Sequence[tuple[int, torch.Tensor]],
-    ) -> None:
-        """Whole messages between agents, each link carrying this position's shard; the
-        received shards are gathered inside the agent into the buffers."""
-        if not sends and not receives:
-            return
+    ) -> int:
+        """Whole messages between agents, each link carrying this position's shard (the
+        bytes returned); the received shards are gathered inside the agent into the buffers."""
         out = [(self._process(k), self._shard(t.reshape(-1))) for k, t in sends]
         bufs = [(j, self._shard(buf.reshape(-1)).clone()) for j, buf in receives]
-        super()._p2p(out, [(self._process(j), b) for j, b in bufs])
-        self._sent += sum(t.numel() * t.element_size() for _, t in out)
+        sent = super()._p2p(out, [(self._process(j), b) for j, b in bufs])
         if receives:
             numel = receives[0][1].numel()
             whole = self._gather(torch.stack([b for _, b in bufs]), numel, "gathering messages")
             for (_, buf), row in zip(receives, whole, strict=True):
                 buf.view(-1).copy_(row)
+        return sent
 
     # ------------------------------------------------------------ gossip
     def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        flat = self._row(z, "mix")
-        self_weight, neighbors, targets, mean_messages, max_messages = self._round()
+        flat = self._rows(z, "mix")[0]
+        self_weight, neighbors, targets = self._links(self.rank)
         mine = self._shard(flat)
         received = [(self._process(j), w, torch.empty_like(mine)) for j, w in neighbors]
-        DistributedCommunicator._p2p(
+        sent = DistributedCommunicator._p2p(
             self,
             [(self._process(k), mine) for k in targets],
             [(j, buf) for j, _, buf in received],
@@ -179,38 +164,9 @@ class GroupCommunicator(DistributedCommunicator):
         for _, w, buf in received:
             mixed.add_(buf, alpha=w)
         whole = self._gather(mixed[None], flat.numel(), "gathering the mixed row")[0]
-        payload = flat.numel() * flat.element_size()
-        sent = len(targets) * mine.numel() * mine.element_size()
-        self.stats.add_round(mean_messages, max_messages, payload, sent)
+        self._count(flat.numel() * flat.element_size(), sent)
         result = whole.to(z.device).view(z.shape)
         return result if out is None else out.copy_(result)
-
-    def _send_receive(self, data: torch.Tensor) -> tuple[float, list[tuple[int, float, Any]]]:
-        self_weight, neighbors, targets, mean_messages, max_messages = self._round()
-        received = [(j, w, torch.empty_like(data)) for j, w in neighbors]
-        self._sent = 0
-        self._p2p([(k, data) for k in targets], [(j, buf) for j, _, buf in received])
-        payload = data.numel() * data.element_size()
-        self.stats.add_round(mean_messages, max_messages, payload, self._sent)
-        return self_weight, received
-
-    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        self._sent = 0
-        before = self.stats.bytes_sent
-        result = super().exchange(tensors)
-        self.stats.bytes_sent = before + self._sent
-        return result
-
-    def mix_posted(
-        self, rounds: Sequence[Sequence[torch.Tensor]], bound: int
-    ) -> list[torch.Tensor]:
-        if self.procs_per_agent == 1:
-            return super().mix_posted(rounds, bound)
-        raise ValueError(
-            f"delayed gossip keeps whole rows in flight between single processes; it needs one "
-            f"agent per process, not {self.procs_per_agent}: use DistributedCommunicator, or "
-            "a gossip that is not delayed"
-        )
 
     # ------------------------------------------------------------ inside the agent
     def average_gradients(self, grad: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ from decentopt.comm.mixers import Mixer, chain
 from decentopt.communicator import CommStats, Elementwise, Shared, map_then_mix, rows_of, slot_table
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
-from decentopt.topology import Graph, Network, TopologySchedule
+from decentopt.topology import Network, TopologySchedule
 
 __all__ = ["SimulatedCommunicator"]
 
@@ -48,15 +48,14 @@ class SimulatedCommunicator(Shared):
                 f"a time-varying topology mixes with its own per-round kernel; leave "
                 f"kernel='auto' (got {kernel!r})"
             )
-        self.topology, self.kernel, self.n, self.stats = topology, kernel, topology.n, CommStats()
+        self.topology = topology
+        self.kernel = kernel
+        self.n = topology.n
+        self.stats = CommStats()
         self.mixers: tuple[Mixer, ...] = chain(topology, kernel)
         #: What ran the last compressed round: a mixer's name (its fused kernel) or why
         #: none did (the round was compressed, then mixed); "" before any.
         self.compressed_kernel = ""
-        if isinstance(topology, Graph):
-            degrees = topology.degrees
-            self._messages = (float(degrees.mean()), int(degrees.max(initial=0)))
-            self._edges = int(degrees.sum())
 
     def mixer_for(self, flat: torch.Tensor) -> Mixer:
         """The mixer that takes a folded ``(n, k)`` state."""
@@ -67,16 +66,6 @@ class SimulatedCommunicator(Shared):
         if why:
             raise ValueError(f"kernel={self.kernel!r} cannot mix this state: {why}")
         return mixer
-
-    def _count(self, payload: int) -> None:
-        """Count one gossip round of ``payload`` bytes per message."""
-        if isinstance(self.topology, TopologySchedule):
-            sent = self.topology.at(self.stats.rounds).messages
-            self.stats.add_round(
-                float(sent.mean()), int(sent.max(initial=0)), payload, int(sent.sum()) * payload
-            )
-        else:
-            self.stats.add_round(*self._messages, payload, self._edges * payload)
 
     def add_rounds(self, rounds: int, payload: int) -> None:
         """Count ``rounds`` rounds of ``payload`` bytes per message, mixed elsewhere (the
@@ -204,11 +193,6 @@ class SimulatedCommunicator(Shared):
                 source[i, s] = j * table.shape[1] + self.topology.neighbors[j].index(i)
         return torch.from_numpy(source), torch.from_numpy(table >= 0)
 
-    @property
-    def slots(self) -> int:
-        """Neighbour slots of :meth:`exchange`: the largest number of neighbours."""
-        return int(self._slots[1].shape[1])
-
     def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """One round of a message per neighbour: ``tensors`` are ``(n, S, ...)`` with slot ``s``
         of agent ``i`` addressed to its ``s``-th neighbour (ascending); returns what each
@@ -216,7 +200,8 @@ class SimulatedCommunicator(Shared):
         source, valid = self._slots
         n, S = valid.shape
         self._check_exchange(tensors, n)
-        out, payload = [], 0
+        out = []
+        payload = 0
         if S == 0:  # nobody has a neighbour (one agent): a round without messages
             self._count(0)
             return [t.clone() for t in tensors]

@@ -66,13 +66,6 @@ MAX_WIDTH = 8192
 #: decentopt_cpu_level's answer -> the variants that CPU runs, best first.
 _RUNS = {2: ("avx512", "avx2", "generic"), 1: ("avx2", "generic"), 0: ("generic",)}
 
-_F32 = ctypes.c_float
-_F64 = ctypes.c_double
-_P = ctypes.c_void_p
-_I64 = ctypes.c_int64
-_INT = ctypes.c_int
-
-
 #: Every exported function's arguments in order, as the C headers declare them (api.c,
 #: blocks.c, logistic.h, quadratic.h): a type and a name each. ``scalar`` is the variant's
 #: float type, ``T*`` a pointer to a ``T``, ``ptr[]`` an array of pointers.
@@ -109,14 +102,14 @@ _DECLARATIONS = {
 def _signatures(scalar: type) -> dict[str, list]:
     """The ctypes argument types of :data:`_DECLARATIONS` for the variant of ``scalar``."""
     types: dict[str, Any] = {
-        "int": _INT,
-        "i64": _I64,
-        "f64": _F64,
+        "int": ctypes.c_int,
+        "i64": ctypes.c_int64,
+        "f64": ctypes.c_double,
         "scalar": scalar,
-        "ptr": _P,
-        "ptr[]": ctypes.POINTER(_P),
-        "i64*": ctypes.POINTER(_I64),
-        "f64*": ctypes.POINTER(_F64),
+        "ptr": ctypes.c_void_p,
+        "ptr[]": ctypes.POINTER(ctypes.c_void_p),
+        "i64*": ctypes.POINTER(ctypes.c_int64),
+        "f64*": ctypes.POINTER(ctypes.c_double),
         "scalar*": ctypes.POINTER(scalar),
     }
     return {
@@ -141,7 +134,7 @@ class Library:
         if variant not in self.variants:
             raise ValueError(f"this CPU or library has no {variant!r} variant: {self.variants}")
         fn = getattr(self.handle, f"{name}_{suffix}_{variant}")
-        fn.argtypes = _signatures(_F32 if suffix == "f32" else _F64)[name]
+        fn.argtypes = _signatures(ctypes.c_float if suffix == "f32" else ctypes.c_double)[name]
         fn.restype = ctypes.c_int
         return fn
 
@@ -149,26 +142,22 @@ class Library:
 def _open(path: Path, origin: str) -> Library:
     """Load ``path`` and choose the best variant it has that this CPU runs."""
     handle = ctypes.CDLL(str(path))
-    try:
-        return _choose(path, origin, handle)
-    except AttributeError as exc:  # a library of an earlier release
-        raise OSError(f"{path.name} lacks a function: {exc}") from None
-
-
-def _choose(path: Path, origin: str, handle: ctypes.CDLL) -> Library:
-    handle.decentopt_cpu_level.restype = ctypes.c_int
-    handle.decentopt_cpu_level.argtypes = []
-    handle.decentopt_update_kinds.restype = ctypes.c_char_p
-    handle.decentopt_update_kinds.argtypes = []
-    handle.decentopt_source_digest.restype = ctypes.c_char_p
-    handle.decentopt_source_digest.argtypes = []
-    built_from = handle.decentopt_source_digest().decode()
+    said: dict[str, Any] = {}  # what the library says of itself
+    for name in ("source_digest", "update_kinds", "cpu_level"):
+        try:
+            fn = getattr(handle, f"decentopt_{name}")
+        except AttributeError as exc:  # a library of an earlier release
+            raise OSError(f"{path.name} lacks a function: {exc}") from None
+        fn.restype = ctypes.c_int if name == "cpu_level" else ctypes.c_char_p
+        fn.argtypes = []
+        said[name] = fn()
+    built_from = said["source_digest"].decode()
     if built_from != build.source_digest():
         raise OSError(f"{path.name} was built from other sources ({built_from}); rebuild it")
-    kinds = tuple(handle.decentopt_update_kinds().decode().split())
+    kinds = tuple(said["update_kinds"].decode().split())
     if kinds != UPDATE_KINDS:
         raise OSError(f"{path} implements the updates {kinds}, not {UPDATE_KINDS}")
-    level = int(handle.decentopt_cpu_level())
+    level = int(said["cpu_level"])
     present = tuple(
         v for v in _RUNS.get(level, ("generic",)) if hasattr(handle, f"decentopt_mix_f32_{v}")
     )
@@ -194,11 +183,6 @@ def installed_library() -> tuple[Library | None, str]:
     return None, "the package was installed without its compiled kernels"
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("DECENTOPT_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "decentopt"
-
-
 def _unsafe(path: Path) -> str:
     """Why ``path`` may not be trusted (another owner, writable by others); ``""`` if fine."""
     if not hasattr(os, "getuid"):  # no POSIX owners to check
@@ -209,15 +193,6 @@ def _unsafe(path: Path) -> str:
     if info.st_mode & 0o022:
         return f"{path} is writable by its group or by others (mode {info.st_mode & 0o777:o})"
     return ""
-
-
-def _private_folder(folder: Path) -> str:
-    """Create ``folder`` (``0700``) if needed; ``""`` when it is safe to build and load in."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        return f"the cache folder {folder} cannot be created ({exc.strerror or exc})"
-    return _unsafe(folder)
 
 
 def _digest(path: Path) -> str:
@@ -267,8 +242,14 @@ def cached_library() -> tuple[Library | None, str]:
     recipe = json.dumps([build.COMMON_FLAGS, build.variants(), version, platform.machine()])
     key = hashlib.sha256(b"".join((HERE / s).read_bytes() for s in build.SOURCES))
     key.update(recipe.encode())
-    folder = _cache_dir()
-    why = _private_folder(folder)
+    root = os.environ.get("DECENTOPT_CACHE")
+    folder = Path(root) if root else Path.home() / ".cache" / "decentopt"
+    try:  # created 0700 if needed, then checked to be safe to build and load in
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        why = f"the cache folder {folder} cannot be created ({exc.strerror or exc})"
+    else:
+        why = _unsafe(folder)
     if why:
         return None, f"{why}; fix it (chmod 700) or set DECENTOPT_CACHE to a private folder"
     target = folder / f"kernels-{key.hexdigest()[:16]}.so"

@@ -24,7 +24,7 @@ def heavy_ball(m, g, damp, keep, NESTEROV: tl.constexpr):
 
 
 @triton.jit
-def first_output(
+def outputs(
     x_ptr,
     a_ptr,
     b_ptr,
@@ -38,27 +38,29 @@ def first_output(
     NESTEROV: tl.constexpr,
     ACC: tl.constexpr,
 ):
+    # the update KIND's outputs of the entries at (x where it has fewer)
     x = tl.load(x_ptr + at, mask=mask, other=0.0).to(ACC)
     if KIND == 0:  # the plain mix
-        y = x
+        return x, x, x
     elif KIND == 1:  # descend: x - alpha g
-        y = x - alpha * tl.load(a_ptr + at, mask=mask, other=0.0).to(ACC)
+        return x - alpha * tl.load(a_ptr + at, mask=mask, other=0.0).to(ACC), x, x
     elif KIND == 2:  # momentum_descend (x, m, g)
         m = tl.load(a_ptr + at, mask=mask, other=0.0).to(ACC)
         g = tl.load(b_ptr + at, mask=mask, other=0.0).to(ACC)
-        _, d = heavy_ball(m, g, damp, keep, NESTEROV)
-        y = x - alpha * d
+        mn, d = heavy_ball(m, g, damp, keep, NESTEROV)
+        return x - alpha * d, mn, x
     elif KIND == 3:  # correct (x, psi, d)
         psi = tl.load(a_ptr + at, mask=mask, other=0.0).to(ACC)
         d = tl.load(b_ptr + at, mask=mask, other=0.0).to(ACC)
-        y = (x - alpha * d) + (x - psi)
+        step = x - alpha * d
+        return step + (x - psi), step, x
     else:  # edm (x, psi, m, g)
         psi = tl.load(a_ptr + at, mask=mask, other=0.0).to(ACC)
         m = tl.load(b_ptr + at, mask=mask, other=0.0).to(ACC)
         g = tl.load(c_ptr + at, mask=mask, other=0.0).to(ACC)
-        _, d = heavy_ball(m, g, damp, keep, NESTEROV)
-        y = (x - alpha * d) + (x - psi)
-    return y
+        mn, d = heavy_ball(m, g, damp, keep, NESTEROV)
+        step = x - alpha * d
+        return step + (x - psi), step, mn
 
 
 @triton.jit
@@ -94,26 +96,16 @@ def update_mix(
         offset = tl.load(offsets_ptr + q)
         weight = tl.load(weights_ptr + q).to(ACC)
         at = ((row + offset) % n).to(tl.int64) * d + cols
-        acc += weight * first_output(
+        y, _, _ = outputs(
             x_ptr, a_ptr, b_ptr, c_ptr, at, alpha, damp, keep, mask, KIND, NESTEROV, ACC
         )
+        acc += weight * y
     own = row.to(tl.int64) * d + cols
     tl.store(out0_ptr + own, acc.to(out0_ptr.dtype.element_ty), mask=mask)
     if KIND >= 2:  # the other outputs of this row
-        x = tl.load(x_ptr + own, mask=mask, other=0.0).to(ACC)
-        if KIND == 2:
-            m = tl.load(a_ptr + own, mask=mask, other=0.0).to(ACC)
-            g = tl.load(b_ptr + own, mask=mask, other=0.0).to(ACC)
-            mn, _ = heavy_ball(m, g, damp, keep, NESTEROV)
-            tl.store(out1_ptr + own, mn.to(out1_ptr.dtype.element_ty), mask=mask)
-        elif KIND == 3:
-            dd = tl.load(b_ptr + own, mask=mask, other=0.0).to(ACC)
-            step = x - alpha * dd
-            tl.store(out1_ptr + own, step.to(out1_ptr.dtype.element_ty), mask=mask)
-        else:
-            m = tl.load(b_ptr + own, mask=mask, other=0.0).to(ACC)
-            g = tl.load(c_ptr + own, mask=mask, other=0.0).to(ACC)
-            mn, dd = heavy_ball(m, g, damp, keep, NESTEROV)
-            step = x - alpha * dd
-            tl.store(out1_ptr + own, step.to(out1_ptr.dtype.element_ty), mask=mask)
-            tl.store(out2_ptr + own, mn.to(out2_ptr.dtype.element_ty), mask=mask)
+        _, y1, y2 = outputs(
+            x_ptr, a_ptr, b_ptr, c_ptr, own, alpha, damp, keep, mask, KIND, NESTEROV, ACC
+        )
+        tl.store(out1_ptr + own, y1.to(out1_ptr.dtype.element_ty), mask=mask)
+        if KIND == 4:
+            tl.store(out2_ptr + own, y2.to(out2_ptr.dtype.element_ty), mask=mask)

@@ -31,11 +31,17 @@ if TYPE_CHECKING:
     from decentopt.compression import Compressor
     from decentopt.topology import Network
 
-__all__ = ["MIXERS", "Mixer", "MixerBase", "MixerUnavailable", "register"]
+__all__ = ["MIXERS", "Mixer", "MixerBase", "MixerUnavailable", "need", "register"]
 
 
 class MixerUnavailable(ValueError):
     """A mixer cannot serve this network (e.g. a circulant kernel for a random graph)."""
+
+
+def need(network: Network, kind: type, kernel: str, what: str) -> None:
+    """:class:`MixerUnavailable` unless ``network`` is a ``kind`` (``kernel`` needs ``what``)."""
+    if not isinstance(network, kind):
+        raise MixerUnavailable(f"kernel={kernel!r} needs {what}; {network.name} is not")
 
 
 class Mixer:

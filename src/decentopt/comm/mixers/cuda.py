@@ -95,8 +95,6 @@ class CudaMixer(MixerBase):
         module, why = triton_kernel()
         if module is None:
             raise RuntimeError(why)
-        kernel = module.update_mix
-        tl = module.tl
         n, d = inputs[0].shape
         padded = list(inputs) + [inputs[0]] * (4 - len(inputs))
         outputs = list(outs) + [outs[0]] * (3 - len(outs))
@@ -104,7 +102,7 @@ class CudaMixer(MixerBase):
         offsets, weights = self._table(inputs[0].device, wide)
         damp, keep = (beta, 0.0) if dampening else (0.0, beta)
         scalars = torch.tensor([alpha, damp, keep], dtype=weights.dtype, device=weights.device)
-        kernel[n, -(-d // BLOCK)](
+        module.update_mix[n, -(-d // BLOCK)](
             *padded,
             *outputs,
             offsets,
@@ -116,7 +114,7 @@ class CudaMixer(MixerBase):
             NESTEROV=bool(nesterov),
             TERMS=len(self.stencil),
             BLOCK=BLOCK,
-            ACC=tl.float64 if wide else tl.float32,
+            ACC=module.tl.float64 if wide else module.tl.float32,
         )
 
     def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:
@@ -133,7 +131,7 @@ class CudaMixer(MixerBase):
         if call is None:
             return None
         if call.inputs[0].numel():
-            beta = float(scalars[1]) if len(scalars) > 1 else 0.0
-            settings = (float(scalars[0]), beta, call.nesterov, call.dampening)
-            self._launch(call.update.kind, call.inputs, call.outputs, *settings)
+            update = call.update
+            settings = (call.alpha, call.beta, update.nesterov, update.dampening)
+            self._launch(update.kind, call.inputs, call.outputs, *settings)
         return call.outputs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from decentopt.comm.mixers.base import MixerBase, MixerUnavailable, register
+from decentopt.comm.mixers.base import MixerBase, need, register
 from decentopt.topology import Graph, Network
 
 __all__ = ["DenseMixer"]
@@ -18,15 +18,17 @@ class DenseMixer(MixerBase):
     name = "dense"
 
     def __init__(self, network: Network) -> None:
-        if not isinstance(network, Graph):
-            raise MixerUnavailable(f"kernel='dense' needs a static topology; {network.name} is not")
+        need(network, Graph, self.name, "a static topology")
         self.topology = network
         self._cache: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+    def _build(self, like: torch.Tensor) -> torch.Tensor:
+        return self.topology.W.to(dtype=like.dtype, device=like.device)
 
     def matrix(self, like: torch.Tensor) -> torch.Tensor:
         key = (like.dtype, like.device)
         if key not in self._cache:
-            self._cache[key] = self.topology.W.to(dtype=like.dtype, device=like.device)
+            self._cache[key] = self._build(like)
         return self._cache[key]
 
     def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from decentopt.comm.mixers.base import MixerBase, MixerUnavailable, register
+from decentopt.comm.mixers.base import MixerBase, need, register
 from decentopt.topology import Network, TopologySchedule
 
 __all__ = ["GatherMixer"]
@@ -20,10 +20,7 @@ class GatherMixer(MixerBase):
     name = "gather"
 
     def __init__(self, network: Network) -> None:
-        if not isinstance(network, TopologySchedule):
-            raise MixerUnavailable(
-                f"kernel='gather' mixes time-varying topologies; {network.name} is static"
-            )
+        need(network, TopologySchedule, self.name, "a time-varying topology")
         self.schedule = network
         self._forms: dict[tuple[int, torch.dtype, torch.device], tuple] = {}
         self._gathered: tuple[tuple, torch.Tensor] | None = None

@@ -69,7 +69,9 @@ class NativeMixer(MixerBase):
         self.stencil = circulant_stencil(network, self.name)
         self.reach = reach(self.stencil, self.n)
         self.isa = isa
-        self._buffers: dict[int, torch.Tensor] = {}  # the compressed round's scratch
+        #: the compressed round's scratch, kept between calls: allocated afresh each round,
+        #: its pages were faulted in again every time (a third of the round, measured)
+        self._units = torch.empty(0, dtype=torch.float64)
         self._offsets = (ctypes.c_int64 * len(self.stencil))(*(o % self.n for o, _ in self.stencil))
         self._weights = {
             suffix: (scalar * len(self.stencil))(*(w for _, w in self.stencil))
@@ -141,36 +143,31 @@ class NativeMixer(MixerBase):
         call = prepare(fn, flats, scalars)
         if call is None:
             return None
-        update = call.update
-        nesterov = call.nesterov
-        dampening = call.dampening
-        flats = call.inputs
-        outs = call.outputs
         first = call.inputs[0]
         n, d = first.shape
         width = self.block_width(first)
         pointers = ctypes.c_void_p
         status = self._function("decentopt_update_mix", first.dtype)(
-            native.UPDATE_KINDS.index(update.kind),
-            int(nesterov),
-            int(dampening),
+            native.UPDATE_KINDS.index(call.update.kind),
+            int(call.update.nesterov),
+            int(call.update.dampening),
             n,
             d,
-            (pointers * len(flats))(*(f.data_ptr() for f in flats)),
-            (pointers * len(outs))(*(o.data_ptr() for o in outs)),
-            float(scalars[0]),
-            float(scalars[1]) if len(scalars) > 1 else 0.0,
+            (pointers * len(call.inputs))(*(f.data_ptr() for f in call.inputs)),
+            (pointers * len(call.outputs))(*(o.data_ptr() for o in call.outputs)),
+            call.alpha,
+            call.beta,
             *self._stencil_args(first.dtype),
             width,
             torch.get_num_threads(),
         )
         if status:
             raise RuntimeError(
-                f"the native {update.kind} kernel failed: its row buffers ({width} columns) "
+                f"the native {call.update.kind} kernel failed: its row buffers ({width} columns) "
                 f"could not be allocated, or it was given {len(self.stencil)} stencil terms "
                 f"(at most {native.MAX_TERMS})"
             )
-        return outs
+        return call.outputs
 
     def choco(
         self,
@@ -212,13 +209,14 @@ class NativeMixer(MixerBase):
         out = torch.empty_like(flat)
         g = None if descent is None else descent[0].contiguous()
         alpha = 0.0 if descent is None else float(descent[1])
-        (units,) = self._scratch((n * rows * 2, torch.float64))  # qsgd: units, then scales
+        if self._units.numel() < n * rows * 2:  # qsgd: units, then scales
+            self._units = torch.empty(n * rows * 2, dtype=torch.float64)
         # the arguments in the groups of the C declaration (native._DECLARATIONS)
         sizes = (op, n, d, k, kept, levels, per_unit)
         z = flat.data_ptr() if g is None else None  # else z = x - alpha g, read in the kernel
         buffers = (z, hat.data_ptr(), s.data_ptr(), out.data_ptr(), gamma)
-        scratch = (keys.data_ptr(), units.data_ptr())
-        stencil = (len(self.stencil), self._offsets, self._weights["f64"])
+        scratch = (keys.data_ptr(), self._units.data_ptr())
+        stencil = self._stencil_args(torch.float64)
         x_g = (None, None) if g is None else (flat.data_ptr(), g.data_ptr())
         choco = self._function("decentopt_choco", flat.dtype)
         threads = torch.get_num_threads()
@@ -226,15 +224,6 @@ class NativeMixer(MixerBase):
         if status:
             raise RuntimeError(f"the native compressed round failed (status {status})")
         return out, hat, s
-
-    def _scratch(self, *sizes: tuple[int, torch.dtype]) -> list[torch.Tensor]:
-        """Buffers of these sizes kept between calls: allocated afresh each round, their
-        pages were faulted in again every time (a third of the round, measured)."""
-        for i, (size, dtype) in enumerate(sizes):
-            held = self._buffers.get(i)
-            if held is None or held.numel() < size or held.dtype != dtype:
-                self._buffers[i] = torch.empty(size, dtype=dtype)
-        return [self._buffers[i] for i in range(len(sizes))]
 
     @staticmethod
     def panel_runs(shape: tuple[int, ...], k: int, size: int) -> int:

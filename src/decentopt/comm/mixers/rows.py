@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from decentopt.comm.mixers.base import MixerBase, MixerUnavailable, register
+from decentopt.comm.mixers.base import MixerBase, need, register
 from decentopt.topology import DirectedTopology, Graph, Network, Topology
 
 __all__ = ["SparseRowsMixer", "dense_stored"]
@@ -31,10 +31,7 @@ class SparseRowsMixer(MixerBase):
     name = "sparse"
 
     def __init__(self, network: Network) -> None:
-        if not isinstance(network, Graph):
-            raise MixerUnavailable(
-                f"kernel='sparse' needs a static topology; {network.name} is not"
-            )
+        need(network, Graph, self.name, "a static topology")
         W = network.W.numpy()
         # (i, w_ii, ((j, w_ij), ...)); Python floats avoid a tensor-to-scalar conversion per term
         self._rows = tuple(

@@ -21,12 +21,12 @@ __all__ = ["FusedCall", "prepare"]
 
 @dataclass(frozen=True)
 class FusedCall:
-    """What a fusing mixer launches: the update with its switches, the inputs made
-    contiguous and the outputs to fill."""
+    """What a fusing mixer launches: the update (with its switches), its step size and
+    momentum (0 without one), the inputs made contiguous and the outputs to fill."""
 
     update: FusedUpdate
-    nesterov: bool
-    dampening: bool
+    alpha: float
+    beta: float
     inputs: list[torch.Tensor]
     outputs: list[torch.Tensor]
 
@@ -38,13 +38,14 @@ def prepare(
     update no rule declared, other arity, or inputs of different shapes or dtypes)."""
     if not isinstance(fn, FusedUpdate):
         return None
-    update, first = fn, flats[0]
+    first = flats[0]
     if (
-        len(flats) != update.inputs
-        or len(scalars) != len(update.scalars)
+        len(flats) != fn.inputs
+        or len(scalars) != len(fn.scalars)
         or any(f.shape != first.shape or f.dtype != first.dtype for f in flats)
     ):
         return None
     inputs = [f.contiguous() for f in flats]
-    outputs = [torch.empty_like(inputs[0]) for _ in range(update.outputs)]
-    return FusedCall(update, update.nesterov, update.dampening, inputs, outputs)
+    outputs = [torch.empty_like(inputs[0]) for _ in range(fn.outputs)]
+    beta = float(scalars[1]) if len(scalars) > 1 else 0.0
+    return FusedCall(fn, float(scalars[0]), beta, inputs, outputs)
