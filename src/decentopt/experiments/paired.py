@@ -13,7 +13,8 @@ of runs has to overcome. Two judgements rest on these ratios:
   is inconclusive between.
 * :func:`ratio_grows`: the ratio grows from one case to the next (say, from 32 to 64
   agents): the runs' ratios of the two cases compared by a Mann-Whitney U test, as
-  settling iterations are (:func:`~decentopt.analysis.compare_settling`).
+  settling iterations are (:func:`~decentopt.analysis.compare_settling`); the check
+  :func:`gap_grows` judges it on the cases of a study (:mod:`.cases`).
 
 A run where only the second method never settles has ratio ``inf``, one where only the
 first does ``0``: such runs put the ratio outside any range (if runs of both kinds occur,
@@ -23,14 +24,19 @@ verdict.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from decentopt.analysis import ALPHA, compare_settling, ordering_verdict, rank_test_can_decide
-from decentopt.experiments.summary import Stat
+from decentopt.experiments.summary import Stat, levels_by_zeta
+from decentopt.experiments.verdicts import Verdict, joined
+from decentopt.experiments.verdicts import label_name as _name
 
-__all__ = ["mean_bound", "paired_ratios", "ratio_grows", "ratio_near", "ratio_text"]
+__all__ = ["gap_grows", "mean_bound", "paired_ratios", "ratio_grows", "ratio_near", "ratio_text"]
 
 
 def paired_ratios(a: Stat, b: Stat, values: Callable[[Stat], Sequence[float]]) -> np.ndarray | None:
@@ -112,3 +118,49 @@ def ratio_grows(
     verdict = ordering_verdict(loose, tight, strict=True)
     word = {True: "grows", False: "shrinks", None: "within noise"}[verdict]
     return verdict, f"{words} ({word})"
+
+
+#: Each run's settling iteration.
+_SETTLE = operator.attrgetter("settle")
+
+
+def gap_grows(
+    algorithm: str, other: str, part: str | None = None
+) -> tuple[Callable[[Sequence[Any]], Verdict], str]:
+    """``other``'s iterations to settle over ``algorithm``'s, run by run, grow from each
+    size to the next (over the cases of ``part``, or of every part with both methods; a
+    case: a :class:`~.cases.Case`)."""
+
+    def check(cases: Sequence[Any]) -> Verdict:
+        mine = sorted(
+            (
+                c
+                for c in cases
+                if (part is None or c.part == part)
+                and {algorithm, other} <= {label for _, label in c.stats}
+            ),
+            key=lambda c: c.n,
+        )
+        if len({c.n for c in mine}) < 2:
+            return Verdict(None, f"needs {_name(algorithm)} and {_name(other)} at two sizes")
+        steps = list(itertools.pairwise(mine))
+        levels = levels_by_zeta(mine[0].stats)
+        judged = []
+        for small, large in steps:
+            for lv in levels:
+                if (lv, algorithm) not in large.stats:
+                    return Verdict(None, f"needs the level {lv:g} in every case")
+                ratios = [
+                    paired_ratios(c.stats[(lv, algorithm)], c.stats[(lv, other)], _SETTLE)
+                    for c in (small, large)
+                ]
+                verdict, text = ratio_grows(*ratios, comparisons=len(steps) * len(levels))
+                judged.append((verdict, f"n = {small.n} -> {large.n}: {text}"))
+        heading = f"{_name(other)}'s iterations to settle over {_name(algorithm)}'s, run by run"
+        return joined(judged, f"{heading}: ")
+
+    test = (
+        f"{_name(other)}'s iterations to settle over {_name(algorithm)}'s (run by run) larger "
+        f"at every next size, Mann-Whitney at a {ALPHA:.0%} family-wise level"
+    )
+    return check, test

@@ -270,7 +270,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
     """Run (or resume) a graph study into ``out``, as ``how`` asks; every part, ``--only``
     label and claim is checked before anything runs."""
     study.parts(how)
-    claims = parse_claims(_current(study.claims, study.source), study.source)
+    claims = parse_claims(_current(study.claims, study.source), study.source, reads="panel")
     cases = _run_cases(study, out, options, how)
     everything = [
         r | {"problem": c.preset, "agents": c.n, "graph": g}

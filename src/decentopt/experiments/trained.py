@@ -30,15 +30,34 @@ from typing import Any
 
 import numpy as np
 
-from decentopt._registry import Registry
+from decentopt._renamed import renamed
 from decentopt.analysis import ALPHA
-from decentopt.experiments.claims import Factory, Verdict, combine
+from decentopt.experiments import verdicts
 from decentopt.experiments.paired import mean_bound
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.variants import grids
-from decentopt.plotting import LABELS
+from decentopt.experiments.verdicts import Verdict, joined
+from decentopt.experiments.verdicts import label_name as _name
 
-__all__ = ["CHECKS", "Final", "final_table", "finals", "higher_is_better", "tuned"]
+__all__ = [
+    "Final",
+    "final_table",
+    "finals",
+    "higher_is_better",
+    "matches_at_bytes",
+    "tuned",
+]
+
+__getattr__ = renamed(
+    __name__,
+    {
+        "CHECKS": (
+            lambda: verdicts.CHECKS,
+            "the one registry is decentopt.experiments.claims.CHECKS, each check declaring "
+            "what it reads",
+        )
+    },
+)
 
 Rows = Sequence[Mapping[str, Any]]
 
@@ -91,10 +110,6 @@ def tuned(name: str, table: Mapping[str, Final], metric: str) -> str | None:
     return max(finished, key=lambda m: sign * table[m].mean)
 
 
-def _name(label: str) -> str:
-    return LABELS.get(label, label)
-
-
 def _megabytes(value: float) -> str:
     return f"{value / 1e6:.3g} MB"
 
@@ -138,7 +153,7 @@ def _compare(
     )
 
 
-def _matches_at_bytes(
+def matches_at_bytes(
     algorithm: str,
     others: Sequence[str],
     metric: str = "test_acc",
@@ -158,18 +173,15 @@ def _matches_at_bytes(
         mine, ran, why = _side(algorithm, table, metric)
         if mine is None:  # diverged everywhere: it matches nothing
             return Verdict(False if ran else None, why)
-        verdicts, parts = [], []
+        judged = []
         for other in others:
             theirs, _, why = _side(other, table, metric)
             if theirs is None:
-                verdicts.append(None)
-                parts.append(why)
+                judged.append((None, why))
                 continue
             pair = ((mine, table[mine]), (theirs, table[theirs]))
-            verdict, text = _compare(*pair, sign, margin, tolerance, len(others))
-            verdicts.append(verdict)
-            parts.append(text)
-        return Verdict(combine(verdicts), f"final {metric}, tuned: " + "; ".join(parts))
+            judged.append(_compare(*pair, sign, margin, tolerance, len(others)))
+        return joined(judged, f"final {metric}, tuned: ")
 
     worse = "below" if sign > 0 else "above"
     test = (
@@ -179,13 +191,6 @@ def _matches_at_bytes(
         f"the runs' differences at a {ALPHA:.0%} family-wise level"
     )
     return check, test
-
-
-#: Checks a ``[[claims]]`` table of a training run can name (``check = "NAME"`` plus its
-#: arguments); each judges the run's rows.
-CHECKS: Registry[Factory] = Registry(
-    "training claim check", [("matches_at_bytes", _matches_at_bytes)]
-)
 
 
 def final_table(rows: Rows, labels: Sequence[str], metric: str) -> str:
