@@ -51,14 +51,7 @@ from decentopt.results import write_csv_atomic, write_text_atomic
 __all__ = ["Case", "cost_table", "run_cases"]
 
 __getattr__ = renamed(
-    __name__,
-    {
-        "CHECKS": (
-            lambda: _claims.CHECKS,
-            "the one registry is decentopt.experiments.claims.CHECKS, each check declaring "
-            "what it reads",
-        )
-    },
+    __name__, {"CHECKS": (lambda: _claims.CHECKS, "it is decentopt.experiments.claims.CHECKS")}
 )
 
 Stats = dict[tuple[float, str], Stat]

@@ -51,7 +51,7 @@ from decentopt.experiments.measures import (
     bytes_to_settle,
     compared,
 )
-from decentopt.experiments.paired import gap_grows, paired_ratios, ratio_near
+from decentopt.experiments.paired import bytes_cut_by, gap_grows
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.summary import Stat, heterogeneity_slope, levels_by_zeta
 from decentopt.experiments.trained import matches_at_bytes
@@ -205,19 +205,17 @@ def _converges(algorithms: Sequence[str] | None = None) -> tuple[Callable[[Stats
         if missing:
             return Verdict(None, f"needs {_names(missing)}")
         chosen = {k: v for k, v in stats.items() if algorithms is None or k[1] in algorithms}
-        verdicts, slow, moving, bad = [], [], [], []
+        slow = []
+        moving = []  # inconclusive
+        bad = []  # does not hold
         for (lv, alg), s in sorted(chosen.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             if s.diverged:
                 bad.append(f"{_name(alg)} at {lv:g}: {s.diverged} diverged")
-                verdicts.append(False)
             elif not s.rate < 0:
                 bad.append(f"{_name(alg)} at {lv:g}: transient slope {s.rate:.3g}")
-                verdicts.append(False)
             elif s.decreasing:
                 moving.append(f"{_name(alg)} at {lv:g}")
-                verdicts.append(None)
             else:
-                verdicts.append(True)
                 slow.append(s.rate)
         text = (
             f"transient slopes of log(error) from {min(slow):.3g} to {max(slow):.3g} per iteration"
@@ -228,7 +226,7 @@ def _converges(algorithms: Sequence[str] | None = None) -> tuple[Callable[[Stats
             text += f"; still decreasing at the end: {', '.join(moving)}"
         if bad:
             text += f"; failing: {', '.join(bad)}"
-        return Verdict(combine(verdicts), text)
+        return Verdict(combine([not bad, None if moving else True]), text)
 
     return check, test if algorithms is None else f"{_names(algorithms)}: {test}"
 
@@ -245,43 +243,6 @@ def _fewer_bytes(
         f"below {below} {_SIG}, at every level"
     )
     return ordered(bytes_measure(threshold, factor), algorithm, others, strict=True), test
-
-
-def _bytes_cut_by(
-    algorithm: str,
-    others: Sequence[str],
-    factor: float,
-    tolerance: float = 0.25,
-    threshold: float | None = None,
-) -> tuple[Callable[[Stats], Verdict], str]:
-    """``algorithm`` needs close to ``factor`` times fewer bytes than each of ``others`` to
-    settle: the run-by-run ratio within ``factor`` x (1 -/+ ``tolerance``) (:mod:`.paired`)."""
-    if not (factor > 0 and 0 <= tolerance < 1):
-        raise TypeError(f"needs factor > 0 and 0 <= tolerance < 1; got {factor}, {tolerance}")
-    low, high = factor * (1 - tolerance), factor * (1 + tolerance)
-
-    def check(stats: Stats) -> Verdict:
-        if not {algorithm, *others} <= _algs(stats):
-            return Verdict(None, f"needs {_names([algorithm, *others])}")
-        levels = levels_by_zeta(stats)
-        judged = []
-        for other, lv in itertools.product(others, levels):
-            a, b = stats[(lv, algorithm)], stats[(lv, other)]
-            ratios = paired_ratios(a, b, lambda s: bytes_to_settle(s, threshold))
-            exact = a.deterministic and b.deterministic
-            verdict, text = ratio_near(ratios, low, high, exact, len(others) * len(levels))
-            judged.append(
-                (verdict, f"{_name(other)}'s over {_name(algorithm)}'s at {lv:g}: {text}")
-            )
-        return joined(judged, "bytes to settle, run by run, ")
-
-    below = "the threshold" if threshold is None else f"{threshold:g}"
-    test = (
-        f"{_names(others)}'s bytes per agent to settle below {below} over {_name(algorithm)}'s, "
-        f"run by run, within x{low:.3g} to x{high:.3g} (equivalence t-tests on log-ratios) "
-        f"{_SIG}, at every level"
-    )
-    return check, test
 
 
 def _all_of(checks: Sequence[Mapping[str, Any]]) -> tuple[Callable[[Stats], Verdict], str]:
@@ -328,7 +289,7 @@ _built_in(
         "settles_sooner": _ordering(SETTLING, True, "settles below the threshold sooner than"),
         "settles_no_later": _ordering(SETTLING, False, "settles below the threshold no later than"),
         "fewer_bytes": _fewer_bytes,
-        "bytes_cut_by": _bytes_cut_by,
+        "bytes_cut_by": bytes_cut_by,
         "sooner_in_time": _ordering(
             TIME, True, "settles below the threshold in less simulated time than"
         ),

@@ -10,7 +10,7 @@ of runs has to overcome. Two judgements rest on these ratios:
   is above ``log low`` and below ``log high``, each at ``ALPHA`` (intersection-union: no
   correction), **does not hold** when it is below ``log low`` or above ``log high`` at
   ``ALPHA / (2 m)`` (Bonferroni over the two sides and the claim's ``m`` comparisons), and
-  is inconclusive between.
+  is inconclusive between; the check :func:`bytes_cut_by` judges it on bytes to settle.
 * :func:`ratio_grows`: the ratio grows from one case to the next (say, from 32 to 64
   agents): the runs' ratios of the two cases compared by a Mann-Whitney U test, as
   settling iterations are (:func:`~decentopt.analysis.compare_settling`); the check
@@ -26,17 +26,28 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from decentopt.analysis import ALPHA, compare_settling, ordering_verdict, rank_test_can_decide
+from decentopt.experiments.measures import bytes_to_settle
 from decentopt.experiments.summary import Stat, levels_by_zeta
+from decentopt.experiments.verdicts import SIG as _SIG
 from decentopt.experiments.verdicts import Verdict, joined
 from decentopt.experiments.verdicts import label_name as _name
+from decentopt.experiments.verdicts import label_names as _names
 
-__all__ = ["gap_grows", "mean_bound", "paired_ratios", "ratio_grows", "ratio_near", "ratio_text"]
+__all__ = [
+    "bytes_cut_by",
+    "gap_grows",
+    "mean_bound",
+    "paired_ratios",
+    "ratio_grows",
+    "ratio_near",
+    "ratio_text",
+]
 
 
 def paired_ratios(a: Stat, b: Stat, values: Callable[[Stat], Sequence[float]]) -> np.ndarray | None:
@@ -120,6 +131,43 @@ def ratio_grows(
     return verdict, f"{words} ({word})"
 
 
+def bytes_cut_by(
+    algorithm: str,
+    others: Sequence[str],
+    factor: float,
+    tolerance: float = 0.25,
+    threshold: float | None = None,
+) -> tuple[Callable[[Mapping[Any, Stat]], Verdict], str]:
+    """``algorithm`` needs close to ``factor`` times fewer bytes than each of ``others`` to
+    settle: the run-by-run ratio within ``factor`` x (1 -/+ ``tolerance``) (:func:`ratio_near`)."""
+    if not (factor > 0 and 0 <= tolerance < 1):
+        raise TypeError(f"needs factor > 0 and 0 <= tolerance < 1; got {factor}, {tolerance}")
+    low, high = factor * (1 - tolerance), factor * (1 + tolerance)
+
+    def check(stats: Mapping[Any, Stat]) -> Verdict:
+        if not {algorithm, *others} <= {label for _, label in stats}:
+            return Verdict(None, f"needs {_names([algorithm, *others])}")
+        levels = levels_by_zeta(stats)
+        judged = []
+        for other, lv in itertools.product(others, levels):
+            a, b = stats[(lv, algorithm)], stats[(lv, other)]
+            ratios = paired_ratios(a, b, lambda s: bytes_to_settle(s, threshold))
+            exact = a.deterministic and b.deterministic
+            verdict, text = ratio_near(ratios, low, high, exact, len(others) * len(levels))
+            judged.append(
+                (verdict, f"{_name(other)}'s over {_name(algorithm)}'s at {lv:g}: {text}")
+            )
+        return joined(judged, "bytes to settle, run by run, ")
+
+    below = "the threshold" if threshold is None else f"{threshold:g}"
+    test = (
+        f"{_names(others)}'s bytes per agent to settle below {below} over {_name(algorithm)}'s, "
+        f"run by run, within x{low:.3g} to x{high:.3g} (equivalence t-tests on log-ratios) "
+        f"{_SIG}, at every level"
+    )
+    return check, test
+
+
 #: Each run's settling iteration.
 _SETTLE = operator.attrgetter("settle")
 
@@ -132,15 +180,8 @@ def gap_grows(
     case: a :class:`~.cases.Case`)."""
 
     def check(cases: Sequence[Any]) -> Verdict:
-        mine = sorted(
-            (
-                c
-                for c in cases
-                if (part is None or c.part == part)
-                and {algorithm, other} <= {label for _, label in c.stats}
-            ),
-            key=lambda c: c.n,
-        )
+        both = [c for c in cases if {algorithm, other} <= {label for _, label in c.stats}]
+        mine = sorted((c for c in both if part in (None, c.part)), key=lambda c: c.n)
         if len({c.n for c in mine}) < 2:
             return Verdict(None, f"needs {_name(algorithm)} and {_name(other)} at two sizes")
         steps = list(itertools.pairwise(mine))

@@ -48,11 +48,12 @@ def _tuned(
         if method not in best or key < best[method][0]:
             best[method] = (key, label, cells)
 
+    files: list[Path] = []
     if spec.panel is not None:
         stats = summarise(rows, spec)
-        hard = levels_by_zeta(stats)[-1]
+        levels = levels_by_zeta(stats)
         for (level, label), s in stats.items():
-            if level != hard or s.steady != s.steady:  # another level, or diverged (NaN)
+            if level != levels[-1] or s.steady != s.steady:  # another level, or diverged (NaN)
                 continue
             reach = "never"
             if s.iters is not None:
@@ -63,6 +64,10 @@ def _tuned(
             offer(spec.algorithms[label].method, rank, label, cells)
         header = ["method", "best step", f"steady {spec.metric} (hardest level)"]
         header.append("iterations / gossip rounds to settle")
+        # the tuned methods against gossip rounds
+        tuned = [r for r in rows if r["algorithm"] in {label for _, label, _ in best.values()}]
+        title = spec.title(modified) + ", best step sizes"
+        files = panel_curves(spec, tuned, out / f"{spec.name}_rounds", title, levels, x="rounds")
     else:
         last = max(r["step"] for r in rows)
         sign = -1 if "acc" in spec.metric else 1  # accuracies: higher is better
@@ -75,13 +80,6 @@ def _tuned(
         [LABELS.get(m, m), str(spec.algorithms[label].hyperparams["lr"]), *cells]
         for m, (_, label, cells) in best.items()
     ]
-    files: list[Path] = []
-    if spec.panel is not None:  # the tuned methods against gossip rounds
-        tuned = [r for r in rows if r["algorithm"] in {label for _, label, _ in best.values()}]
-        zeta = {r[spec.panel]: r["zeta2"] for r in tuned}  # panels from low to high zeta^2
-        order = sorted(zeta, key=zeta.__getitem__)
-        title = spec.title(modified) + ", best step sizes"
-        files = panel_curves(spec, tuned, out / f"{spec.name}_rounds", title, order, x="rounds")
     return "Best step size of the grid", markdown_table(header, body), files
 
 

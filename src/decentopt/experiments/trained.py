@@ -38,6 +38,7 @@ from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.variants import grids
 from decentopt.experiments.verdicts import Verdict, joined
 from decentopt.experiments.verdicts import label_name as _name
+from decentopt.experiments.verdicts import label_names as _names
 
 __all__ = [
     "Final",
@@ -49,14 +50,7 @@ __all__ = [
 ]
 
 __getattr__ = renamed(
-    __name__,
-    {
-        "CHECKS": (
-            lambda: verdicts.CHECKS,
-            "the one registry is decentopt.experiments.claims.CHECKS, each check declaring "
-            "what it reads",
-        )
-    },
+    __name__, {"CHECKS": (lambda: verdicts.CHECKS, "it is decentopt.experiments.claims.CHECKS")}
 )
 
 Rows = Sequence[Mapping[str, Any]]
@@ -186,7 +180,7 @@ def matches_at_bytes(
     worse = "below" if sign > 0 else "above"
     test = (
         f"{_name(algorithm)}'s final {metric} (best of its grid) not {worse} that of "
-        f"{', '.join(map(_name, others))} (each best of its grid) by more than {margin:g}, "
+        f"{_names(others)} (each best of its grid) by more than {margin:g}, "
         f"sending at most x{1 + tolerance:g} their bytes per agent: non-inferiority t-test on "
         f"the runs' differences at a {ALPHA:.0%} family-wise level"
     )
