@@ -48,7 +48,7 @@ from decentopt.experiments.trained import final_table
 from decentopt.experiments.verdicts import label_name as _name
 from decentopt.results import write_csv_atomic, write_text_atomic
 
-__all__ = ["Case", "cost_table", "run_cases"]
+__all__ = ["Case", "cost_table", "run_cases", "run_part"]
 
 __getattr__ = renamed(
     __name__, {"CHECKS": (lambda: _claims.CHECKS, "it is decentopt.experiments.claims.CHECKS")}
@@ -125,11 +125,12 @@ def _costs(case: Case) -> list[str]:
 
 
 # ------------------------------------------------------------------- running and reporting
-def _run_case(
+def run_part(
     spec: RunSpec, folder: Path, options: RunOptions, how: Request, x: str
 ) -> tuple[Case, list[Path]]:
-    """One part at one size: run (or resumed), reported, its claims judged with ``--check``
-    (on a panel sweep's statistics, or on a training run's rows: :mod:`.trained`)."""
+    """One part (at one size) into ``folder``: run (or resumed), reported as ``decentopt run``
+    reports it, its claims judged with ``--check`` (on a panel sweep's statistics, or on a
+    training run's rows: :mod:`.trained`); the case and the files written."""
     rows = Sweep(spec, folder, options).run().rows
     case = Case(spec, spec.agents, rows, {} if spec.panel is None else summarise(rows, spec))
 
@@ -140,12 +141,6 @@ def _run_case(
     modified = how.quick or bool(how.sets)
     claims = judge if how.check and spec.claims else None
     files = write_report(spec, rows, folder, modified=modified, claims=claims, say=options.log, x=x)
-    if spec.panel is not None and x != "bytes_per_agent":  # what local steps save
-        title = spec.title(modified) + ", against bytes sent"
-        order = levels_by_zeta(case.stats)
-        files += panel_curves(
-            spec, rows, folder / f"{spec.name}_bytes", title, order, x="bytes_per_agent"
-        )
     return case, files
 
 
@@ -165,9 +160,14 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
                     continue
                 spec = spec.select(spec.present(how.only))
             folder = out / spec.name / ("" if n is None else f"n{n}")
-            case, written = _run_case(spec, folder, options, how, x)
+            case, written = run_part(spec, folder, options, how, x)
             cases.append(case)
             files += written
+            if spec.panel is not None and x != "bytes_per_agent":  # what local steps save
+                title = spec.title(how.quick or bool(how.sets)) + ", against bytes sent"
+                order = levels_by_zeta(case.stats)
+                path = folder / f"{spec.name}_bytes"
+                files += panel_curves(spec, case.rows, path, title, order, x="bytes_per_agent")
             report = (folder / "summary.md").read_text().split("\n", 1)[1]
             report = report.replace("\n## ", "\n### ")  # under the case's heading
             sections += [f"## {case.name}", "", *_costs(case), "", report]

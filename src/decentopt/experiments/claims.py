@@ -5,9 +5,10 @@ the paper's, as the paper makes them): the text, and a check from
 :data:`CHECKS` with its arguments, which turns the claim into a measurable
 test evaluated on the summary of the finished sweep. :data:`CHECKS` is the one registry
 of checks: each declares what it reads (a :class:`ClaimCheck`) -- a panel's statistics
-(the checks below and those of :mod:`.case_checks`), a training run's final values
-(:mod:`.trained`) or the cases of a study (:func:`~.paired.gap_grows`) -- and a run or
-study offers the checks that read what it measures. Every verdict is one of
+(the checks below, those of :mod:`.case_checks` and :func:`~.paired.bytes_cut_by`), a
+training run's final values (:mod:`.trained`) or the cases of a study
+(:func:`~.paired.gap_grows`) -- and a run or study offers the checks that read what it
+measures. Every verdict is one of
 three: **holds**, **does not hold**, or **inconclusive** (a run that has not
 finished converging, a difference within noise, a value between the
 thresholds). Nothing here is tuned to make a claim pass.

@@ -14,16 +14,14 @@ claims across them (:mod:`.cases`: the local-steps study).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from decentopt._registry import Registry
 from decentopt.driver import RunOptions
-from decentopt.experiments.cases import run_cases
-from decentopt.experiments.claims import bytes_to_settle, claims_report
-from decentopt.experiments.reports import markdown_table, panel_curves, write_report
-from decentopt.experiments.runner import Sweep
+from decentopt.experiments.cases import run_cases, run_part
+from decentopt.experiments.claims import bytes_to_settle
+from decentopt.experiments.reports import markdown_table, panel_curves
 from decentopt.experiments.scaling import run_table1
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
@@ -114,20 +112,10 @@ def _run_parts(study: Study, out: Path, options: RunOptions, how: Request) -> li
     for spec in study.parts(how):
         folder = out / spec.name
         modified = how.quick or bool(how.sets)
-        outcome = Sweep(spec, folder, options).run()
-        claims = partial(claims_report, spec.claims) if how.check and spec.claims else None
-        files += write_report(
-            spec,
-            outcome.rows,
-            folder,
-            modified=modified,
-            claims=claims,
-            say=options.log,
-            x=how.x or study.x,
-        )
-        title, table, more = extra(spec, outcome.rows, out, modified)
+        case, written = run_part(spec, folder, options, how, how.x or study.x)
+        title, table, more = extra(spec, case.rows, out, modified)
         options.log(table)
-        files += more
+        files += [*written, *more]
         summary = (folder / "summary.md").read_text().split("\n", 1)[1]
         sections += [f"## {spec.title(modified)}", "", f"{title}:", "", table, summary]
     write_text_atomic(out / "summary.md", "\n".join(sections))

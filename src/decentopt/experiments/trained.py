@@ -9,8 +9,9 @@ best mean final metric among those whose runs all finished (higher is better for
 accuracy, lower for a loss: :func:`higher_is_better`). The tuned members are chosen on the
 runs they are then judged on, on both sides of a claim alike.
 
-``matches_at_bytes`` (``algorithm``, ``others``, ``metric`` = ``"test_acc"``, ``margin`` =
-0.01, ``tolerance`` = 0.1): ``algorithm`` is not worse than each of ``others`` by more than
+:func:`matches_at_bytes` (``algorithm``, ``others``, ``metric`` = ``"test_acc"``, ``margin``
+= 0.01, ``tolerance`` = 0.1; a check of :data:`~.claims.CHECKS` that reads the final
+values): ``algorithm`` is not worse than each of ``others`` by more than
 ``margin`` in the final ``metric`` ("matches or beats"), while each agent sends no more than
 ``1 + tolerance`` times the other's bytes. Every variant sees the same data split, initial
 point and mini-batches in run ``r``, so the test is on the runs' differences ``d_r``
