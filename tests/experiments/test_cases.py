@@ -10,7 +10,7 @@ import pytest
 
 from decentopt.cli import main
 from decentopt.experiments import ConfigError
-from decentopt.experiments.cases import CHECKS, Case, cost_table
+from decentopt.experiments.cases import Case, cost_table
 from decentopt.experiments.claims import check_claims, parse_claims
 from decentopt.experiments.runner import plan_units
 from decentopt.experiments.sources import PRESET_DIR, tomllib
@@ -88,7 +88,7 @@ def cases_of(ratios: dict[int, float], runs: int = 8) -> list[Case]:
 
 
 GAP = parse_claims(
-    [{"text": "gap", "check": "gap_grows", "algorithm": "a", "other": "b"}], "test", CHECKS
+    [{"text": "gap", "check": "gap_grows", "algorithm": "a", "other": "b"}], "test", reads="cases"
 )
 
 
@@ -130,7 +130,7 @@ def test_the_local_study_loads_its_parts_and_plans_them():
     study = load_study("local", quick=True)
     assert study.study == "cases" and study.sizes == {"local_pga": [32, 64]}
     assert study.specs == ("local_pga", "local_bytes", "local_exact", "local_digits")
-    [gap] = parse_claims(study.claims, study.source, CHECKS)
+    [gap] = parse_claims(study.claims, study.source, reads="cases")
     assert "DSGD's iterations to settle over dsgd_pga8's" in gap.test
     for part in study.specs:
         spec_ = load_spec(study.spec_path(part), quick=True)
@@ -186,3 +186,41 @@ def test_reproduce_local_quick_holds_every_claim(tmp_path, capsys):
     assert "## local_digits, n = 16" in summary and "best of its grid" in summary
     assert (tmp_path / "local_pga" / "n64" / "local_pga.png").exists()
     assert (tmp_path / "local_exact" / "local_exact.png").exists()
+
+
+def test_one_registry_whose_checks_declare_what_they_read():
+    """Every check is in claims.CHECKS; a run or study is offered those that read what it
+    measures (a check of another kind is refused in one line), and the old registries'
+    names are that one, with a warning."""
+    from decentopt.experiments import cases, claims, trained
+
+    reads = {name: check.reads for name, check in claims.CHECKS.items()}
+    assert reads["gap_grows"] == "cases" and reads["matches_at_bytes"] == "finals"
+    assert reads["steady_below"] == reads["all_of"] == "panel"
+    for old in (cases, trained):
+        with pytest.warns(DeprecationWarning, match="experiments.claims.CHECKS"):
+            assert old.CHECKS is claims.CHECKS
+    table = {"text": "t", "check": "gap_grows", "algorithm": "a", "other": "b"}
+    with pytest.raises(ConfigError, match="check = one of converges_linearly, trapped") as err:
+        parse_claims([table], "t.toml", reads="panel")
+    assert "gap_grows" not in str(err.value) and "\n" not in str(err.value)
+    wrong = {"text": "t", "check": "steady_below", "algorithm": "a", "others": ["b"]}
+    with pytest.raises(ConfigError, match=r"check = one of gap_grows$"):
+        parse_claims([wrong], "t.toml", reads="cases")
+
+    # a check added later (a plugin's) is offered where it reads, judged on the cases
+    def more_than_one_case():
+        def check(judged):
+            return claims.Verdict(len(judged) > 1, f"{len(judged)} cases")
+
+        return check, "more than one case"
+
+    claims.CHECKS.add("more_than_one_case", claims.ClaimCheck("cases", more_than_one_case))
+    try:
+        [(_, verdict)] = check_claims(
+            parse_claims([{"text": "t", "check": "more_than_one_case"}], "t", reads="cases"),
+            cases_of({32: 1.2, 64: 1.5}),
+        )
+        assert verdict.holds is True
+    finally:
+        del claims.CHECKS["more_than_one_case"]

@@ -14,7 +14,7 @@ from decentopt.experiments import ConfigError
 from decentopt.experiments.claims import check_claims, parse_claims
 from decentopt.experiments.reports import write_report
 from decentopt.experiments.spec import load_spec
-from decentopt.experiments.trained import CHECKS, final_table, finals, tuned
+from decentopt.experiments.trained import final_table, finals, tuned
 
 LAST = 180  # the last recorded step
 
@@ -34,7 +34,7 @@ def rows_of(finals_: dict[str, list[float]], sent: dict[str, float]) -> list[dic
 
 def claim(algorithm: str = "a", others: tuple[str, ...] = ("b",), **args):
     table = {"text": "t", "check": "matches_at_bytes", "algorithm": algorithm, "others": others}
-    return parse_claims([table | args], "test", CHECKS)
+    return parse_claims([table | args], "test", reads="finals")
 
 
 def verdict(rows: list[dict], **args):

@@ -50,8 +50,7 @@ def along(measure: Measure, strict: bool, words: str) -> Callable[..., tuple[Che
         order = " < " if strict else " <= "
 
         def check(stats: Mapping[Any, Any]) -> Verdict:
-            lacking = missing(stats, [algorithm], cases)
-            if lacking is not None:
+            if lacking := missing(stats, [algorithm], cases):
                 return lacking
             k = len(steps) * family(stats)
             at = {c: stats[(c, algorithm)] for c in cases}
@@ -74,8 +73,7 @@ def divergence(expected: bool) -> Callable[..., tuple[Check, str]]:
 
     def make(algorithms: Sequence[str], cases: Sequence[Any]) -> tuple[Check, str]:
         def check(stats: Mapping[Any, Any]) -> Verdict:
-            lacking = missing(stats, algorithms, cases)
-            if lacking is not None:
+            if lacking := missing(stats, algorithms, cases):
                 return lacking
             hit = {c: [a for a in algorithms if stats[(c, a)].diverged] for c in cases}
             held = all(bool(hit[c]) == expected for c in cases)

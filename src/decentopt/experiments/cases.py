@@ -10,49 +10,49 @@ what it costs each method to reach the part's threshold: iterations (gradient
 evaluations), gossip rounds, bytes per agent and modelled seconds, counted where they
 happen -- a local step sends nothing, a global average is priced as a ring all-reduce.
 ``OUT/summary.md`` gathers the cases and judges the study's own ``[[claims]]``, each
-naming one of :data:`CHECKS` (claims across cases, e.g. a gap growing with ``n``).
+naming a check of :data:`decentopt.experiments.claims.CHECKS` that reads the cases (claims
+across cases, e.g. ``gap_grows``: a gap growing with ``n``).
 
 A part that trains a network (no panel parameter: the outer optimizers on the digits) is
 reported by its variants' final values instead, each grid's tuned member marked, and its
-``[[claims]]`` are those of :mod:`.trained` (judged on its rows). A further claim on
-another problem is one more part in ``specs`` with its ``[[claims]]``; a claim across
-parts or sizes is one more check in :data:`CHECKS`.
+``[[claims]]`` are those that read a training run's final values (:mod:`.trained`). A
+further claim on another problem is one more part in ``specs`` with its ``[[claims]]``; a
+claim across parts or sizes is one more check that reads the cases.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from decentopt._registry import Registry
-from decentopt.analysis import ALPHA
+from decentopt._renamed import renamed
 from decentopt.driver import RunOptions
+from decentopt.experiments import claims as _claims
 from decentopt.experiments.claims import (
     Claim,
-    Factory,
     Verdict,
     check_claims,
     claims_markdown,
-    combine,
     parse_claims,
     tally,
 )
-from decentopt.experiments.paired import paired_ratios, ratio_grows
 from decentopt.experiments.reports import CHANGED_RUN, markdown_table, panel_curves, write_report
 from decentopt.experiments.runner import Sweep
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import Stat, levels_by_zeta, summarise
 from decentopt.experiments.trained import final_table
-from decentopt.plotting import LABELS
+from decentopt.experiments.verdicts import label_name as _name
 from decentopt.results import write_csv_atomic, write_text_atomic
 
-__all__ = ["CHECKS", "Case", "cost_table", "run_cases"]
+__all__ = ["Case", "cost_table", "run_cases", "run_part"]
+
+__getattr__ = renamed(
+    __name__, {"CHECKS": (lambda: _claims.CHECKS, "it is decentopt.experiments.claims.CHECKS")}
+)
 
 Stats = dict[tuple[float, str], Stat]
 
@@ -75,65 +75,6 @@ class Case:
     @property
     def name(self) -> str:
         return f"{self.part}, n = {self.n}"
-
-
-# ------------------------------------------------------------------- claims across cases
-#: Checks a cases study's ``[[claims]]`` can name (``check = "NAME"`` plus its arguments);
-#: each judges the list of cases.
-CHECKS: Registry[Factory] = Registry("cases claim check")
-
-
-def _name(label: str) -> str:
-    return LABELS.get(label, label)
-
-
-def _gap_grows(
-    algorithm: str, other: str, part: str | None = None
-) -> tuple[Callable[[Sequence[Case]], Verdict], str]:
-    """``other``'s iterations to settle over ``algorithm``'s, run by run, grow from each
-    size to the next (over the cases of ``part``, or of every part with both methods)."""
-
-    def check(cases: Sequence[Case]) -> Verdict:
-        mine = sorted(
-            (
-                c
-                for c in cases
-                if (part is None or c.part == part)
-                and {algorithm, other} <= {label for _, label in c.stats}
-            ),
-            key=lambda c: c.n,
-        )
-        if len({c.n for c in mine}) < 2:
-            return Verdict(None, f"needs {_name(algorithm)} and {_name(other)} at two sizes")
-        steps = list(itertools.pairwise(mine))
-        levels = levels_by_zeta(mine[0].stats)
-        verdicts, parts = [], []
-        for small, large in steps:
-            for lv in levels:
-                if (lv, algorithm) not in large.stats:
-                    return Verdict(None, f"needs the level {lv:g} in every case")
-                ratios = [
-                    paired_ratios(c.stats[(lv, algorithm)], c.stats[(lv, other)], _settle)
-                    for c in (small, large)
-                ]
-                verdict, text = ratio_grows(*ratios, comparisons=len(steps) * len(levels))
-                verdicts.append(verdict)
-                parts.append(f"n = {small.n} -> {large.n}: {text}")
-        heading = f"{_name(other)}'s iterations to settle over {_name(algorithm)}'s, run by run"
-        return Verdict(combine(verdicts), f"{heading}: " + "; ".join(parts))
-
-    test = (
-        f"{_name(other)}'s iterations to settle over {_name(algorithm)}'s (run by run) larger "
-        f"at every next size, Mann-Whitney at a {ALPHA:.0%} family-wise level"
-    )
-    return check, test
-
-
-def _settle(stat: Stat) -> tuple[float, ...]:
-    return stat.settle
-
-
-CHECKS.add("gap_grows", _gap_grows)
 
 
 # ------------------------------------------------------------------- what reaching the target costs
@@ -184,11 +125,12 @@ def _costs(case: Case) -> list[str]:
 
 
 # ------------------------------------------------------------------- running and reporting
-def _run_case(
+def run_part(
     spec: RunSpec, folder: Path, options: RunOptions, how: Request, x: str
 ) -> tuple[Case, list[Path]]:
-    """One part at one size: run (or resumed), reported, its claims judged with ``--check``
-    (on a panel sweep's statistics, or on a training run's rows: :mod:`.trained`)."""
+    """One part (at one size) into ``folder``: run (or resumed), reported as ``decentopt run``
+    reports it, its claims judged with ``--check`` (on a panel sweep's statistics, or on a
+    training run's rows: :mod:`.trained`); the case and the files written."""
     rows = Sweep(spec, folder, options).run().rows
     case = Case(spec, spec.agents, rows, {} if spec.panel is None else summarise(rows, spec))
 
@@ -199,12 +141,6 @@ def _run_case(
     modified = how.quick or bool(how.sets)
     claims = judge if how.check and spec.claims else None
     files = write_report(spec, rows, folder, modified=modified, claims=claims, say=options.log, x=x)
-    if spec.panel is not None and x != "bytes_per_agent":  # what local steps save
-        title = spec.title(modified) + ", against bytes sent"
-        order = levels_by_zeta(case.stats)
-        files += panel_curves(
-            spec, rows, folder / f"{spec.name}_bytes", title, order, x="bytes_per_agent"
-        )
     return case, files
 
 
@@ -212,7 +148,7 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
     """Run (or resume) a cases study into ``out``, as ``how`` asks; every part, ``--only``
     label and claim is checked before anything runs."""
     study.parts(how)
-    claims = parse_claims(study.claims, study.source, CHECKS)
+    claims = parse_claims(study.claims, study.source, reads="cases")
     x = how.x or study.x
     cases, files, sections = [], [], [f"# {study.title}", ""]
     for part in study.specs:
@@ -224,9 +160,14 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
                     continue
                 spec = spec.select(spec.present(how.only))
             folder = out / spec.name / ("" if n is None else f"n{n}")
-            case, written = _run_case(spec, folder, options, how, x)
+            case, written = run_part(spec, folder, options, how, x)
             cases.append(case)
             files += written
+            if spec.panel is not None and x != "bytes_per_agent":  # what local steps save
+                title = spec.title(how.quick or bool(how.sets)) + ", against bytes sent"
+                order = levels_by_zeta(case.stats)
+                path = folder / f"{spec.name}_bytes"
+                files += panel_curves(spec, case.rows, path, title, order, x="bytes_per_agent")
             report = (folder / "summary.md").read_text().split("\n", 1)[1]
             report = report.replace("\n## ", "\n### ")  # under the case's heading
             sections += [f"## {case.name}", "", *_costs(case), "", report]

@@ -3,7 +3,12 @@
 A specification states its claims in ``[[claims]]`` tables (the presets hold
 the paper's, as the paper makes them): the text, and a check from
 :data:`CHECKS` with its arguments, which turns the claim into a measurable
-test evaluated on the summary of the finished sweep. Every verdict is one of
+test evaluated on the summary of the finished sweep. :data:`CHECKS` is the one registry
+of checks: each declares what it reads (a :class:`ClaimCheck`) -- a panel's statistics
+(the checks below, those of :mod:`.case_checks` and :func:`~.paired.bytes_cut_by`), a
+training run's final values (:mod:`.trained`) or the cases of a study
+(:func:`~.paired.gap_grows`) -- and a run or study offers the checks that read what it
+measures. Every verdict is one of
 three: **holds**, **does not hold**, or **inconclusive** (a run that has not
 finished converging, a difference within noise, a value between the
 thresholds). Nothing here is tuned to make a claim pass.
@@ -28,13 +33,13 @@ a time model.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from decentopt._registry import Registry
 from decentopt._schema import ConfigError
 from decentopt.experiments.case_checks import along, divergence, missing
 from decentopt.experiments.measures import (
@@ -47,17 +52,31 @@ from decentopt.experiments.measures import (
     bytes_to_settle,
     compared,
 )
-from decentopt.experiments.paired import paired_ratios, ratio_near
+from decentopt.experiments.paired import bytes_cut_by, gap_grows
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.summary import Stat, heterogeneity_slope, levels_by_zeta
+from decentopt.experiments.trained import matches_at_bytes
+from decentopt.experiments.verdicts import (
+    CHECKS,
+    ClaimCheck,
+    Factory,
+    Panel,
+    Reads,
+    Verdict,
+    combine,
+    family,
+    joined,
+    ordered_verdict,
+)
 from decentopt.experiments.verdicts import SIG as _SIG
-from decentopt.experiments.verdicts import Panel, Verdict, combine, family, ordered_verdict
 from decentopt.experiments.verdicts import label_name as _name
 from decentopt.experiments.verdicts import label_names as _names
 
 __all__ = [
     "CHECKS",
     "Claim",
+    "ClaimCheck",
+    "Reads",
     "Verdict",
     "bytes_to_settle",
     "check_claims",
@@ -71,8 +90,6 @@ __all__ = [
 ]
 
 Stats = dict[tuple[float, str], Stat]
-#: Makes a check from a ``[[claims]]`` table's arguments: the check and its test in words.
-Factory = Callable[..., tuple[Callable[[Any], "Verdict"], str]]
 
 #: Log-log slope against zeta^2 from which an error is "trapped".
 TRAPPED_SLOPE = 0.5
@@ -104,7 +121,7 @@ def _effect(expect: str, test: str) -> Factory:
             levels = levels_by_zeta(stats)
             if not present or len(levels) < 2:
                 return Verdict(None, "needs these algorithms and at least two heterogeneity levels")
-            verdicts, parts = [], []
+            judged = []
             for alg in present:
                 slope, growth = heterogeneity_slope(stats, alg)
                 moving = any(stats[(lv, alg)].decreasing for lv in levels)
@@ -116,11 +133,10 @@ def _effect(expect: str, test: str) -> Factory:
                     kind = "unaffected"
                 else:
                     kind = "between"
-                verdicts.append({"trapped": False, "unaffected": False, expect: True}.get(kind))
-                parts.append(f"{_name(alg)} slope {slope:+.2f}, x{growth:.3g} ({kind})")
+                verdict = {"trapped": False, "unaffected": False, expect: True}.get(kind)
+                judged.append((verdict, f"{_name(alg)} slope {slope:+.2f}, x{growth:.3g} ({kind})"))
             low, high = (stats[(lv, present[0])].zeta2 for lv in (levels[0], levels[-1]))
-            evidence = f"ζ² from {low:.3g} to {high:.3g}: " + "; ".join(parts)
-            return Verdict(combine(verdicts), evidence)
+            return joined(judged, f"ζ² from {low:.3g} to {high:.3g}: ")
 
         return check, test.format(_names(algorithms))
 
@@ -142,21 +158,17 @@ def ordered(
             return lacking
         if not {alg, *others} <= _algs(stats):
             return Verdict(None, f"needs {_name(alg)} and {', '.join(map(_name, others))}")
-        verdicts = []
-        parts = []
+        judged = []
         levels = levels_by_zeta(stats) if cases is None else list(cases)
         comparisons = len(others) * len(levels) * family(stats)
-        for other in others:
-            for lv in levels:
-                a, b = stats[(lv, alg)], stats[(lv, other)]
-                verdict, word = compared(measure, a, b, comparisons, strict)
-                verdicts.append(verdict)
-                where = "" if cases is None else f"{lv}: "
-                parts.append(
-                    f"{where}{measure.describe(a)} vs {_name(other)} {measure.describe(b)} ({word})"
-                )
+        for other, lv in itertools.product(others, levels):
+            a, b = stats[(lv, alg)], stats[(lv, other)]
+            verdict, word = compared(measure, a, b, comparisons, strict)
+            where = "" if cases is None else f"{lv}: "
+            said = f"{measure.describe(a)} vs {_name(other)} {measure.describe(b)} ({word})"
+            judged.append((verdict, where + said))
         heading = measure.heading.format(alg=_name(alg)) if cases is None else _name(alg)
-        return Verdict(combine(verdicts), f"{heading}: " + "; ".join(parts))
+        return joined(judged, f"{heading}: ")
 
     return check
 
@@ -194,19 +206,17 @@ def _converges(algorithms: Sequence[str] | None = None) -> tuple[Callable[[Stats
         if missing:
             return Verdict(None, f"needs {_names(missing)}")
         chosen = {k: v for k, v in stats.items() if algorithms is None or k[1] in algorithms}
-        verdicts, slow, moving, bad = [], [], [], []
+        slow = []
+        moving = []  # inconclusive
+        bad = []  # does not hold
         for (lv, alg), s in sorted(chosen.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             if s.diverged:
                 bad.append(f"{_name(alg)} at {lv:g}: {s.diverged} diverged")
-                verdicts.append(False)
             elif not s.rate < 0:
                 bad.append(f"{_name(alg)} at {lv:g}: transient slope {s.rate:.3g}")
-                verdicts.append(False)
             elif s.decreasing:
                 moving.append(f"{_name(alg)} at {lv:g}")
-                verdicts.append(None)
             else:
-                verdicts.append(True)
                 slow.append(s.rate)
         text = (
             f"transient slopes of log(error) from {min(slow):.3g} to {max(slow):.3g} per iteration"
@@ -217,7 +227,7 @@ def _converges(algorithms: Sequence[str] | None = None) -> tuple[Callable[[Stats
             text += f"; still decreasing at the end: {', '.join(moving)}"
         if bad:
             text += f"; failing: {', '.join(bad)}"
-        return Verdict(combine(verdicts), text)
+        return Verdict(combine([not bad, None if moving else True]), text)
 
     return check, test if algorithms is None else f"{_names(algorithms)}: {test}"
 
@@ -236,65 +246,36 @@ def _fewer_bytes(
     return ordered(bytes_measure(threshold, factor), algorithm, others, strict=True), test
 
 
-def _bytes_cut_by(
-    algorithm: str,
-    others: Sequence[str],
-    factor: float,
-    tolerance: float = 0.25,
-    threshold: float | None = None,
-) -> tuple[Callable[[Stats], Verdict], str]:
-    """``algorithm`` needs close to ``factor`` times fewer bytes than each of ``others`` to
-    settle: the run-by-run ratio within ``factor`` x (1 -/+ ``tolerance``) (:mod:`.paired`)."""
-    if not (factor > 0 and 0 <= tolerance < 1):
-        raise TypeError(f"needs factor > 0 and 0 <= tolerance < 1; got {factor}, {tolerance}")
-    low, high = factor * (1 - tolerance), factor * (1 + tolerance)
-
-    def check(stats: Stats) -> Verdict:
-        if not {algorithm, *others} <= _algs(stats):
-            return Verdict(None, f"needs {_names([algorithm, *others])}")
-        levels = levels_by_zeta(stats)
-        verdicts = []
-        parts = []
-        for other in others:
-            for lv in levels:
-                a, b = stats[(lv, algorithm)], stats[(lv, other)]
-                ratios = paired_ratios(a, b, lambda s: bytes_to_settle(s, threshold))
-                exact = a.deterministic and b.deterministic
-                verdict, text = ratio_near(ratios, low, high, exact, len(others) * len(levels))
-                verdicts.append(verdict)
-                parts.append(f"{_name(other)}'s over {_name(algorithm)}'s at {lv:g}: {text}")
-        return Verdict(combine(verdicts), "bytes to settle, run by run, " + "; ".join(parts))
-
-    below = "the threshold" if threshold is None else f"{threshold:g}"
-    test = (
-        f"{_names(others)}'s bytes per agent to settle below {below} over {_name(algorithm)}'s, "
-        f"run by run, within x{low:.3g} to x{high:.3g} (equivalence t-tests on log-ratios) "
-        f"{_SIG}, at every level"
-    )
-    return check, test
-
-
 def _all_of(checks: Sequence[Mapping[str, Any]]) -> tuple[Callable[[Stats], Verdict], str]:
     """Every one of ``checks``: tables as in ``[[claims]]``, without ``text``."""
     parts = []
+    offered = reading("panel")
     for table in checks:
         args = dict(table)
         name = args.pop("check", None)
-        if name not in CHECKS:
-            raise TypeError(f"all_of: each of checks names one of {', '.join(CHECKS)}")
-        parts.append(CHECKS[name](**args))
+        if name not in offered:
+            raise TypeError(f"all_of: each of checks names one of {', '.join(offered)}")
+        parts.append(offered[name].make(**args))
 
     def check(stats: Stats) -> Verdict:
         verdicts = [judge(stats) for judge, _ in parts]
-        evidence = "; ".join(v.evidence for v in verdicts)
-        return Verdict(combine([v.holds for v in verdicts]), evidence)
+        return joined((v.holds, v.evidence) for v in verdicts)
 
     return check, "; and ".join(test for _, test in parts)
 
 
-#: Checks a ``[[claims]]`` table can name (``check = "NAME"`` plus its arguments).
-CHECKS: Registry[Factory] = Registry(
-    "claim check",
+def reading(reads: Reads, checks: Mapping[str, ClaimCheck] = CHECKS) -> dict[str, ClaimCheck]:
+    """The checks of ``checks`` that read ``reads``, by name."""
+    return {name: c for name, c in checks.items() if c.reads == reads}
+
+
+def _built_in(reads: Reads, table: Mapping[str, Factory]) -> None:
+    for name, make in table.items():
+        CHECKS.add(name, ClaimCheck(reads, make))
+
+
+_built_in(
+    "panel",
     {
         "converges_linearly": _converges,
         "trapped": _effect(
@@ -309,7 +290,7 @@ CHECKS: Registry[Factory] = Registry(
         "settles_sooner": _ordering(SETTLING, True, "settles below the threshold sooner than"),
         "settles_no_later": _ordering(SETTLING, False, "settles below the threshold no later than"),
         "fewer_bytes": _fewer_bytes,
-        "bytes_cut_by": _bytes_cut_by,
+        "bytes_cut_by": bytes_cut_by,
         "sooner_in_time": _ordering(
             TIME, True, "settles below the threshold in less simulated time than"
         ),
@@ -328,26 +309,35 @@ CHECKS: Registry[Factory] = Registry(
             "EDM settles sooner than DSGT-HB, and DSGT-HB no sooner than DSGT (momentum gains "
             f"nothing there), {_SIG}",
         ),
-    }.items(),
+    },
 )
+_built_in("finals", {"matches_at_bytes": matches_at_bytes})
+_built_in("cases", {"gap_grows": gap_grows})
 
 
 def parse_claims(
-    tables: Sequence[dict[str, Any]], where: str, checks: Mapping[str, Factory] = CHECKS
+    tables: Sequence[dict[str, Any]],
+    where: str,
+    checks: Mapping[str, ClaimCheck] = CHECKS,
+    *,
+    reads: Reads | None = None,
 ) -> tuple[Claim, ...]:
     """``[[claims]]`` tables: ``text`` (the claim as stated), ``check`` (a name of ``checks``,
-    by default :data:`CHECKS`) and its arguments."""
+    by default :data:`CHECKS`, among those that read ``reads``: what the run or study
+    judges them on; ``None``: any) and its arguments."""
+    offered = dict(checks) if reads is None else reading(reads, checks)
     claims = []
     for k, table in enumerate(tables):
         args = dict(table)
-        text, name = args.pop("text", None), args.pop("check", None)
-        if not isinstance(text, str) or name not in checks:
+        text = args.pop("text", None)
+        name = args.pop("check", None)
+        if not isinstance(text, str) or name not in offered:
             raise ConfigError(
                 f'{where} [[claims]] #{k + 1}: needs text = "..." and check = one of '
-                f"{', '.join(checks)}"
+                f"{', '.join(offered)}"
             )
         try:
-            check, test = checks[name](**args)
+            check, test = offered[name].make(**args)
         except TypeError as exc:  # "f() got an unexpected keyword argument 'x'": no "f()"
             said = str(exc).split("() ", 1)[-1]
             raise ConfigError(f"{where} [[claims]] #{k + 1} ({name}): {said}") from None
@@ -370,8 +360,8 @@ def check_panels(
     results = []
     for claim in claims:
         judged = {name: claim.check(Panel(stats, len(panels))) for name, stats in panels.items()}
-        evidence = "; ".join(f"{n}: {mark[v.holds]} ({v.evidence})" for n, v in judged.items())
-        results.append((claim, Verdict(combine([v.holds for v in judged.values()]), evidence)))
+        said = [(v.holds, f"{n}: {mark[v.holds]} ({v.evidence})") for n, v in judged.items()]
+        results.append((claim, joined(said)))
     return results
 
 

@@ -10,10 +10,11 @@ of runs has to overcome. Two judgements rest on these ratios:
   is above ``log low`` and below ``log high``, each at ``ALPHA`` (intersection-union: no
   correction), **does not hold** when it is below ``log low`` or above ``log high`` at
   ``ALPHA / (2 m)`` (Bonferroni over the two sides and the claim's ``m`` comparisons), and
-  is inconclusive between.
+  is inconclusive between; the check :func:`bytes_cut_by` judges it on bytes to settle.
 * :func:`ratio_grows`: the ratio grows from one case to the next (say, from 32 to 64
   agents): the runs' ratios of the two cases compared by a Mann-Whitney U test, as
-  settling iterations are (:func:`~decentopt.analysis.compare_settling`).
+  settling iterations are (:func:`~decentopt.analysis.compare_settling`); the check
+  :func:`gap_grows` judges it on the cases of a study (:mod:`.cases`).
 
 A run where only the second method never settles has ratio ``inf``, one where only the
 first does ``0``: such runs put the ratio outside any range (if runs of both kinds occur,
@@ -23,14 +24,30 @@ verdict.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from decentopt.analysis import ALPHA, compare_settling, ordering_verdict, rank_test_can_decide
-from decentopt.experiments.summary import Stat
+from decentopt.experiments.measures import bytes_to_settle
+from decentopt.experiments.summary import Stat, levels_by_zeta
+from decentopt.experiments.verdicts import SIG as _SIG
+from decentopt.experiments.verdicts import Verdict, joined
+from decentopt.experiments.verdicts import label_name as _name
+from decentopt.experiments.verdicts import label_names as _names
 
-__all__ = ["mean_bound", "paired_ratios", "ratio_grows", "ratio_near", "ratio_text"]
+__all__ = [
+    "bytes_cut_by",
+    "gap_grows",
+    "mean_bound",
+    "paired_ratios",
+    "ratio_grows",
+    "ratio_near",
+    "ratio_text",
+]
 
 
 def paired_ratios(a: Stat, b: Stat, values: Callable[[Stat], Sequence[float]]) -> np.ndarray | None:
@@ -112,3 +129,79 @@ def ratio_grows(
     verdict = ordering_verdict(loose, tight, strict=True)
     word = {True: "grows", False: "shrinks", None: "within noise"}[verdict]
     return verdict, f"{words} ({word})"
+
+
+def bytes_cut_by(
+    algorithm: str,
+    others: Sequence[str],
+    factor: float,
+    tolerance: float = 0.25,
+    threshold: float | None = None,
+) -> tuple[Callable[[Mapping[Any, Stat]], Verdict], str]:
+    """``algorithm`` needs close to ``factor`` times fewer bytes than each of ``others`` to
+    settle: the run-by-run ratio within ``factor`` x (1 -/+ ``tolerance``) (:func:`ratio_near`)."""
+    if not (factor > 0 and 0 <= tolerance < 1):
+        raise TypeError(f"needs factor > 0 and 0 <= tolerance < 1; got {factor}, {tolerance}")
+    low, high = factor * (1 - tolerance), factor * (1 + tolerance)
+
+    def check(stats: Mapping[Any, Stat]) -> Verdict:
+        if not {algorithm, *others} <= {label for _, label in stats}:
+            return Verdict(None, f"needs {_names([algorithm, *others])}")
+        levels = levels_by_zeta(stats)
+        judged = []
+        for other, lv in itertools.product(others, levels):
+            a, b = stats[(lv, algorithm)], stats[(lv, other)]
+            ratios = paired_ratios(a, b, lambda s: bytes_to_settle(s, threshold))
+            exact = a.deterministic and b.deterministic
+            verdict, text = ratio_near(ratios, low, high, exact, len(others) * len(levels))
+            judged.append(
+                (verdict, f"{_name(other)}'s over {_name(algorithm)}'s at {lv:g}: {text}")
+            )
+        return joined(judged, "bytes to settle, run by run, ")
+
+    below = "the threshold" if threshold is None else f"{threshold:g}"
+    test = (
+        f"{_names(others)}'s bytes per agent to settle below {below} over {_name(algorithm)}'s, "
+        f"run by run, within x{low:.3g} to x{high:.3g} (equivalence t-tests on log-ratios) "
+        f"{_SIG}, at every level"
+    )
+    return check, test
+
+
+#: Each run's settling iteration.
+_SETTLE = operator.attrgetter("settle")
+
+
+def gap_grows(
+    algorithm: str, other: str, part: str | None = None
+) -> tuple[Callable[[Sequence[Any]], Verdict], str]:
+    """``other``'s iterations to settle over ``algorithm``'s, run by run, grow from each
+    size to the next (over the cases of ``part``, or of every part with both methods; a
+    case: a :class:`~.cases.Case`)."""
+
+    def check(cases: Sequence[Any]) -> Verdict:
+        both = [c for c in cases if {algorithm, other} <= {label for _, label in c.stats}]
+        mine = sorted((c for c in both if part in (None, c.part)), key=lambda c: c.n)
+        if len({c.n for c in mine}) < 2:
+            return Verdict(None, f"needs {_name(algorithm)} and {_name(other)} at two sizes")
+        steps = list(itertools.pairwise(mine))
+        levels = levels_by_zeta(mine[0].stats)
+        judged = []
+        for small, large in steps:
+            for lv in levels:
+                if (lv, algorithm) not in large.stats:
+                    return Verdict(None, f"needs the level {lv:g} in every case")
+                ratios = [
+                    paired_ratios(c.stats[(lv, algorithm)], c.stats[(lv, other)], _SETTLE)
+                    for c in (small, large)
+                ]
+                verdict, text = ratio_grows(*ratios, comparisons=len(steps) * len(levels))
+                judged.append((verdict, f"n = {small.n} -> {large.n}: {text}"))
+        heading = f"{_name(other)}'s iterations to settle over {_name(algorithm)}'s, run by run"
+        return joined(judged, f"{heading}: ")
+
+    test = (
+        f"{_name(other)}'s iterations to settle over {_name(algorithm)}'s (run by run) larger "
+        f"at every next size, Mann-Whitney at a {ALPHA:.0%} family-wise level"
+    )
+    return check, test

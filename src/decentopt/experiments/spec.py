@@ -31,9 +31,8 @@ from decentopt._schema import ConfigError, bounded, parse
 from decentopt.comm.cost import NetworkModel
 from decentopt.driver.timeline import TimeModel, staleness
 from decentopt.experiments import kinds, sources
-from decentopt.experiments.claims import CHECKS, Claim, parse_claims
+from decentopt.experiments.claims import Claim, parse_claims
 from decentopt.experiments.sources import PRESETS, is_study, merge, parse_override, read_toml
-from decentopt.experiments.trained import CHECKS as TRAINING_CHECKS
 from decentopt.experiments.variants import (
     Variant,
     check_labels,
@@ -318,7 +317,7 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
         if m not in kind.metrics:
             raise ConfigError(f"{source}: {unknown_name('metric', m, kind.metrics)}")
     trained = params.panel is None  # a training run: judged on its final values
-    claims = parse_claims(top.claims, source, TRAINING_CHECKS if trained else CHECKS)
+    claims = parse_claims(top.claims, source, reads="finals" if trained else "panel")
     with sources.naming(f"{source} [logging]"):
         loggers.check_table(top.logging)
     base = Path(source).parent if Path(source).is_file() else None

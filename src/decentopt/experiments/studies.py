@@ -14,16 +14,14 @@ claims across them (:mod:`.cases`: the local-steps study).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from decentopt._registry import Registry
 from decentopt.driver import RunOptions
-from decentopt.experiments.cases import run_cases
-from decentopt.experiments.claims import bytes_to_settle, claims_report
-from decentopt.experiments.reports import markdown_table, panel_curves, write_report
-from decentopt.experiments.runner import Sweep
+from decentopt.experiments.cases import run_cases, run_part
+from decentopt.experiments.claims import bytes_to_settle
+from decentopt.experiments.reports import markdown_table, panel_curves
 from decentopt.experiments.scaling import run_table1
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
@@ -48,11 +46,12 @@ def _tuned(
         if method not in best or key < best[method][0]:
             best[method] = (key, label, cells)
 
+    files: list[Path] = []
     if spec.panel is not None:
         stats = summarise(rows, spec)
-        hard = levels_by_zeta(stats)[-1]
+        levels = levels_by_zeta(stats)
         for (level, label), s in stats.items():
-            if level != hard or s.steady != s.steady:  # another level, or diverged (NaN)
+            if level != levels[-1] or s.steady != s.steady:  # another level, or diverged (NaN)
                 continue
             reach = "never"
             if s.iters is not None:
@@ -63,6 +62,10 @@ def _tuned(
             offer(spec.algorithms[label].method, rank, label, cells)
         header = ["method", "best step", f"steady {spec.metric} (hardest level)"]
         header.append("iterations / gossip rounds to settle")
+        # the tuned methods against gossip rounds
+        tuned = [r for r in rows if r["algorithm"] in {label for _, label, _ in best.values()}]
+        title = spec.title(modified) + ", best step sizes"
+        files = panel_curves(spec, tuned, out / f"{spec.name}_rounds", title, levels, x="rounds")
     else:
         last = max(r["step"] for r in rows)
         sign = -1 if "acc" in spec.metric else 1  # accuracies: higher is better
@@ -75,13 +78,6 @@ def _tuned(
         [LABELS.get(m, m), str(spec.algorithms[label].hyperparams["lr"]), *cells]
         for m, (_, label, cells) in best.items()
     ]
-    files: list[Path] = []
-    if spec.panel is not None:  # the tuned methods against gossip rounds
-        tuned = [r for r in rows if r["algorithm"] in {label for _, label, _ in best.values()}]
-        zeta = {r[spec.panel]: r["zeta2"] for r in tuned}  # panels from low to high zeta^2
-        order = sorted(zeta, key=zeta.__getitem__)
-        title = spec.title(modified) + ", best step sizes"
-        files = panel_curves(spec, tuned, out / f"{spec.name}_rounds", title, order, x="rounds")
     return "Best step size of the grid", markdown_table(header, body), files
 
 
@@ -116,20 +112,10 @@ def _run_parts(study: Study, out: Path, options: RunOptions, how: Request) -> li
     for spec in study.parts(how):
         folder = out / spec.name
         modified = how.quick or bool(how.sets)
-        outcome = Sweep(spec, folder, options).run()
-        claims = partial(claims_report, spec.claims) if how.check and spec.claims else None
-        files += write_report(
-            spec,
-            outcome.rows,
-            folder,
-            modified=modified,
-            claims=claims,
-            say=options.log,
-            x=how.x or study.x,
-        )
-        title, table, more = extra(spec, outcome.rows, out, modified)
+        case, written = run_part(spec, folder, options, how, how.x or study.x)
+        title, table, more = extra(spec, case.rows, out, modified)
         options.log(table)
-        files += more
+        files += [*written, *more]
         summary = (folder / "summary.md").read_text().split("\n", 1)[1]
         sections += [f"## {spec.title(modified)}", "", f"{title}:", "", table, summary]
     write_text_atomic(out / "summary.md", "\n".join(sections))

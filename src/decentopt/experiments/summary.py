@@ -95,18 +95,10 @@ def _stat(
     the simulated time of each recorded step, where a time model clocked the run."""
     exact = bool(spec.params.deterministic)
     alive = np.all(np.isfinite(values), axis=1)
+    known = {"zeta2": zeta2, "deterministic": exact, "bytes_per_step": per_step}
+    known["seconds_per_step"] = seconds_per_step
     if not alive.any():
-        return Stat(
-            np.nan,
-            np.nan,
-            np.nan,
-            None,
-            len(values),
-            zeta2,
-            deterministic=exact,
-            bytes_per_step=per_step,
-            seconds_per_step=seconds_per_step,
-        )
+        return Stat(np.nan, np.nan, np.nan, None, len(values), **known)
     tail = steps >= steps[-1] - 0.1 * (steps[-1] - steps[0])
     per_rep = values[alive][:, tail].mean(axis=1)
     mean_curve = values[alive].mean(axis=0)
@@ -121,7 +113,6 @@ def _stat(
         final=float(values[alive][:, -1].mean()),
         iters=settling_step(steps, mean_curve, spec.threshold),
         diverged=int((~alive).sum()),
-        zeta2=zeta2,
         trend=trend,
         decreasing=decreasing,
         settle=tuple(float("inf") if v is None else float(v) for v in settle),
@@ -130,12 +121,10 @@ def _stat(
         tail_points=int(tail.sum()),
         tail_from=int(steps[tail][0]),
         tail_to=int(steps[-1]),
-        deterministic=exact,
-        bytes_per_step=per_step,
         steps=tuple(float(v) for v in steps),
         curves=tuple(tuple(map(float, c)) for c in values[alive]),
         seconds=seconds,
-        seconds_per_step=seconds_per_step,
+        **known,
     )
 
 

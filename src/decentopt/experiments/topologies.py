@@ -187,12 +187,6 @@ def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> li
     return cases
 
 
-def _per_iteration(case: Case, graph: str) -> float:
-    """Modelled seconds per iteration over ``graph``, at the last recorded step."""
-    last = max(case.rows[graph], key=lambda r: r["step"])
-    return last["model_time"] / max(last["step"], 1)
-
-
 def _case_section(case: Case) -> list[str]:
     """One problem at one n: per graph, its peers per round, rate, modelled time per
     iteration and every method's steady error."""
@@ -203,7 +197,8 @@ def _case_section(case: Case) -> list[str]:
         errors = [
             f"diverged ({s.diverged})" if s.steady != s.steady else f"{s.steady:.2e}" for s in stats
         ]
-        ms = f"{_per_iteration(case, graph) * 1e3:.3f}"
+        last = max(case.rows[graph], key=lambda r: r["step"])  # modelled s per iteration there
+        ms = f"{last['model_time'] / max(last['step'], 1) * 1e3:.3f}"
         body.append([graph, built.max_degree, f"{built.lam:.4f}", ms, *errors])
     header = ["graph", "peers / round", "λ per round", "ms / iteration"]
     network = spec.network
@@ -270,7 +265,7 @@ def run_graphs(study: Study, out: Path, options: RunOptions, how: Request) -> li
     """Run (or resume) a graph study into ``out``, as ``how`` asks; every part, ``--only``
     label and claim is checked before anything runs."""
     study.parts(how)
-    claims = parse_claims(_current(study.claims, study.source), study.source)
+    claims = parse_claims(_current(study.claims, study.source), study.source, reads="panel")
     cases = _run_cases(study, out, options, how)
     everything = [
         r | {"problem": c.preset, "agents": c.n, "graph": g}

@@ -9,8 +9,9 @@ best mean final metric among those whose runs all finished (higher is better for
 accuracy, lower for a loss: :func:`higher_is_better`). The tuned members are chosen on the
 runs they are then judged on, on both sides of a claim alike.
 
-``matches_at_bytes`` (``algorithm``, ``others``, ``metric`` = ``"test_acc"``, ``margin`` =
-0.01, ``tolerance`` = 0.1): ``algorithm`` is not worse than each of ``others`` by more than
+:func:`matches_at_bytes` (``algorithm``, ``others``, ``metric`` = ``"test_acc"``, ``margin``
+= 0.01, ``tolerance`` = 0.1; a check of :data:`~.claims.CHECKS` that reads the final
+values): ``algorithm`` is not worse than each of ``others`` by more than
 ``margin`` in the final ``metric`` ("matches or beats"), while each agent sends no more than
 ``1 + tolerance`` times the other's bytes. Every variant sees the same data split, initial
 point and mini-batches in run ``r``, so the test is on the runs' differences ``d_r``
@@ -30,15 +31,28 @@ from typing import Any
 
 import numpy as np
 
-from decentopt._registry import Registry
+from decentopt._renamed import renamed
 from decentopt.analysis import ALPHA
-from decentopt.experiments.claims import Factory, Verdict, combine
+from decentopt.experiments import verdicts
 from decentopt.experiments.paired import mean_bound
 from decentopt.experiments.reports import markdown_table
 from decentopt.experiments.variants import grids
-from decentopt.plotting import LABELS
+from decentopt.experiments.verdicts import Verdict, joined
+from decentopt.experiments.verdicts import label_name as _name
+from decentopt.experiments.verdicts import label_names as _names
 
-__all__ = ["CHECKS", "Final", "final_table", "finals", "higher_is_better", "tuned"]
+__all__ = [
+    "Final",
+    "final_table",
+    "finals",
+    "higher_is_better",
+    "matches_at_bytes",
+    "tuned",
+]
+
+__getattr__ = renamed(
+    __name__, {"CHECKS": (lambda: verdicts.CHECKS, "it is decentopt.experiments.claims.CHECKS")}
+)
 
 Rows = Sequence[Mapping[str, Any]]
 
@@ -91,10 +105,6 @@ def tuned(name: str, table: Mapping[str, Final], metric: str) -> str | None:
     return max(finished, key=lambda m: sign * table[m].mean)
 
 
-def _name(label: str) -> str:
-    return LABELS.get(label, label)
-
-
 def _megabytes(value: float) -> str:
     return f"{value / 1e6:.3g} MB"
 
@@ -138,7 +148,7 @@ def _compare(
     )
 
 
-def _matches_at_bytes(
+def matches_at_bytes(
     algorithm: str,
     others: Sequence[str],
     metric: str = "test_acc",
@@ -158,34 +168,24 @@ def _matches_at_bytes(
         mine, ran, why = _side(algorithm, table, metric)
         if mine is None:  # diverged everywhere: it matches nothing
             return Verdict(False if ran else None, why)
-        verdicts, parts = [], []
+        judged = []
         for other in others:
             theirs, _, why = _side(other, table, metric)
             if theirs is None:
-                verdicts.append(None)
-                parts.append(why)
+                judged.append((None, why))
                 continue
             pair = ((mine, table[mine]), (theirs, table[theirs]))
-            verdict, text = _compare(*pair, sign, margin, tolerance, len(others))
-            verdicts.append(verdict)
-            parts.append(text)
-        return Verdict(combine(verdicts), f"final {metric}, tuned: " + "; ".join(parts))
+            judged.append(_compare(*pair, sign, margin, tolerance, len(others)))
+        return joined(judged, f"final {metric}, tuned: ")
 
     worse = "below" if sign > 0 else "above"
     test = (
         f"{_name(algorithm)}'s final {metric} (best of its grid) not {worse} that of "
-        f"{', '.join(map(_name, others))} (each best of its grid) by more than {margin:g}, "
+        f"{_names(others)} (each best of its grid) by more than {margin:g}, "
         f"sending at most x{1 + tolerance:g} their bytes per agent: non-inferiority t-test on "
         f"the runs' differences at a {ALPHA:.0%} family-wise level"
     )
     return check, test
-
-
-#: Checks a ``[[claims]]`` table of a training run can name (``check = "NAME"`` plus its
-#: arguments); each judges the run's rows.
-CHECKS: Registry[Factory] = Registry(
-    "training claim check", [("matches_at_bytes", _matches_at_bytes)]
-)
 
 
 def final_table(rows: Rows, labels: Sequence[str], metric: str) -> str:
