@@ -53,7 +53,9 @@ class AgedCommunicator(SimulatedCommunicator):
                 "bounded staleness needs a static graph; give delayed(tau) no staleness"
             )
         super().__init__(topology, kernel=kernel)
-        self.schedule, self.planned, self.columns = schedule, max(1, steps), max(1, columns)
+        self.schedule = schedule
+        self.planned = max(1, steps)
+        self.columns = max(1, columns)
         #: ``(planned rounds, n, K)``: the ages of the schedule, round by round (asked for
         #: at the first round); ``ages[t, i, k]`` is that of ``topology.neighbors[i][k]``
         self.ages: np.ndarray | None = None

@@ -30,7 +30,8 @@ class GossipWatch:
 
     def __init__(self, comm: Any, method: Any) -> None:
         method = as_method(method)
-        self.comm, self.method = comm, method.name
+        self.comm = comm
+        self.method = method.name
         self.first = FIRST_STEPS if method.outer is None else max(FIRST_STEPS, method.outer.every)
         self.start = int(comm.stats.rounds)
         self.done = False

@@ -141,7 +141,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         if self._agent is not None:
             self._agent.share_within_agent(self._params())
         self._check_agreement()
-        self._watch, self._steps = GossipWatch(comm, alg), 0  # a method that never gossips
+        self._watch = GossipWatch(comm, alg)  # a method that never gossips
+        self._steps = 0
 
     # ----------------------------------------------------------------- groups
     def add_param_group(self, param_group: dict[str, Any]) -> None:

@@ -150,7 +150,9 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
     study.parts(how)
     claims = parse_claims(study.claims, study.source, reads="cases")
     x = how.x or study.x
-    cases, files, sections = [], [], [f"# {study.title}", ""]
+    cases = []
+    files = []
+    sections = [f"# {study.title}", ""]
     for part in study.specs:
         sizes = study.sizes.get(part)
         for n in sizes or [None]:

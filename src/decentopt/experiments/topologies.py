@@ -164,7 +164,8 @@ def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> li
     """Every part at every n over every graph. The graphs' sweeps run in ``--jobs`` workers,
     largest first, each computing its units one after the other: a quick sweep's units are
     too short and too few to share out evenly."""
-    cases, pending = [], []
+    cases = []
+    pending = []
     for part, n in itertools.product(study.specs, study.agents):
         case = Case("", n, {}, {}, {})
         for graph, table in study.graphs.items():

@@ -95,7 +95,8 @@ class Logistic(ConvexProblem):
             raise ValueError(f"the l2 penalty mu must be > 0; got {mu}")
         if not sigma_s2 >= 0:
             raise ValueError(f"sigma_s2 must be >= 0; got {sigma_s2}")
-        self.n, self.repetitions, self.m, self.dim = v.shape[0], v.shape[1], *U.shape[2:]
+        self.n, self.repetitions = v.shape[:2]
+        self.m, self.dim = U.shape[2:]
         self.dtype = dtype
         self.mu = float(mu)
         self.sigma_s2 = float(sigma_s2)
