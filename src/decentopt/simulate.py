@@ -57,6 +57,23 @@ def _broadcast_x0(x0: torch.Tensor | None, problem: StackedProblem) -> torch.Ten
     return x0.clone()
 
 
+def _checked(
+    topology: Network, problem: StackedProblem, iterations: int, seed: int, blowup: float
+) -> tuple[int, int]:
+    """:func:`simulate`'s step count and seed, once its arguments agree; else a ValueError
+    naming the fix."""
+    if topology.n != problem.n:
+        raise ValueError(
+            f"the topology has n = {topology.n} agents but the problem has n = {problem.n}; "
+            "build both with the same number of agents"
+        )
+    iterations = as_count(iterations, "simulate: iterations")
+    seed = as_count(seed, "simulate: seed")
+    if not blowup > 1:
+        raise ValueError(f"blowup must be > 1; got {blowup}")
+    return iterations, seed
+
+
 def _stepwise(
     problem: StackedProblem, x: torch.Tensor, generator: torch.Generator
 ) -> tuple[torch.Tensor, None]:
@@ -108,18 +125,11 @@ def simulate(
             each agent mixes: each neighbour's newest arrived by its own clock
             (:mod:`decentopt.driver.arrivals`); without it every message is ``tau`` old.
     """
-    if topology.n != problem.n:
-        raise ValueError(
-            f"the topology has n = {topology.n} agents but the problem has n = {problem.n}; "
-            "build both with the same number of agents"
-        )
-    iterations = as_count(iterations, "simulate: iterations")
-    seed = as_count(seed, "simulate: seed")
-    if not blowup > 1:
-        raise ValueError(f"blowup must be > 1; got {blowup}")
+    iterations, seed = _checked(topology, problem, iterations, seed, blowup)
     steps = record_steps(iterations, record, points)
-    columns = problem.repetitions
-    comm = simulated_communicator(algorithm, topology, timing, iterations, columns, kernel)
+    comm = simulated_communicator(
+        algorithm, topology, timing, iterations, problem.repetitions, kernel
+    )
     result = run_loop(
         algorithm,
         problem,
