@@ -39,6 +39,7 @@ import torch.distributed as dist
 
 from decentopt.comm import leaving, routes
 from decentopt.comm.base import CommStats, Shared, rows_of
+from decentopt.comm.leaving import PeerFailure
 from decentopt.comm.posted import Stream
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
@@ -47,10 +48,6 @@ from decentopt.topology import Network, TopologySchedule, weights_digest
 __all__ = ["DistributedCommunicator", "PeerFailure", "settle_all"]
 
 settle_all = leaving.settle_all
-
-
-class PeerFailure(RuntimeError):
-    """A neighbour did not deliver its message (it died, hung or disconnected)."""
 
 
 class DistributedCommunicator(Shared):

@@ -14,20 +14,37 @@ messages are settled, the process group is closed while Python is still whole, a
 worker threads get a moment to release what the last collectives held. Left to interpreter
 shutdown, one of them can abort the process ("terminate called without an active
 exception", exit code 134) after all its work was done. A process that ends on an uncaught
-exception does not announce a normal finish.
+exception, or that lost a neighbour (it raised :class:`~decentopt.comm.PeerFailure`), does
+not announce a normal finish.
+
+Once rank 0 has left, its store is gone, and torch's store client prints a warning with a
+C++ stack trace on each call before it raises; the calls here run with the process's
+standard error muted, so that a rank's failure stays the one line it prints.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["POSTING", "announce_finish", "finished_line", "leave", "register", "settle_all"]
+__all__ = [
+    "POSTING",
+    "PeerFailure",
+    "announce_finish",
+    "finished_line",
+    "leave",
+    "lost_a_neighbour",
+    "register",
+    "settle_all",
+]
 
 #: Every distributed communicator of this process (``stats.rounds``, ``rank``, its store).
 _ALL: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -35,6 +52,8 @@ _ALL: weakref.WeakSet[Any] = weakref.WeakSet()
 #: messages on the same links keep matching in order) until :func:`settle_all`.
 POSTING: set[Any] = set()
 _closing_at_exit = False
+#: whether this process lost a neighbour (it then leaves without claiming a normal finish)
+_lost_a_neighbour = False
 #: seconds gloo's worker threads get at exit to release what the last collectives held
 _RELEASE_PAUSE = 0.25
 
@@ -57,12 +76,43 @@ def register(comm: Any) -> Any:
         return None
 
 
+def lost_a_neighbour() -> None:
+    """Note that this process lost a neighbour: at exit it does not claim a normal finish."""
+    global _lost_a_neighbour
+    _lost_a_neighbour = True
+
+
+class PeerFailure(RuntimeError):
+    """A neighbour did not deliver its message (it died, hung or disconnected)."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        lost_a_neighbour()  # so that this rank does not leave as finished
+
+
+@contextmanager
+def _muted_stderr() -> Iterator[None]:
+    """The process's standard error (file descriptor 2, where torch's C++ warnings go)
+    discarded for the duration of a store call."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    sink = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(sink, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(sink)
+
+
 def announce_finish() -> None:
     """Record that this rank finished normally, and after how many gossip rounds."""
     for comm in list(_ALL):
         if comm._store is not None:
             try:
-                comm._store.set(_key(comm.rank), str(comm.stats.rounds))
+                with _muted_stderr():
+                    comm._store.set(_key(comm.rank), str(comm.stats.rounds))
             except Exception:  # the store's host may be gone: nothing to tell
                 pass
 
@@ -70,10 +120,13 @@ def announce_finish() -> None:
 def finished_line(store: Any, rank: int, peer: int, made: int) -> str | None:
     """The one-line error of rank ``rank`` for a ``peer`` that finished normally while this
     rank has made (or started) ``made`` rounds; None where the peer did not say so."""
+    if store is None:
+        return None
     try:
-        if store is None or not store.check([_key(peer)]):
-            return None
-        rounds = int(store.get(_key(peer)))
+        with _muted_stderr():
+            if not store.check([_key(peer)]):
+                return None
+            rounds = int(store.get(_key(peer)))
     except Exception:  # the store's host is gone too: no word from it
         return None
     return (
@@ -104,7 +157,8 @@ def leave(*, finished: bool = True) -> None:
 
 def _leave_at_exit() -> None:
     """:func:`leave` for a process that ends without ``finalize()``; a process that ends on
-    an uncaught exception (``sys.last_value``) does not claim a normal finish.
+    an uncaught exception (``sys.last_value``) or lost a neighbour does not claim a normal
+    finish.
 
     Then a pause without the GIL: once a collective has returned, gloo's worker thread may
     still have to take the GIL to release the Python objects the collective held. Were the
@@ -113,7 +167,7 @@ def _leave_at_exit() -> None:
     something else keeps the group (``import torch._dynamo``, which ``torch.optim`` does,
     holds references to it), so closing the group cannot end them."""
     try:
-        leave(finished=getattr(sys, "last_value", None) is None)
+        leave(finished=not _lost_a_neighbour and getattr(sys, "last_value", None) is None)
     except Exception:  # the process is ending: a neighbour already gone has nothing to hear
         pass
     time.sleep(_RELEASE_PAUSE)
