@@ -160,13 +160,27 @@ def _totals(sent: np.ndarray) -> tuple[float, int, int]:
     return float(sent.mean()), int(sent.max(initial=0)), int(sent.sum())
 
 
+def map_then_mix(
+    comm: Communicator,
+    fn: Elementwise,
+    tensors: Sequence[torch.Tensor],
+    scalars: Sequence[float] = (),
+) -> tuple[torch.Tensor, ...]:
+    """:meth:`Communicator.mix_map` done plainly: evaluate ``fn``, then mix its first output."""
+    first, *rest = fn(*tensors, *scalars)
+    return (comm.mix(first), *rest)
+
+
 class Shared:
     """What the simulated and the distributed communicators share: ``mix_many`` as one
-    ``mix`` of the tensors packed column-wise, ``mix_map`` done plainly, the graph check
-    of ``exchange``, the messages of a round and their count."""
+    ``mix`` of the tensors packed column-wise, ``mix_map`` done plainly, ``exchange`` over
+    the slots of ``_slots`` (:func:`decentopt.comm.routes.slots`), the messages of a round
+    and their count."""
 
     topology: Network
     stats: CommStats
+    #: how many agents' rows this process holds (the simulator: all ``n``)
+    _held: int
 
     @cached_property
     def _static_messages(self) -> tuple[float, int, int]:
@@ -193,15 +207,39 @@ class Shared:
         parts = mixed.split([f.shape[1] for f in flats], dim=1)
         return [p.reshape(z.shape) for p, z in zip(parts, zs, strict=True)]
 
-    def mix_map(
-        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[float] = ()
-    ) -> tuple[torch.Tensor, ...]:
-        return map_then_mix(self, fn, tensors, scalars)  # type: ignore[arg-type]
+    mix_map = map_then_mix
 
     @property
     def slots(self) -> int:
         """Neighbour slots of ``exchange``: the graph's largest degree."""
         return self._check_exchange()
+
+    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """:meth:`Relaying.exchange`: a slot moves in memory where both agents are in this
+        process, else by :meth:`_send_slots`."""
+        k = self._held
+        S = self._check_exchange(tensors, k)
+        if S == 0:  # nobody has a neighbour (one agent): a round without messages
+            self._count(0, 0)
+            return [t.clone() for t in tensors]
+        rows = [self._host(t.reshape(k * S, -1)) for t in tensors]
+        packed = torch.cat(rows, dim=1)
+        received = torch.zeros_like(packed)
+        moves = self._slots[0]  # type: ignore[attr-defined]
+        received[moves[0]] = packed[moves[1]]
+        sent = self._send_slots(packed, received)
+        self._count(sum(r.shape[1] * r.element_size() for r in rows), sent)
+        parts = received.to(tensors[0].device).split([r.shape[1] for r in rows], dim=1)
+        return [p.reshape(t.shape).to(t.dtype) for p, t in zip(parts, tensors, strict=True)]
+
+    def _send_slots(self, packed: torch.Tensor, received: torch.Tensor) -> int | None:
+        """Send the slots of ``packed`` that agents of other processes read, and receive theirs
+        into ``received``; the bytes sent (None: every agent lives in this process)."""
+        return None
+
+    def _host(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` where this process sends from."""
+        return t
 
     def _check_exchange(self, tensors: Sequence[torch.Tensor] = (), rows: int = 0) -> int:
         """The slots of ``exchange`` (the largest degree) over a static undirected graph, every
@@ -219,14 +257,3 @@ class Shared:
                     f"({rows}, {S}, ...); got {tuple(t.shape)}"
                 )
         return S
-
-
-def map_then_mix(
-    comm: Communicator,
-    fn: Elementwise,
-    tensors: Sequence[torch.Tensor],
-    scalars: Sequence[float] = (),
-) -> tuple[torch.Tensor, ...]:
-    """:meth:`Communicator.mix_map` done plainly: evaluate ``fn``, then mix its first output."""
-    first, *rest = fn(*tensors, *scalars)
-    return (comm.mix(first), *rest)

@@ -75,6 +75,7 @@ class DistributedCommunicator(Shared):
         self.world_size = dist.get_world_size(group)
         #: this process's (first) agent, its row of W: the rank itself, one agent per process
         self.rank = self._agent_of(dist.get_rank(group))
+        self._held = self.agents_per_process
         if topology.n != self._agent_of(self.world_size):
             raise ValueError(self._mismatch(topology.n))
         self.topology = topology
@@ -196,7 +197,7 @@ class DistributedCommunicator(Shared):
 
     def _host(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` where the backend can send it: gloo sends and reduces host memory only."""
-        return t.cpu() if self.backend == "gloo" and t.is_cuda else t
+        return (t.cpu() if self.backend == "gloo" and t.is_cuda else t).detach()
 
     def _rows(self, z: torch.Tensor, what: str) -> torch.Tensor:
         """``z`` as ``(k, -1)`` rows, ``k`` this process's agents, where the backend sends."""
@@ -339,37 +340,21 @@ class DistributedCommunicator(Shared):
         return own.to(z.device).view(z.shape), mixed.to(z.device).view(z.shape)
 
     @functools.cached_property
-    def _slots(self) -> tuple[list, dict, dict]:
+    def _slots(self) -> tuple[torch.Tensor, dict, dict]:
         return routes.slots(self.topology.neighbors, self.rank, self.agents_per_process)
 
-    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Slot ``s`` of each agent's tensors to its ``s``-th neighbour (in memory where that
-        agent is on this process; else packed, per pair of processes, in ascending (sender,
-        receiver) order); returns what each agent's neighbours sent it, in their slots
-        (zeros past its degree)."""
-        k = self.agents_per_process
-        S = self._check_exchange(tensors, k)
-        if S == 0:  # one agent: a round without messages
-            self._count(0, 0)
-            return [t.clone() for t in tensors]
-        rows = [self._host(t.detach().reshape(k, S, -1)) for t in tensors]
-        widths = [r.shape[2] for r in rows]
-        packed = torch.cat(rows, dim=2)
-        received = torch.zeros_like(packed)
-        moves, out, into = self._slots
-        for (b, t), (a, s) in moves:
-            received[b, t] = packed[a, s]
-        bufs = {q: packed.new_empty(len(pairs), packed.shape[2]) for q, pairs in into.items()}
+    def _send_slots(self, packed: torch.Tensor, received: torch.Tensor) -> int:
+        """The slots other processes' agents read, packed per pair of processes in ascending
+        (sender, receiver) order; theirs into ``received``."""
+        _, out, into = self._slots
+        bufs = {q: packed.new_empty(len(rows), packed.shape[1]) for q, rows in into.items()}
         sent = self._p2p(
-            [(q, torch.stack([packed[a] for a in pairs]).view(-1)) for q, pairs in out.items()],
+            [(q, packed[rows].view(-1)) for q, rows in out.items()],
             [(q, buf.view(-1)) for q, buf in bufs.items()],
         )
-        for q, pairs in into.items():
-            for (b, t), row in zip(pairs, bufs[q], strict=True):
-                received[b, t] = row
-        self._count(packed.shape[2] * packed.element_size(), sent)
-        parts = received.to(tensors[0].device).split(widths, dim=2)
-        return [p.reshape(t.shape) for p, t in zip(parts, tensors, strict=True)]
+        for q, rows in into.items():
+            received[rows] = bufs[q]
+        return sent
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         """Exact average over all agents of all processes; a process that does not join

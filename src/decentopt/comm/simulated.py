@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cached_property
 
-import numpy as np
 import torch
 
+from decentopt.comm import routes
 from decentopt.comm.mixers import Mixer, chain
-from decentopt.communicator import CommStats, Elementwise, Shared, map_then_mix, rows_of, slot_table
+from decentopt.communicator import CommStats, Elementwise, Shared, map_then_mix, rows_of
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
 from decentopt.topology import Network, TopologySchedule
@@ -51,6 +51,7 @@ class SimulatedCommunicator(Shared):
         self.topology = topology
         self.kernel = kernel
         self.n = topology.n
+        self._held = topology.n
         self.stats = CommStats()
         self.mixers: tuple[Mixer, ...] = chain(topology, kernel)
         #: What ran the last compressed round: a mixer's name (its fused kernel) or why
@@ -182,37 +183,9 @@ class SimulatedCommunicator(Shared):
         return tuple(t.view(z.shape) for t in done)  # type: ignore[return-value]
 
     @cached_property
-    def _slots(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """For :meth:`exchange`: where each (agent, slot) reads in the senders' ``(n * S)``
-        messages, and which slots hold a neighbour."""
-        self._check_exchange()
-        table, _ = slot_table(self.topology.neighbors)
-        source = np.zeros(table.shape, dtype=np.int64)
-        for i, peers in enumerate(self.topology.neighbors):
-            for s, j in enumerate(peers):
-                source[i, s] = j * table.shape[1] + self.topology.neighbors[j].index(i)
-        return torch.from_numpy(source), torch.from_numpy(table >= 0)
-
-    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """One round of a message per neighbour: ``tensors`` are ``(n, S, ...)`` with slot ``s``
-        of agent ``i`` addressed to its ``s``-th neighbour (ascending); returns what each
-        agent received in the same slots (zeros where an agent has fewer neighbours)."""
-        source, valid = self._slots
-        n, S = valid.shape
-        self._check_exchange(tensors, n)
-        out = []
-        payload = 0
-        if S == 0:  # nobody has a neighbour (one agent): a round without messages
-            self._count(0)
-            return [t.clone() for t in tensors]
-        for t in tensors:
-            flat = t.reshape(n * S, -1)
-            got = flat[source.view(-1).to(t.device)].view(n, S, -1)
-            got = torch.where(valid.to(t.device).unsqueeze(-1), got, 0)
-            out.append(got.view(t.shape))
-            payload += flat.shape[1] * t.element_size()
-        self._count(payload)
-        return out
+    def _slots(self) -> tuple[torch.Tensor, dict, dict]:
+        """For ``exchange``: every slot moves in memory (:func:`~decentopt.comm.routes.slots`)."""
+        return routes.slots(self.topology.neighbors, 0, self.n)
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         return z.mean(dim=0, keepdim=True)
