@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from decentopt.native import build
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "describe",
     "installed_library",
     "library",
+    "run",
 ]
 
 HERE = build.HERE
@@ -63,6 +66,8 @@ UPDATE_KINDS = ("descend", "momentum_descend", "correct", "edm")
 MAX_TERMS = 64
 #: Largest block width the C code accepts (MAX_WIDTH there).
 MAX_WIDTH = 8192
+#: The variant of the functions for each dtype they take.
+SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 #: decentopt_cpu_level's answer -> the variants that CPU runs, best first.
 _RUNS = {2: ("avx512", "avx2", "generic"), 1: ("avx2", "generic"), 0: ("generic",)}
 
@@ -294,6 +299,17 @@ def library() -> tuple[Library | None, str]:
         return lib, ""
     lib, also = cached_library()
     return (lib, "") if lib is not None else (None, f"{why}; {also}")
+
+
+def run(name: str, dtype: torch.dtype, failure: str, *args: object, isa: str | None = None) -> bool:
+    """Call function ``name`` in its variant for ``dtype`` with ``args``: False without the
+    library; a RuntimeError saying ``failure`` where the function reports one."""
+    lib, _ = library()
+    if lib is None:
+        return False
+    if lib.function(name, SUFFIX[dtype], isa)(*args):
+        raise RuntimeError(failure)
+    return True
 
 
 def describe() -> str:

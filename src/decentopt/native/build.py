@@ -89,45 +89,36 @@ def build_unix(
     variant or the link fails.
     """
 
-    def call(args: list[str]) -> subprocess.CompletedProcess:
-        return run(
+    def call(args: list[str], what: str) -> None:
+        """Run the compiler; a RuntimeError with its first line of error where it fails."""
+        result = run(
             [*compiler, *args], capture_output=True, text=True, timeout=300, cwd=str(workdir)
         )
-
-    def first_error(result: subprocess.CompletedProcess) -> str:
-        lines = (result.stderr or result.stdout or "").strip().splitlines()
-        return next((line for line in lines if "error" in line), lines[0] if lines else "")
+        if result.returncode != 0:
+            lines = (result.stderr or result.stdout or "").strip().splitlines()
+            first = next((line for line in lines if "error" in line), lines[0] if lines else "")
+            raise RuntimeError(f"{what} failed: {first}")
 
     objects = []
     built = []
     for name, flags in variants():
         objs = [workdir / f"{Path(source).stem}_{name}.o" for source in PER_ISA]
-        for source, obj in zip(PER_ISA, objs, strict=True):
-            result = call(
-                [
-                    *COMMON_FLAGS,
-                    *flags,
-                    f"-DDECENTOPT_ISA={name}",
-                    "-c",
-                    str(HERE / source),
-                    "-o",
-                    str(obj),
-                ]
-            )
-            if result.returncode != 0:
-                break
-        if result.returncode != 0:
+        try:
+            for source, obj in zip(PER_ISA, objs, strict=True):
+                isa = [*COMMON_FLAGS, *flags, f"-DDECENTOPT_ISA={name}"]
+                call([*isa, "-c", str(HERE / source), "-o", str(obj)], f"compiling {source}")
+        except RuntimeError:
             if name == "generic":
-                raise RuntimeError(f"compiling {source} failed: {first_error(result)}")
+                raise
             continue  # this compiler cannot target that instruction set
         objects.extend(str(obj) for obj in objs)
         built.append(name)
     api = workdir / "api.o"
     name, value = digest_macro()
-    result = call([*COMMON_FLAGS, f"-D{name}={value}", "-c", str(HERE / "api.c"), "-o", str(api)])
-    if result.returncode != 0:
-        raise RuntimeError(f"compiling api.c failed: {first_error(result)}")
-    result = call(["-shared", "-pthread", *objects, str(api), "-o", str(target), "-lm"])
-    if result.returncode != 0:
-        raise RuntimeError(f"linking the native kernels failed: {first_error(result)}")
+    call(
+        [*COMMON_FLAGS, f"-D{name}={value}", "-c", str(HERE / "api.c"), "-o", str(api)],
+        "compiling api.c",
+    )
+    link = ["-shared", "-pthread", *objects, str(api), "-o", str(target), "-lm"]
+    call(link, "linking the native kernels")
     return built

@@ -14,11 +14,12 @@ import math
 
 import torch
 
-from decentopt.native import library
+from decentopt.native import SUFFIX, run
 
 __all__ = ["logistic_data_term", "logistic_term_and_loss", "quadratic_gradient"]
 
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+#: What a kernel of the problems reports when it fails.
+_NO_MEMORY = "the native {} failed: a thread had no memory"
 
 
 def logistic_data_term(
@@ -57,10 +58,9 @@ def _logistic(
     *,
     with_loss: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    suffix = _SUFFIX.get(samples.dtype)
     tensors = (samples, x) if labels is None else (samples, x, labels)
     if (
-        suffix is None
+        samples.dtype not in SUFFIX
         or samples.ndim < 3
         or x.ndim != samples.ndim - 1
         or samples.shape[:-3] != x.shape[:-2]
@@ -82,20 +82,9 @@ def _logistic(
     shape = (math.prod(samples.shape[:-2]), x.shape[-2] // max(stride, 1), max(stride, 1), m, d)
     given = (samples.data_ptr(), 0 if labels is None else labels.data_ptr(), x.data_ptr())
     written = (out.data_ptr(), None if loss is None else loss.data_ptr())
-    kernel = "decentopt_logistic_gradient"
-    ran = _run(kernel, suffix, "logistic gradient", *shape, *given, *written, float(scale))
+    args = (*shape, *given, *written, float(scale), torch.get_num_threads())
+    ran = run("decentopt_logistic_gradient", x.dtype, _NO_MEMORY.format("logistic gradient"), *args)
     return (out, loss) if ran else None
-
-
-def _run(name: str, suffix: str, what: str, *args: object) -> bool:
-    """Call kernel ``name`` (its ``suffix`` variant) with ``args`` and this process's torch
-    thread count; False without the library, a RuntimeError if a thread had no memory."""
-    lib, _ = library()
-    if lib is None:
-        return False
-    if lib.function(name, suffix)(*args, torch.get_num_threads()):
-        raise RuntimeError(f"the native {what} failed: a thread had no memory")
-    return True
 
 
 def quadratic_gradient(
@@ -108,10 +97,9 @@ def quadratic_gradient(
     each Hessian once and sums each product in float64 in a fixed order, each matrix on
     one thread: the numbers depend on neither ``torch.get_num_threads()`` nor the CPU.
     """
-    suffix = _SUFFIX.get(H.dtype)
     tensors = (H, x, b) if term is None else (H, x, b, term)
     if (
-        suffix is None
+        H.dtype not in SUFFIX
         or H.ndim < 2
         or H.shape[-1] != H.shape[-2]
         or x.shape != H.shape[:-1]
@@ -125,7 +113,8 @@ def quadratic_gradient(
     out = torch.empty_like(x)
     given = (H.data_ptr(), x.data_ptr(), b.data_ptr(), None if term is None else term.data_ptr())
     shape = (math.prod(x.shape[:-1]), x.shape[-1])
-    ran = _run(
-        "decentopt_quadratic_gradient", suffix, "quadratic gradient", *shape, *given, out.data_ptr()
+    args = (*shape, *given, out.data_ptr(), torch.get_num_threads())
+    ran = run(
+        "decentopt_quadratic_gradient", x.dtype, _NO_MEMORY.format("quadratic gradient"), *args
     )
     return out if ran else None

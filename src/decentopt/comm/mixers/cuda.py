@@ -31,7 +31,6 @@ from decentopt.comm.mixers.base import MixerBase, register
 from decentopt.comm.mixers.shift import circulant_stencil
 from decentopt.comm.mixers.updates import prepare
 from decentopt.topology import Network
-from decentopt.topology.circulant import reach
 
 if TYPE_CHECKING:
     from decentopt.communicator import Elementwise
@@ -62,7 +61,6 @@ class CudaMixer(MixerBase):
     def __init__(self, network: Network) -> None:
         self.n = network.n
         self.stencil = circulant_stencil(network, self.name)
-        self.reach = reach(self.stencil, self.n)
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def supports(self, flat: torch.Tensor) -> str:

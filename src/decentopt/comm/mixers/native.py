@@ -53,8 +53,6 @@ MIX_ROW_BYTES = 512 << 10
 #: steps read stays in a second-level cache of 512 KB.
 PANEL_BYTES = 256 << 10
 
-
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 #: The operators of ``decentopt_choco``, by its ``op`` index (kernels.c's enum).
 CHOCO_OPS = ("top_k", "qsgd", "sign")
 
@@ -79,7 +77,7 @@ class NativeMixer(MixerBase):
         }
 
     def supports(self, flat: torch.Tensor) -> str:
-        if flat.device.type != "cpu" or flat.dtype not in _SUFFIX:
+        if flat.device.type != "cpu" or flat.dtype not in native.SUFFIX:
             return (
                 f"the C kernels take CPU float32/float64 states, not {flat.dtype} on {flat.device}"
             )
@@ -90,14 +88,17 @@ class NativeMixer(MixerBase):
     def preferred(self, flat: torch.Tensor) -> bool:
         return flat.numel() * flat.element_size() >= MIN_BYTES and not self.supports(flat)
 
-    def _function(self, name: str, dtype: torch.dtype) -> ctypes._CFuncPtr:
-        lib, why = native.library()
-        if lib is None:
+    def _run(self, name: str, dtype: torch.dtype, failure: str, *args: object) -> None:
+        """Call function ``name`` of this variant for ``dtype`` (:func:`decentopt.native.run`)."""
+        if not native.run(name, dtype, failure, *args, isa=self.isa):
+            why = native.library()[1]
             raise RuntimeError(f"kernel='native': the C kernels are not available ({why})")
-        return lib.function(name, _SUFFIX[dtype], self.isa)
 
     def _stencil_args(self, dtype: torch.dtype) -> tuple:
-        return len(self.stencil), self._offsets, self._weights[_SUFFIX[dtype]]
+        return len(self.stencil), self._offsets, self._weights[native.SUFFIX[dtype]]
+
+    def _terms(self) -> str:
+        return f"{len(self.stencil)} stencil terms (at most {native.MAX_TERMS})"
 
     def block_width(self, flat: torch.Tensor) -> int:
         """Columns per block of the fused kernel: rows of ``ROW_BYTES``; a far-reaching
@@ -127,14 +128,8 @@ class NativeMixer(MixerBase):
             width = self.block_width(flat)
         n, d = flat.shape
         stencil = self._stencil_args(flat.dtype)
-        threads = torch.get_num_threads()
-        mix = self._function("decentopt_mix", flat.dtype)
-        status = mix(n, d, flat.data_ptr(), target.data_ptr(), *stencil, width, threads)
-        if status:
-            raise RuntimeError(
-                f"the native mix was given {len(self.stencil)} stencil terms (at most "
-                f"{native.MAX_TERMS})"
-            )
+        args = (n, d, flat.data_ptr(), target.data_ptr(), *stencil, width, torch.get_num_threads())
+        self._run("decentopt_mix", flat.dtype, f"the native mix was given {self._terms()}", *args)
         return target
 
     def mix_map(
@@ -147,7 +142,11 @@ class NativeMixer(MixerBase):
         n, d = first.shape
         width = self.block_width(first)
         pointers = ctypes.c_void_p
-        status = self._function("decentopt_update_mix", first.dtype)(
+        self._run(
+            "decentopt_update_mix",
+            first.dtype,
+            f"the native {call.update.kind} kernel failed: its row buffers ({width} columns) "
+            f"could not be allocated, or it was given {self._terms()}",
             native.UPDATE_KINDS.index(call.update.kind),
             int(call.update.nesterov),
             int(call.update.dampening),
@@ -161,12 +160,6 @@ class NativeMixer(MixerBase):
             width,
             torch.get_num_threads(),
         )
-        if status:
-            raise RuntimeError(
-                f"the native {call.update.kind} kernel failed: its row buffers ({width} columns) "
-                f"could not be allocated, or it was given {len(self.stencil)} stencil terms "
-                f"(at most {native.MAX_TERMS})"
-            )
         return call.outputs
 
     def choco(
@@ -218,11 +211,8 @@ class NativeMixer(MixerBase):
         scratch = (keys.data_ptr(), self._units.data_ptr())
         stencil = self._stencil_args(torch.float64)
         x_g = (None, None) if g is None else (flat.data_ptr(), g.data_ptr())
-        choco = self._function("decentopt_choco", flat.dtype)
-        threads = torch.get_num_threads()
-        status = choco(*sizes, *buffers, *scratch, *stencil, *x_g, alpha, threads)
-        if status:
-            raise RuntimeError(f"the native compressed round failed (status {status})")
+        args = (*sizes, *buffers, *scratch, *stencil, *x_g, alpha, torch.get_num_threads())
+        self._run("decentopt_choco", flat.dtype, "the native compressed round failed", *args)
         return out, hat, s
 
     @staticmethod
@@ -290,8 +280,7 @@ class NativeMixer(MixerBase):
         drawn = (None if noise is None else noise.data_ptr(), int(wide))
         steps = (len(alphas), (scalar * len(alphas))(*alphas), float(beta))
         stencil = self._stencil_args(x.dtype)
-        run = self._function("decentopt_quadratic_steps", x.dtype)
-        status = run(*update, *shape, *states, *problem, *drawn, *steps, *stencil)
-        if status:
-            raise RuntimeError("the native quadratic steps could not allocate their scratch")
+        args = (*update, *shape, *states, *problem, *drawn, *steps, *stencil)
+        failure = "the native quadratic steps could not allocate their scratch"
+        self._run("decentopt_quadratic_steps", x.dtype, failure, *args)
         return out
