@@ -223,17 +223,16 @@ class Shared:
             self._count(0, 0)
             return [t.clone() for t in tensors]
         rows = [self._host(t.reshape(k * S, -1)) for t in tensors]
-        packed = torch.cat(rows, dim=1)
-        received = torch.zeros_like(packed)
-        moves = self._slots[0]  # type: ignore[attr-defined]
-        received[moves[0]] = packed[moves[1]]
-        sent = self._send_slots(packed, received)
+        received = [torch.zeros_like(r) for r in rows]
+        moves = self._slots[0].to(rows[0].device)  # type: ignore[attr-defined]
+        for got, sent in zip(received, rows, strict=True):
+            got[moves[0]] = sent[moves[1]]
+        sent = self._send_slots(rows, received)
         self._count(sum(r.shape[1] * r.element_size() for r in rows), sent)
-        parts = received.to(tensors[0].device).split([r.shape[1] for r in rows], dim=1)
-        return [p.reshape(t.shape).to(t.dtype) for p, t in zip(parts, tensors, strict=True)]
+        return [got.to(t.device).reshape(t.shape) for got, t in zip(received, tensors, strict=True)]
 
-    def _send_slots(self, packed: torch.Tensor, received: torch.Tensor) -> int | None:
-        """Send the slots of ``packed`` that agents of other processes read, and receive theirs
+    def _send_slots(self, rows: list[torch.Tensor], received: list[torch.Tensor]) -> int | None:
+        """Send the slots of ``rows`` that agents of other processes read, and receive theirs
         into ``received``; the bytes sent (None: every agent lives in this process)."""
         return None
 

@@ -343,17 +343,20 @@ class DistributedCommunicator(Shared):
     def _slots(self) -> tuple[torch.Tensor, dict, dict]:
         return routes.slots(self.topology.neighbors, self.rank, self.agents_per_process)
 
-    def _send_slots(self, packed: torch.Tensor, received: torch.Tensor) -> int:
+    def _send_slots(self, rows: list[torch.Tensor], received: list[torch.Tensor]) -> int:
         """The slots other processes' agents read, packed per pair of processes in ascending
         (sender, receiver) order; theirs into ``received``."""
         _, out, into = self._slots
-        bufs = {q: packed.new_empty(len(rows), packed.shape[1]) for q, rows in into.items()}
+        packed = torch.cat(rows, dim=1)
+        bufs = {q: packed.new_empty(len(slots), packed.shape[1]) for q, slots in into.items()}
         sent = self._p2p(
-            [(q, packed[rows].view(-1)) for q, rows in out.items()],
+            [(q, packed[slots].view(-1)) for q, slots in out.items()],
             [(q, buf.view(-1)) for q, buf in bufs.items()],
         )
-        for q, rows in into.items():
-            received[rows] = bufs[q]
+        for q, slots in into.items():
+            parts = bufs[q].split([r.shape[1] for r in rows], dim=1)
+            for got, part in zip(received, parts, strict=True):
+                got[slots] = part
         return sent
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
