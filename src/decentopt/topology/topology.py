@@ -171,8 +171,30 @@ class Graph:
         object.__setattr__(self, "_W_np", arr)
         object.__setattr__(self, "W", torch.from_numpy(arr.copy()))
 
-    #: A static graph is a schedule of period one.
+    #: A static graph is a schedule of period one: its own ``W_t`` at every round, offering
+    #: what a round of :class:`~decentopt.topology.GossipRound` offers.
     period = 1
+
+    def at(self: G, t: int) -> G:
+        """``W_t``: the same ``W`` every round."""
+        return self
+
+    def matrix(self) -> np.ndarray:
+        """The dense ``W``."""
+        return self._W_np
+
+    @cached_property
+    def self_weight(self) -> np.ndarray:
+        """Every agent's ``w_ii``."""
+        return np.diag(self._W_np).copy()
+
+    def neighbours(self, i: int) -> tuple[tuple[int, float], ...]:
+        """Agent ``i``'s peers (whose rows it reads) with their weights."""
+        return tuple((j, float(self._W_np[i, j])) for j in self.neighbors[i])
+
+    def targets(self, i: int) -> tuple[int, ...]:
+        """The agents that read agent ``i``'s row (whom ``i`` sends to)."""
+        return self.out_neighbors[i]
 
     @property
     def n(self) -> int:
