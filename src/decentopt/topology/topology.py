@@ -196,7 +196,7 @@ class Graph:
     @property
     def n(self) -> int:
         """Number of agents."""
-        return int(self.matrix().shape[0])
+        return int(self.W.shape[0])
 
     @cached_property
     def neighbors(self) -> tuple[tuple[int, ...], ...]:
