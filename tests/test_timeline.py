@@ -213,6 +213,12 @@ class Reads:
     def __init__(self, W: list[list[float]]) -> None:
         self.W, self.n = torch.tensor(W), len(W)
 
+    def at(self, t: int) -> Reads:  # the same W every round, as a static graph
+        return self
+
+    def matrix(self) -> np.ndarray:
+        return self.W.numpy()
+
 
 def test_an_agent_is_charged_the_messages_it_sends_not_those_it_receives():
     """Agent 0 sends to agents 1, 2 and 3 (3 messages: 0.3 s) and reads only agent 1 (which

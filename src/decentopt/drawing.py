@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from decentopt.plotting import new_figure, save_figure, style_for
-from decentopt.topology.schedule import TopologySchedule
 
 __all__ = ["graphs_of", "plot_contraction", "plot_network"]
 
@@ -38,10 +37,8 @@ def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",
     a circle, edge width by weight."""
     import networkx as nx
 
-    if isinstance(network, TopologySchedule):  # the W_t of one period (a random schedule: 4)
-        matrices = network.matrices(count=min(network.period or 4, 8))
-    else:
-        matrices = [network.W.numpy()]
+    count = min(network.period or 4, 8)  # the W_t of one period (a random schedule: 4)
+    matrices = [network.at(t).matrix() for t in range(count)]
     n = matrices[0].shape[0]
     fig, axes = new_figure(1, len(matrices), figsize=(2.6 * len(matrices), 2.8))
     pos = nx.circular_layout(range(n))
@@ -69,9 +66,8 @@ def plot_contraction(
         n = network.n
         P = np.eye(network.n)
         values = [1.0]
-        schedule = isinstance(network, TopologySchedule)
         for t in range(rounds):
-            P = (network.at(t).matrix() if schedule else network.W.numpy()) @ P
+            P = network.at(t).matrix() @ P
             values.append(max(float(np.linalg.norm(P - 1.0 / n, 2)), 1e-16))
         style = style_for(network.name, i)
         ax.plot(range(rounds + 1), values, label=network.name, markevery=5, **style)

@@ -12,6 +12,7 @@ from decentopt.comm import SimulatedCommunicator
 from decentopt.comm.cost import NetworkModel
 from decentopt.topology import (
     AssumptionError,
+    GossipRound,
     base_graph,
     one_peer_exponential,
     one_peer_hypercube,
@@ -119,6 +120,30 @@ def test_random_matchings_are_seeded_by_round_and_odd_n_leaves_one_idle():
     assert not np.array_equal(a.at(0).matrix(), a.at(1).matrix())
     assert not np.array_equal(a.at(0).matrix(), random_matchings(9, seed=2).at(0).matrix())
     assert a.period is None and a.lam < 1
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [
+        dopt.topology.ring(6),
+        dopt.topology.ring(70),  # stored by its stencil
+        dopt.topology.erdos_renyi(9, 0.4, seed=1),
+        dopt.topology.directed_ring(7),
+    ],
+    ids=["ring", "circulant", "erdos_renyi", "directed"],
+)
+def test_a_static_graph_is_its_own_round_as_a_schedule_of_period_one_gives_it(graph):
+    W = graph.W.numpy()
+    rounds = [GossipRound.from_matrix(W)]
+    directed = "symmetric" not in graph.offers
+    one = dopt.topology.TopologySchedule(graph.n, "one", tuple(rounds), directed=directed)
+    assert graph.period == one.period == 1
+    for t in (0, 5):
+        np.testing.assert_array_equal(graph.at(t).matrix(), one.at(t).matrix())
+        np.testing.assert_array_equal(graph.at(t).self_weight, one.at(t).self_weight)
+        for i in range(graph.n):
+            assert graph.at(t).neighbours(i) == one.at(t).neighbours(i)
+            assert graph.at(t).targets(i) == one.at(t).targets(i)
 
 
 def test_sequence_checks_every_round_and_that_the_period_contracts():

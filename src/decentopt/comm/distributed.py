@@ -32,7 +32,6 @@ import time
 import weakref
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -88,7 +87,6 @@ class DistributedCommunicator(Shared):
         self.oldest = 0
         #: the ages of the messages its last round used, per row it reads (:meth:`_links`)
         self.ages: tuple[int, ...] = ()
-        self._W: Any = None if isinstance(topology, TopologySchedule) else topology.W.numpy()
         self._planned: tuple[int, routes.Plan | None] = (-2, None)  # (round or -1, plan)
 
     #: agents per process (:class:`~decentopt.comm.ManyAgentCommunicator`'s ``n / world``)
@@ -110,16 +108,8 @@ class DistributedCommunicator(Shared):
     def _links(self, i: int, at: int | None = None) -> routes.Links:
         """Agent ``i``'s self weight, the rows it reads (with their weights) and the agents
         that read its row at round ``at`` (the current one by default)."""
-        graph = self.topology
-        if isinstance(graph, TopologySchedule):
-            this_round = graph.at(self.stats.rounds if at is None else at)
-            return (
-                float(this_round.self_weight[i]),
-                this_round.neighbours(i),
-                this_round.targets(i),
-            )
-        reads = tuple((j, float(self._W[i, j])) for j in graph.neighbors[i])
-        return float(self._W[i, i]), reads, tuple(graph.out_neighbors[i])
+        this_round = self.topology.at(self.stats.rounds if at is None else at)
+        return float(this_round.self_weight[i]), this_round.neighbours(i), this_round.targets(i)
 
     # ----------------------------------------------------------------- checks
     def check_consistency(self, extra: str = "") -> None:

@@ -48,7 +48,6 @@ from decentopt.algorithms.method import as_method
 from decentopt.comm.aged import AgedCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.driver.arrivals import StaleRun, neighbour_slots, stale_run
-from decentopt.topology.schedule import TopologySchedule
 
 __all__ = [
     "TimeModel",
@@ -151,8 +150,7 @@ def compute_times(model: TimeModel, n: int, steps: int) -> np.ndarray:
 
 def _reads(graph: Any, t: int) -> np.ndarray:
     """``(n, n)``: whether agent ``i`` reads agent ``j`` in round ``t`` (self excluded)."""
-    W = graph.at(t).matrix() if isinstance(graph, TopologySchedule) else graph.W.numpy()
-    reads = W != 0
+    reads = graph.at(t).matrix() != 0
     np.fill_diagonal(reads, False)
     return reads
 

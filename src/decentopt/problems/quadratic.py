@@ -184,15 +184,14 @@ class Quadratic(ConvexProblem):
         # x* = (sum_i G_i)^-1 sum_i G_i u_i with G_i = A_i^T A_i; the per-agent (n, R, d, d)
         # products of all repetitions at once would dwarf A when p < d: above
         # GRAM_BYTES they are formed one repetition at a time
-        if n * repetitions * d * d * A.element_size() <= GRAM_BYTES:
-            G = A.transpose(-1, -2) @ A  # (n, R, d, d)
-            gram, rhs = G.sum(0), (G @ u.unsqueeze(-1)).squeeze(-1).sum(0)
-        else:
-            gram = torch.empty(repetitions, d, d, dtype=dtype)
-            rhs = torch.empty(repetitions, d, dtype=dtype)
-            for r in range(repetitions):
-                G = A[:, r].transpose(-1, -2) @ A[:, r]  # (n, d, d)
-                gram[r], rhs[r] = G.sum(0), (G @ u[:, r].unsqueeze(-1)).squeeze(-1).sum(0)
+        fits = n * repetitions * d * d * A.element_size() <= GRAM_BYTES
+        block = repetitions if fits else 1
+        gram = torch.empty(repetitions, d, d, dtype=dtype)
+        rhs = torch.empty(repetitions, d, dtype=dtype)
+        for r in range(0, repetitions, block):
+            G = A[:, r : r + block].transpose(-1, -2) @ A[:, r : r + block]  # (n, block, d, d)
+            gram[r : r + block] = G.sum(0)
+            rhs[r : r + block] = (G @ u[:, r : r + block].unsqueeze(-1)).squeeze(-1).sum(0)
         with one_thread():
             x_star = torch.linalg.solve(gram, rhs)
         x_local = torch.cat([x_star + (u - x_star) / v for v in cs], dim=1)

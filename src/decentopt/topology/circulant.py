@@ -97,10 +97,6 @@ class CirculantTopology(Topology):
             W[idx, (idx + o) % self.n] += w
         return torch.from_numpy(W)
 
-    @property
-    def _W_np(self) -> np.ndarray:  # type: ignore[override]
-        return self.W.numpy()
-
     @cached_property
     def _spectrum(self) -> np.ndarray:
         return spectrum(self.n, self.stencil)

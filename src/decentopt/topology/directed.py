@@ -108,7 +108,7 @@ class DirectedTopology(Graph):
     @one_thread()
     def eigenvalues(self) -> np.ndarray:
         """Eigenvalues of ``W`` (complex in general), by increasing modulus."""
-        values = np.linalg.eigvals(self._W_np)
+        values = np.linalg.eigvals(self.matrix())
         return values[np.argsort(np.abs(values), kind="stable")]
 
     @cached_property
@@ -119,7 +119,7 @@ class DirectedTopology(Graph):
     @cached_property
     def doubly_stochastic(self) -> bool:
         """Whether the rows sum to one too (then ``pi`` is uniform and no weights are needed)."""
-        return bool(np.abs(self._W_np.sum(axis=1) - 1).max() <= _TOL)
+        return bool(np.abs(self.matrix().sum(axis=1) - 1).max() <= _TOL)
 
     def summary(self) -> dict[str, float | int | str]:
         return {

@@ -69,10 +69,6 @@ class SparseTopology(Topology):
             raise MemoryError(f"{self.name}: a dense W would take {8 * self.n**2 / 2**30:.1f} GiB")
         return torch.from_numpy(self.csr.toarray())
 
-    @property
-    def _W_np(self) -> np.ndarray:  # type: ignore[override]
-        return self.W.numpy()
-
     @cached_property
     def lam_min(self) -> float:  # type: ignore[override]
         value = float(_extreme(self.csr, "SA")[0])
@@ -83,11 +79,6 @@ class SparseTopology(Topology):
         """max(|lambda_2|, |lambda_n|): the largest eigenvalue is 1 (the average)."""
         second = float(_extreme(self.csr, "LA", k=2)[0])
         return max(abs(second), abs(self.lam_min))
-
-    @cached_property
-    @one_thread()
-    def eigenvalues(self) -> np.ndarray:
-        return np.linalg.eigvalsh(self._W_np)
 
     @cached_property
     def neighbors(self) -> tuple[tuple[int, ...], ...]:

@@ -56,13 +56,10 @@ def one_peer_exponential(n: int) -> TopologySchedule:
     idx = np.arange(n)
     rounds = []
     for m in range(math.ceil(math.log2(n))):
-        o = 2**m
-        if 2 * o == n:
-            rounds.append(GossipRound.from_entries(n, idx, (idx + o) % n, np.full(n, 0.5)))
-        else:
-            rows = np.concatenate([idx, idx])
-            cols = np.concatenate([(idx + o) % n, (idx - o) % n])
-            rounds.append(GossipRound.from_entries(n, rows, cols, np.full(2 * n, 0.25)))
+        shifts = sorted({2**m % n, -(2**m) % n})  # one peer when 2^m = n/2
+        cols = np.concatenate([(idx + s) % n for s in shifts])
+        w = np.full(len(cols), 0.5 / len(shifts))
+        rounds.append(GossipRound.from_entries(n, np.tile(idx, len(shifts)), cols, w))
     return TopologySchedule(
         n, f"one_peer_exponential({n})", tuple(rounds) or (GossipRound.identity(n),)
     )

@@ -21,7 +21,7 @@ Entries must also be non-negative and the graph connected, otherwise
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TypeVar
 
@@ -161,29 +161,49 @@ class Graph:
 
     W: torch.Tensor
     name: str = "custom"
-    _W_np: np.ndarray = field(init=False, repr=False)
 
     def _checked(self, W: object) -> np.ndarray:
         raise NotImplementedError
 
     def __post_init__(self) -> None:
-        arr = self._checked(self.W)
-        object.__setattr__(self, "_W_np", arr)
-        object.__setattr__(self, "W", torch.from_numpy(arr.copy()))
+        object.__setattr__(self, "W", torch.from_numpy(self._checked(self.W).copy()))
 
-    #: A static graph is a schedule of period one.
+    #: A static graph is a schedule of period one: its own ``W_t`` at every round, offering
+    #: what a round of :class:`~decentopt.topology.GossipRound` offers.
     period = 1
+
+    def at(self: G, t: int) -> G:
+        """``W_t``: the same ``W`` every round."""
+        return self
+
+    def matrix(self) -> np.ndarray:
+        """The dense ``W`` as a NumPy array (a view of :attr:`W`)."""
+        return self.W.numpy()
+
+    @cached_property
+    def self_weight(self) -> np.ndarray:
+        """Every agent's ``w_ii``."""
+        return np.diag(self.matrix()).copy()
+
+    def neighbours(self, i: int) -> tuple[tuple[int, float], ...]:
+        """Agent ``i``'s peers (whose rows it reads) with their weights."""
+        return tuple((j, float(self.matrix()[i, j])) for j in self.neighbors[i])
+
+    def targets(self, i: int) -> tuple[int, ...]:
+        """The agents that read agent ``i``'s row (whom ``i`` sends to)."""
+        return self.out_neighbors[i]
 
     @property
     def n(self) -> int:
         """Number of agents."""
-        return int(self._W_np.shape[0])
+        return int(self.W.shape[0])
 
     @cached_property
     def neighbors(self) -> tuple[tuple[int, ...], ...]:
         """For each agent, the other agents j whose rows it reads (w_ij != 0)."""
         return tuple(
-            tuple(int(j) for j in np.flatnonzero(row) if j != i) for i, row in enumerate(self._W_np)
+            tuple(int(j) for j in np.flatnonzero(row) if j != i)
+            for i, row in enumerate(self.matrix())
         )
 
     @cached_property
@@ -191,7 +211,7 @@ class Graph:
         """For each agent, the agents that read its row (w_ji != 0)."""
         return tuple(
             tuple(int(i) for i in np.flatnonzero(col) if i != j)
-            for j, col in enumerate(self._W_np.T)
+            for j, col in enumerate(self.matrix().T)
         )
 
     @property
@@ -206,11 +226,11 @@ class Graph:
     @property
     def density(self) -> float:
         """Fraction of non-zero entries of ``W``."""
-        return float(np.count_nonzero(self._W_np)) / self.n**2
+        return float(np.count_nonzero(self.matrix())) / self.n**2
 
     def lazy(self: G) -> G:
         """The lazy transform (W + I) / 2, which makes every eigenvalue positive."""
-        return type(self)((self._W_np + np.eye(self.n)) / 2, name=f"lazy({self.name})")
+        return type(self)((self.matrix() + np.eye(self.n)) / 2, name=f"lazy({self.name})")
 
     @property
     def offers(self) -> frozenset[str]:
@@ -231,14 +251,14 @@ class Topology(Graph):
     @one_thread()
     def eigenvalues(self) -> np.ndarray:
         """Eigenvalues of ``W`` in ascending order."""
-        return np.linalg.eigvalsh(self._W_np)
+        return np.linalg.eigvalsh(self.matrix())
 
     @cached_property
     @one_thread()
     def lam(self) -> float:
         """lambda = ||W - 11^T/n||_2, the paper's mixing rate (second largest |eigenvalue|)."""
-        J = np.full_like(self._W_np, 1.0 / self.n)
-        return float(np.linalg.norm(self._W_np - J, ord=2))
+        J = np.full_like(self.matrix(), 1.0 / self.n)
+        return float(np.linalg.norm(self.matrix() - J, ord=2))
 
     @property
     def spectral_gap(self) -> float:

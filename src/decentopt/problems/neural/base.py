@@ -17,10 +17,7 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-__all__ = ["BACKENDS", "GradientBackend", "Options", "compiled_call"]
-
-#: The gradient backends, by name (``"auto"`` picks one by rule: ``choose_backend``).
-BACKENDS = ("loop", "vmap", "grouped")
+__all__ = ["GradientBackend", "Options", "compiled_call"]
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,11 @@ what the simulator draws for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["ReplicaDropout", "dropout_seed", "new_generators", "replica_dropout", "swap_dropout"]
+__all__ = ["ReplicaDropout", "dropout_seed", "replica_dropout", "swap_dropout"]
 
 
 def dropout_seed(noise_seed: int, agent: int) -> int:
@@ -53,7 +51,3 @@ def swap_dropout(module: nn.Module, generator: torch.Generator) -> None:
             setattr(module, name, ReplicaDropout(child.p, generator))
         else:
             swap_dropout(child, generator)
-
-
-def new_generators(device: torch.device, seeds: Sequence[int]) -> list[torch.Generator]:
-    return [torch.Generator(device=device).manual_seed(s) for s in seeds]

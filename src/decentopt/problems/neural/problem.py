@@ -31,7 +31,7 @@ from torch import nn
 
 from decentopt._registry import Registry
 from decentopt.data.datasets import Dataset
-from decentopt.problems.neural.base import BACKENDS, GradientBackend, Options
+from decentopt.problems.neural.base import GradientBackend, Options
 from decentopt.problems.neural.dropout import dropout_seed
 from decentopt.problems.neural.grouped import GroupedBackend, unsupported_layer
 from decentopt.problems.neural.layout import ParamLayout
@@ -47,7 +47,7 @@ __all__ = ["ENGINES", "SMALL_MODEL", "Backend", "NeuralProblem", "Precision", "c
 Backend = Literal["auto", "loop", "vmap", "grouped"]
 Precision = Literal["auto", "float32", "bf16"]
 
-#: The backends by name.
+#: The gradient backends by name (``"auto"`` picks one by rule: :func:`choose_backend`).
 ENGINES: Registry[type] = Registry(
     "gradient backend", [("loop", LoopBackend), ("vmap", VmapBackend), ("grouped", GroupedBackend)]
 )
@@ -121,8 +121,8 @@ class NeuralProblem:
         channels_last: bool = False,
         compile: bool = False,
     ) -> None:
-        if backend != "auto" and backend not in BACKENDS:
-            raise ValueError(f"backend must be 'auto' or one of {BACKENDS}; got {backend!r}")
+        if backend != "auto" and backend not in ENGINES:
+            raise ValueError(f"backend must be 'auto' or one of {tuple(ENGINES)}; got {backend!r}")
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0; got {weight_decay}")
         if precision not in ("auto", "float32", "bf16"):
