@@ -52,6 +52,18 @@ class Bucket:
             for c, p in zip(row.split(self.sizes, dim=-1), self.params, strict=True)
         ]
 
+    def pieces(self) -> dict[torch.nn.Parameter, dict[str, Any]]:
+        """What ``optimizer.state[p]`` holds: views of the flat state per parameter (an agent
+        field, one value per agent, whole), and the step count."""
+        agent = self.algorithm.agent_fields
+        fields = {k: v[0] for k, v in self.state.tensors().items() if k != "x"}
+        shared = {k: v for k, v in fields.items() if k in agent}
+        split = {k: self.views(v) for k, v in fields.items() if k not in agent}
+        return {
+            p: {"step": self.state.t} | {k: views[i] for k, views in split.items()} | shared
+            for i, p in enumerate(self.params)
+        }
+
     def gather(self, grad_scale: float | None, weight_decay: float) -> tuple[torch.Tensor, Any]:
         """The current values ``(1, P)`` and gradients (``None`` counts as zero; unscaled by
         ``grad_scale``; coupled weight decay added)."""

@@ -41,6 +41,7 @@ DSGD's gossip on every step it is a decentralized DiLoCo. The base optimizer's s
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -49,8 +50,7 @@ from decentopt import algorithms
 from decentopt.comm.grouped import AgentGroup
 from decentopt.communicator import Communicator
 from decentopt.distributed import agreement
-from decentopt.distributed._args import check_wrap_args
-from decentopt.distributed.optimizer import DecentralizedOptimizer
+from decentopt.distributed.optimizer import DecentralizedOptimizer, check_comm, gossips
 
 __all__ = ["GossipOptimizer", "wrap"]
 
@@ -74,6 +74,27 @@ def _method(method: str | Any, hyperparams: dict[str, Any]) -> Any:
     return alg
 
 
+def _check_base(base: Any, comm: Any) -> None:
+    """Refuse at construction what would fail later (a class instead of an optimizer, at the
+    first ``zero_grad()``) or not at all (an optimizer wrapped twice gossips twice per step)."""
+    if inspect.isclass(base) and issubclass(base, torch.optim.Optimizer):
+        raise TypeError(
+            f"wrap takes an optimizer, not its class: wrap({base.__name__}(model.parameters(), "
+            f"lr=...), ...)"
+        )
+    if gossips(base):
+        raise TypeError(
+            f"wrap: {type(base).__name__} already gossips with its neighbours; wrapping it "
+            "again would gossip twice per step. Wrap the plain torch optimizer instead"
+        )
+    if not isinstance(base, torch.optim.Optimizer):
+        raise TypeError(
+            f"wrap takes a torch optimizer built on the parameters, got {type(base).__name__}; "
+            "e.g. wrap(torch.optim.AdamW(model.parameters()), 'edm', comm)"
+        )
+    check_comm(comm, "wrap")
+
+
 class GossipOptimizer:
     """A base optimizer whose every step is followed by one step of a decentralized method
     on the base step (see :func:`wrap`)."""
@@ -86,7 +107,7 @@ class GossipOptimizer:
         outer: str | Any = None,
         **hyperparams: Any,
     ) -> None:
-        check_wrap_args(base, comm)
+        _check_base(base, comm)
         self.base = base
         self.comm = comm
         params = [p for g in base.param_groups for p in g["params"]]
