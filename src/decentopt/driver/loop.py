@@ -52,13 +52,7 @@ from decentopt.topology.advice import mixing_warning
 if TYPE_CHECKING:
     from decentopt.problems.base import Problem
 
-__all__ = [
-    "LARGE_STATE_BYTES",
-    "THREADS_CROSSOVER",
-    "check_gradient",
-    "intra_op_threads",
-    "run_loop",
-]
+__all__ = ["LARGE_STATE_BYTES", "intra_op_threads", "run_loop"]
 
 #: From this many bytes of state, freed blocks stay in the process
 #: (:func:`~decentopt.perf.keep_freed_memory`): glibc would otherwise return each
