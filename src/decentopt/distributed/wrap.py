@@ -96,8 +96,11 @@ def _check_base(base: Any, comm: Any) -> None:
 
 
 class GossipOptimizer:
-    """A base optimizer whose every step is followed by one step of a decentralized method
-    on the base step (see :func:`wrap`)."""
+    """``base``'s local updates taken by ``method`` (a registered name or a method; its
+    hyper-parameters other than ``lr``, e.g. ``gossip="push_sum"``), under the outer
+    optimizer ``outer`` if given (``"nesterov(lr=0.7, beta=0.9, every=500)"``): a base
+    optimizer whose every step is followed by one step of the method on the base step (see
+    the module doc)."""
 
     def __init__(
         self,
@@ -160,15 +163,5 @@ class GossipOptimizer:
         self.base.load_state_dict(state["base"])
 
 
-def wrap(
-    base: torch.optim.Optimizer,
-    method: str | Any,
-    comm: Communicator,
-    outer: str | Any = None,
-    **hyperparams: Any,
-) -> GossipOptimizer:
-    """``base``'s local updates taken by ``method`` (a registered name or a method; its
-    hyper-parameters other than ``lr``, e.g. ``gossip="push_sum"``), under the outer
-    optimizer ``outer`` if given (``"nesterov(lr=0.7, beta=0.9, every=500)"``): see the
-    module doc."""
-    return GossipOptimizer(base, method, comm, outer, **hyperparams)
+#: ``wrap(base, method, comm, outer=None, **hyperparams)``: the :class:`GossipOptimizer`.
+wrap = GossipOptimizer
