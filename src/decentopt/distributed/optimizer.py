@@ -361,10 +361,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         and the communicator's counters (``"comm"``): its round picks ``W_t`` on a
         time-varying graph (and a compression operator's random stream), so a resumed run
         goes on from the same round."""
-        saved = super().state_dict()
-        saved["algorithm"] = self.algorithm.name
-        saved["comm"] = dict(vars(self.comm.stats))
-        return saved
+        mine = {"algorithm": self.algorithm.name, "comm": dict(vars(self.comm.stats))}
+        return super().state_dict() | mine
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`; the iterate is the model's current parameters."""

@@ -59,8 +59,7 @@ def _method(method: str | Any, hyperparams: dict[str, Any]) -> Any:
     """The method that takes the base optimizer's steps: ``lr = 1``, momentum off unless
     ``beta`` is given; refused if its gradient is more than a step direction."""
     if isinstance(method, str):
-        rule = algorithms.resolve(method)
-        if rule.uses_momentum and "beta" not in hyperparams:
+        if algorithms.resolve(method).uses_momentum:  # a given beta stays
             hyperparams = {"beta": 0.0} | hyperparams
         alg = algorithms.make(method, **({"lr": 1.0} | hyperparams))
     else:
