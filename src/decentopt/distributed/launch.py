@@ -66,10 +66,10 @@ def _stop(procs: list[subprocess.Popen], grace: float) -> None:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-        time.sleep(POLL)
     for p in procs:
-        if p.poll() is None:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
 
