@@ -169,11 +169,10 @@ class BlockRunner:
         ``step`` takes each step's gradient from the block's noise."""
         t0 = time.perf_counter()
         z = self.problem.draw(stop - start, loop.generator)
-        if self.native is not None:
-            loop.timing[0] += time.perf_counter() - t0
-            return self._native(state, start, stop, z, loop.timing)
-        terms = self.problem.noise_terms(z)
+        terms = None if self.native is not None else self.problem.noise_terms(z)
         loop.timing[0] += time.perf_counter() - t0
+        if self.native is not None:
+            return self._native(state, start, stop, z, loop.timing)
         for s in range(stop - start):
             term = None if terms is None else terms[s]
             state = loop.step(start + s, state, partial(_from_terms, self.problem, term))
@@ -200,8 +199,7 @@ class BlockRunner:
             runs,
             lower,
         )
-        x = state.x
-        self.comm.add_rounds(stop - start, x[0].numel() * x.element_size())
+        self.comm.add_rounds(stop - start, state.x[0].numel() * state.x.element_size())
         timing[1] += time.perf_counter() - t0
         renamed = {roles.get(k, k): v for k, v in out.items()}
         return state.replace(**renamed, t=stop)
