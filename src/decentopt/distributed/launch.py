@@ -176,8 +176,9 @@ def launch(
             _stop(procs, grace)
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            log(f"launch: stopped by signal {int(exc.code or 0) - 128}; every rank was stopped")
-            return int(exc.code or 0)
+            code = int(exc.code or 0)  # 128 + the signal
+            log(f"launch: stopped by signal {code - 128}; every rank was stopped")
+            return code
         if code == 0:
             return 0
         then = "restarting every rank (runs resume from their checkpoints)"
