@@ -211,9 +211,6 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         return self.algorithm.with_hyperparams(**changes) if changes else self.algorithm
 
     # ----------------------------------------------------------------- layout
-    def _fields(self) -> tuple[str, ...]:
-        return tuple(k for k in self.algorithm.init(torch.zeros(1, 1)).tensors() if k != "x")
-
     def _params(self) -> list[torch.nn.Parameter]:
         """Every parameter of every group, in order."""
         return [p for group in self.param_groups for p in group["params"]]
@@ -228,7 +225,6 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
     def _lay_out(self) -> None:
         """Buckets of the trainable parameters, their flat state assembled from each
         parameter's own (moved to its dtype and device), new ones initialised."""
-        fields = self._fields()
         self._buckets = []
         for g, group in enumerate(self.param_groups):
             alg = self._algorithm_for(group)
@@ -240,13 +236,13 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             for (_, _, step), params in kinds.items():
                 for indices in plan_buckets(params, self.bucket_bytes):
                     chosen = [params[i] for i in sorted(indices)]  # rows in model order
-                    state = self._flat_state(alg, chosen, fields, step)
+                    state = self._flat_state(alg, chosen, step)
                     self._buckets.append(Bucket(g, chosen, state, alg))
                     self.state.update(self._buckets[-1].pieces())
         self._layout = self._signature()
 
     @torch.no_grad()
-    def _flat_state(self, alg: Any, params: list, fields: tuple[str, ...], step: int) -> Any:
+    def _flat_state(self, alg: Any, params: list, step: int) -> Any:
         """The bucket's flat state from its parameters' saved pieces (fresh ones as at
         ``init``). A coordinate field is ``(1, *lead, P)`` (relayed messages have a lead
         axis), pieced together along its last axis; an agent field (push-sum weights,
@@ -255,7 +251,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         fresh = alg.init(x.clone(), self.comm)
         initial = fresh.tensors()
         parts = {}
-        for name in fields:
+        for name in list(initial)[1:]:  # every field but x (the first)
             saved = [self.state.get(p, {}).get(name) for p in params]
             if name in alg.agent_fields:
                 known = next((v for v in saved if v is not None), None)
@@ -374,7 +370,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         counters = state_dict.get("comm")
         state_dict = {k: v for k, v in state_dict.items() if k not in ("algorithm", "comm")}
         super().load_state_dict(state_dict)
-        fields = set(self._fields())
+        fields = set(self.algorithm.init(torch.zeros(1, 1)).tensors()) - {"x"}
         missing = [
             p for p in self._params() if p.requires_grad and fields - set(self.state.get(p, {}))
         ]
