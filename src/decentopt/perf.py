@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,14 +53,11 @@ def gib(size: float) -> str:
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
-_applied = False
 
 
+@functools.cache
 def keep_freed_memory() -> bool:
-    """Ask glibc to recycle large freed blocks in-process; True if it took effect."""
-    global _applied
-    if _applied:
-        return True
+    """Ask glibc to recycle large freed blocks in-process (once); True if it took effect."""
     name = ctypes.util.find_library("c")
     if not name:
         return False
@@ -67,8 +65,7 @@ def keep_freed_memory() -> bool:
         mallopt = ctypes.CDLL(name).mallopt
     except (OSError, AttributeError):
         return False
-    _applied = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**30))
-    return _applied
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**30))
 
 
 @contextlib.contextmanager
@@ -98,14 +95,13 @@ def _number(path: Path) -> float | None:
 def _cgroup_room(path: Path, limit_name: str, usage_name: str) -> float | None:
     """The tightest ``limit - usage`` of the cgroup folder ``path`` and the folders above it
     (a limit set on a parent holds for its children)."""
-    room = None
+    rooms = []
     for folder in (path, *path.parents):
-        limit, usage = _number(folder / limit_name), _number(folder / usage_name)
+        limit = _number(folder / limit_name)
+        usage = _number(folder / usage_name)
         if limit is not None and limit < 2**60 and usage is not None:  # v1: 2^63 = none
-            room = max(0.0, limit - usage) if room is None else min(room, limit - usage)
-        if folder == folder.parent:
-            break
-    return room
+            rooms.append(limit - usage)
+    return max(0.0, min(rooms)) if rooms else None
 
 
 def cgroup_memory(root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc")) -> float | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,19 +38,25 @@ class Bucket:
     params: list[torch.nn.Parameter]
     state: Any  # the method's state (MethodState) of flat (1, P) tensors
     algorithm: Any
-    sizes: list[int] = field(init=False)
     result: Any = None  # the state after a step, until scattered
-
-    def __post_init__(self) -> None:
-        self.sizes = [p.numel() for p in self.params]
 
     def views(self, row: torch.Tensor) -> list[torch.Tensor]:
         """Per-parameter views of a ``(*lead, P)`` row: ``(*lead, *p.shape)`` each."""
         lead = row.shape[:-1]
-        return [
-            c.view(*lead, *p.shape)
-            for c, p in zip(row.split(self.sizes, dim=-1), self.params, strict=True)
-        ]
+        pieces = row.split([p.numel() for p in self.params], dim=-1)
+        return [c.view(*lead, *p.shape) for c, p in zip(pieces, self.params, strict=True)]
+
+    def pieces(self) -> dict[torch.nn.Parameter, dict[str, Any]]:
+        """What ``optimizer.state[p]`` holds: views of the flat state per parameter (an agent
+        field, one value per agent, whole), and the step count."""
+        agent = self.algorithm.agent_fields
+        fields = {k: v[0] for k, v in self.state.tensors().items() if k != "x"}
+        shared = {k: v for k, v in fields.items() if k in agent}
+        split = {k: self.views(v) for k, v in fields.items() if k not in agent}
+        return {
+            p: {"step": self.state.t} | {k: views[i] for k, views in split.items()} | shared
+            for i, p in enumerate(self.params)
+        }
 
     def gather(self, grad_scale: float | None, weight_decay: float) -> tuple[torch.Tensor, Any]:
         """The current values ``(1, P)`` and gradients (``None`` counts as zero; unscaled by
@@ -120,7 +126,6 @@ class Overlap:
 
     def __init__(self, run: Callable[[int], None], buckets: Sequence[Bucket]) -> None:
         self._run = run
-        self.count = len(buckets)
         self._where = {id(p): k for k, bucket in enumerate(buckets) for p in bucket.params}
         self._waiting = [len(bucket.params) for bucket in buckets]  # gradients still to come
         self._ready = [threading.Event() for _ in buckets]
@@ -130,8 +135,8 @@ class Overlap:
 
     def _work(self) -> None:
         try:
-            for k in range(self.count):
-                self._ready[k].wait()
+            for k, ready in enumerate(self._ready):
+                ready.wait()
                 self._run(k)
         except BaseException as exc:  # handed to the main thread in finish()
             self._error = exc

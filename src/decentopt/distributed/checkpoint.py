@@ -139,8 +139,7 @@ def _complete_steps(root: str | Path) -> list[int]:
 
 def latest_checkpoint(root: str | Path) -> int | None:
     """The newest step whose checkpoint every rank finished, or None."""
-    steps = _complete_steps(root)
-    return steps[0] if steps else None
+    return next(iter(_complete_steps(root)), None)
 
 
 def load_checkpoint(root: str | Path, step: int) -> dict[str, Any]:

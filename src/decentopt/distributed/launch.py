@@ -66,32 +66,25 @@ def _stop(procs: list[subprocess.Popen], grace: float) -> None:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-        time.sleep(POLL)
     for p in procs:
-        if p.poll() is None:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
 
 
-class Terminated(Exception):
-    """The launcher received SIGTERM (or SIGHUP)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"signal {signum}")
-        self.signum = signum
-
-
-def _raise_terminated(signum: int, _frame: object) -> None:
-    raise Terminated(signum)
+def _exit_by_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @contextlib.contextmanager
-def _terminated_raises() -> Iterator[None]:
-    """While supervising: SIGTERM and SIGHUP raise :class:`Terminated` (the main thread only)."""
+def _signals_exit() -> Iterator[None]:
+    """While supervising: SIGTERM and SIGHUP raise ``SystemExit(128 + signal)``, the
+    launcher's exit code (the main thread only)."""
     main = threading.current_thread() is threading.main_thread()
     signals = (signal.SIGTERM, signal.SIGHUP) if main else ()
-    previous = {sig: signal.signal(sig, _raise_terminated) for sig in signals}
+    previous = {sig: signal.signal(sig, _exit_by_signal) for sig in signals}
     try:
         yield
     finally:
@@ -174,17 +167,18 @@ def launch(
         }
         procs: list[subprocess.Popen] = []
         try:
-            with _terminated_raises():
+            with _signals_exit():
                 for rank in range(nproc):
                     env = base | common | {"RANK": str(rank), "LOCAL_RANK": str(rank)}
                     procs.append(subprocess.Popen(command, env=env, preexec_fn=_ranks_follow))
                 code, rank = _supervise(procs, grace)
-        except (KeyboardInterrupt, Terminated) as exc:  # the launcher goes: its ranks too
+        except (KeyboardInterrupt, SystemExit) as exc:  # the launcher goes: its ranks too
             _stop(procs, grace)
-            if isinstance(exc, Terminated):
-                log(f"launch: stopped by signal {exc.signum}; every rank was stopped")
-                return 128 + exc.signum
-            raise
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            code = int(exc.code or 0)  # 128 + the signal
+            log(f"launch: stopped by signal {code - 128}; every rank was stopped")
+            return code
         if code == 0:
             return 0
         then = "restarting every rank (runs resume from their checkpoints)"

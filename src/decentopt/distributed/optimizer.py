@@ -58,10 +58,43 @@ from decentopt.comm.grouped import AgentGroup
 from decentopt.comm.watch import GossipWatch
 from decentopt.communicator import Communicator
 from decentopt.distributed import agreement
-from decentopt.distributed._args import check_optimizer_args
 from decentopt.distributed.buckets import Bucket, Overlap, plan_buckets, restore_round
 
 __all__ = ["DecentralizedOptimizer"]
+
+
+def gossips(obj: Any) -> bool:
+    """An optimizer that already combines with neighbours (this package's, or a wrapper)."""
+    return isinstance(getattr(obj, "comm", None), Communicator)
+
+
+def check_comm(comm: Any, owner: str) -> None:
+    """Refuse at construction what is not a communicator (a topology would fail only at the
+    first step)."""
+    if not isinstance(comm, Communicator):
+        raise TypeError(
+            f"{owner}: comm must be a communicator, got {type(comm).__name__}; build one from "
+            "the graph, e.g. dopt.comm.DistributedCommunicator(dopt.topology.ring(world))"
+        )
+
+
+def _check_args(params: Any, comm: Any, hyperparams: dict[str, Any]) -> None:
+    """Refuse at construction what would fail later, far from the mistake: an optimizer or a
+    module in place of the parameters, no communicator, ``beta`` and ``momentum`` both."""
+    owner = "DecentralizedOptimizer"
+    if isinstance(params, torch.optim.Optimizer) or gossips(params):
+        raise TypeError(
+            f"{owner} takes the model's parameters, not an optimizer ({type(params).__name__}); "
+            "to gossip a torch optimizer's updates use dopt.distributed.wrap(optimizer, ...)"
+        )
+    if isinstance(params, torch.nn.Module):
+        raise TypeError(f"{owner} takes model.parameters(), not the module itself")
+    check_comm(comm, owner)
+    if "beta" in hyperparams and "momentum" in hyperparams:
+        raise ValueError(
+            f"{owner}: beta={hyperparams['beta']} and momentum={hyperparams['momentum']} "
+            "name the same thing; give one of them"
+        )
 
 
 class DecentralizedOptimizer(torch.optim.Optimizer):
@@ -101,7 +134,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         outer: str | Any = None,
         **hyperparams: Any,
     ) -> None:
-        check_optimizer_args(params, comm, hyperparams)
+        _check_args(params, comm, hyperparams)
         if "momentum" in hyperparams:
             hyperparams["beta"] = hyperparams.pop("momentum")
         if isinstance(algorithm, str):
@@ -132,10 +165,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._agreed: tuple = ()  # the parameter set the ranks last agreed on
         defaults = {"lr": float(alg.lr), "weight_decay": weight_decay}
         defaults |= {k: float(alg.hyperparams()[k]) for k in self._tunable[1:]}  # beta
-        params = list(params)
-        if not params:
-            raise ValueError("DecentralizedOptimizer got an empty parameter list")
-        super().__init__(params, defaults)
+        super().__init__(params, defaults)  # (refuses an empty parameter list)
         #: an agent of several processes: gradients averaged over them, one starting point
         self._agent = comm if isinstance(comm, AgentGroup) else None
         if self._agent is not None:
@@ -181,9 +211,6 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         return self.algorithm.with_hyperparams(**changes) if changes else self.algorithm
 
     # ----------------------------------------------------------------- layout
-    def _fields(self) -> tuple[str, ...]:
-        return tuple(k for k in self.algorithm.init(torch.zeros(1, 1)).tensors() if k != "x")
-
     def _params(self) -> list[torch.nn.Parameter]:
         """Every parameter of every group, in order."""
         return [p for group in self.param_groups for p in group["params"]]
@@ -198,7 +225,6 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
     def _lay_out(self) -> None:
         """Buckets of the trainable parameters, their flat state assembled from each
         parameter's own (moved to its dtype and device), new ones initialised."""
-        fields = self._fields()
         self._buckets = []
         for g, group in enumerate(self.param_groups):
             alg = self._algorithm_for(group)
@@ -210,14 +236,13 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             for (_, _, step), params in kinds.items():
                 for indices in plan_buckets(params, self.bucket_bytes):
                     chosen = [params[i] for i in sorted(indices)]  # rows in model order
-                    state = self._flat_state(alg, chosen, fields, step)
+                    state = self._flat_state(alg, chosen, step)
                     self._buckets.append(Bucket(g, chosen, state, alg))
-        for bucket in self._buckets:
-            self._expose(bucket)
+                    self.state.update(self._buckets[-1].pieces())
         self._layout = self._signature()
 
     @torch.no_grad()
-    def _flat_state(self, alg: Any, params: list, fields: tuple[str, ...], step: int) -> Any:
+    def _flat_state(self, alg: Any, params: list, step: int) -> Any:
         """The bucket's flat state from its parameters' saved pieces (fresh ones as at
         ``init``). A coordinate field is ``(1, *lead, P)`` (relayed messages have a lead
         axis), pieced together along its last axis; an agent field (push-sum weights,
@@ -226,7 +251,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         fresh = alg.init(x.clone(), self.comm)
         initial = fresh.tensors()
         parts = {}
-        for name in fields:
+        for name in list(initial)[1:]:  # every field but x (the first)
             saved = [self.state.get(p, {}).get(name) for p in params]
             if name in alg.agent_fields:
                 known = next((v for v in saved if v is not None), None)
@@ -248,16 +273,6 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                 )
             parts[name] = torch.cat(pieces, dim=-1).unsqueeze(0)
         return fresh.replace(x=x, t=step, **parts)
-
-    def _expose(self, bucket: Bucket) -> None:
-        """``self.state[p]``: views of the bucket's flat state, and the step count."""
-        agent = bucket.algorithm.agent_fields
-        fields = {k: v for k, v in bucket.state.tensors().items() if k != "x"}
-        split = {k: bucket.views(v[0]) for k, v in fields.items() if k not in agent}
-        for i, p in enumerate(bucket.params):
-            own = {k: split[k][i] for k in split}
-            shared = {k: v[0] for k, v in fields.items() if k in agent}
-            self.state[p] = {"step": bucket.state.t} | own | shared
 
     # ------------------------------------------------------------------- step
     @contextlib.contextmanager
@@ -323,7 +338,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                 self._run_bucket(k, scale)
         for bucket in self._buckets:
             bucket.scatter()
-            self._expose(bucket)
+            self.state.update(bucket.pieces())
         self._layout = self._signature()
         self._steps += 1
         self._watch.after(self._steps)
@@ -342,10 +357,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         and the communicator's counters (``"comm"``): its round picks ``W_t`` on a
         time-varying graph (and a compression operator's random stream), so a resumed run
         goes on from the same round."""
-        saved = super().state_dict()
-        saved["algorithm"] = self.algorithm.name
-        saved["comm"] = dict(vars(self.comm.stats))
-        return saved
+        mine = {"algorithm": self.algorithm.name, "comm": dict(vars(self.comm.stats))}
+        return super().state_dict() | mine
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`; the iterate is the model's current parameters."""
@@ -357,7 +370,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         counters = state_dict.get("comm")
         state_dict = {k: v for k, v in state_dict.items() if k not in ("algorithm", "comm")}
         super().load_state_dict(state_dict)
-        fields = set(self._fields())
+        fields = set(self.algorithm.init(torch.zeros(1, 1)).tensors()) - {"x"}
         missing = [
             p for p in self._params() if p.requires_grad and fields - set(self.state.get(p, {}))
         ]

@@ -41,6 +41,7 @@ DSGD's gossip on every step it is a decentralized DiLoCo. The base optimizer's s
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -49,8 +50,7 @@ from decentopt import algorithms
 from decentopt.comm.grouped import AgentGroup
 from decentopt.communicator import Communicator
 from decentopt.distributed import agreement
-from decentopt.distributed._args import check_wrap_args
-from decentopt.distributed.optimizer import DecentralizedOptimizer
+from decentopt.distributed.optimizer import DecentralizedOptimizer, check_comm, gossips
 
 __all__ = ["GossipOptimizer", "wrap"]
 
@@ -59,8 +59,7 @@ def _method(method: str | Any, hyperparams: dict[str, Any]) -> Any:
     """The method that takes the base optimizer's steps: ``lr = 1``, momentum off unless
     ``beta`` is given; refused if its gradient is more than a step direction."""
     if isinstance(method, str):
-        rule = algorithms.resolve(method)
-        if rule.uses_momentum and "beta" not in hyperparams:
+        if algorithms.resolve(method).uses_momentum:  # a given beta stays
             hyperparams = {"beta": 0.0} | hyperparams
         alg = algorithms.make(method, **({"lr": 1.0} | hyperparams))
     else:
@@ -74,9 +73,33 @@ def _method(method: str | Any, hyperparams: dict[str, Any]) -> Any:
     return alg
 
 
+def _check_base(base: Any, comm: Any) -> None:
+    """Refuse at construction what would fail later (a class instead of an optimizer, at the
+    first ``zero_grad()``) or not at all (an optimizer wrapped twice gossips twice per step)."""
+    if inspect.isclass(base) and issubclass(base, torch.optim.Optimizer):
+        raise TypeError(
+            f"wrap takes an optimizer, not its class: wrap({base.__name__}(model.parameters(), "
+            f"lr=...), ...)"
+        )
+    if gossips(base):
+        raise TypeError(
+            f"wrap: {type(base).__name__} already gossips with its neighbours; wrapping it "
+            "again would gossip twice per step. Wrap the plain torch optimizer instead"
+        )
+    if not isinstance(base, torch.optim.Optimizer):
+        raise TypeError(
+            f"wrap takes a torch optimizer built on the parameters, got {type(base).__name__}; "
+            "e.g. wrap(torch.optim.AdamW(model.parameters()), 'edm', comm)"
+        )
+    check_comm(comm, "wrap")
+
+
 class GossipOptimizer:
-    """A base optimizer whose every step is followed by one step of a decentralized method
-    on the base step (see :func:`wrap`)."""
+    """``base``'s local updates taken by ``method`` (a registered name or a method; its
+    hyper-parameters other than ``lr``, e.g. ``gossip="push_sum"``), under the outer
+    optimizer ``outer`` if given (``"nesterov(lr=0.7, beta=0.9, every=500)"``): a base
+    optimizer whose every step is followed by one step of the method on the base step (see
+    the module doc)."""
 
     def __init__(
         self,
@@ -86,7 +109,7 @@ class GossipOptimizer:
         outer: str | Any = None,
         **hyperparams: Any,
     ) -> None:
-        check_wrap_args(base, comm)
+        _check_base(base, comm)
         self.base = base
         self.comm = comm
         params = [p for g in base.param_groups for p in g["params"]]
@@ -139,15 +162,5 @@ class GossipOptimizer:
         self.base.load_state_dict(state["base"])
 
 
-def wrap(
-    base: torch.optim.Optimizer,
-    method: str | Any,
-    comm: Communicator,
-    outer: str | Any = None,
-    **hyperparams: Any,
-) -> GossipOptimizer:
-    """``base``'s local updates taken by ``method`` (a registered name or a method; its
-    hyper-parameters other than ``lr``, e.g. ``gossip="push_sum"``), under the outer
-    optimizer ``outer`` if given (``"nesterov(lr=0.7, beta=0.9, every=500)"``): see the
-    module doc."""
-    return GossipOptimizer(base, method, comm, outer, **hyperparams)
+#: ``wrap(base, method, comm, outer=None, **hyperparams)``: the :class:`GossipOptimizer`.
+wrap = GossipOptimizer

@@ -6,15 +6,10 @@ steps would happen in simulated seconds, :mod:`.options` how a run is carried ou
 (:class:`RunOptions`, built once where a run starts and passed down whole).
 """
 
+from decentopt.driver.block import THREADS_CROSSOVER, check_gradient
 from decentopt.driver.checkpointer import CHECK_EVERY, Checkpointer
 from decentopt.driver.guard import DivergenceGuard
-from decentopt.driver.loop import (
-    LARGE_STATE_BYTES,
-    THREADS_CROSSOVER,
-    check_gradient,
-    intra_op_threads,
-    run_loop,
-)
+from decentopt.driver.loop import LARGE_STATE_BYTES, intra_op_threads, run_loop
 from decentopt.driver.options import RunOptions
 from decentopt.driver.recorder import Recorder
 from decentopt.driver.result import Record, Result

@@ -150,26 +150,18 @@ def fused_plan(algorithm: Method, state: Any = None) -> FusedPlan | None:
     return FusedPlan(fused.kind, fused.nesterov, fused.dampening, fused.reads, beta)
 
 
+@dataclass(frozen=True)
 class BlockRunner:
     """Runs steps ``[start, stop)`` of a method on a block problem: ``"block"`` (the method's
     own step on gradients from noise drawn at once) or ``"native"`` (one C call)."""
 
-    def __init__(
-        self,
-        path: str,
-        algorithm: Method,
-        problem: Any,
-        comm: Communicator,
-        state_bytes: int,
-        native: Native | None = None,
-    ) -> None:
-        self.path = path
-        self.algorithm = algorithm
-        self.problem = problem
-        self.comm = comm
-        self.native = native
-        #: the most steps in one block
-        self.limit = max(1, BLOCK_BYTES // state_bytes)
+    path: str
+    algorithm: Method
+    problem: Any
+    comm: Communicator
+    #: the most steps in one block
+    limit: int
+    native: Native | None = None
 
     def run(self, loop: Any, state: Any, start: int, stop: int) -> Any:
         """The state after step ``stop``, for ``loop`` (:class:`decentopt.driver.loop._Loop`):
@@ -177,11 +169,10 @@ class BlockRunner:
         ``step`` takes each step's gradient from the block's noise."""
         t0 = time.perf_counter()
         z = self.problem.draw(stop - start, loop.generator)
-        if self.native is not None:
-            loop.timing[0] += time.perf_counter() - t0
-            return self._native(state, start, stop, z, loop.timing)
-        terms = self.problem.noise_terms(z)
+        terms = None if self.native is not None else self.problem.noise_terms(z)
         loop.timing[0] += time.perf_counter() - t0
+        if self.native is not None:
+            return self._native(state, start, stop, z, loop.timing)
         for s in range(stop - start):
             term = None if terms is None else terms[s]
             state = loop.step(start + s, state, partial(_from_terms, self.problem, term))
@@ -208,8 +199,7 @@ class BlockRunner:
             runs,
             lower,
         )
-        x = state.x
-        self.comm.add_rounds(stop - start, x[0].numel() * x.element_size())
+        self.comm.add_rounds(stop - start, state.x[0].numel() * state.x.element_size())
         timing[1] += time.perf_counter() - t0
         renamed = {roles.get(k, k): v for k, v in out.items()}
         return state.replace(**renamed, t=stop)
@@ -258,7 +248,7 @@ def choose(
         raise ValueError(f"path must be one of {', '.join(PATHS)}; got {path!r}")
     if path == "step":
         return None
-    size = state.x.numel() * state.x.element_size()
+    limit = max(1, BLOCK_BYTES // (state.x.numel() * state.x.element_size()))
     if not isinstance(problem, BlockProblem) or state.x.shape[0] != problem.n:
         if path == "auto":
             return None
@@ -269,7 +259,7 @@ def choose(
     if path in ("auto", "native"):
         native, why = _native_parts(algorithm, problem, comm, state)
         if native is not None:
-            return BlockRunner("native", algorithm, problem, comm, size, native)
+            return BlockRunner("native", algorithm, problem, comm, limit, native)
         if path == "native":
             raise ValueError(f"path='native' cannot run: {why}")
-    return BlockRunner("block", algorithm, problem, comm, size)
+    return BlockRunner("block", algorithm, problem, comm, limit)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,36 +19,31 @@ __all__ = ["CHECK_EVERY", "Checkpointer"]
 CHECK_EVERY = 50
 
 
+@dataclass
 class Checkpointer:
     """Writes a checkpoint at the end of every epoch (``period``), or every ``every``
     steps instead, and whenever ``minutes`` have passed since the last one (checked every
     ``CHECK_EVERY`` steps, agreed by every rank); finds the newest one intact on every rank.
     """
 
-    def __init__(
-        self,
-        folder: str | Path,
-        comm: Communicator,
-        *,
-        period: int | None,
-        every: int | None = None,
-        minutes: float | None = None,
-        device: torch.device | None = None,
-    ) -> None:
-        self.folder = Path(folder)
-        self.comm = comm
-        self.period = period
-        self.every = every
-        self.minutes = minutes
-        self.device = device or torch.device("cpu")
-        self.last = time.monotonic()
+    folder: Path  # (or its name)
+    comm: Communicator
+    _: KW_ONLY
+    period: int | None
+    every: int | None = None
+    minutes: float | None = None
+    device: torch.device | None = None  # of the ranks' agreement (None: the CPU)
+    last: float = field(default_factory=time.monotonic, init=False)
+
+    def __post_init__(self) -> None:
+        self.folder = Path(self.folder)
 
     def _share(self, flag: bool) -> float:
         """The share of the ranks whose ``flag`` is true (1.0: all of them). ``comm.mean``
         averages over agents, not ranks (a rank may hold several): the flag's mean over the
         ranks' one-row means of ``[flag, 1]``."""
         one = [1.0 if flag else 0.0, 1.0]
-        value = torch.tensor([one], dtype=torch.float64, device=self.device)
+        value = torch.tensor([one], dtype=torch.float64, device=self.device or "cpu")
         shares = self.comm.mean(value).reshape(-1)
         return float(shares[0] / shares[1])
 

@@ -52,13 +52,7 @@ from decentopt.topology.advice import mixing_warning
 if TYPE_CHECKING:
     from decentopt.problems.base import Problem
 
-__all__ = [
-    "LARGE_STATE_BYTES",
-    "THREADS_CROSSOVER",
-    "check_gradient",
-    "intra_op_threads",
-    "run_loop",
-]
+__all__ = ["LARGE_STATE_BYTES", "intra_op_threads", "run_loop"]
 
 #: From this many bytes of state, freed blocks stay in the process
 #: (:func:`~decentopt.perf.keep_freed_memory`): glibc would otherwise return each
@@ -218,11 +212,10 @@ class _Loop:
             self.recorder.note(0, state.x, self.timing, self.guard.blank)
         t = last = self.start_step
         while t < self.plan.iterations:
+            last = self.block_end(t)  # t + 1 on the step path
             if self.block is None:
-                last = t + 1
                 state = self.step(t, state, gradient)
             else:  # the steps up to the next event in one call; their progress after it
-                last = self.block_end(t)
                 state = self.block.run(self, state, t, last)
                 self.report(t + 1, last)
             state, stop = self.after(last, state)
@@ -257,7 +250,7 @@ class _Loop:
         if self.bar is not None:
             self.bar.close()
         if self.guard.alive == 0:  # records after an early stop are NaN
-            self.recorder.pad(sorted(self.plan.record), self.timing)
+            self.recorder.pad(self.record_order, self.timing)
         return Result(
             algorithm=self.algorithm.name,
             records=self.recorder.records,

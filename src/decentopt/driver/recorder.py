@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ def counts(stats: CommStats) -> tuple[int, float, int, int]:
     return stats.rounds, stats.bytes_per_agent, stats.busiest_messages, stats.busiest_bytes
 
 
+@dataclass
 class Recorder:
     """Keeps the records of a run and the running sum of the current epoch's losses.
 
@@ -34,24 +36,15 @@ class Recorder:
     the epoch so far.
     """
 
-    def __init__(
-        self,
-        metrics: Callable[[torch.Tensor], dict[str, Any]],
-        comm: Communicator,
-        period: int | None,
-        lr_at: Callable[[int], float],
-        sink: Callable[[Record], None] | None = None,
-    ) -> None:
-        self.metrics = metrics
-        self.comm = comm
-        self.period = period
-        self.lr_at = lr_at
-        self.sink = sink  # given each record as it is written
-        self.records: list[Record] = []
-        self.losses: torch.Tensor | None = None  # summed over the current epoch
-        self.agents = comm.topology.n  # in total; a rank holds fewer
-        self.started = time.perf_counter()
-        self.offset = 0.0  # wall seconds of the run before a resume
+    metrics: Callable[[torch.Tensor], dict[str, Any]]
+    comm: Communicator
+    period: int | None
+    lr_at: Callable[[int], float]
+    sink: Callable[[Record], None] | None = None  # given each record as it is written
+    records: list[Record] = field(default_factory=list, init=False)
+    losses: torch.Tensor | None = field(default=None, init=False)  # over the current epoch
+    started: float = field(default_factory=time.perf_counter, init=False)
+    offset: float = field(default=0.0, init=False)  # wall seconds of the run before a resume
 
     def add_loss(self, loss: torch.Tensor | None) -> None:
         if loss is not None:
@@ -70,7 +63,8 @@ class Recorder:
             done = t - (t - 1) // self.period * self.period  # steps into the current epoch
             rows = self.losses.shape[0]  # agents here; one loss per column (run) each
             mean = self.comm.mean((self.losses / done).reshape(rows, -1).float())
-            values["train_loss"] = self.agents * mean.reshape(-1).double().cpu().numpy()
+            agents = self.comm.topology.n  # in total; a rank holds fewer
+            values["train_loss"] = agents * mean.reshape(-1).double().cpu().numpy()
         values = blank(values)
         lr = float(self.lr_at(max(t - 1, 0)))
         wall = self.offset + time.perf_counter() - self.started

@@ -30,11 +30,8 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain numbers and lists (for checkpoints that load without unpickling code)."""
-        out = dict(vars(self))
-        out["metrics"] = {
-            k: np.asarray(v, dtype=np.float64).tolist() for k, v in self.metrics.items()
-        }
-        return out
+        metrics = {k: np.asarray(v, dtype=np.float64).tolist() for k, v in self.metrics.items()}
+        return vars(self) | {"metrics": metrics}
 
     @classmethod
     def from_dict(cls, saved: dict[str, Any]) -> Record:

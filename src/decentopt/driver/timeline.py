@@ -248,21 +248,16 @@ def clock(
     everyone = 2 * (n - 1) * model.message_seconds(payload / n) if n > 1 else 0.0
     for t in range(steps):
         ready[t] = T + c[t]
-        kind, *after = (talks(t) if talks is not None else "gossip").split("+")
-        if kind != "gossip":
-            T = ready[t] if kind == "none" else np.full(n, ready[t].max() + everyone)
-            out[t + 1] = T.max()
-            continue
-        key = t % period if period else t
-        mask = reads[key] if key in reads else reads.setdefault(key, _reads(graph, t))
-        sending = mask.sum(axis=0) * one  # j's messages of the round, one after the other
-        if t >= lag:
-            arrive = np.where(mask, (ready[t - lag] + sending)[None, :], 0.0).max(axis=1)
-        else:
-            arrive = np.zeros(n)
-        T = np.maximum(ready[t], arrive)
-        if after:  # then every agent waits for the all-reduce
-            T = np.full(n, T.max() + everyone * len(after))
+        T = ready[t]  # what the step awaits, in order ("none": nothing)
+        for kind in (talks(t) if talks is not None else "gossip").split("+"):
+            if kind == "all":  # every agent waits for the all-reduce
+                T = np.full(n, T.max() + everyone)
+            elif kind == "gossip" and t >= lag:  # (before: the initial values, known to all)
+                key = t % period if period else t
+                mask = reads[key] if key in reads else reads.setdefault(key, _reads(graph, t))
+                sending = mask.sum(axis=0) * one  # j's messages of the round, one after the other
+                arrive = np.where(mask, (ready[t - lag] + sending)[None, :], 0.0).max(axis=1)
+                T = np.maximum(T, arrive)
         out[t + 1] = T.max()
     return out
 
