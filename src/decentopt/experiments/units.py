@@ -117,19 +117,23 @@ class Units:
             self.graphs[key] = (network, shared)
         return self.graphs[key]
 
+    def mine(self) -> int | range | None:
+        """The agents of this process, as a kind's ``build`` takes them: ``None`` (all of
+        them, the simulator), this rank (one agent per process) or a range of agents."""
+        if self.job.world == 1:
+            return None
+        k = self.per_process
+        return self.job.rank if k == 1 else range(self.job.rank * k, self.job.rank * k + k)
+
     def problem_for(self, group: tuple[int, ...] | None) -> Any:
         """The problem of the runs ``group`` (``None``: one batched problem for all)."""
         if group is None and group in self.built:  # a batched problem serves every variant
             return self.built[group]
         spec = self.spec
-        # the agents of this process, as a kind's ``build`` takes them: None (all of them,
-        # the simulator), this rank (one agent per process) or a range of agents
-        k = self.per_process
-        mine = self.job.rank if k == 1 else range(self.job.rank * k, self.job.rank * k + k)
         t0 = time.perf_counter()
         try:
             with unit_dtype():
-                problem = spec.build_problem(group, mine if self.job.world > 1 else None)
+                problem = spec.build_problem(group, self.mine())
         except (MemoryError, RuntimeError) as exc:  # the allocator refused
             if "alloc" not in str(exc).lower() and not isinstance(exc, MemoryError):
                 raise
