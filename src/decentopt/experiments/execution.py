@@ -159,15 +159,14 @@ class ForkPool(Executor):
                 ok, value = worker.conn.recv()
             except (EOFError, OSError):  # it died computing the task
                 worker.process.join(1.0)
-                ok, value = False, WorkerDied(worker.process.pid, worker.process.exitcode)
+                task.future.set_exception(WorkerDied(worker.process.pid, worker.process.exitcode))
+                break
             except Exception as exc:  # the task cannot be pickled
                 ok, value = False, exc
             if ok:
                 task.future.set_result(value)
             else:
                 task.future.set_exception(value)
-            if isinstance(value, WorkerDied):
-                break
         else:  # shut down
             with suppress(OSError):
                 worker.conn.send(None)
