@@ -82,12 +82,6 @@ class _Task:
     call: tuple[Callable[..., Any], tuple, dict]
 
 
-@dataclass
-class _Worker:
-    process: Any  # multiprocessing's forked Process
-    conn: multiprocessing.connection.Connection
-
-
 def _serve(conn: multiprocessing.connection.Connection) -> None:
     """A worker: compute ``(fn, args, kwargs)`` messages until ``None`` or the pipe closes,
     on one intra-op thread (as many workers as cores)."""
@@ -113,7 +107,7 @@ class ForkPool(Executor):
     a thread of this process feeds each worker the queue's tasks, one after the other."""
 
     workers: int
-    _pool: list[_Worker] = field(default_factory=list)
+    _pool: list[Any] = field(default_factory=list)  # the forked processes
     _queue: queue.SimpleQueue[_Task | None] = field(default_factory=queue.SimpleQueue)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -126,15 +120,14 @@ class ForkPool(Executor):
     def _refill(self) -> None:
         """Fork workers up to ``workers`` (in the caller's thread, never a feeding one)."""
         with self._lock:
-            self._pool = [w for w in self._pool if w.process.is_alive()]
+            self._pool = [process for process in self._pool if process.is_alive()]
             while len(self._pool) < self.workers:
                 mine, theirs = self._context.Pipe()
                 process = self._context.Process(target=_serve, args=(theirs,), daemon=False)
                 process.start()
                 theirs.close()
-                worker = _Worker(process, mine)
-                self._pool.append(worker)
-                thread = threading.Thread(target=self._feed, args=(worker,), daemon=True)
+                self._pool.append(process)
+                thread = threading.Thread(target=self._feed, args=(process, mine), daemon=True)
                 thread.start()
                 self._threads.append(thread)
 
@@ -146,20 +139,21 @@ class ForkPool(Executor):
         self._queue.put(_Task(future, (fn, args, kwargs)))
         return future
 
-    def _feed(self, worker: _Worker) -> None:
-        """Hand ``worker`` one task after the other until it dies or the pool shuts down."""
+    def _feed(self, process: Any, conn: multiprocessing.connection.Connection) -> None:
+        """Hand the worker ``process`` one task after the other through its pipe ``conn``,
+        until it dies or the pool shuts down."""
         while (task := self._queue.get()) is not None:
             if not task.future.running() and not task.future.set_running_or_notify_cancel():
                 continue  # cancelled while it waited
-            if not worker.process.is_alive():  # the task waits for another worker
+            if not process.is_alive():  # the task waits for another worker
                 self._queue.put(task)
                 break
             try:
-                worker.conn.send(task.call)
-                ok, value = worker.conn.recv()
+                conn.send(task.call)
+                ok, value = conn.recv()
             except (EOFError, OSError):  # it died computing the task
-                worker.process.join(1.0)
-                task.future.set_exception(WorkerDied(worker.process.pid, worker.process.exitcode))
+                process.join(1.0)
+                task.future.set_exception(WorkerDied(process.pid, process.exitcode))
                 break
             except Exception as exc:  # the task cannot be pickled
                 ok, value = False, exc
@@ -169,11 +163,11 @@ class ForkPool(Executor):
                 task.future.set_exception(value)
         else:  # shut down
             with suppress(OSError):
-                worker.conn.send(None)
-            worker.process.join()
+                conn.send(None)
+            process.join()
             return
         with self._lock:  # it died: with no worker left alive, the queued tasks are lost too
-            if not any(w.process.is_alive() for w in self._pool):
+            if not any(worker.is_alive() for worker in self._pool):
                 while not self._queue.empty():
                     if (task := self._queue.get()) is not None:
                         task.future.set_exception(WorkerDied())
@@ -182,11 +176,11 @@ class ForkPool(Executor):
         """End every worker now; what they were computing is lost, queued tasks cancelled."""
         self.shutdown(wait=False, cancel_futures=True)
         with self._lock:
-            for worker in self._pool:
-                if worker.process.is_alive():
-                    worker.process.kill()
-        for worker in self._pool:
-            worker.process.join(5.0)
+            for process in self._pool:
+                if process.is_alive():
+                    process.kill()
+        for process in self._pool:
+            process.join(5.0)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
