@@ -1,4 +1,4 @@
-"""Process lifetimes: child processes that end with their parent.
+"""Process lifetimes: child processes that end with their parent; whether a PID is alive.
 
 A worker of a sweep or a rank started by ``decentopt launch`` must not run on
 alone when the process that started it dies, even by SIGKILL (which it cannot
@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-__all__ = ["die_with_parent"]
+__all__ = ["alive", "die_with_parent"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -38,4 +38,18 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
         return False
     if os.getppid() != parent:  # the parent died before the request: act on it now
         os.kill(os.getpid(), sig)
+    return True
+
+
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (perhaps another user's); False for 0,
+    -1 and impossible PIDs, which ``os.kill`` would read as groups of processes."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # alive, under another user
+        pass
     return True

@@ -62,13 +62,6 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     return "required"
 
 
-def _needs(cls: type, name: str) -> frozenset[str]:
-    """What the method needs of the network: its rule's own needs and its gossip's."""
-    if name in ALIASES:
-        return frozenset(cls.requires) | parse(ALIASES[name].gossip).needs  # type: ignore[attr-defined]
-    return frozenset(getattr(cls, "requires", ())) | {"symmetric"}
-
-
 def describe(name: str) -> MethodInfo:
     """The facts ``decentopt methods`` shows of the registered method ``name``."""
     cls = registry.resolve(name)
@@ -81,12 +74,15 @@ def describe(name: str) -> MethodInfo:
     }
     summary = " ".join(re.split(r"\n\s*\n", doc)[0].split())
     reference = _reference(cls, doc)
+    # what the method needs of the network: its rule's own needs and its gossip's
+    needs = frozenset(getattr(cls, "requires", ())) | {"symmetric"}
     if key in ALIASES:  # a published pair: its rule's fields and its gossip's
         alias = ALIASES[key]
         fixed = "".join(f", {k}={v!r}" for k, v in alias.fixed.items())
         summary = f"{cls.name}{fixed} with {alias.parts()[0].name} gossip"
         reference = alias.reference
-    graphs = ", ".join(registry.OFFERS.get(k, k) for k in registry.by_importance(_needs(cls, key)))
+        needs = frozenset(cls.requires) | parse(alias.gossip).needs  # type: ignore[attr-defined]
+    graphs = ", ".join(registry.OFFERS.get(k, k) for k in registry.by_importance(needs))
     if getattr(cls, "needs_psd", False):
         graphs += ", positive semi-definite"
     return MethodInfo(

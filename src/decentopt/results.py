@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from decentopt._process import alive
+
 try:  # POSIX: the lock is an OS file lock, released by the kernel when its holder dies
     import fcntl
 except ImportError:  # pragma: no cover - Windows: exclusive creation only
@@ -49,20 +51,6 @@ def temporary_file(path: Path) -> tuple[int, str]:
     )
 
 
-def _holder(pid_text: str) -> int | None:
-    """The live process a lock names, or None (empty, garbage, 0, -1, huge, or dead)."""
-    try:
-        pid = int(pid_text.strip())
-        if pid <= 0:  # os.kill(0 or -1, ...) would signal groups of processes
-            return None
-        os.kill(pid, 0)  # raises if no such process
-    except (ValueError, OverflowError, ProcessLookupError):
-        return None
-    except PermissionError:
-        pass  # alive, another user's
-    return pid
-
-
 def _busy(folder: Path, lock: Path, pid: int | str) -> FolderBusy:
     return FolderBusy(
         f"{folder} is being written by another run (PID {pid}); wait for it to finish "
@@ -82,8 +70,9 @@ def _take(folder: Path, lock: Path) -> int:
             if os.fstat(fd).st_ino != os.stat(lock).st_ino:
                 continue
             # a lock written without flock (another file system, an older version): its PID
-            pid = _holder(os.pread(fd, 64, 0).decode(errors="replace"))
-            if pid is not None and pid != os.getpid():
+            text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            pid = int(text) if text.isdecimal() else 0  # empty, garbage or -1: none
+            if alive(pid) and pid != os.getpid():
                 raise _busy(folder, lock, pid)
             try:
                 os.ftruncate(fd, 0)

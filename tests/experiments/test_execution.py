@@ -87,7 +87,7 @@ def test_a_pool_stops_its_busy_workers_at_once():
     pool = ForkPool(2)
     futures = [pool.submit(_sleep, 60) for _ in range(3)]
     time.sleep(0.5)  # both workers busy, one task queued
-    pids = [w.process.pid for w in pool._pool]
+    pids = [process.pid for process in pool._pool]
     start = time.monotonic()
     pool.stop()
     assert time.monotonic() - start < 5  # stop() waits at most 5 s per worker, never 60

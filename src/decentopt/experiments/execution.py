@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import queue
 import signal
 import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -82,13 +82,6 @@ class _Task:
     call: tuple[Callable[..., Any], tuple, dict]
 
 
-@dataclass
-class _Worker:
-    process: Any  # multiprocessing's forked Process
-    conn: multiprocessing.connection.Connection
-    task: _Task | None = None
-
-
 def _serve(conn: multiprocessing.connection.Connection) -> None:
     """A worker: compute ``(fn, args, kwargs)`` messages until ``None`` or the pipe closes,
     on one intra-op thread (as many workers as cores)."""
@@ -110,121 +103,96 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
 
 @dataclass
 class ForkPool(Executor):
-    """``workers`` forked processes, each computing one task at a time (see the module)."""
+    """``workers`` forked processes, each computing one task at a time (see the module);
+    a thread of this process feeds each worker the queue's tasks, one after the other."""
 
     workers: int
-    _pool: list[_Worker] = field(default_factory=list)
-    _queue: deque[_Task] = field(default_factory=deque)
+    _pool: list[Any] = field(default_factory=list)  # the forked processes
+    _queue: queue.SimpleQueue[_Task | None] = field(default_factory=queue.SimpleQueue)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _threads: list[threading.Thread] = field(default_factory=list)
     _closed: bool = False
 
     def __post_init__(self) -> None:
         self._context = multiprocessing.get_context("fork")
-        self._wake_read, self._wake_write = self._context.Pipe(duplex=False)
         self._refill()
-        self._thread = threading.Thread(target=self._dispatch, name="decentopt-pool", daemon=True)
-        self._thread.start()
 
     def _refill(self) -> None:
-        """Fork workers up to ``workers`` (in the caller's thread, never the dispatcher's)."""
+        """Fork workers up to ``workers`` (in the caller's thread, never a feeding one)."""
         with self._lock:
-            self._pool = [w for w in self._pool if w.process.is_alive() or w.task is not None]
+            self._pool = [process for process in self._pool if process.is_alive()]
             while len(self._pool) < self.workers:
                 mine, theirs = self._context.Pipe()
                 process = self._context.Process(target=_serve, args=(theirs,), daemon=False)
                 process.start()
                 theirs.close()
-                self._pool.append(_Worker(process, mine))
+                self._pool.append(process)
+                thread = threading.Thread(target=self._feed, args=(process, mine), daemon=True)
+                thread.start()
+                self._threads.append(thread)
 
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
         if self._closed:
             raise RuntimeError("cannot submit to a pool that was shut down")
         self._refill()  # a worker lost since the last submission is replaced
         future: Future[R] = Future()
-        with self._lock:
-            self._queue.append(_Task(future, (fn, args, kwargs)))
-        self._wake_write.send_bytes(b".")
+        self._queue.put(_Task(future, (fn, args, kwargs)))
         return future
 
-    def _assign(self) -> None:
-        for worker in self._pool:
-            while worker.task is None and self._queue and worker.process.is_alive():
-                task = self._queue.popleft()
-                if not task.future.running() and not task.future.set_running_or_notify_cancel():
-                    continue  # cancelled while it waited
-                try:
-                    worker.conn.send(task.call)
-                except OSError:  # the worker is gone: the task waits for another
-                    self._queue.appendleft(task)
-                    break
-                except Exception as exc:  # the task cannot be pickled
-                    task.future.set_exception(exc)
-                    continue
-                worker.task = task
-
-    def _dispatch(self) -> None:
-        while True:
-            with self._lock:
-                if self._closed and not self._queue and all(w.task is None for w in self._pool):
-                    return
-                self._assign()
-                if self._queue and not any(w.process.is_alive() for w in self._pool):
-                    while self._queue:  # no worker left to take them: lost too
-                        self._queue.popleft().future.set_exception(WorkerDied())
-                waits: list[Any] = [self._wake_read]
-                for worker in self._pool:
-                    waits += [worker.conn, worker.process.sentinel] if worker.task else []
-            ready = multiprocessing.connection.wait(waits)
-            with self._lock:
-                if self._wake_read in ready:
-                    while self._wake_read.poll():
-                        self._wake_read.recv_bytes()
-                for worker in self._pool:
-                    ended = worker.conn in ready or not worker.process.is_alive()
-                    if worker.task is not None and ended:
-                        self._collect(worker)
-
-    def _collect(self, worker: _Worker) -> None:
-        task = worker.task
-        worker.task = None
-        assert task is not None
-        try:
-            reply = worker.conn.recv()
-        except (EOFError, OSError):  # it died computing the task
-            worker.process.join(1.0)
-            reply = (False, WorkerDied(worker.process.pid, worker.process.exitcode))
-        if task.future.done():
+    def _feed(self, process: Any, conn: multiprocessing.connection.Connection) -> None:
+        """Hand the worker ``process`` one task after the other through its pipe ``conn``,
+        until it dies or the pool shuts down."""
+        while (task := self._queue.get()) is not None:
+            if not task.future.running() and not task.future.set_running_or_notify_cancel():
+                continue  # cancelled while it waited
+            if not process.is_alive():  # the task waits for another worker
+                self._queue.put(task)
+                break
+            try:
+                conn.send(task.call)
+                ok, value = conn.recv()
+            except (EOFError, OSError):  # it died computing the task
+                process.join(1.0)
+                task.future.set_exception(WorkerDied(process.pid, process.exitcode))
+                break
+            except Exception as exc:  # the task cannot be pickled
+                ok, value = False, exc
+            if ok:
+                task.future.set_result(value)
+            else:
+                task.future.set_exception(value)
+        else:  # shut down
+            with suppress(OSError):
+                conn.send(None)
+            process.join()
             return
-        ok, value = reply
-        if ok:
-            task.future.set_result(value)
-        else:
-            task.future.set_exception(value)
+        with self._lock:  # it died: with no worker left alive, the queued tasks are lost too
+            if not any(worker.is_alive() for worker in self._pool):
+                while not self._queue.empty():
+                    if (task := self._queue.get()) is not None:
+                        task.future.set_exception(WorkerDied())
 
     def stop(self) -> None:
         """End every worker now; what they were computing is lost, queued tasks cancelled."""
         self.shutdown(wait=False, cancel_futures=True)
         with self._lock:
-            for worker in self._pool:
-                if worker.process.is_alive():
-                    worker.process.kill()
-        for worker in self._pool:
-            worker.process.join(5.0)
+            for process in self._pool:
+                if process.is_alive():
+                    process.kill()
+        for process in self._pool:
+            process.join(5.0)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
             self._closed = True
-            if cancel_futures:
-                for task in self._queue:
+            while cancel_futures and not self._queue.empty():
+                if (task := self._queue.get()) is not None:
                     task.future.cancel()
-                self._queue.clear()
-        self._wake_write.send_bytes(b".")
+            for _ in self._threads:
+                self._queue.put(None)
         if wait:
-            self._thread.join()
-            for worker in self._pool:
-                with suppress(OSError):
-                    worker.conn.send(None)
-                worker.process.join()
+            for thread in self._threads:
+                thread.join()
 
 
 @dataclass

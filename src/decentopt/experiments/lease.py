@@ -34,6 +34,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from decentopt._process import alive
+
 __all__ = ["BEAT", "STALE", "Holder", "Lease", "host_name"]
 
 #: Seconds between a holder's beats.
@@ -80,12 +82,8 @@ class Holder:
         process has now (else: unknown, and only its beats tell)."""
         if self.host != host_name():
             return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
+        if not alive(self.pid):
             return True
-        except PermissionError:  # alive, under another user
-            pass
         now = _started(self.pid)
         return self.started is not None and now is not None and now != self.started
 

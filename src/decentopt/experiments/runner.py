@@ -18,6 +18,7 @@ the results.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -31,7 +32,6 @@ from decentopt.driver.timeline import clock_rows
 from decentopt.experiments import engines
 from decentopt.experiments.execution import Engine, ForkPool, WorkersLost, forked_map, run_tasks
 from decentopt.experiments.planning import (
-    Planned,
     check_memory,
     memory_parts,
     parallel_jobs,
@@ -158,8 +158,12 @@ class Sweep(Units):
 
     def compute_unit(self, index: int) -> Claimed:
         """The unit ``index`` of the plan, in the process that computes it: where a unit
-        starts and ends. Computed under its lease, or taken as stored."""
-        return self.store.claimed(self.planned[index].unit, self._work_of(self.planned[index]))
+        starts and ends. Computed under its lease, or taken as stored. Under torchrun the
+        ranks of a unit compute it together, so a lease per process would mean nothing (the
+        folder lock keeps another run of this host out); rank 0 writes it."""
+        planned = self.planned[index]
+        work = functools.partial(self.compute, planned.variant, planned.group)
+        return self.store.claimed(planned.unit, work, lease=self.job.world == 1)
 
     def stored_units(self) -> dict[int, list[dict[str, Any]]]:
         """The units stored intact for these settings, by index (each read once)."""
@@ -178,7 +182,7 @@ class Sweep(Units):
         groups = run_groups(self.spec)
         forkable = groups == [None] or self.spec.params.forkable
         jobs = min(parallel_jobs(self.spec, self.options.jobs), pending)
-        if jobs < 2 or not forkable:
+        if jobs < 2 or not forkable or self.job.world > 1:  # torchrun: units in order
             return None
         self.problem_for(groups[0])  # what every worker inherits (the problem, or the data)
         _SWEEPS[str(self.out)] = self
@@ -237,14 +241,7 @@ class Sweep(Units):
         """Every unit computed or resumed; all rows, also in ``OUT/results.csv``."""
         # one run writes a folder at a time; stale temporary files of killed writes go
         with lock_folder(self.out) if self.job.main else contextlib.nullcontext():
-            if self.job.world > 1:  # every rank computes every unit, in order: the ranks of
-                # a unit compute it together, so a lease per process would mean nothing (the
-                # folder lock keeps another run of this host out); rank 0 writes it
-                rows = []
-                for planned in self.planned:
-                    rows += self.store.cached(planned.unit, self._work_of(planned))
-            else:
-                rows = self.run_units()
+            rows = self.run_units()
         for row in rows:  # the network model is presentation: applied to stored rows too
             row["model_time"] = self.spec.network.seconds(
                 row["step"], row["busiest_messages"], row["busiest_bytes"]
@@ -263,6 +260,3 @@ class Sweep(Units):
         self.barrier()
         store = self.store
         return Outcome(rows, store.ran, store.kept, time.perf_counter() - self.start, self.job.main)
-
-    def _work_of(self, planned: Planned) -> Callable[[Path], tuple]:
-        return lambda folder: self.compute(planned.variant, planned.group, folder)

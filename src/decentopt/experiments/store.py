@@ -17,6 +17,7 @@ name and renaming it into place (atomic on NFS too).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -147,43 +148,40 @@ class ResultStore:
         """The unit's rows: stored ones if intact and of these settings, else ``compute(folder)``.
 
         ``compute`` receives the unit's folder (for checkpoints) and returns the
-        rows and any facts to record beside them (seconds, divergences).
+        rows and any facts to record beside them (seconds, divergences). No lease: for
+        the ranks of a distributed job, which compute a unit together (``barrier``).
         """
-        rows = None if self.force else self.stored(unit)
-        self.barrier()  # every rank has decided before anything is wiped
-        if rows is not None:
-            self.kept.append(unit.name)
-            return rows
-        folder = self.prepare(unit)
-        self.barrier()
-        return self.record(unit, *compute(folder))
+        return self.claimed(unit, compute, lease=False).rows
 
     def claimed(
-        self, unit: Unit, compute: Callable[[Path], tuple[Rows, dict[str, Any]]]
+        self,
+        unit: Unit,
+        compute: Callable[[Path], tuple[Rows, dict[str, Any]]],
+        lease: bool = True,
     ) -> Claimed:
         """:meth:`cached` for a store that several processes or hosts share: the unit is
         computed under its lease, so that while its holder beats no other process computes
         it; one that finds it held waits, and takes the stored rows once they are published
-        (or the lease, once its holder stopped beating). Not for a distributed job (its
-        ranks compute a unit together: :meth:`cached`)."""
-        path = self.inside(unit.name) / LEASE
-        lease = Lease(path, stale=self.stale, beat=self.beat, poll=min(POLL, self.beat))
-        published = [None if self.force else self.stored(unit)]  # a corrupt one is warned of
+        (or the lease, once its holder stopped beating)."""
+        held = Lease(self.inside(unit.name) / LEASE, self.stale, self.beat, min(POLL, self.beat))
+        rows = None if self.force else self.stored(unit)  # a corrupt one is warned of
+        self.barrier()  # every rank has decided before anything is wiped
 
         def done() -> bool:  # another process published it while this one waited
-            published.append(None if self.force else self.published(unit))
-            return published[-1] is not None
+            nonlocal rows
+            rows = None if self.force else self.published(unit)
+            return rows is not None
 
-        if published[0] is not None or not lease.claim(done) or done():
-            lease.release()
-            self.kept.append(unit.name)
-            return Claimed(published[-1], False)
         try:
-            with lease.beating():
-                folder = self.prepare(unit)
-                return Claimed(self.record(unit, *compute(folder)), True)
+            if rows is None and (not lease or (held.claim(done) and not done())):
+                with held.beating() if lease else contextlib.nullcontext():
+                    folder = self.prepare(unit)
+                    self.barrier()
+                    return Claimed(self.record(unit, *compute(folder)), True)
         finally:
-            lease.release()
+            held.release()
+        self.kept.append(unit.name)
+        return Claimed(rows, False)
 
     def record(self, unit: Unit, rows: Rows, facts: dict[str, Any]) -> Rows:
         """Store the rows of a unit computed in its :meth:`prepare`-d folder, with its facts

@@ -99,13 +99,13 @@ class Units:
         self.say = options.log if self.job.main else (lambda _: None)
         self.options = options.but(log=self.say, progress=options.progress and self.job.main)
         self.topology = spec.build_topology()
-        self.graphs: dict[str, tuple[Any, DistributedCommunicator | None]] = {}
+        self.graphs: dict[str, tuple[Any, Any]] = {}
         self.built: dict[tuple[int, ...] | None, Any] = {}
 
     def barrier(self) -> None:
         self.job.barrier(self.spec.timeout)
 
-    def graph_for(self, label: str) -> tuple[Any, DistributedCommunicator | None]:
+    def graph_for(self, label: str) -> tuple[Any, Any]:
         """The variant's graph and, under torchrun, the communicator over it."""
         key = json.dumps(self.spec.topology_of(label), sort_keys=True, default=repr)
         if key not in self.graphs:  # each graph is built once (spec's _built)
@@ -146,25 +146,20 @@ class Units:
         self.built[group] = problem
         return problem
 
-    def communicator(self, label: str, run: int | None, problem: Any) -> Any:
-        network, shared = self.graph_for(label)
-        if shared is not None:  # every unit starts at round 0 (schedules, counts, seeds)
-            shared.stats.reset()
-            shared.check_consistency(extra=f"{label}:{run}:{problem.dim}")
-            return shared
-        # under a time model, bounded staleness mixes the messages of the ages it gives
-        method = self.spec.algorithms[label].make()
-        return simulated_communicator(method, network, self.spec.timing, self.spec.iterations)
-
     def compute(self, variant: Variant, group: tuple[int, ...] | None, folder: Path) -> tuple:
         """One unit: the variant on the runs ``group``; its rows and facts for the store."""
         spec = self.spec
         kind = spec.params
         problem = self.problem_for(group)
         run = None if group is None else group[0]
-        comm = self.communicator(variant.label, run, problem)
-        plan = kind.plan(problem, spec.iterations, spec.record_points)
         alg = variant.make()
+        network, comm = self.graph_for(variant.label)
+        if comm is not None:  # torchrun: every unit starts at round 0 (schedules, counts, seeds)
+            comm.stats.reset()
+            comm.check_consistency(extra=f"{variant.label}:{run}:{problem.dim}")
+        else:  # under a time model, bounded staleness mixes the messages of the ages it gives
+            comm = simulated_communicator(alg, network, spec.timing, spec.iterations)
+        plan = kind.plan(problem, spec.iterations, spec.record_points)
         alg = alg.with_hyperparams(lr=kind.step_size(alg.lr, problem))
         noise = spec.seeds.noise + (run or 0)
         labels = kind.columns(problem)
