@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from decentopt._schema import check_fields
+from decentopt._schema import check_fields, prefixed
 from decentopt.communicator import CommStats, Communicator, Elementwise
 
 __all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Sends", "Through"]
@@ -202,6 +202,36 @@ class Exact(Gossip):
 
     def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Any:
         return comm
+
+
+@dataclass(frozen=True)
+class Around(Gossip):
+    """Base of the gossips around an inner one (``delayed``, ``local``,
+    ``periodic_global``): their ``inner`` field, text or a gossip, is parsed at
+    construction, and refused there in one line where :meth:`refuses_inner` says why."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from decentopt.algorithms.gossips import parse  # the package imports this module
+
+        with prefixed(self.name):
+            inner = parse(self.inner)  # type: ignore[attr-defined]  # every subclass's field
+        why = self.refuses_inner(inner)
+        if why:
+            raise ValueError(f"{self.name}: {why}")
+        object.__setattr__(self, "inner", inner)
+
+    @property
+    def _wrapped(self) -> Gossip:
+        return self.inner  # type: ignore[attr-defined, no-any-return]  # parsed above
+
+    def refuses_inner(self, inner: Gossip) -> str:
+        """Why ``inner`` cannot be the inner gossip ("" when it can)."""
+        return ""
+
+    def _inner_text(self) -> str:
+        """``", inner"`` for the label, nothing for exact gossip."""
+        return "" if isinstance(self._wrapped, Exact) else f", {self._wrapped.label()}"
 
 
 class Through(Channel):

@@ -43,8 +43,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from decentopt._schema import bounded, prefixed
-from decentopt.algorithms.gossips.base import Channel, Exact, Fields, Gossip, Sends
+from decentopt._schema import bounded
+from decentopt.algorithms.gossips.base import Around, Channel, Exact, Fields, Gossip, Sends
 from decentopt.algorithms.gossips.push_sum import PushSum
 from decentopt.communicator import Communicator
 
@@ -105,21 +105,8 @@ class _Step(Gossip):
         return kind(comm, fields, sends)
 
 
-def _inner(owner: str, spec: str | Gossip) -> Gossip:
-    from decentopt.algorithms.gossips import parse  # the package imports this module
-
-    with prefixed(owner):
-        inner = parse(spec)
-    if inner.name in ("delayed", "local", "periodic_global"):
-        raise ValueError(
-            f"{owner}: {inner.name} gossip cannot be the inner gossip (its rounds are counted "
-            "by step): use exact, choco, push_sum or multi_round inside"
-        )
-    return inner
-
-
 @dataclass(frozen=True)
-class _Periodic(Gossip):
+class _Periodic(Around):
     """What ``local`` and ``periodic_global`` share: the period and the inner gossip."""
 
     every: int = bounded(4, minimum=1)
@@ -129,13 +116,13 @@ class _Periodic(Gossip):
     #: What W_t is on the steps that differ from the inner gossip's.
     between: ClassVar[str] = "I"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "inner", _inner(self.name, self.inner))
-
-    @property
-    def _wrapped(self) -> Gossip:
-        return self.inner  # type: ignore[return-value]  # parsed in __post_init__
+    def refuses_inner(self, inner: Gossip) -> str:
+        if isinstance(inner, Around):
+            return (
+                f"{inner.name} gossip cannot be the inner gossip (its rounds are counted by "
+                "step): use exact, choco, push_sum or multi_round inside"
+            )
+        return ""
 
     def communicates(self, t: int) -> bool:
         """Whether step ``t`` is one of every ``every``-th (``(t + 1) mod every = 0``)."""
@@ -177,8 +164,7 @@ class _Periodic(Gossip):
         return self._wrapped.bind(fields, comm, x, sends)
 
     def label(self) -> str:
-        inner = "" if isinstance(self._wrapped, Exact) else f", {self._wrapped.label()}"
-        return f"{self.name}({self.every}{inner})"
+        return f"{self.name}({self.every}{self._inner_text()})"
 
 
 @dataclass(frozen=True)
