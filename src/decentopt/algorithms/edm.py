@@ -9,7 +9,6 @@ import torch
 
 from decentopt.algorithms.base import MomentumHyperParams
 from decentopt.algorithms.registry import register
-from decentopt.communicator import Communicator
 from decentopt.updates import FusedUpdate
 
 
@@ -52,9 +51,3 @@ class EDM(MomentumHyperParams):
     @property
     def fused(self) -> FusedUpdate:
         return FusedUpdate("edm", ("psi", "m"), ("lr", "beta"), self.nesterov, self.dampening)
-
-    def step(self, state: EDMState, grad: torch.Tensor, comm: Communicator) -> EDMState:
-        x_next, psi, m = comm.mix_map(
-            self.fused, (state.x, state.psi, state.m, grad), (self.lr_at(state.t), self.beta)
-        )
-        return EDMState(x=x_next, psi=psi, m=m, t=state.t + 1)

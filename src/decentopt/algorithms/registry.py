@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from decentopt._checks import unknown_name
 from decentopt._registry import Registry
 from decentopt._schema import prefixed, read_call
+from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.gossips import GOSSIPS, Exact, Gossip, parse
 from decentopt.algorithms.method import Method, as_method
 from decentopt.algorithms.outer import Outer
@@ -131,6 +132,8 @@ def register(cls: T) -> T:
             "hyper-parameters are its dataclass fields)"
         )
     missing = [m for m in ("init", "step") if not callable(getattr(cls, m, None))]
+    if getattr(cls, "step", None) is HyperParams.step and getattr(cls, "fused", None) is None:
+        missing.append("step")  # the default step runs a declared fused update
     if missing:
         raise TypeError(f"{who}: define {' and '.join(missing)} (see docs/extending.md)")
     if name in REGISTRY or name in ALIASES:
