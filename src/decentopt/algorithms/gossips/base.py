@@ -29,7 +29,7 @@ import torch
 from decentopt._schema import check_fields, prefixed
 from decentopt.communicator import CommStats, Communicator, Elementwise
 
-__all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Sends", "Through"]
+__all__ = ["SUM", "VALUE", "Around", "Channel", "Exact", "Fields", "Gossip", "Sends"]
 
 #: What a rule sends, per tensor of its one gossip round (the rule's ``sends``):
 #: ``VALUE``, an estimate the agents should agree on (an iterate); ``SUM``, a
@@ -232,31 +232,3 @@ class Around(Gossip):
     def _inner_text(self) -> str:
         """``", inner"`` for the label, nothing for exact gossip."""
         return "" if isinstance(self._wrapped, Exact) else f", {self._wrapped.label()}"
-
-
-class Through(Channel):
-    """Every call goes to the communicator as it is (fused updates included, ``exchange``
-    too)."""
-
-    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.comm.mix(z, out)
-
-    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return self.comm.mix_many(zs)
-
-    def mix_map(
-        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
-    ) -> tuple[torch.Tensor, ...]:
-        return self.comm.mix_map(fn, tensors, scalars)
-
-    def mix_compressed(
-        self, z: torch.Tensor, compression: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.comm.mix_compressed(z, compression)
-
-    @property
-    def slots(self) -> int:
-        return self.comm.slots
-
-    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return self.comm.exchange(tensors)
