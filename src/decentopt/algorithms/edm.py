@@ -8,6 +8,7 @@ from typing import ClassVar, NamedTuple
 import torch
 
 from decentopt.algorithms.base import MomentumHyperParams
+from decentopt.algorithms.ed import ExactDiffusion
 from decentopt.algorithms.registry import register
 from decentopt.updates import FusedUpdate
 
@@ -21,7 +22,7 @@ class EDMState(NamedTuple):
 
 @register
 @dataclass(frozen=True)
-class EDM(MomentumHyperParams):
+class EDM(ExactDiffusion, MomentumHyperParams):
     """Exact Diffusion with Momentum.
 
     .. math::
@@ -44,9 +45,6 @@ class EDM(MomentumHyperParams):
 
     name: ClassVar[str] = "edm"
     State: ClassVar[type] = EDMState
-    from_x0: ClassVar[tuple[str, ...]] = ("psi",)
-    needs_symmetric: ClassVar[bool] = True
-    needs_psd: ClassVar[bool] = True
 
     @property
     def fused(self) -> FusedUpdate:
