@@ -209,29 +209,24 @@ class _LateComm(Channel):
                 f"the rule mixed {len(zs)} tensors in one round; delayed gossip keeps the "
                 f"history of {self.slots_sent}"
             )
-        slots = range(len(zs))
-        lags = range(self.tau, 0, -1)
-        old = [self.state[_history(k, self.tau)] for k in slots]
+        sent_at = [
+            [self.state[_history(k, a)] for k in range(len(zs))] for a in range(1, self.bound + 1)
+        ]
+        old = sent_at[self.tau - 1]
         diag = self_weights(self.comm, zs[0].shape[0])
         sent = [z.detach().clone() for z in zs]
         if isinstance(self.comm, SendsAhead):
-            rounds = [[self.state[_history(k, lag)] for k in slots] for lag in lags]
-            mixed = self.comm.mix_posted([*rounds, sent], self.bound)
+            mixed = self.comm.mix_posted([*sent_at[self.tau - 1 :: -1], sent], self.bound)
         elif self.bound > self.tau and isinstance(self.comm, MixesAged):
-            ages = range(self.tau, self.bound + 1)
-            mixed = self.comm.mix_aged(
-                [[self.state[_history(k, a)] for k in slots] for a in ages], self.tau
-            )
+            mixed = self.comm.mix_aged(sent_at[self.tau - 1 :], self.tau)
         else:
             mixed = self.comm.mix_many(old)
-        out = []
-        for k, (z, late, wz) in enumerate(zip(zs, old, mixed, strict=True)):
-            own = diag.to(device=z.device, dtype=z.dtype).view((-1,) + (1,) * (z.ndim - 1))
-            out.append(wz + own * (z - late))
-            for lag in range(self.bound, 1, -1):
-                self.state[_history(k, lag)] = self.state[_history(k, lag - 1)]
-            self.state[_history(k, 1)] = sent[k]
-        return out
+        for lag, row in enumerate([sent, *sent_at[:-1]], 1):  # every kept round one older
+            self.state |= {_history(k, lag): z for k, z in enumerate(row)}
+        return [
+            wz + diag.to(z).view((-1,) + (1,) * (z.ndim - 1)) * (z - late)
+            for z, late, wz in zip(zs, old, mixed, strict=True)
+        ]
 
     def mix_compressed(self, z: torch.Tensor, compression: Any) -> Any:
         raise ValueError("delayed gossip mixes values; it does not delay compressed messages")
