@@ -113,8 +113,10 @@ class _Periodic(Around):
     inner: str | Gossip = "exact"
 
     one_round: ClassVar[bool] = False
-    #: What W_t is on the steps that differ from the inner gossip's.
-    between: ClassVar[str] = "I"
+    #: What its own steps do (the others are the inner gossip's): average exactly over all
+    #: agents on every ``every``-th step (``periodic_global``), or else nothing on the steps
+    #: between (``local``, ``W_t = I``).
+    average: ClassVar[bool] = False
 
     def refuses_inner(self, inner: Gossip) -> str:
         if isinstance(inner, Around):
@@ -127,6 +129,15 @@ class _Periodic(Around):
     def communicates(self, t: int) -> bool:
         """Whether step ``t`` is one of every ``every``-th (``(t + 1) mod every = 0``)."""
         return (t + 1) % self.every == 0
+
+    def at(self, t: int) -> Gossip:
+        own = self.communicates(t) == self.average  # its own step, not the inner gossip's
+        return _Step(self._wrapped, self.average) if own else self._wrapped
+
+    def talks(self, t: int) -> str:
+        if self.communicates(t) != self.average:
+            return self._wrapped.talks(t)
+        return "all" if self.average else "none"
 
     @property  # type: ignore[misc]
     def needs(self) -> frozenset[str]:  # type: ignore[override]
@@ -142,8 +153,8 @@ class _Periodic(Around):
 
     @property  # type: ignore[misc]
     def passes_fused(self) -> bool:  # type: ignore[override]
-        """Every step the inner gossip's (``every = 1``), so its fused updates too."""
-        return self.every == 1 and self._wrapped.passes_fused
+        """Every step the inner gossip's (``local(1)``), so its fused updates too."""
+        return self.every == 1 and not self.average and self._wrapped.passes_fused
 
     def refuses(self, rule: Any) -> str:
         if rule.takes_local_steps:
@@ -151,9 +162,9 @@ class _Periodic(Around):
         if rule.needs_symmetric and self.every > 1:
             return (
                 f"{rule.name}'s correction relies on one fixed W, and {self.name} changes W_t "
-                f"from step to step ({self.between} on some), which leaves it biased or "
-                "unstable: use k_gt (K-GT) or led (local Exact Diffusion), which take local "
-                "steps soundly"
+                f"from step to step ({'the exact average' if self.average else 'I'} on some), "
+                "which leaves it biased or unstable: use k_gt (K-GT) or led (local Exact "
+                "Diffusion), which take local steps soundly"
             )
         return Gossip.refuses(self, rule) or self._wrapped.refuses(rule)
 
@@ -174,12 +185,6 @@ class Local(_Periodic):
 
     name: ClassVar[str] = "local"
 
-    def at(self, t: int) -> Gossip:
-        return self._wrapped if self.communicates(t) else _Step(self._wrapped)
-
-    def talks(self, t: int) -> str:
-        return self._wrapped.talks(t) if self.communicates(t) else "none"
-
 
 @dataclass(frozen=True)
 class PeriodicGlobal(_Periodic):
@@ -187,14 +192,4 @@ class PeriodicGlobal(_Periodic):
     gossip otherwise (module docstring): ``periodic_global(8)``."""
 
     name: ClassVar[str] = "periodic_global"
-    between: ClassVar[str] = "the exact average"
-
-    @property  # type: ignore[misc]
-    def passes_fused(self) -> bool:  # type: ignore[override]
-        return False
-
-    def at(self, t: int) -> Gossip:
-        return _Step(self._wrapped, average=True) if self.communicates(t) else self._wrapped
-
-    def talks(self, t: int) -> str:
-        return "all" if self.communicates(t) else self._wrapped.talks(t)
+    average: ClassVar[bool] = True
