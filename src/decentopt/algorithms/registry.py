@@ -166,7 +166,7 @@ def resolve(name: str) -> type:
     return REGISTRY[ALIASES[key].rule] if key in ALIASES else REGISTRY[key]
 
 
-def _init_fields(cls: type) -> tuple[str, ...]:
+def _init_fields(cls: Any) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
 
@@ -183,9 +183,8 @@ def hyperparameters(method: str | type | Any) -> tuple[str, ...]:
             own = tuple(f for f in _init_fields(REGISTRY[alias.rule]) if f not in alias.fixed)
             return (*own, *alias.parts()[2], "outer")
         method = REGISTRY[key]
-    if isinstance(method, Method):
-        method = method.rule
-    return (*_init_fields(method if isinstance(method, type) else type(method)), "gossip", "outer")
+    rule = method.rule if isinstance(method, Method) else method  # a class or an instance
+    return (*_init_fields(rule), "gossip", "outer")
 
 
 def compose(rule: Any, gossip: str | Gossip = "exact", alias: str = "") -> Method:
