@@ -289,16 +289,14 @@ def gossips_for(name: str) -> list[str]:
         rule = cls()
     except TypeError:  # a rule without defaults: its class's declarations
         rule = cls
-    switches = [f.name for f in dataclasses.fields(cls) if f.init and isinstance(f.default, bool)]
+    variants = [(rule, "")]  # the rule at its defaults, then with each switch flipped
+    for f in dataclasses.fields(cls) if rule is not cls else ():
+        if f.init and isinstance(f.default, bool):
+            flip = {f.name: not getattr(rule, f.name)}
+            variants.append((dataclasses.replace(rule, **flip), f" ({f.name}={flip[f.name]})"))
     out = []
     for gossip_name, gossip_cls in GOSSIPS.items():
-        gossip = gossip_cls()
-        if not gossip.refuses(rule):
-            out.append(gossip_name)
-            continue
-        for switch in switches if rule is not cls else ():
-            flipped = dataclasses.replace(rule, **{switch: not getattr(rule, switch)})
-            if not gossip.refuses(flipped):
-                out.append(f"{gossip_name} ({switch}={getattr(flipped, switch)})")
-                break
+        notes = [note for variant, note in variants if not gossip_cls().refuses(variant)]
+        if notes:  # the first variant it takes
+            out.append(gossip_name + notes[0])
     return out
