@@ -78,8 +78,7 @@ class Alias:
     def parts(self) -> tuple[type[Gossip], dict[str, Any], tuple[str, ...]]:
         """The gossip's class, the arguments its text gives, and the ones left to the alias."""
         _, cls, given = read_call(self.gossip, GOSSIPS, "gossip", "'push_sum'", "a gossip")
-        init = [f.name for f in dataclasses.fields(cls) if f.init]
-        return cls, given, tuple(f for f in init if f not in given)
+        return cls, given, tuple(f for f in _init_fields(cls) if f not in given)
 
 
 #: Published pairs by name (:func:`alias` adds one).
