@@ -150,16 +150,14 @@ class _ChocoChannel(Channel):
         if not descends:
             return super().mix_map(fn, tensors, scalars)
         self._start_round()
-        return (self._one(tensors[0], (tensors[1], float(scalars[0])), fn),)
+        return (self._one(tensors[0], (tensors[1], float(scalars[0]))),)
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if len(zs) == 1:
-            return [self._one(zs[0], None, None)]
+            return [self._one(zs[0], None)]
         return self._compressed(zs)
 
-    def _one(
-        self, z: torch.Tensor, descent: tuple[torch.Tensor, float] | None, fn: Any
-    ) -> torch.Tensor:
+    def _one(self, z: torch.Tensor, descent: tuple[torch.Tensor, float] | None) -> torch.Tensor:
         """One tensor's round, decided once: the communicator's fused kernel where it has
         one for this state (with DSGD's update ``z - alpha g`` for ``descent = (g, alpha)``),
         else the update and the compressed mix."""
@@ -172,8 +170,8 @@ class _ChocoChannel(Channel):
             if not isinstance(done, str):
                 out, self.state["x_hat"], self.state["s"] = done
                 return out
-        if descent is not None:
-            z = fn(z, *descent)[0]
+        if descent is not None:  # DSGD's update, z - alpha g
+            z = add_scaled(z, descent[0], -descent[1])
         return self._compressed([z])[0]
 
     def _compressed(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
