@@ -163,9 +163,8 @@ class _ChocoChannel(Channel):
         else the update and the compressed mix."""
         if isinstance(self.comm, FusesChoco):
             codec: Compressor = self.gossip.compression  # type: ignore[assignment]  # parsed
-            gamma = self.gossip.gamma
             done = self.comm.choco_round(
-                z, self.state["x_hat"], self.state["s"], codec, gamma, descent=descent
+                z, self.state["x_hat"], self.state["s"], codec, self.gossip.gamma, descent=descent
             )
             if not isinstance(done, str):
                 out, self.state["x_hat"], self.state["s"] = done
