@@ -62,4 +62,4 @@ class ExactDiffusion(HyperParams):
             return super().step(state, grad, comm)  # type: ignore[no-any-return]
         phi, psi = correct(state.x, state.psi, grad, self.lr_at(state.t))
         x_next = comm.mix(phi).mul_(self.c).add_(phi, alpha=1 - self.c)
-        return EDState(x=x_next, psi=psi, t=state.t + 1)
+        return state._replace(x=x_next, psi=psi, t=state.t + 1)
