@@ -81,14 +81,11 @@ class ADPSGD(HyperParams):
         partner = random_matching(neighbors, self.seed, state.t)
         rows = x.shape[0]
         first = 0 if rows == len(neighbors) else int(getattr(comm, "rank", 0))
-        slot = np.full(rows, -1, dtype=np.int64)  # where each row's partner sits
-        for r in range(rows):
-            p = int(partner[first + r])
-            if p >= 0:
-                slot[r] = sorted(neighbors[first + r]).index(p)
+        # the rows paired this iteration, and the slot of each one's partner
+        mine = enumerate(range(first, first + rows))
+        pairs = [(r, sorted(neighbors[i]).index(partner[i])) for r, i in mine if partner[i] >= 0]
+        paired, where = torch.tensor(pairs, dtype=torch.int64, device=x.device).reshape(-1, 2).T
         sent = torch.zeros((rows, comm.slots, *x.shape[1:]), dtype=x.dtype, device=x.device)
-        paired = torch.from_numpy(np.flatnonzero(slot >= 0)).to(x.device)
-        where = torch.from_numpy(slot[slot >= 0]).to(x.device)
         sent[paired, where] = x[paired]
         got = comm.exchange([sent])[0]
         averaged = x.clone()

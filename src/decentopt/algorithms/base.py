@@ -139,6 +139,18 @@ class HyperParams:
         rest = [x0.clone() if f in self.from_x0 else zero for f in self.State._fields[1:-1]]
         return self.State(x0, *rest)
 
+    def step(self, state: Any, grad: torch.Tensor, comm: Communicator) -> Any:
+        """The step of a rule whose whole step is its :attr:`fused` update (DSGD, DmSGD,
+        EDM): the update of ``x``, the fields it reads and ``grad`` with its scalars
+        (``"lr"``: ``lr_at(t)``), through ``comm.mix_map``, which mixes its first output."""
+        fused = self.fused
+        if fused is None:
+            raise TypeError(f"{type(self).__name__}: define step (see docs/extending.md)")
+        tensors = (state.x, *(getattr(state, f) for f in fused.reads), grad)
+        scalars = [self.lr_at(state.t) if s == "lr" else getattr(self, s) for s in fused.scalars]
+        x, *new = comm.mix_map(fused, tensors, scalars)
+        return state._replace(x=x, t=state.t + 1, **dict(zip(fused.reads, new, strict=True)))
+
     def lr_at(self, t: int) -> float:
         """The step size of iteration ``t`` (``lr`` itself, or the schedule's value)."""
         return lr_at(self.lr, t)

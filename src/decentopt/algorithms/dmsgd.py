@@ -9,7 +9,6 @@ import torch
 
 from decentopt.algorithms.base import MomentumHyperParams
 from decentopt.algorithms.registry import register
-from decentopt.communicator import Communicator
 from decentopt.updates import FusedUpdate
 
 
@@ -44,8 +43,3 @@ class DmSGD(MomentumHyperParams):
         return FusedUpdate(
             "momentum_descend", ("m",), ("lr", "beta"), self.nesterov, self.dampening
         )
-
-    def step(self, state: DmSGDState, grad: torch.Tensor, comm: Communicator) -> DmSGDState:
-        scalars = (self.lr_at(state.t), self.beta)
-        x_next, m = comm.mix_map(self.fused, (state.x, state.m, grad), scalars)
-        return DmSGDState(x=x_next, m=m, t=state.t + 1)

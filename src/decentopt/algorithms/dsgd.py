@@ -9,7 +9,6 @@ import torch
 
 from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.registry import register
-from decentopt.communicator import Communicator
 from decentopt.updates import FusedUpdate
 
 
@@ -36,7 +35,3 @@ class DSGD(HyperParams):
     name: ClassVar[str] = "dsgd"
     State: ClassVar[type] = DSGDState
     fused: ClassVar[FusedUpdate] = FusedUpdate("descend")
-
-    def step(self, state: DSGDState, grad: torch.Tensor, comm: Communicator) -> DSGDState:
-        (x_next,) = comm.mix_map(self.fused, (state.x, grad), (self.lr_at(state.t),))
-        return DSGDState(x=x_next, t=state.t + 1)

@@ -58,10 +58,8 @@ class ExactDiffusion(HyperParams):
         ``W~ = I - c (I - W)`` (``c = 1``: ``W`` itself, through :meth:`Communicator.mix_map`,
         which may fuse the update with the mix). Storing ``psi`` (rather than the
         previous gradient) keeps the correction exact when ``alpha`` changes over time."""
-        alpha = self.lr_at(state.t)
         if self.fused is not None:
-            x_next, psi = comm.mix_map(self.fused, (state.x, state.psi, grad), (alpha,))
-        else:
-            phi, psi = correct(state.x, state.psi, grad, alpha)
-            x_next = comm.mix(phi).mul_(self.c).add_(phi, alpha=1 - self.c)
-        return EDState(x=x_next, psi=psi, t=state.t + 1)
+            return super().step(state, grad, comm)  # type: ignore[no-any-return]
+        phi, psi = correct(state.x, state.psi, grad, self.lr_at(state.t))
+        x_next = comm.mix(phi).mul_(self.c).add_(phi, alpha=1 - self.c)
+        return state._replace(x=x_next, psi=psi, t=state.t + 1)

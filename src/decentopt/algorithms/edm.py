@@ -8,8 +8,8 @@ from typing import ClassVar, NamedTuple
 import torch
 
 from decentopt.algorithms.base import MomentumHyperParams
+from decentopt.algorithms.ed import ExactDiffusion
 from decentopt.algorithms.registry import register
-from decentopt.communicator import Communicator
 from decentopt.updates import FusedUpdate
 
 
@@ -22,7 +22,7 @@ class EDMState(NamedTuple):
 
 @register
 @dataclass(frozen=True)
-class EDM(MomentumHyperParams):
+class EDM(ExactDiffusion, MomentumHyperParams):
     """Exact Diffusion with Momentum.
 
     .. math::
@@ -45,16 +45,7 @@ class EDM(MomentumHyperParams):
 
     name: ClassVar[str] = "edm"
     State: ClassVar[type] = EDMState
-    from_x0: ClassVar[tuple[str, ...]] = ("psi",)
-    needs_symmetric: ClassVar[bool] = True
-    needs_psd: ClassVar[bool] = True
 
     @property
     def fused(self) -> FusedUpdate:
         return FusedUpdate("edm", ("psi", "m"), ("lr", "beta"), self.nesterov, self.dampening)
-
-    def step(self, state: EDMState, grad: torch.Tensor, comm: Communicator) -> EDMState:
-        x_next, psi, m = comm.mix_map(
-            self.fused, (state.x, state.psi, state.m, grad), (self.lr_at(state.t), self.beta)
-        )
-        return EDMState(x=x_next, psi=psi, m=m, t=state.t + 1)

@@ -189,7 +189,8 @@ class Method:
         inner = self.rule.init(x0)
         if comm is not None and self.rule.per_neighbour:
             slots = cast("Relaying", comm).slots
-            wide = {k: _widened(getattr(inner, k), slots) for k in self.rule.per_neighbour}
+            zs = {k: getattr(inner, k) for k in self.rule.per_neighbour}  # as zeros, slots second
+            wide = {k: z.new_zeros((z.shape[0], slots, *z.shape[2:])) for k, z in zs.items()}
             inner = inner._replace(**wide)
         extra = self.gossip.init(x0, self.rule.sends or ())
         outer = {} if self.outer is None else self.outer.init(x0)
@@ -213,11 +214,6 @@ class Method:
         x = outer["outer_x"]
         moved = {f: getattr(rule, f) + (x - rule.x) for f in self.rule.from_x0}
         return MethodState(rule._replace(x=x.clone(), **moved), fields, outer)
-
-
-def _widened(z: torch.Tensor, slots: int) -> torch.Tensor:
-    """Zeros like ``z`` with ``slots`` along its slot axis (the second)."""
-    return z.new_zeros((z.shape[0], slots, *z.shape[2:]))
 
 
 def as_method(method: Any) -> Method:

@@ -42,8 +42,6 @@ class Outer:
 
     #: The name in text and in :data:`OUTERS`.
     name: ClassVar[str] = ""
-    #: The names of its state's tensors in the method's state.
-    fields: ClassVar[tuple[str, ...]] = ("outer_x", "outer_m")
 
     every: int = bounded(minimum=1, kw_only=True, note="the inner steps per outer step")
 

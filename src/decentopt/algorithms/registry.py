@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from decentopt._checks import unknown_name
 from decentopt._registry import Registry
 from decentopt._schema import prefixed, read_call
+from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.gossips import GOSSIPS, Exact, Gossip, parse
 from decentopt.algorithms.method import Method, as_method
 from decentopt.algorithms.outer import Outer
@@ -77,8 +78,7 @@ class Alias:
     def parts(self) -> tuple[type[Gossip], dict[str, Any], tuple[str, ...]]:
         """The gossip's class, the arguments its text gives, and the ones left to the alias."""
         _, cls, given = read_call(self.gossip, GOSSIPS, "gossip", "'push_sum'", "a gossip")
-        init = [f.name for f in dataclasses.fields(cls) if f.init]
-        return cls, given, tuple(f for f in init if f not in given)
+        return cls, given, tuple(f for f in _init_fields(cls) if f not in given)
 
 
 #: Published pairs by name (:func:`alias` adds one).
@@ -131,6 +131,8 @@ def register(cls: T) -> T:
             "hyper-parameters are its dataclass fields)"
         )
     missing = [m for m in ("init", "step") if not callable(getattr(cls, m, None))]
+    if getattr(cls, "step", None) is HyperParams.step and getattr(cls, "fused", None) is None:
+        missing.append("step")  # the default step runs a declared fused update
     if missing:
         raise TypeError(f"{who}: define {' and '.join(missing)} (see docs/extending.md)")
     if name in REGISTRY or name in ALIASES:
@@ -163,7 +165,7 @@ def resolve(name: str) -> type:
     return REGISTRY[ALIASES[key].rule] if key in ALIASES else REGISTRY[key]
 
 
-def _init_fields(cls: type) -> tuple[str, ...]:
+def _init_fields(cls: Any) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
 
@@ -180,9 +182,8 @@ def hyperparameters(method: str | type | Any) -> tuple[str, ...]:
             own = tuple(f for f in _init_fields(REGISTRY[alias.rule]) if f not in alias.fixed)
             return (*own, *alias.parts()[2], "outer")
         method = REGISTRY[key]
-    if isinstance(method, Method):
-        method = method.rule
-    return (*_init_fields(method if isinstance(method, type) else type(method)), "gossip", "outer")
+    rule = method.rule if isinstance(method, Method) else method  # a class or an instance
+    return (*_init_fields(rule), "gossip", "outer")
 
 
 def compose(rule: Any, gossip: str | Gossip = "exact", alias: str = "") -> Method:
@@ -287,16 +288,14 @@ def gossips_for(name: str) -> list[str]:
         rule = cls()
     except TypeError:  # a rule without defaults: its class's declarations
         rule = cls
-    switches = [f.name for f in dataclasses.fields(cls) if f.init and isinstance(f.default, bool)]
+    variants = [(rule, "")]  # the rule at its defaults, then with each switch flipped
+    for f in dataclasses.fields(cls) if rule is not cls else ():
+        if f.init and isinstance(f.default, bool):
+            flip = {f.name: not getattr(rule, f.name)}
+            variants.append((dataclasses.replace(rule, **flip), f" ({f.name}={flip[f.name]})"))
     out = []
     for gossip_name, gossip_cls in GOSSIPS.items():
-        gossip = gossip_cls()
-        if not gossip.refuses(rule):
-            out.append(gossip_name)
-            continue
-        for switch in switches if rule is not cls else ():
-            flipped = dataclasses.replace(rule, **{switch: not getattr(rule, switch)})
-            if not gossip.refuses(flipped):
-                out.append(f"{gossip_name} ({switch}={getattr(flipped, switch)})")
-                break
+        notes = [note for variant, note in variants if not gossip_cls().refuses(variant)]
+        if notes:  # the first variant it takes
+            out.append(gossip_name + notes[0])
     return out

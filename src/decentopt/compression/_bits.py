@@ -11,29 +11,9 @@ import torch
 MASK = (1 << 64) - 1
 
 
-def splitmix(value: int) -> int:
-    value = (value + 0x9E3779B97F4A7C15) & MASK
-    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & MASK
-    return value ^ (value >> 31)
-
-
-def row_key(seed: int, agent: int, row: int, round_: int) -> int:
-    """The 64-bit key of ``(seed, agent, row, round)`` (hashed, so nearby keys give
-    unrelated streams)."""
-    key = 0
-    for part in (seed, agent, row, round_):
-        key = splitmix(key ^ (int(part) & MASK))
-    return key
-
-
-def generator_for(seed: int, agent: int, row: int, round_: int) -> torch.Generator:
-    """A CPU generator seeded by :func:`row_key`."""
-    return torch.Generator().manual_seed(row_key(seed, agent, row, round_) >> 1)
-
-
 def _splitmix_array(value: np.ndarray) -> np.ndarray:
-    """:func:`splitmix` of every entry of a uint64 array (numpy's products wrap mod 2^64)."""
+    """SplitMix64's finaliser of every entry of a uint64 array (numpy's products wrap mod
+    2^64)."""
     value = value + np.uint64(0x9E3779B97F4A7C15)
     value = (value ^ (value >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     value = (value ^ (value >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -41,8 +21,9 @@ def _splitmix_array(value: np.ndarray) -> np.ndarray:
 
 
 def row_keys(seed: int, agents: Sequence[int], rows: Sequence[int], round_: int) -> torch.Tensor:
-    """:func:`row_key` of each of ``rows`` of each of ``agents``: an ``(agents, rows)``
-    int64 tensor (the keys' bits), hashed in arrays (a round's keys in microseconds)."""
+    """The 64-bit keys of ``(seed, agent, row, round)`` for each of ``rows`` of each of
+    ``agents``: an ``(agents, rows)`` int64 tensor (the keys' bits), hashed in arrays (a
+    round's keys in microseconds)."""
 
     def bits(values: Sequence[int] | int) -> np.ndarray:
         return np.array([int(v) & MASK for v in np.atleast_1d(values)], dtype=np.uint64)
@@ -52,6 +33,13 @@ def row_keys(seed: int, agents: Sequence[int], rows: Sequence[int], round_: int)
     key = _splitmix_array(key ^ bits(rows)[None, :])
     key = _splitmix_array(key ^ bits(round_))
     return torch.from_numpy(np.ascontiguousarray(key).view(np.int64))
+
+
+def generator_for(seed: int, agent: int, row: int, round_: int) -> torch.Generator:
+    """A CPU generator seeded by the key of ``(seed, agent, row, round)`` (hashed, so
+    nearby keys give unrelated streams; :func:`row_keys`)."""
+    key = int(row_keys(seed, [agent], [row], round_)[0, 0]) & MASK
+    return torch.Generator().manual_seed(key >> 1)
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:

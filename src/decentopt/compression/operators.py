@@ -152,8 +152,7 @@ class TopK(_Sparsifier):
         kept = kept_count(self.ratio, k)
         idx = from_bytes(data[: 4 * kept], torch.int32).to(torch.int64)
         out = torch.zeros(k, dtype=dtype, device=data.device)
-        out[idx] = from_bytes(data[4 * kept :], dtype)
-        return out
+        return out.index_put_((idx,), from_bytes(data[4 * kept :], dtype))
 
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
         return torch.where(self.mask(z), z, torch.zeros((), dtype=z.dtype, device=z.device))
@@ -189,17 +188,12 @@ class RandomK(_Sparsifier):
     def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
         idx = self._indices(agent, index, round_, k).to(data.device)
         out = torch.zeros(k, dtype=dtype, device=data.device)
-        out[idx] = from_bytes(data, dtype)
-        return out
+        return out.index_put_((idx,), from_bytes(data, dtype))
 
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
         m, r, k = z.shape
-        idx = torch.stack(
-            [
-                torch.stack([self._indices(first_agent + a, i, round_, k) for i in range(r)])
-                for a in range(m)
-            ]
-        ).to(z.device)
+        rows = [self._indices(first_agent + a, i, round_, k) for a in range(m) for i in range(r)]
+        idx = torch.stack(rows).view(m, r, -1).to(z.device)
         return torch.zeros_like(z).scatter_(-1, idx, z.gather(-1, idx))
 
 

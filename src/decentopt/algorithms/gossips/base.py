@@ -26,10 +26,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from decentopt._schema import check_fields
+from decentopt._schema import check_fields, prefixed
 from decentopt.communicator import CommStats, Communicator, Elementwise
 
-__all__ = ["SUM", "VALUE", "Channel", "Exact", "Fields", "Gossip", "Sends", "Through"]
+__all__ = ["SUM", "VALUE", "Around", "Channel", "Exact", "Fields", "Gossip", "Sends"]
 
 #: What a rule sends, per tensor of its one gossip round (the rule's ``sends``):
 #: ``VALUE``, an estimate the agents should agree on (an iterate); ``SUM``, a
@@ -204,29 +204,31 @@ class Exact(Gossip):
         return comm
 
 
-class Through(Channel):
-    """Every call goes to the communicator as it is (fused updates included, ``exchange``
-    too)."""
+@dataclass(frozen=True)
+class Around(Gossip):
+    """Base of the gossips around an inner one (``delayed``, ``local``,
+    ``periodic_global``): their ``inner`` field, text or a gossip, is parsed at
+    construction, and refused there in one line where :meth:`refuses_inner` says why."""
 
-    def mix(self, z: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.comm.mix(z, out)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from decentopt.algorithms.gossips import parse  # the package imports this module
 
-    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return self.comm.mix_many(zs)
-
-    def mix_map(
-        self, fn: Elementwise, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] = ()
-    ) -> tuple[torch.Tensor, ...]:
-        return self.comm.mix_map(fn, tensors, scalars)
-
-    def mix_compressed(
-        self, z: torch.Tensor, compression: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.comm.mix_compressed(z, compression)
+        with prefixed(self.name):
+            inner = parse(self.inner)  # type: ignore[attr-defined]  # every subclass's field
+        why = self.refuses_inner(inner)
+        if why:
+            raise ValueError(f"{self.name}: {why}")
+        object.__setattr__(self, "inner", inner)
 
     @property
-    def slots(self) -> int:
-        return self.comm.slots
+    def _wrapped(self) -> Gossip:
+        return self.inner  # type: ignore[attr-defined, no-any-return]  # parsed above
 
-    def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return self.comm.exchange(tensors)
+    def refuses_inner(self, inner: Gossip) -> str:
+        """Why ``inner`` cannot be the inner gossip ("" when it can)."""
+        return ""
+
+    def _inner_text(self) -> str:
+        """``", inner"`` for the label, nothing for exact gossip."""
+        return "" if isinstance(self._wrapped, Exact) else f", {self._wrapped.label()}"

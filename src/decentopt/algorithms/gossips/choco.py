@@ -150,30 +150,27 @@ class _ChocoChannel(Channel):
         if not descends:
             return super().mix_map(fn, tensors, scalars)
         self._start_round()
-        return (self._one(tensors[0], (tensors[1], float(scalars[0])), fn),)
+        return (self._one(tensors[0], (tensors[1], float(scalars[0]))),)
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if len(zs) == 1:
-            return [self._one(zs[0], None, None)]
+            return [self._one(zs[0], None)]
         return self._compressed(zs)
 
-    def _one(
-        self, z: torch.Tensor, descent: tuple[torch.Tensor, float] | None, fn: Any
-    ) -> torch.Tensor:
+    def _one(self, z: torch.Tensor, descent: tuple[torch.Tensor, float] | None) -> torch.Tensor:
         """One tensor's round, decided once: the communicator's fused kernel where it has
         one for this state (with DSGD's update ``z - alpha g`` for ``descent = (g, alpha)``),
         else the update and the compressed mix."""
         if isinstance(self.comm, FusesChoco):
             codec: Compressor = self.gossip.compression  # type: ignore[assignment]  # parsed
-            gamma = self.gossip.gamma
             done = self.comm.choco_round(
-                z, self.state["x_hat"], self.state["s"], codec, gamma, descent=descent
+                z, self.state["x_hat"], self.state["s"], codec, self.gossip.gamma, descent=descent
             )
             if not isinstance(done, str):
                 out, self.state["x_hat"], self.state["s"] = done
                 return out
-        if descent is not None:
-            z = fn(z, *descent)[0]
+        if descent is not None:  # DSGD's update, z - alpha g
+            z = add_scaled(z, descent[0], -descent[1])
         return self._compressed([z])[0]
 
     def _compressed(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:

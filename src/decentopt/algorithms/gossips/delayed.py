@@ -50,8 +50,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from decentopt._schema import bounded, prefixed
-from decentopt.algorithms.gossips.base import SUM, Channel, Exact, Fields, Gossip, Sends, Through
+from decentopt._schema import bounded
+from decentopt.algorithms.gossips.base import SUM, Around, Channel, Exact, Fields, Gossip, Sends
 from decentopt.algorithms.gossips.push_sum import PushSum, push_weights
 from decentopt.communicator import Communicator
 
@@ -100,7 +100,7 @@ def _history(k: int, lag: int) -> str:
 
 
 @dataclass(frozen=True)
-class Delayed(Gossip):
+class Delayed(Around):
     """Neighbours' values from ``tau`` rounds ago, one's own current one (module docstring):
     ``delayed(2)``, ``delayed(1, push_sum)``; ``delayed(1, staleness=4)``: from 1 to 4 rounds
     ago, whichever is newest where processes run at their own pace."""
@@ -111,35 +111,24 @@ class Delayed(Gossip):
 
     name: ClassVar[str] = "delayed"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        tau = self.tau
-        bound = self.staleness
-        if bound is not None and tau == 0:
-            raise ValueError(
-                "delayed: bounded staleness needs a delay tau >= 1 (messages of the current "
-                "round are never waited for); give delayed(1, staleness=S)"
+    def refuses_inner(self, inner: Gossip) -> str:
+        if self.staleness is not None and self.tau == 0:
+            return (
+                "bounded staleness needs a delay tau >= 1 (messages of the current round are "
+                "never waited for); give delayed(1, staleness=S)"
             )
-        if bound is not None and bound < tau:
-            raise ValueError(
-                f"delayed: the staleness bound ({bound}) is below the delay tau ({tau}); give "
-                f"staleness >= {tau}"
+        if self.staleness is not None and self.staleness < self.tau:
+            return (
+                f"the staleness bound ({self.staleness}) is below the delay tau ({self.tau}); "
+                f"give staleness >= {self.tau}"
             )
-        from decentopt.algorithms.gossips import parse  # the package imports this module
-
-        with prefixed("delayed"):
-            inner = parse(self.inner)
         if not isinstance(inner, Exact | PushSum):
-            raise ValueError(
-                f"delayed: {inner.name} gossip cannot be delayed (CHOCO's public copies must "
-                "match what neighbours received; multi-round is several rounds a step): use "
-                "exact or push_sum inside delayed"
+            return (
+                f"{inner.name} gossip cannot be delayed (CHOCO's public copies must match what "
+                "neighbours received; multi-round is several rounds a step): use exact or "
+                "push_sum inside delayed"
             )
-        object.__setattr__(self, "inner", inner)
-
-    @property
-    def _wrapped(self) -> Gossip:
-        return self.inner  # type: ignore[return-value]  # parsed in __post_init__
+        return ""
 
     @property  # type: ignore[misc]
     def needs(self) -> frozenset[str]:  # type: ignore[override]
@@ -189,19 +178,16 @@ class Delayed(Gossip):
         return fields
 
     def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
-        lags = range(1, self.lag + 1)
-        kept = {_history(k, lag) for k in range(self._slots(sends)) for lag in lags}
-        inner_fields = {name: value for name, value in fields.items() if name not in kept}
-        if self.tau == 0:
-            return self._wrapped.bind(inner_fields, comm, x, sends)
-        history = {name: value for name, value in fields.items() if name in kept}
-        late = _LateComm(comm, history, self.tau, self._slots(sends), self.staleness)
-        return _DelayedChannel(self._wrapped.bind(inner_fields, late, x, sends), late)
+        if self.tau == 0:  # the inner gossip itself, no history kept
+            return self._wrapped.bind(fields, comm, x, sends)
+        late = _LateComm(comm, fields, self.tau, self._slots(sends), self.staleness)
+        channel = self._wrapped.bind(fields, late, x, sends)
+        late.state = channel.state  # one dict: the inner gossip's fields and the history
+        return channel
 
     def label(self) -> str:
-        inner = "" if isinstance(self._wrapped, Exact) else f", {self._wrapped.label()}"
         bound = "" if self.staleness is None else f", staleness={self.staleness}"
-        return f"delayed({self.tau}{inner}{bound})"
+        return f"delayed({self.tau}{self._inner_text()}{bound})"
 
 
 class _LateComm(Channel):
@@ -210,10 +196,9 @@ class _LateComm(Channel):
     last ``bound`` rounds (its ``state``)."""
 
     def __init__(
-        self, comm: Communicator, history: Fields, tau: int, slots: int, bound: int | None
+        self, comm: Communicator, fields: Fields, tau: int, slots: int, bound: int | None
     ) -> None:
-        super().__init__(comm, history)
-        self.history = self.state
+        super().__init__(comm, fields)
         self.tau = tau
         self.slots_sent = slots
         self.bound = tau if bound is None else bound
@@ -224,43 +209,24 @@ class _LateComm(Channel):
                 f"the rule mixed {len(zs)} tensors in one round; delayed gossip keeps the "
                 f"history of {self.slots_sent}"
             )
-        slots = range(len(zs))
-        lags = range(self.tau, 0, -1)
-        old = [self.history[_history(k, self.tau)] for k in slots]
+        sent_at = [
+            [self.state[_history(k, a)] for k in range(len(zs))] for a in range(1, self.bound + 1)
+        ]
+        old = sent_at[self.tau - 1]
         diag = self_weights(self.comm, zs[0].shape[0])
         sent = [z.detach().clone() for z in zs]
         if isinstance(self.comm, SendsAhead):
-            rounds = [[self.history[_history(k, lag)] for k in slots] for lag in lags]
-            mixed = self.comm.mix_posted([*rounds, sent], self.bound)
+            mixed = self.comm.mix_posted([*sent_at[self.tau - 1 :: -1], sent], self.bound)
         elif self.bound > self.tau and isinstance(self.comm, MixesAged):
-            ages = range(self.tau, self.bound + 1)
-            mixed = self.comm.mix_aged(
-                [[self.history[_history(k, a)] for k in slots] for a in ages], self.tau
-            )
+            mixed = self.comm.mix_aged(sent_at[self.tau - 1 :], self.tau)
         else:
             mixed = self.comm.mix_many(old)
-        out = []
-        for k, (z, late, wz) in enumerate(zip(zs, old, mixed, strict=True)):
-            own = diag.to(device=z.device, dtype=z.dtype).view((-1,) + (1,) * (z.ndim - 1))
-            out.append(wz + own * (z - late))
-            for lag in range(self.bound, 1, -1):
-                self.history[_history(k, lag)] = self.history[_history(k, lag - 1)]
-            self.history[_history(k, 1)] = sent[k]
-        return out
+        for lag, row in enumerate([sent, *sent_at[:-1]], 1):  # every kept round one older
+            self.state |= {_history(k, lag): z for k, z in enumerate(row)}
+        return [
+            wz + diag.to(z).view((-1,) + (1,) * (z.ndim - 1)) * (z - late)
+            for z, late, wz in zip(zs, old, mixed, strict=True)
+        ]
 
     def mix_compressed(self, z: torch.Tensor, compression: Any) -> Any:
         raise ValueError("delayed gossip mixes values; it does not delay compressed messages")
-
-
-class _DelayedChannel(Through):
-    """The inner gossip's channel over the late communicator; its fields and the history."""
-
-    one_round: ClassVar[bool] = False  # the late communicator refuses a second round
-
-    def __init__(self, inner: Channel, late: _LateComm) -> None:
-        super().__init__(inner, {}, inner.sends)  # every call goes to the inner channel
-        self.inner = inner
-        self.late = late
-
-    def fields(self) -> Fields:
-        return {**self.inner.fields(), **self.late.history}

@@ -43,8 +43,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from decentopt._schema import bounded, prefixed
-from decentopt.algorithms.gossips.base import Channel, Exact, Fields, Gossip, Sends
+from decentopt._schema import bounded
+from decentopt.algorithms.gossips.base import Around, Channel, Exact, Fields, Gossip, Sends
 from decentopt.algorithms.gossips.push_sum import PushSum
 from decentopt.communicator import Communicator
 
@@ -105,41 +105,39 @@ class _Step(Gossip):
         return kind(comm, fields, sends)
 
 
-def _inner(owner: str, spec: str | Gossip) -> Gossip:
-    from decentopt.algorithms.gossips import parse  # the package imports this module
-
-    with prefixed(owner):
-        inner = parse(spec)
-    if inner.name in ("delayed", "local", "periodic_global"):
-        raise ValueError(
-            f"{owner}: {inner.name} gossip cannot be the inner gossip (its rounds are counted "
-            "by step): use exact, choco, push_sum or multi_round inside"
-        )
-    return inner
-
-
 @dataclass(frozen=True)
-class _Periodic(Gossip):
+class _Periodic(Around):
     """What ``local`` and ``periodic_global`` share: the period and the inner gossip."""
 
     every: int = bounded(4, minimum=1)
     inner: str | Gossip = "exact"
 
     one_round: ClassVar[bool] = False
-    #: What W_t is on the steps that differ from the inner gossip's.
-    between: ClassVar[str] = "I"
+    #: What its own steps do (the others are the inner gossip's): average exactly over all
+    #: agents on every ``every``-th step (``periodic_global``), or else nothing on the steps
+    #: between (``local``, ``W_t = I``).
+    average: ClassVar[bool] = False
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "inner", _inner(self.name, self.inner))
-
-    @property
-    def _wrapped(self) -> Gossip:
-        return self.inner  # type: ignore[return-value]  # parsed in __post_init__
+    def refuses_inner(self, inner: Gossip) -> str:
+        if isinstance(inner, Around):
+            return (
+                f"{inner.name} gossip cannot be the inner gossip (its rounds are counted by "
+                "step): use exact, choco, push_sum or multi_round inside"
+            )
+        return ""
 
     def communicates(self, t: int) -> bool:
         """Whether step ``t`` is one of every ``every``-th (``(t + 1) mod every = 0``)."""
         return (t + 1) % self.every == 0
+
+    def at(self, t: int) -> Gossip:
+        own = self.communicates(t) == self.average  # its own step, not the inner gossip's
+        return _Step(self._wrapped, self.average) if own else self._wrapped
+
+    def talks(self, t: int) -> str:
+        if self.communicates(t) != self.average:
+            return self._wrapped.talks(t)
+        return "all" if self.average else "none"
 
     @property  # type: ignore[misc]
     def needs(self) -> frozenset[str]:  # type: ignore[override]
@@ -155,8 +153,8 @@ class _Periodic(Gossip):
 
     @property  # type: ignore[misc]
     def passes_fused(self) -> bool:  # type: ignore[override]
-        """Every step the inner gossip's (``every = 1``), so its fused updates too."""
-        return self.every == 1 and self._wrapped.passes_fused
+        """Every step the inner gossip's (``local(1)``), so its fused updates too."""
+        return self.every == 1 and not self.average and self._wrapped.passes_fused
 
     def refuses(self, rule: Any) -> str:
         if rule.takes_local_steps:
@@ -164,9 +162,9 @@ class _Periodic(Gossip):
         if rule.needs_symmetric and self.every > 1:
             return (
                 f"{rule.name}'s correction relies on one fixed W, and {self.name} changes W_t "
-                f"from step to step ({self.between} on some), which leaves it biased or "
-                "unstable: use k_gt (K-GT) or led (local Exact Diffusion), which take local "
-                "steps soundly"
+                f"from step to step ({'the exact average' if self.average else 'I'} on some), "
+                "which leaves it biased or unstable: use k_gt (K-GT) or led (local Exact "
+                "Diffusion), which take local steps soundly"
             )
         return Gossip.refuses(self, rule) or self._wrapped.refuses(rule)
 
@@ -177,8 +175,7 @@ class _Periodic(Gossip):
         return self._wrapped.bind(fields, comm, x, sends)
 
     def label(self) -> str:
-        inner = "" if isinstance(self._wrapped, Exact) else f", {self._wrapped.label()}"
-        return f"{self.name}({self.every}{inner})"
+        return f"{self.name}({self.every}{self._inner_text()})"
 
 
 @dataclass(frozen=True)
@@ -188,12 +185,6 @@ class Local(_Periodic):
 
     name: ClassVar[str] = "local"
 
-    def at(self, t: int) -> Gossip:
-        return self._wrapped if self.communicates(t) else _Step(self._wrapped)
-
-    def talks(self, t: int) -> str:
-        return self._wrapped.talks(t) if self.communicates(t) else "none"
-
 
 @dataclass(frozen=True)
 class PeriodicGlobal(_Periodic):
@@ -201,14 +192,4 @@ class PeriodicGlobal(_Periodic):
     gossip otherwise (module docstring): ``periodic_global(8)``."""
 
     name: ClassVar[str] = "periodic_global"
-    between: ClassVar[str] = "the exact average"
-
-    @property  # type: ignore[misc]
-    def passes_fused(self) -> bool:  # type: ignore[override]
-        return False
-
-    def at(self, t: int) -> Gossip:
-        return _Step(self._wrapped, average=True) if self.communicates(t) else self._wrapped
-
-    def talks(self, t: int) -> str:
-        return "all" if self.communicates(t) else self._wrapped.talks(t)
+    average: ClassVar[bool] = True

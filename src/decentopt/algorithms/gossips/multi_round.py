@@ -97,7 +97,7 @@ class RoundsChannel(Channel):
             prev, cur, a_prev, a = cur, nxt, a, a_next
         return cur
 
-    def mix_many(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         out = list(zs)
         if not self._cheb:
             for _ in range(self.rounds):
@@ -106,9 +106,6 @@ class RoundsChannel(Channel):
         half = self.rounds // 2
         out = self._chebyshev(self._chebyshev(out, half), half)
         return self.comm.mix_many(out) if self.rounds % 2 else out
-
-    def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return self.mix_many(zs)
 
     def _single(self, what: str) -> Communicator:
         if self.rounds != 1:
