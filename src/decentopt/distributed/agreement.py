@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from decentopt.algorithms.method import Method
 from decentopt.comm.distributed import DistributedCommunicator
-from decentopt.topology import weights_digest
+from decentopt.topology import Network, TopologySchedule, weights_digest
 
 __all__ = [
     "RanksDisagree",
@@ -73,9 +73,10 @@ def describe_algorithm(algorithm: Any, prefix: str = "method") -> dict[str, str]
     return fields
 
 
-def describe_graph(topology: Any) -> dict[str, str]:
+def describe_graph(topology: Network) -> dict[str, str]:
     """The graph's name and size and a digest of its weights (of each round of a schedule)."""
-    weights = f"graph weights (SHA-256 of {'W' if hasattr(topology, 'W') else 'its rounds'})"
+    digested = "its rounds" if isinstance(topology, TopologySchedule) else "W"
+    weights = f"graph weights (SHA-256 of {digested})"
     graph = f"{topology.name} with n = {topology.n}"
     return {"graph": graph, weights: weights_digest(topology)}
 
