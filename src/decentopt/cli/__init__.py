@@ -168,10 +168,9 @@ def _out(args: argparse.Namespace, name: str) -> Path:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    if args.jobs is not None and args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
-    if args.log_every is not None and args.log_every < 1:
-        raise ValueError(f"--log-every must be >= 1; got {args.log_every}")
+    for flag, value in (("--jobs", args.jobs), ("--log-every", args.log_every)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be >= 1; got {value}")
     # how the runs of this command are carried out: built once, passed down whole
     options = RunOptions(
         progress=not args.no_progress,
@@ -363,7 +362,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         note = "finished runs are saved and a rerun of the same command resumes"
         print(f"\ninterrupted; {note}", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
