@@ -333,16 +333,6 @@ _FIXES = {
 }
 
 
-def _file_system_advice(exc: OSError) -> str:
-    """One line: what the file system refused, where, and the fix for that cause."""
-    where = exc.filename or "the output folder"
-    fix = _FIXES.get(exc.errno or 0, "give --out a writable folder with free space")
-    return (
-        f"{exc.strerror or exc} ({where}); {fix}. Units finished before are saved and a rerun "
-        "resumes."
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -352,7 +342,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}{_broken_plugins(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:  # the file system refused: a path that is a file, no permission, full
-        print(f"error: {_file_system_advice(exc)}", file=sys.stderr)
+        fix = _FIXES.get(exc.errno or 0, "give --out a writable folder with free space")
+        where = exc.filename or "the output folder"
+        print(
+            f"error: {exc.strerror or exc} ({where}); {fix}. Units finished before are saved "
+            "and a rerun resumes.",
+            file=sys.stderr,
+        )
         return 2
     except (PeerFailure, StartupError, dist.DistError, SweepFailed) as exc:  # a rank, worker or job
         text = " ".join(str(exc).split())

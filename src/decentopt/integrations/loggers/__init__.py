@@ -95,22 +95,20 @@ def targets(table: dict[str, str]) -> list[str]:
     return [f"{name}:{target}" for name, target in table.items()]
 
 
-def _factory(name: str) -> Callable[[str], Logger]:
-    check_name(name)
-    try:
-        return _entry_points()[name].load()
-    except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}"
-        raise ValueError(f"the logger {name!r} failed to load: {reason}") from None
-
-
 def make_logger(target: str) -> Logger:
     """``NAME:TARGET`` (``tensorboard:runs/tb``) as a logger; an absent extra refused in
     one line naming it (:class:`MissingExtra`)."""
     name, sep, where = target.partition(":")
     if not sep and name not in LOGGERS:
         raise ValueError(f"a logger is NAME:TARGET, e.g. tensorboard:runs/tb; got {target!r}")
-    logger = _factory(name.strip())(where.strip())
+    name = name.strip()
+    check_name(name)
+    try:
+        factory: Callable[[str], Logger] = _entry_points()[name].load()
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        raise ValueError(f"the logger {name!r} failed to load: {reason}") from None
+    logger = factory(where.strip())
     if not isinstance(logger, Logger):
         raise ValueError(
             f"the logger {name!r} made a {type(logger).__name__}, not a "
