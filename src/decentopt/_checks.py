@@ -44,12 +44,11 @@ def as_count(value: Any, what: str, *, minimum: int = 0) -> int:
     value = _scalar(value)
     if isinstance(value, bool | np.bool_):
         raise TypeError(f"{what} must be a whole number; got {value!r}")
-    if isinstance(value, numbers.Integral):
-        out = int(value)
-    elif isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-        out = int(value)
-    else:
+    if not isinstance(value, numbers.Integral) and not (
+        isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer()
+    ):
         raise TypeError(f"{what} must be a whole number; got {type(value).__name__} {value!r}")
+    out = int(value)
     if out < minimum:
         raise ValueError(f"{what} must be >= {minimum}; got {out}")
     return out

@@ -168,10 +168,9 @@ def _out(args: argparse.Namespace, name: str) -> Path:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    if args.jobs is not None and args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1; got {args.jobs}")
-    if args.log_every is not None and args.log_every < 1:
-        raise ValueError(f"--log-every must be >= 1; got {args.log_every}")
+    for flag, value in (("--jobs", args.jobs), ("--log-every", args.log_every)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be >= 1; got {value}")
     # how the runs of this command are carried out: built once, passed down whole
     options = RunOptions(
         progress=not args.no_progress,
@@ -334,16 +333,6 @@ _FIXES = {
 }
 
 
-def _file_system_advice(exc: OSError) -> str:
-    """One line: what the file system refused, where, and the fix for that cause."""
-    where = exc.filename or "the output folder"
-    fix = _FIXES.get(exc.errno or 0, "give --out a writable folder with free space")
-    return (
-        f"{exc.strerror or exc} ({where}); {fix}. Units finished before are saved and a rerun "
-        "resumes."
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -353,7 +342,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}{_broken_plugins(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:  # the file system refused: a path that is a file, no permission, full
-        print(f"error: {_file_system_advice(exc)}", file=sys.stderr)
+        fix = _FIXES.get(exc.errno or 0, "give --out a writable folder with free space")
+        where = exc.filename or "the output folder"
+        print(
+            f"error: {exc.strerror or exc} ({where}); {fix}. Units finished before are saved "
+            "and a rerun resumes.",
+            file=sys.stderr,
+        )
         return 2
     except (PeerFailure, StartupError, dist.DistError, SweepFailed) as exc:  # a rank, worker or job
         text = " ".join(str(exc).split())
@@ -363,7 +358,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         note = "finished runs are saved and a rerun of the same command resumes"
         print(f"\ninterrupted; {note}", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -95,12 +95,9 @@ class Monitor:
         """Every rank's vector on rank 0, in one collective (None elsewhere)."""
         if self.world == 1:
             return mine[None].cpu()
-        if self.rank == 0:
-            parts = [torch.empty_like(mine) for _ in range(self.world)]
-            dist.gather(mine, parts, dst=0)
-            return torch.stack(parts).cpu()
-        dist.gather(mine, None, dst=0)
-        return None
+        parts = [torch.empty_like(mine) for _ in range(self.world)] if self.rank == 0 else None
+        dist.gather(mine, parts, dst=0)
+        return None if parts is None else torch.stack(parts).cpu()
 
     def close(self) -> None:
         """Finish the run (rank 0)."""

@@ -24,7 +24,6 @@ point's name is the logger's name, its object a callable of the target returning
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 from collections.abc import Callable, Iterable
 
@@ -60,17 +59,20 @@ LOGGERS: dict[str, str] = {
 
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
-    return {p.name: p for p in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    group = ENTRY_POINT_GROUP
+    found = {p.name: p for p in importlib.metadata.entry_points(group=group)}
+    builtin = {name: importlib.metadata.EntryPoint(name, at, group) for name, at in LOGGERS.items()}
+    return builtin | {name: found[name] for name in sorted(set(found) - set(LOGGERS))}
 
 
 def names() -> list[str]:
     """Every logger's name: the built-in ones, then those of installed distributions."""
-    return [*LOGGERS, *sorted(set(_entry_points()) - set(LOGGERS))]
+    return list(_entry_points())
 
 
 def check_name(name: str) -> None:
     """Refuse an unknown logger name in one line that lists the known ones."""
-    if name not in LOGGERS and name not in _entry_points():
+    if name not in _entry_points():
         raise ValueError(
             f"unknown logger {name!r}; known: {', '.join(names())} (users' loggers come "
             f"from the entry-point group {ENTRY_POINT_GROUP})"
@@ -93,25 +95,20 @@ def targets(table: dict[str, str]) -> list[str]:
     return [f"{name}:{target}" for name, target in table.items()]
 
 
-def _factory(name: str) -> Callable[[str], Logger]:
-    check_name(name)
-    if name in LOGGERS:
-        module, attr = LOGGERS[name].split(":")
-        return getattr(importlib.import_module(module), attr)
-    try:
-        return _entry_points()[name].load()
-    except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}"
-        raise ValueError(f"the logger {name!r} failed to load: {reason}") from None
-
-
 def make_logger(target: str) -> Logger:
     """``NAME:TARGET`` (``tensorboard:runs/tb``) as a logger; an absent extra refused in
     one line naming it (:class:`MissingExtra`)."""
     name, sep, where = target.partition(":")
     if not sep and name not in LOGGERS:
         raise ValueError(f"a logger is NAME:TARGET, e.g. tensorboard:runs/tb; got {target!r}")
-    logger = _factory(name.strip())(where.strip())
+    name = name.strip()
+    check_name(name)
+    try:
+        factory: Callable[[str], Logger] = _entry_points()[name].load()
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        raise ValueError(f"the logger {name!r} failed to load: {reason}") from None
+    logger = factory(where.strip())
     if not isinstance(logger, Logger):
         raise ValueError(
             f"the logger {name!r} made a {type(logger).__name__}, not a "

@@ -105,9 +105,8 @@ class Loggers:
         if not self.loggers or not _is_main():
             return None
         whole = dataclasses.asdict(dataclasses.replace(spec, algorithms={}, claims=()))
-        whole.pop("params", None)
         params = {
-            "spec": {k: v for k, v in whole.items() if k not in ("source", "logging")},
+            "spec": {k: v for k, v in whole.items() if k not in ("source", "logging", "params")},
             "problem_params": dataclasses.asdict(spec.params),
             "method": variant.method,
             "label": variant.label,

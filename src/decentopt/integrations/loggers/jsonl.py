@@ -37,12 +37,9 @@ class JsonLinesLogger(Logger):
         self.folder = Path(folder)
         self.file: IO[str] | None = None
 
-    def path(self, run: RunInfo) -> Path:
-        group = self.folder / safe_name(run.group) if run.group else self.folder
-        return group / f"{safe_name(run.name)}.jsonl"
-
     def start(self, run: RunInfo) -> None:
-        path = self.path(run)
+        group = self.folder / safe_name(run.group) if run.group else self.folder
+        path = group / f"{safe_name(run.name)}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
         if run.resumed_from and path.exists():

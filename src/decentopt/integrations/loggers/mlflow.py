@@ -43,33 +43,25 @@ def tracking_uri(target: str) -> str:
 
 
 @contextmanager
-def _file_store_allowed() -> Iterator[None]:
-    """MLflow's file store, allowed for the calls inside (the setting restored after)."""
+def _file_store(uri: str) -> Iterator[None]:
+    """For the calls inside: MLflow's file store allowed (the setting restored after) and a
+    ``file:`` store's folder locked, exclusively (other stores: no lock)."""
     before = os.environ.get("MLFLOW_ALLOW_FILE_STORE")
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
     try:
-        yield
+        if not uri.startswith("file:") or fcntl is None:
+            yield
+            return
+        folder = Path(urllib.request.url2pathname(urllib.parse.urlparse(uri).path))
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / ".decentopt.lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released as the file closes
+            yield
     finally:
         if before is None:
             os.environ.pop("MLFLOW_ALLOW_FILE_STORE", None)
         else:
             os.environ["MLFLOW_ALLOW_FILE_STORE"] = before
-
-
-@contextmanager
-def _store_lock(uri: str) -> Iterator[None]:
-    """An exclusive lock on a ``file:`` store's folder (a no-op for other stores)."""
-    if not uri.startswith("file:") or fcntl is None:
-        yield
-        return
-    folder = Path(urllib.request.url2pathname(urllib.parse.urlparse(uri).path))
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / ".decentopt.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class MlflowLogger(Logger):
@@ -84,23 +76,23 @@ class MlflowLogger(Logger):
 
     def _experiment(self, name: str) -> str:
         """The client and the experiment ``name``'s id, created if new (by whichever of
-        parallel workers comes first: in a file store, under a lock, as it checks names
-        without one, and its client makes the default experiment of a new folder)."""
-        with _store_lock(self.uri):
-            self.client = self.mlflow.MlflowClient(tracking_uri=self.uri)
-            found = self.client.get_experiment_by_name(name)
-            if found is not None:
-                return found.experiment_id
-            try:
-                return self.client.create_experiment(name)
-            except self.mlflow.exceptions.MlflowException:
-                found = self.client.get_experiment_by_name(name)  # another worker made it
-                if found is None:
-                    raise
-                return found.experiment_id
+        parallel workers comes first: in a file store, under :func:`_file_store`'s lock, as
+        it checks names without one, and its client makes the default experiment of a new
+        folder)."""
+        self.client = self.mlflow.MlflowClient(tracking_uri=self.uri)
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        try:
+            return self.client.create_experiment(name)
+        except self.mlflow.exceptions.MlflowException:
+            found = self.client.get_experiment_by_name(name)  # another worker made it
+            if found is None:
+                raise
+            return found.experiment_id
 
     def start(self, run: RunInfo) -> None:
-        with _file_store_allowed():
+        with _file_store(self.uri):
             experiment = self._experiment(run.group or "decentopt")
             query = f"tags.`{RUN_TAG}` = '{run.key}'"
             newest = ["attributes.start_time DESC"]

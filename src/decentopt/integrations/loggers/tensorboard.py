@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from decentopt.integrations.loggers.base import Logger, RunInfo, needs, safe_name
 
 __all__ = ["TensorBoardLogger"]
@@ -47,11 +49,8 @@ class TensorBoardLogger(Logger):
     def figure(self, name: str, path: Path) -> None:
         from matplotlib.image import imread
 
-        image = imread(str(path))  # (H, W) grey, or (H, W, 3 or 4) colour
-        if image.ndim == 3:
-            self.writer.add_image(name, image[..., :3], 0, dataformats="HWC")
-        else:
-            self.writer.add_image(name, image, 0, dataformats="HW")
+        image = np.atleast_3d(imread(str(path)))  # (H, W, 1) grey, or (H, W, 3 or 4) colour
+        self.writer.add_image(name, image[..., :3], 0, dataformats="HWC")
 
     def finish(self) -> None:
         if self.writer is not None:
