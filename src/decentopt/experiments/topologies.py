@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -220,36 +223,27 @@ def _case_section(case: Case) -> list[str]:
 def _figures(
     study: Study, cases: list[Case], rows: list[dict[str, Any]], out: Path, jobs: int
 ) -> list[Path]:
-    """Per part and drawn method: every graph's curves against iterations and modelled time
-    (drawn in ``jobs`` workers)."""
-    figures: list[tuple] = []
+    """Per part and drawn method: every graph's curves against iterations and modelled time,
+    a panel per n (drawn in ``jobs`` workers)."""
+    figures: list[tuple[Callable[[], list[Path]]]] = []
+    axes = (
+        ("step", "iterations", "auto", "iterations"),
+        ("model_time", "time", "log", "modelled seconds"),
+    )
     for preset in dict.fromkeys(c.preset for c in cases):
         mine = [r for r in rows if r["problem"] == preset]
         spec = next(iter(next(c for c in cases if c.preset == preset).specs.values()))
         for method in [m for m in study.drawn if any(r["algorithm"] == m for r in mine)]:
             chosen = [r | {"algorithm": r["graph"]} for r in mine if r["algorithm"] == method]
-            for x, what in (("step", "iterations"), ("model_time", "time")):
-                title = (
-                    f"{LABELS.get(method, method)} on {preset.removeprefix('topologies_')}"
-                    f" against {'modelled seconds' if x == 'model_time' else 'iterations'}"
+            drawn = f"{LABELS.get(method, method)} on {preset.removeprefix('topologies_')}"
+            for x, what, scale, words in axes:
+                title = f"{drawn} against {words}"
+                options = {"panel": "agents", "panel_title": "n = {value}", "x": x, "xscale": scale}
+                path = out / f"{preset}_{method}_{what}"
+                figures.append(
+                    (partial(plot_curves, chosen, spec.metric, path, title=title, **options),)
                 )
-                figures.append((chosen, spec.metric, out / f"{preset}_{method}_{what}", x, title))
-    return [file for files in forked_map(jobs, _figure, figures) for file in files]
-
-
-def _figure(rows: list[dict[str, Any]], metric: str, path: Path, x: str, title: str) -> list[Path]:
-    """One figure of the study: every graph's curves, a panel per n."""
-    scale = "log" if x == "model_time" else "auto"
-    return plot_curves(
-        rows,
-        metric,
-        path,
-        panel="agents",
-        panel_title="n = {value}",
-        x=x,
-        xscale=scale,
-        title=title,
-    )
+    return [file for files in forked_map(jobs, operator.call, figures) for file in files]
 
 
 def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:

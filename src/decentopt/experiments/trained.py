@@ -98,11 +98,14 @@ def tuned(name: str, table: Mapping[str, Final], metric: str) -> str | None:
     """The variant ``name`` stands for: itself, or its grid's member with the best mean final
     ``metric`` among those whose runs all finished (``None``: none did, or none ran)."""
     members = [name] if name in table else grids(list(table)).get(name, [])
-    finished = [m for m in members if table[m].finished]
-    if not finished:
-        return None
-    sign = 1.0 if higher_is_better(metric) else -1.0
-    return max(finished, key=lambda m: sign * table[m].mean)
+    rank = final_rank(table, metric)
+    return min((m for m in members if m in rank), key=rank.__getitem__, default=None)
+
+
+def final_rank(table: Mapping[str, Final], metric: str) -> dict[str, float]:
+    """Each variant whose runs all finished by its mean final ``metric``, the best lowest."""
+    sign = -1.0 if higher_is_better(metric) else 1.0
+    return {label: sign * final.mean for label, final in table.items() if final.finished}
 
 
 def _megabytes(value: float) -> str:
