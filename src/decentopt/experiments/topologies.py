@@ -27,8 +27,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from decentopt._renamed import renamed
 from decentopt.distributed import runtime
 from decentopt.driver import RunOptions
@@ -44,7 +42,7 @@ from decentopt.experiments.claims import (
 from decentopt.experiments.reports import CHANGED_RUN, markdown_table
 from decentopt.experiments.runner import Sweep, forked_map, memory_parts
 from decentopt.experiments.spec import RunSpec
-from decentopt.experiments.study import Request, Study
+from decentopt.experiments.study import Request, Study, load_study
 from decentopt.experiments.summary import Stat, summarise
 from decentopt.perf import MEMORY_MARGIN, available_memory
 from decentopt.plotting import LABELS, plot_curves
@@ -83,47 +81,16 @@ class Case:
 # The study's [[claims]] are the shared checks (claims.CHECKS) on each case's panel, its
 # graphs the case axis, judged on every problem and n together (claims.check_panels).
 
-#: Check names of earlier releases, each the table it stands for (a copy of the study
-#: that still names one loads, with a warning naming its replacement).
-_OLD_CHECKS = tomllib.loads("""
-[one_peer_cheaper]
-check = "all_of"
-[[one_peer_cheaper.checks]]
-check = "time_per_iteration_increases_along"
-algorithm = "dsgd"
-cases = ["one_peer_exponential", "exponential"]
-[[one_peer_cheaper.checks]]
-check = "steady_does_not_decrease_along"
-algorithm = "dsgd"
-cases = ["one_peer_exponential", "exponential"]
-
-[base_no_worse]
-check = "steady_increases_along"
-algorithm = "dsgd"
-cases = ["base_3", "one_peer_exponential"]
-
-[sparser_more_bias]
-check = "steady_increases_along"
-algorithm = "dsgd"
-cases = ["complete", "exponential", "torus", "ring"]
-
-[exact_diffusion_needs_fixed_w]
-check = "all_of"
-[[exact_diffusion_needs_fixed_w.checks]]
-check = "never_diverges"
-algorithms = ["ed", "edm"]
-cases = ["ring", "torus", "exponential", "complete"]
-[[exact_diffusion_needs_fixed_w.checks]]
-check = "diverges"
-algorithms = ["ed", "edm"]
-cases = ["one_peer_exponential", "one_peer_hypercube", "base_2", "base_3"]
-
-[tracking_exact]
-check = "steady_below"
-algorithm = "dsgt"
-others = ["dsgd"]
-cases = ["one_peer_exponential", "one_peer_hypercube", "base_2", "base_3"]
-""")
+#: Check names of earlier releases, each standing for the claim in its place in the built-in
+#: study (``presets/topologies.toml``): a copy of the study that still names one loads, with
+#: a warning naming its replacement.
+_OLD_CHECKS = (
+    "one_peer_cheaper",
+    "base_no_worse",
+    "sparser_more_bias",
+    "exact_diffusion_needs_fixed_w",
+    "tracking_exact",
+)
 
 
 def _current(tables: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
@@ -131,8 +98,9 @@ def _current(tables: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
     current = []
     for table in tables:
         old = table.get("check")
-        if isinstance(old, str) and old in _OLD_CHECKS:
-            new = _OLD_CHECKS[old]
+        if old in _OLD_CHECKS:
+            claim = load_study("topologies").claims[_OLD_CHECKS.index(old)]
+            new = {key: value for key, value in claim.items() if key != "text"}
             warnings.warn(
                 f"{where}: check = {old!r} is spelled {json.dumps(new)} now",
                 DeprecationWarning,
