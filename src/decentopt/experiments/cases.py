@@ -154,8 +154,7 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
     files = []
     sections = [f"# {study.title}", ""]
     for part in study.specs:
-        sizes = study.sizes.get(part)
-        for n in sizes or [None]:
+        for n in study.sizes.get(part) or [None]:
             spec = how.load(study.spec_path(part), [] if n is None else [f"agents={n}"])
             if how.only is not None:  # the labels of this part (all checked before)
                 if not spec.present(how.only):

@@ -162,10 +162,12 @@ def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> li
 def _case_section(case: Case) -> list[str]:
     """One problem at one n: per graph, its peers per round, rate, modelled time per
     iteration and every method's steady error."""
-    spec, methods = next(iter(case.specs.values())), list(next(iter(case.stats.values())))
+    spec = next(iter(case.specs.values()))
+    methods = list(next(iter(case.stats.values())))
     body = []
     for graph in case.specs:
-        built, stats = case.built[graph], [case.stats[graph][m] for m in methods]
+        built = case.built[graph]
+        stats = [case.stats[graph][m] for m in methods]
         errors = [
             f"diverged ({s.diverged})" if s.steady != s.steady else f"{s.steady:.2e}" for s in stats
         ]
