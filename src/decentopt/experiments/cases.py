@@ -87,7 +87,7 @@ def _at_settling(rows: list[dict[str, Any]], stat: Stat, column: str) -> list[fl
     the recorded steps (the columns counted here are the same in every run)."""
     run = min(r["run"] for r in rows)
     points = sorted((r["step"], float(r[column])) for r in rows if r["run"] == run)
-    steps, values = np.array([s for s, _ in points]), np.array([v for _, v in points])
+    steps, values = np.array(points).T
     return [float(np.interp(v, steps, values)) if np.isfinite(v) else v for v in stat.settle]
 
 
