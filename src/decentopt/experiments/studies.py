@@ -59,9 +59,9 @@ def _tuned(
             if s.iters is not None:
                 end = max((r for r in rows if r["algorithm"] == label), key=lambda r: r["step"])
                 reach = f"{s.iters} / {round(s.iters * end['rounds'] / end['step'])}"
-            rank = (s.iters is None, s.iters or 0, s.steady)
+            key = (s.iters is None, s.iters or 0, s.steady)
             cells = [f"{s.steady:.2e} ± {s.steady_se:.1e}", reach]
-            offer(spec.algorithms[label].method, rank, label, cells)
+            offer(spec.algorithms[label].method, key, label, cells)
         header = ["method", "best step", f"steady {spec.metric} (hardest level)"]
         header.append("iterations / gossip rounds to settle")
         # the tuned methods against gossip rounds
