@@ -144,7 +144,8 @@ def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> li
             spec = how.load(study.spec_path(part), sets)
             if how.only is not None:  # the labels of this part (all checked before)
                 spec = spec.select(spec.present(how.only))
-            case.preset, case.specs[graph] = spec.name, spec
+            case.preset = spec.name
+            case.specs[graph] = spec
             pending.append((spec, out / spec.name / f"n{n}" / graph, options))
         cases.append(case)
     jobs = _workers([spec for spec, _, _ in pending], options.jobs)
