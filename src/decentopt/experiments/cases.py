@@ -87,7 +87,7 @@ def _at_settling(rows: list[dict[str, Any]], stat: Stat, column: str) -> list[fl
     the recorded steps (the columns counted here are the same in every run)."""
     run = min(r["run"] for r in rows)
     points = sorted((r["step"], float(r[column])) for r in rows if r["run"] == run)
-    steps, values = np.array([s for s, _ in points]), np.array([v for _, v in points])
+    steps, values = np.array(points).T
     return [float(np.interp(v, steps, values)) if np.isfinite(v) else v for v in stat.settle]
 
 
@@ -154,8 +154,7 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
     files = []
     sections = [f"# {study.title}", ""]
     for part in study.specs:
-        sizes = study.sizes.get(part)
-        for n in sizes or [None]:
+        for n in study.sizes.get(part) or [None]:
             spec = how.load(study.spec_path(part), [] if n is None else [f"agents={n}"])
             if how.only is not None:  # the labels of this part (all checked before)
                 if not spec.present(how.only):

@@ -16,8 +16,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from decentopt.experiments.summary import Stat, Swept, levels_by_zeta, stats_zeta, summarise
-from decentopt.plotting import LABELS, ordered, plot_curves, plot_epochs
+from decentopt.plotting import ordered, plot_curves, plot_epochs
 from decentopt.results import write_text_atomic
+from decentopt.styles import shown
 
 
 class Reported(Swept, Protocol):
@@ -82,17 +83,17 @@ def summary_markdown(
     if with_reach:
         caption += f"; reach: the iteration from which the mean stays below {spec.threshold:g}"
     body = []
-    shown = ordered(list(dict.fromkeys(a for _, a in stats)))
-    if len(shown) > MOST_ROWS:  # a large grid: its best rows (all are in results.csv)
-        mean = {a: _finite_mean([stats[(lv, a)].steady for lv in levels]) for a in shown}
-        best = sorted(shown, key=lambda a: mean[a])[:MOST_ROWS]
+    listed = ordered(list(dict.fromkeys(a for _, a in stats)))
+    if len(listed) > MOST_ROWS:  # a large grid: its best rows (all are in results.csv)
+        mean = {a: _finite_mean([stats[(lv, a)].steady for lv in levels]) for a in listed}
+        best = sorted(listed, key=lambda a: mean[a])[:MOST_ROWS]
         caption += (
-            f"; the {MOST_ROWS} of {len(shown)} variants with the lowest mean steady state "
+            f"; the {MOST_ROWS} of {len(listed)} variants with the lowest mean steady state "
             "(every one is in results.csv)"
         )
-        shown = [a for a in shown if a in best]
-    for alg in shown:
-        cells = [names.get(alg, LABELS.get(alg, alg))]
+        listed = [a for a in listed if a in best]
+    for alg in listed:
+        cells = [shown(alg, names)]
         for lv in levels:
             s = stats[(lv, alg)]
             if np.isnan(s.steady):
@@ -114,7 +115,6 @@ def final_markdown(
 ) -> str:
     """Final value of each metric per algorithm, mean ± spread over runs, and time per epoch
     (``names``: how each label is shown, :meth:`RunSpec.display_names`)."""
-    names = names or {}
     unit = "epoch" if rows and "epoch" in rows[0] else "step"
     last: dict[tuple[str, int], dict[str, Any]] = {}
     for row in rows:
@@ -124,9 +124,8 @@ def final_markdown(
     body = []
     for alg in ordered([a for a, _ in last]):
         finals = [r for (a, _), r in last.items() if a == alg]
-        shown = names.get(alg, LABELS.get(alg, alg))
         if any(r["diverged_at"] >= 0 for r in finals):
-            body.append([shown, "diverged"] + [""] * len(metrics))
+            body.append([shown(alg, names), "diverged"] + [""] * len(metrics))
             continue
         cells = [
             f"{np.mean(v):.4g} ± {np.std(v):.1g}"
@@ -137,7 +136,7 @@ def final_markdown(
             [(r["grad_seconds"] + r["other_seconds"]) / p for r, p in zip(finals, per, strict=True)]
         )
         grad = np.mean([r["grad_seconds"] / p for r, p in zip(finals, per, strict=True)])
-        body.append([shown, *cells, f"{total:.3g} ({grad:.3g} + {total - grad:.3g})"])
+        body.append([shown(alg, names), *cells, f"{total:.3g} ({grad:.3g} + {total - grad:.3g})"])
     header = ["method", *metrics, f"s / {unit} (gradient + other)"]
     return markdown_table(header, body)
 
@@ -192,8 +191,8 @@ def write_report(
     names = spec.display_names()
     if spec.panel is None:
         tables = final_markdown(rows, spec.params.metrics, names)
-        shown = [m for m in ("train_loss", "test_loss", spec.metric) if m in rows[0]]
-        files = plot_epochs(rows, shown or [spec.metric], out / spec.name, title, names)
+        drawn = [m for m in ("train_loss", "test_loss", spec.metric) if m in rows[0]]
+        files = plot_epochs(rows, drawn or [spec.metric], out / spec.name, title, names)
         stats = None
     else:
         stats = summarise(rows, spec)

@@ -27,6 +27,7 @@ from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
 from decentopt.experiments.summary import levels_by_zeta, summarise
 from decentopt.experiments.topologies import run_graphs
+from decentopt.experiments.trained import final_rank, finals
 from decentopt.plotting import LABELS
 from decentopt.results import write_text_atomic
 
@@ -38,8 +39,9 @@ def _tuned(
 ) -> tuple[str, str, list[Path]]:
     """Each method at its best step size of the grid -- the one that settles soonest below the
     threshold at the hardest level (panel sweeps; ties and never-settling runs by steady
-    error), or with the best final metric (training) -- and, for panel sweeps, the curves of
-    those variants against gossip rounds."""
+    error), or with the best final metric of those that finished (training, as a grid's
+    tuned member: :mod:`.trained`) -- and, for panel sweeps, the curves of those variants
+    against gossip rounds."""
     best: dict[str, tuple[tuple, str, list[str]]] = {}  # method -> (rank key, label, cells)
 
     def offer(method: str, key: tuple, label: str, cells: list[str]) -> None:
@@ -57,22 +59,21 @@ def _tuned(
             if s.iters is not None:
                 end = max((r for r in rows if r["algorithm"] == label), key=lambda r: r["step"])
                 reach = f"{s.iters} / {round(s.iters * end['rounds'] / end['step'])}"
-            rank = (s.iters is None, s.iters or 0, s.steady)
+            key = (s.iters is None, s.iters or 0, s.steady)
             cells = [f"{s.steady:.2e} ± {s.steady_se:.1e}", reach]
-            offer(spec.algorithms[label].method, rank, label, cells)
+            offer(spec.algorithms[label].method, key, label, cells)
         header = ["method", "best step", f"steady {spec.metric} (hardest level)"]
         header.append("iterations / gossip rounds to settle")
         # the tuned methods against gossip rounds
         tuned = [r for r in rows if r["algorithm"] in {label for _, label, _ in best.values()}]
         title = spec.title(modified) + ", best step sizes"
         files = panel_curves(spec, tuned, out / f"{spec.name}_rounds", title, levels, x="rounds")
-    else:
-        last = max(r["step"] for r in rows)
-        sign = -1 if "acc" in spec.metric else 1  # accuracies: higher is better
+    else:  # the rank of a grid's tuned member (.trained)
+        table = finals(rows, spec.metric)
+        rank = final_rank(table, spec.metric)
         for label, variant in spec.algorithms.items():
-            finals = [r[spec.metric] for r in rows if r["algorithm"] == label and r["step"] == last]
-            mean = sum(finals) / len(finals)
-            offer(variant.method, (sign * mean,), label, [f"{mean:.4f}"])
+            if label in rank:
+                offer(variant.method, (rank[label],), label, [f"{table[label].mean:.4f}"])
         header = ["method", "best step", f"final {spec.metric}"]
     body = [
         [LABELS.get(m, m), str(spec.algorithms[label].hyperparams["lr"]), *cells]

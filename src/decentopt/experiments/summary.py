@@ -85,33 +85,30 @@ class Stat:
 def _stat(
     steps: np.ndarray,
     values: np.ndarray,
-    spec: Swept,
-    zeta2: float,
-    per_step: float,
-    seconds: tuple[float, ...] = (),
-    seconds_per_step: float = float("nan"),
+    threshold: float,
+    seconds: tuple[float, ...],
+    **known: Any,
 ) -> Stat:
     """The statistics of one (level, algorithm): ``values`` is (runs, steps); ``seconds``
-    the simulated time of each recorded step, where a time model clocked the run."""
-    exact = bool(spec.params.deterministic)
+    the simulated time of each recorded step, where a time model clocked the run; ``known``:
+    the fields read off the rows (``zeta2``, ``deterministic``, ``bytes_per_step``,
+    ``seconds_per_step``)."""
     alive = np.all(np.isfinite(values), axis=1)
-    known = {"zeta2": zeta2, "deterministic": exact, "bytes_per_step": per_step}
-    known["seconds_per_step"] = seconds_per_step
     if not alive.any():
         return Stat(np.nan, np.nan, np.nan, None, len(values), **known)
     tail = steps >= steps[-1] - 0.1 * (steps[-1] - steps[0])
     per_rep = values[alive][:, tail].mean(axis=1)
     mean_curve = values[alive].mean(axis=0)
-    settle = [settling_step(steps, c, spec.threshold) for c in values[alive]]
+    settle = [settling_step(steps, c, threshold) for c in values[alive]]
     rate = transient_rate(steps, mean_curve, tail)
     trend, decreasing = still_decreasing(steps, values[alive], tail, rate)
     return Stat(
         steady=float(per_rep.mean()),
         steady_se=float(per_rep.std(ddof=1) / np.sqrt(len(per_rep)))
         if len(per_rep) > 1
-        else (0.0 if exact else float("nan")),
+        else (0.0 if known["deterministic"] else float("nan")),
         final=float(values[alive][:, -1].mean()),
-        iters=settling_step(steps, mean_curve, spec.threshold),
+        iters=settling_step(steps, mean_curve, threshold),
         diverged=int((~alive).sum()),
         trend=trend,
         decreasing=decreasing,
@@ -133,35 +130,31 @@ def summarise(
 ) -> dict[tuple[float, str], Stat]:
     """Statistics per (panel level, algorithm) of a panel sweep (see the module docstring)."""
     metric = metric or spec.metric
-    param = spec.panel
-    grouped: dict[tuple[float, str], dict[int, list[tuple[int, float]]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    zetas: dict[tuple[float, str], list[float]] = defaultdict(list)
-    last: dict[tuple[float, str], dict[str, Any]] = {}  # the last row of a step > 0
-    clocks: dict[tuple[float, str], dict[int, float]] = defaultdict(dict)  # step -> sim_time
+    groups: dict[tuple[float, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        key = (float(row[param]), row["algorithm"])
-        grouped[key][row["run"]].append((row["step"], row[metric]))
-        zetas[key].append(row.get("zeta2", key[0]))  # kinds without zeta2 order by level
-        if "sim_time" in row:
-            clocks[key][row["step"]] = float(row["sim_time"])
-        if row["step"] > 0 and row["step"] >= last.get(key, {"step": 0})["step"]:
-            last[key] = row
+        groups[(float(row[spec.panel]), row["algorithm"])].append(row)
     stats = {}
-    for key, reps in grouped.items():
-        curves = []
-        for rep in sorted(reps):
-            pts = sorted(reps[rep])
-            steps = np.array([s for s, _ in pts])
-            curves.append([v for _, v in pts])
-        end = last.get(key, {"step": float("nan")})
-        per_step = float(end.get("bytes_per_agent", float("nan"))) / end["step"]
-        per_iteration = float(end.get("model_time", float("nan"))) / end["step"]
-        values = np.array(curves, dtype=float)  # (R, steps)
-        seconds = tuple(clocks[key][int(v)] for v in steps) if clocks[key] else ()
-        zeta2 = float(np.mean(zetas[key]))
-        stats[key] = _stat(steps, values, spec, zeta2, per_step, seconds, per_iteration)
+    for key, mine in groups.items():
+        runs: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        for row in mine:
+            runs[row["run"]].append((row["step"], row[metric]))
+        curves = [sorted(runs[run]) for run in sorted(runs)]
+        steps = np.array([s for s, _ in curves[-1]])
+        values = np.array([[v for _, v in curve] for curve in curves], dtype=float)  # (R, steps)
+        # the last row of a step > 0 (of the last run to reach it); the simulated clock by step
+        later = [r for r in reversed(mine) if r["step"] > 0]
+        end = max(later, key=lambda r: r["step"]) if later else {"step": float("nan")}
+        clock = {r["step"]: float(r["sim_time"]) for r in mine if "sim_time" in r}
+        stats[key] = _stat(
+            steps,
+            values,
+            spec.threshold,
+            tuple(clock[int(v)] for v in steps) if clock else (),
+            zeta2=float(np.mean([r.get("zeta2", key[0]) for r in mine])),  # else by level
+            deterministic=bool(spec.params.deterministic),
+            bytes_per_step=float(end.get("bytes_per_agent", float("nan"))) / end["step"],
+            seconds_per_step=float(end.get("model_time", float("nan"))) / end["step"],
+        )
     return stats
 
 

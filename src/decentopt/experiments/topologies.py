@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from decentopt._renamed import renamed
 from decentopt.distributed import runtime
@@ -41,7 +42,7 @@ from decentopt.experiments.claims import (
 from decentopt.experiments.reports import CHANGED_RUN, markdown_table
 from decentopt.experiments.runner import Sweep, forked_map, memory_parts
 from decentopt.experiments.spec import RunSpec
-from decentopt.experiments.study import Request, Study
+from decentopt.experiments.study import Request, Study, load_study
 from decentopt.experiments.summary import Stat, summarise
 from decentopt.perf import MEMORY_MARGIN, available_memory
 from decentopt.plotting import LABELS, plot_curves
@@ -80,47 +81,16 @@ class Case:
 # The study's [[claims]] are the shared checks (claims.CHECKS) on each case's panel, its
 # graphs the case axis, judged on every problem and n together (claims.check_panels).
 
-#: Check names of earlier releases, each the table it stands for (a copy of the study
-#: that still names one loads, with a warning naming its replacement).
-_OLD_CHECKS = tomllib.loads("""
-[one_peer_cheaper]
-check = "all_of"
-[[one_peer_cheaper.checks]]
-check = "time_per_iteration_increases_along"
-algorithm = "dsgd"
-cases = ["one_peer_exponential", "exponential"]
-[[one_peer_cheaper.checks]]
-check = "steady_does_not_decrease_along"
-algorithm = "dsgd"
-cases = ["one_peer_exponential", "exponential"]
-
-[base_no_worse]
-check = "steady_increases_along"
-algorithm = "dsgd"
-cases = ["base_3", "one_peer_exponential"]
-
-[sparser_more_bias]
-check = "steady_increases_along"
-algorithm = "dsgd"
-cases = ["complete", "exponential", "torus", "ring"]
-
-[exact_diffusion_needs_fixed_w]
-check = "all_of"
-[[exact_diffusion_needs_fixed_w.checks]]
-check = "never_diverges"
-algorithms = ["ed", "edm"]
-cases = ["ring", "torus", "exponential", "complete"]
-[[exact_diffusion_needs_fixed_w.checks]]
-check = "diverges"
-algorithms = ["ed", "edm"]
-cases = ["one_peer_exponential", "one_peer_hypercube", "base_2", "base_3"]
-
-[tracking_exact]
-check = "steady_below"
-algorithm = "dsgt"
-others = ["dsgd"]
-cases = ["one_peer_exponential", "one_peer_hypercube", "base_2", "base_3"]
-""")
+#: Check names of earlier releases, each standing for the claim in its place in the built-in
+#: study (``presets/topologies.toml``): a copy of the study that still names one loads, with
+#: a warning naming its replacement.
+_OLD_CHECKS = (
+    "one_peer_cheaper",
+    "base_no_worse",
+    "sparser_more_bias",
+    "exact_diffusion_needs_fixed_w",
+    "tracking_exact",
+)
 
 
 def _current(tables: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
@@ -128,8 +98,9 @@ def _current(tables: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
     current = []
     for table in tables:
         old = table.get("check")
-        if isinstance(old, str) and old in _OLD_CHECKS:
-            new = _OLD_CHECKS[old]
+        if old in _OLD_CHECKS:
+            claim = load_study("topologies").claims[_OLD_CHECKS.index(old)]
+            new = {key: value for key, value in claim.items() if key != "text"}
             warnings.warn(
                 f"{where}: check = {old!r} is spelled {json.dumps(new)} now",
                 DeprecationWarning,
@@ -173,7 +144,8 @@ def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> li
             spec = how.load(study.spec_path(part), sets)
             if how.only is not None:  # the labels of this part (all checked before)
                 spec = spec.select(spec.present(how.only))
-            case.preset, case.specs[graph] = spec.name, spec
+            case.preset = spec.name
+            case.specs[graph] = spec
             pending.append((spec, out / spec.name / f"n{n}" / graph, options))
         cases.append(case)
     jobs = _workers([spec for spec, _, _ in pending], options.jobs)
@@ -191,10 +163,12 @@ def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> li
 def _case_section(case: Case) -> list[str]:
     """One problem at one n: per graph, its peers per round, rate, modelled time per
     iteration and every method's steady error."""
-    spec, methods = next(iter(case.specs.values())), list(next(iter(case.stats.values())))
+    spec = next(iter(case.specs.values()))
+    methods = list(next(iter(case.stats.values())))
     body = []
     for graph in case.specs:
-        built, stats = case.built[graph], [case.stats[graph][m] for m in methods]
+        built = case.built[graph]
+        stats = [case.stats[graph][m] for m in methods]
         errors = [
             f"diverged ({s.diverged})" if s.steady != s.steady else f"{s.steady:.2e}" for s in stats
         ]
@@ -220,36 +194,27 @@ def _case_section(case: Case) -> list[str]:
 def _figures(
     study: Study, cases: list[Case], rows: list[dict[str, Any]], out: Path, jobs: int
 ) -> list[Path]:
-    """Per part and drawn method: every graph's curves against iterations and modelled time
-    (drawn in ``jobs`` workers)."""
-    figures: list[tuple] = []
+    """Per part and drawn method: every graph's curves against iterations and modelled time,
+    a panel per n (drawn in ``jobs`` workers)."""
+    figures: list[tuple[Callable[[], list[Path]]]] = []
+    axes = (
+        ("step", "iterations", "auto", "iterations"),
+        ("model_time", "time", "log", "modelled seconds"),
+    )
     for preset in dict.fromkeys(c.preset for c in cases):
         mine = [r for r in rows if r["problem"] == preset]
         spec = next(iter(next(c for c in cases if c.preset == preset).specs.values()))
         for method in [m for m in study.drawn if any(r["algorithm"] == m for r in mine)]:
             chosen = [r | {"algorithm": r["graph"]} for r in mine if r["algorithm"] == method]
-            for x, what in (("step", "iterations"), ("model_time", "time")):
-                title = (
-                    f"{LABELS.get(method, method)} on {preset.removeprefix('topologies_')}"
-                    f" against {'modelled seconds' if x == 'model_time' else 'iterations'}"
+            drawn = f"{LABELS.get(method, method)} on {preset.removeprefix('topologies_')}"
+            for x, what, scale, words in axes:
+                title = f"{drawn} against {words}"
+                options = {"panel": "agents", "panel_title": "n = {value}", "x": x, "xscale": scale}
+                path = out / f"{preset}_{method}_{what}"
+                figures.append(
+                    (partial(plot_curves, chosen, spec.metric, path, title=title, **options),)
                 )
-                figures.append((chosen, spec.metric, out / f"{preset}_{method}_{what}", x, title))
-    return [file for files in forked_map(jobs, _figure, figures) for file in files]
-
-
-def _figure(rows: list[dict[str, Any]], metric: str, path: Path, x: str, title: str) -> list[Path]:
-    """One figure of the study: every graph's curves, a panel per n."""
-    scale = "log" if x == "model_time" else "auto"
-    return plot_curves(
-        rows,
-        metric,
-        path,
-        panel="agents",
-        panel_title="n = {value}",
-        x=x,
-        xscale=scale,
-        title=title,
-    )
+    return [file for files in forked_map(jobs, operator.call, figures) for file in files]
 
 
 def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from decentopt._renamed import renamed
-from decentopt.analysis import ALPHA
+from decentopt.analysis import ALPHA, mean_se
 from decentopt.experiments import verdicts
 from decentopt.experiments.paired import mean_bound
 from decentopt.experiments.reports import markdown_table
@@ -98,11 +98,14 @@ def tuned(name: str, table: Mapping[str, Final], metric: str) -> str | None:
     """The variant ``name`` stands for: itself, or its grid's member with the best mean final
     ``metric`` among those whose runs all finished (``None``: none did, or none ran)."""
     members = [name] if name in table else grids(list(table)).get(name, [])
-    finished = [m for m in members if table[m].finished]
-    if not finished:
-        return None
-    sign = 1.0 if higher_is_better(metric) else -1.0
-    return max(finished, key=lambda m: sign * table[m].mean)
+    rank = final_rank(table, metric)
+    return min((m for m in members if m in rank), key=rank.__getitem__, default=None)
+
+
+def final_rank(table: Mapping[str, Final], metric: str) -> dict[str, float]:
+    """Each variant whose runs all finished by its mean final ``metric``, the best lowest."""
+    sign = -1.0 if higher_is_better(metric) else 1.0
+    return {label: sign * final.mean for label, final in table.items() if final.finished}
 
 
 def _megabytes(value: float) -> str:
@@ -127,7 +130,8 @@ def _compare(
     comparisons: int,
 ) -> tuple[bool | None, str]:
     """One comparison of ``matches_at_bytes`` (the module docstring) and its evidence."""
-    (a_label, a), (b_label, b) = mine, theirs
+    a_label, a = mine
+    b_label, b = theirs
     said = (
         f"{_name(a_label)} {a.mean:.4g} at {_megabytes(a.bytes_per_agent)} vs "
         f"{_name(b_label)} {b.mean:.4g} at {_megabytes(b.bytes_per_agent)}"
@@ -202,12 +206,10 @@ def final_table(rows: Rows, labels: Sequence[str], metric: str) -> str:
         if label not in table:
             continue
         values = np.array(list(table[label].values.values()))
+        mean, se = mean_se(values)
+        reached = f"{mean:.4f}" + ("" if np.isnan(se) else f" ± {se:.1g}")
         if not table[label].finished:
             reached = f"diverged in {int((~np.isfinite(values)).sum())}/{values.size} runs"
-        elif values.size > 1:
-            reached = f"{values.mean():.4f} ± {values.std(ddof=1) / np.sqrt(values.size):.1g}"
-        else:
-            reached = f"{values.mean():.4f}"
         cells = [_megabytes(table[label].bytes_per_agent), f"{rounds[label]:.0f}"]
         body.append([_name(label), reached, *cells, "best of its grid" if label in best else ""])
     header = ["variant", f"final {metric}", "bytes per agent", "rounds", "tuned"]
