@@ -150,3 +150,10 @@ def test_batched_runs_give_each_run_the_rows_it_has_alone(tmp_path):
     fit = load_spec(write(tmp_path, text.replace("runs = 3", "runs = 3\n"), "f.toml"))
     params = dataclasses.replace(fit.params, runs_per_batch=0)
     assert params.run_groups(3, 4) == [(0, 1, 2)]  # a tiny model: every run fits at once
+
+
+def test_a_topology_of_another_size_is_refused_as_simulate_refuses_it():
+    shards = (np.arange(45), np.arange(45, 90))
+    problem = NeuralProblem(tiny_cnn(), toy_data(), shards, batch_size=10)
+    with pytest.raises(ValueError, match=r"n = 3 agents but the problem has n = 2; build both"):
+        train(dopt.algorithms.make("dsgd", lr=0.1), problem, dopt.topology.ring(3), epochs=1)

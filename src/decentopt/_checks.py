@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["PROBLEM_DTYPES", "as_count", "as_real", "check_problem_dtype", "unknown_name"]
+__all__ = [
+    "PROBLEM_DTYPES",
+    "as_count",
+    "as_real",
+    "check_problem_dtype",
+    "same_agents",
+    "unknown_name",
+]
 
 
 def _scalar(value: Any) -> Any:
@@ -75,3 +82,12 @@ def check_problem_dtype(dtype: Any, owner: str) -> torch.dtype:
             "(half precision lacks the linear-algebra routines these problems need)"
         )
     return dtype
+
+
+def same_agents(topology: Any, problem: Any) -> None:
+    """Refuse, in one line naming the fix, a topology and a problem of different sizes."""
+    if topology.n != problem.n:
+        raise ValueError(
+            f"the topology has n = {topology.n} agents but the problem has n = {problem.n}; "
+            "build both with the same number of agents"
+        )

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import torch
 
-from decentopt._checks import as_count
+from decentopt._checks import as_count, same_agents
 from decentopt.algorithms.base import Algorithm
 from decentopt.driver import Result, RunOptions, TimeModel, check_gradient, run_loop, timed
 from decentopt.driver.timeline import simulated_communicator
@@ -68,11 +68,7 @@ def _checked(
 ) -> tuple[Plan, int]:
     """:func:`simulate`'s plan of steps and seed, once its arguments agree; else a
     ValueError naming the fix."""
-    if topology.n != problem.n:
-        raise ValueError(
-            f"the topology has n = {topology.n} agents but the problem has n = {problem.n}; "
-            "build both with the same number of agents"
-        )
+    same_agents(topology, problem)
     iterations = as_count(iterations, "simulate: iterations")
     seed = as_count(seed, "simulate: seed")
     if not blowup > 1:

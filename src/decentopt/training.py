@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from decentopt._checks import same_agents
 from decentopt.algorithms.base import Algorithm
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.communicator import Communicator
@@ -55,10 +56,7 @@ def train(
     ends the call early (as an interruption would), for tests.
     """
     if isinstance(network, Graph | TopologySchedule):
-        if network.n != problem.n:
-            raise ValueError(
-                f"the topology has n = {network.n} agents but the problem has n = {problem.n}"
-            )
+        same_agents(network, problem)
         network = SimulatedCommunicator(network)
     if epochs < 1 or eval_every < 1:
         raise ValueError("epochs and eval_every must be >= 1")
