@@ -29,6 +29,7 @@ measurement is computed again only when its settings change.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -170,10 +171,12 @@ TRANSIENT_EXPONENT = {"ed": -2.0, "edm": -2.0, "dsgt": -3.0, "dsgt_hb": -3.0}
 def _measured_apart(
     store: ResultStore | None, name: str, key: dict[str, Any], compute: Callable[[], np.ndarray]
 ) -> tuple[np.ndarray, bool]:
-    """:func:`measured` (in a worker) and whether the store held it already."""
-    before = 0 if store is None else len(store.kept)
-    values = measured(store, name, key, compute)
-    return values, store is not None and len(store.kept) > before
+    """:func:`measured` on a copy of ``store`` with records of its own (in a worker's process
+    or in this one): the values, and whether the store held them already (the caller notes
+    the unit in ``store``, once)."""
+    apart = None if store is None else dataclasses.replace(store, ran=[], kept=[])
+    values = measured(apart, name, key, compute)
+    return values, apart is not None and bool(apart.kept)
 
 
 def transient_rows(
@@ -211,7 +214,7 @@ def transient_rows(
     for m, zeta0, line in zip(sizes, zeta0s, said, strict=True):
         for name in hps:
             values, kept = next(done)
-            if store is not None:  # the workers' stores are copies: noted here
+            if store is not None:  # the workers noted it in copies of the store
                 (store.kept if kept else store.ran).append(f"transient-ring{m}-{name}")
             sums[name].append(values / zeta0)
         log(line)
