@@ -72,13 +72,13 @@ def test_only_the_projects_own_temporary_files_are_removed(tmp_path):
 
 
 def test_atomic_writes_use_the_projects_prefix(tmp_path, monkeypatch):
+    import tempfile
+
     from decentopt import results
 
     seen = []
-    real = results.tempfile.mkstemp
-    monkeypatch.setattr(
-        results.tempfile, "mkstemp", lambda **kw: seen.append(kw["prefix"]) or real(**kw)
-    )
+    real = tempfile.mkstemp
+    monkeypatch.setattr(tempfile, "mkstemp", lambda **kw: seen.append(kw["prefix"]) or real(**kw))
     results.write_text_atomic(tmp_path / "summary.md", "x")
     assert seen and seen[0].startswith(results.TEMP_PREFIX)
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, TypeVar
 
 from decentopt._checks import unknown_name
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "check_name"]
 
 T = TypeVar("T")
 
@@ -25,6 +25,18 @@ def _origin(entry: object) -> str:
     module = getattr(entry, "__module__", None)
     name = getattr(entry, "__qualname__", None)
     return f" ({module}.{name})" if module and name else ""
+
+
+def check_name(name: object, subject: str, example: str) -> str:
+    """``name`` if it is lower-case letters, digits and ``_`` (what names are looked up
+    case-insensitively by), else a one-line ``ValueError``: ``subject`` (who must have such a
+    name), the rule, ``example`` of a good one and what was given."""
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(
+            f"{subject} lower-case letters, digits and '_' (names are looked up "
+            f"case-insensitively), e.g. {example}; got {name!r}"
+        )
+    return name
 
 
 class Registry(dict[str, T]):
@@ -42,11 +54,7 @@ class Registry(dict[str, T]):
 
     def add(self, name: str, entry: T) -> T:
         """Register ``entry`` under ``name`` (lower-case letters, digits and ``_``)."""
-        if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-            raise ValueError(
-                f"a {self.what}'s name is lower-case letters, digits and '_' (looked up "
-                f'case-insensitively), e.g. "my_{self.what.split()[-1]}"; got {name!r}'
-            )
+        check_name(name, f"a {self.what}'s name is", f'"my_{self.what.split()[-1]}"')
         if name in self:
             raise ValueError(
                 f"a {self.what} named {name!r} is already registered{_origin(self[name])}; "

@@ -149,13 +149,17 @@ def check_fields(obj: Any, who: str) -> None:
 
 
 @contextlib.contextmanager
-def prefixed(owner: str) -> Iterator[None]:
-    """A ``TypeError`` or ``ValueError`` of the block said as ``owner``'s (``choco: unknown
-    compression ...``), of the same type, in one line without the frames inside."""
+def prefixed(
+    owner: str,
+    errors: type[Exception] | tuple[type[Exception], ...] = (TypeError, ValueError),
+    into: type[Exception] | None = None,
+) -> Iterator[None]:
+    """The block's ``errors`` said as ``owner``'s (``choco: unknown compression ...``), in one
+    line without the frames inside: of the same type, or ``into`` (a :class:`ConfigError`)."""
     try:
         yield
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{owner}: {exc}") from None
+    except errors as exc:
+        raise (into or type(exc))(f"{owner}: {exc}") from None
 
 
 def _kind(hint: Any) -> str:

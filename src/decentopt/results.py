@@ -9,16 +9,14 @@ only those are swept away by the next run on the folder.
 from __future__ import annotations
 
 import csv
-import errno
 import operator
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from decentopt._process import alive
+from decentopt._process import TEMP_PREFIX, alive, atomic_file, temporary_file
 
 try:  # POSIX: the lock is an OS file lock, released by the kernel when its holder dies
     import fcntl
@@ -35,20 +33,9 @@ __all__ = [
     "write_text_atomic",
 ]
 
-#: Prefix of every temporary file the project writes (then renames or removes).
-TEMP_PREFIX = ".decentopt-"
-
 
 class FolderBusy(RuntimeError):
     """Another live process holds the output folder's lock."""
-
-
-def temporary_file(path: Path) -> tuple[int, str]:
-    """``mkstemp`` beside ``path`` under the project's prefix; the name part is cut short so
-    that the temporary name never exceeds the file system's limit when ``path`` does not."""
-    return tempfile.mkstemp(
-        dir=path.parent, prefix=f"{TEMP_PREFIX}{path.name[:40]}.", suffix=".tmp"
-    )
 
 
 def _busy(folder: Path, lock: Path, pid: int | str) -> FolderBusy:
@@ -129,38 +116,6 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
         os.close(fd)
 
 
-@contextmanager
-def _atomic(path: str | Path, newline: str | None = None) -> Iterator[TextIO]:
-    """Open a temporary file beside ``path``; on success it replaces ``path`` atomically.
-    A refusal of the file system is an ``OSError`` naming ``path``, not the temporary file."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = temporary_file(path)
-    except OSError as exc:
-        raise _naming(exc, path) from exc
-    try:
-        with os.fdopen(fd, "w", newline=newline) as fh:
-            yield fh
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # as open() would create it (mkstemp makes 0600)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise _naming(exc, path) from exc
-        raise
-
-
-def _naming(exc: OSError, path: Path) -> OSError:
-    """``exc`` about ``path``: a folder where the file goes, or a name too long, said so."""
-    if path.is_dir():
-        return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    where = exc.filename if exc.errno == errno.ENAMETOOLONG and exc.filename else path
-    return type(exc)(exc.errno, exc.strerror or str(exc), str(where))
-
-
 def _csv_lines(rows: list[Mapping[str, Any]], fields: list[str], fh: TextIO) -> None:
     """``csv.DictWriter(fh, fields)``'s header and rows, byte for byte: the cells go to the
     C writer as tuples taken by one ``itemgetter``; a row whose keys differ from the
@@ -188,14 +143,14 @@ def write_csv_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Pat
     rows = list(rows)
     if not rows:
         raise ValueError(f"no rows to write to {path}")
-    with _atomic(path, newline="") as fh:
+    with atomic_file(path, newline="") as fh:
         _csv_lines(rows, list(dict.fromkeys(k for r in rows for k in r)), fh)
     return Path(path)
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write a text file atomically."""
-    with _atomic(path) as fh:
+    with atomic_file(path) as fh:
         fh.write(text)
     return Path(path)
 

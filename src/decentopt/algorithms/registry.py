@@ -9,12 +9,11 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from decentopt._checks import unknown_name
-from decentopt._registry import Registry
+from decentopt._registry import Registry, check_name
 from decentopt._schema import prefixed, read_call
 from decentopt.algorithms.base import HyperParams
 from decentopt.algorithms.gossips import GOSSIPS, Exact, Gossip, parse
@@ -118,13 +117,11 @@ def register(cls: T) -> T:
     """Class decorator: add an update rule under its ``name`` class attribute (a one-line
     error names what a new class lacks, or the class that holds its name)."""
     who = cls.__qualname__
-    name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise ValueError(
-            f"{who}: the name class attribute must be lower-case letters, digits and '_' "
-            f'(names are looked up case-insensitively), e.g. name: ClassVar[str] = "my_method"; '
-            f"got {name!r}"
-        )
+    name = check_name(
+        getattr(cls, "name", None),
+        f"{who}: the name class attribute must be",
+        'name: ClassVar[str] = "my_method"',
+    )
     if "__dataclass_fields__" not in cls.__dict__:
         raise TypeError(
             f"{who}: decorate it with @dataclass(frozen=True) below @register (its "

@@ -16,21 +16,21 @@ different steps or from corrupt state. ``DIR`` must be visible to every rank.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import hashlib
 import json
-import os
 import re
 import shutil
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 import torch.distributed as dist
 
-from decentopt.results import temporary_file
+from decentopt._process import atomic_file
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "load_latest", "save_checkpoint"]
 
@@ -57,8 +57,8 @@ class _HashingFile:
     """A binary file that hashes what is written through it: a checkpoint's SHA-256 costs
     no second read of a file that can be gigabytes (16 VGG-11s with their EDM state)."""
 
-    def __init__(self) -> None:
-        self.file: Any = None
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
         self.sha256 = hashlib.sha256()
 
     def write(self, data: Any) -> int:
@@ -68,25 +68,16 @@ class _HashingFile:
     def flush(self) -> None:
         self.file.flush()
 
-    def save(self, payload: dict[str, Any], path: str) -> None:
-        """``torch.save`` into ``path``, hashing the bytes written."""
-        with open(path, "wb") as self.file:
-            torch.save(payload, self)
 
-
-def _write_atomic(path: Path, write: Callable[[str], None]) -> None:
-    """Write through a temporary file; any failure (a full disk) is an ``OSError`` naming
-    ``path``, and leaves neither the temporary file nor a partial ``path``."""
-    fd, tmp = temporary_file(path)
-    os.close(fd)
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[IO[bytes]]:
+    """A binary file that replaces ``path`` atomically, private to its owner (``0600``); any
+    failure (a full disk) is an ``OSError`` naming ``path``, and leaves neither the temporary
+    file nor a partial ``path``."""
     try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if not isinstance(exc, OSError | RuntimeError):
-            raise
-        # torch.save reports a failed write as a RuntimeError
+        with atomic_file(path, "wb", permissions=0o600) as file:
+            yield file
+    except (OSError, RuntimeError) as exc:  # torch.save reports a failed write as a RuntimeError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         code, why = (exc.errno, exc.strerror) if isinstance(exc, OSError) else (errno.EIO, first)
         raise OSError(code, f"writing a checkpoint failed ({why})", str(path)) from exc
@@ -109,14 +100,13 @@ def save_checkpoint(
     rank = _rank()
     wait = barrier or (lambda _: dist.barrier() if dist.is_initialized() else None)
     folder = _step_dir(root, step)
-    folder.mkdir(parents=True, exist_ok=True)
     data = folder / f"rank{rank}.pt"
-    sink = _HashingFile()
-    _write_atomic(data, lambda tmp: sink.save(payload, tmp))
+    with _writing(data) as file:
+        sink = _HashingFile(file)
+        torch.save(payload, sink)
     manifest = {"file": data.name, "bytes": data.stat().st_size, "sha256": sink.sha256.hexdigest()}
-    _write_atomic(
-        folder / f"rank{rank}.json", lambda tmp: Path(tmp).write_text(json.dumps(manifest))
-    )
+    with _writing(folder / f"rank{rank}.json") as file:
+        file.write(json.dumps(manifest).encode())
     wait("checkpoint written")
     if rank == 0:
         (folder / _MARKER).touch()

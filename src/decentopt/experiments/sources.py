@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from decentopt._schema import ConfigError
+from decentopt._schema import ConfigError, prefixed
 
 __all__ = [
     "PAPER_PRESETS",
@@ -58,15 +57,11 @@ def too_deep(where: object) -> ConfigError:
     )
 
 
-@contextmanager
 def naming(
     where: str, errors: type[Exception] | tuple[type[Exception], ...] = ValueError
-) -> Iterator[None]:
+) -> AbstractContextManager[None]:
     """The block's ``errors`` as one :class:`ConfigError` line that names ``where`` first."""
-    try:
-        yield
-    except errors as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+    return prefixed(where, errors, ConfigError)
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

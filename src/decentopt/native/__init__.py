@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 
+from decentopt._process import atomic_file
 from decentopt.native import build
 
 __all__ = [
@@ -274,10 +275,8 @@ def cached_library() -> tuple[Library | None, str]:
                 record = {"sha256": _digest(built), "bytes": built.stat().st_size}
                 os.chmod(built, 0o700)
                 os.replace(built, target)  # atomic: concurrent builds cannot half-write it
-                note = Path(tmp) / manifest.name
-                note.write_text(json.dumps(record))
-                os.chmod(note, 0o600)
-                os.replace(note, manifest)
+            with atomic_file(manifest, permissions=0o600) as note:
+                note.write(json.dumps(record))
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             return None, f"building the native kernels with {compiler[0]} failed: {exc}"
         problem = _verify(target, manifest)

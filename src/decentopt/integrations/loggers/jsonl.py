@@ -10,10 +10,10 @@ with ``resumed_from`` opens the continuation, so that each step appears once.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import IO, Any
 
+from decentopt._process import atomic_file
 from decentopt.integrations.loggers.base import Logger, RunInfo, safe_name
 
 __all__ = ["JsonLinesLogger", "read_jsonl"]
@@ -40,15 +40,12 @@ class JsonLinesLogger(Logger):
     def start(self, run: RunInfo) -> None:
         group = self.folder / safe_name(run.group) if run.group else self.folder
         path = group / f"{safe_name(run.name)}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
         if run.resumed_from and path.exists():
             before = read_jsonl(path)
             kept = [e for e in before if e.get("step", 0) <= run.resumed_from]
-        tmp = path.with_suffix(".jsonl.tmp")
-        with tmp.open("w") as f:  # the kept lines, replaced in one rename
+        with atomic_file(path) as f:  # the kept lines, replaced in one rename
             f.writelines(json.dumps(e) + "\n" for e in kept if e.get("event") != "finish")
-        os.replace(tmp, path)
         self.file = path.open("a")
         self.write(
             {"event": "start", "run": run.name, "group": run.group, "params": run.params}
