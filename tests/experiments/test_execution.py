@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -95,6 +96,19 @@ def test_a_pool_stops_its_busy_workers_at_once():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert futures[2].cancelled()
+
+
+def test_a_task_that_cannot_be_sent_fails_alone_and_its_worker_serves_the_next():
+    from decentopt.experiments.execution import ForkPool
+
+    pool = ForkPool(1)
+    try:
+        unsendable = pool.submit(_sleep, threading.Lock())  # a lock cannot be pickled
+        with pytest.raises(TypeError, match="pickle"):
+            unsendable.result(timeout=30)
+        assert pool.submit(_sleep, 0).result(timeout=30) == pool._pool[0].pid
+    finally:
+        pool.shutdown()
 
 
 def test_a_rerun_names_at_most_a_few_of_the_units_it_keeps():

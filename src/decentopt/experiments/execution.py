@@ -156,7 +156,8 @@ class ForkPool(Executor):
                 task.future.set_exception(WorkerDied(process.pid, process.exitcode))
                 break
             except Exception as exc:  # the task cannot be pickled
-                ok, value = False, exc
+                task.future.set_exception(exc)
+                continue
             if ok:
                 task.future.set_result(value)
             else:
