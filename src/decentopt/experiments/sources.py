@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import sys
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from decentopt._schema import ConfigError, prefixed
+from decentopt._schema import ConfigError
 
 __all__ = [
     "PAPER_PRESETS",
@@ -55,13 +54,6 @@ def too_deep(where: object) -> ConfigError:
         f"{where}: values are nested too deeply (arrays or tables within each other hundreds "
         "of times); a specification nests a few levels"
     )
-
-
-def naming(
-    where: str, errors: type[Exception] | tuple[type[Exception], ...] = ValueError
-) -> AbstractContextManager[None]:
-    """The block's ``errors`` as one :class:`ConfigError` line that names ``where`` first."""
-    return prefixed(where, errors, ConfigError)
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from decentopt import algorithms, plugins, topology
 from decentopt._checks import unknown_name
-from decentopt._schema import ConfigError, bounded, parse
+from decentopt._schema import ConfigError, bounded, parse, prefixed
 from decentopt.comm.cost import NetworkModel
 from decentopt.driver.timeline import TimeModel, staleness
 from decentopt.experiments import kinds, sources
@@ -199,7 +199,7 @@ class RunSpec(_Shared):
             )
         if "seed" in inspect.signature(topology.REGISTRY[name]).parameters:
             spec.setdefault("seed", self.seeds.graph)
-        with sources.naming(f"{self.source} {table} ({name})", (TypeError, ValueError)):
+        with prefixed(f"{self.source} {table} ({name})", into=ConfigError):
             network = _built(name, self.agents, json.dumps(spec, sort_keys=True))
         if network.n != self.agents:
             options = ", ".join(f"{k} = {v!r}" for k, v in spec.items())
@@ -307,10 +307,10 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
             f"{source}: the problem kind {top.problem!r} ({kind.__name__}) lacks "
             f"{', '.join(missing)} of decentopt.experiments.kinds.ProblemSpec; add them"
         )
-    with sources.naming(f"{source} [problem_params]"):
+    with prefixed(f"{source} [problem_params]", ValueError, ConfigError):
         params.check(top.iterations)
     topo = dict(top.topology)
-    with sources.naming(f"{source} [topology]"):
+    with prefixed(f"{source} [topology]", ValueError, ConfigError):
         topology.check_arguments(topo.get("name"), {k: v for k, v in topo.items() if k != "name"})
     metric = top.metric or kind.metrics[0]
     for m in (metric, *top.also_report):
@@ -318,11 +318,11 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
             raise ConfigError(f"{source}: {unknown_name('metric', m, kind.metrics)}")
     trained = params.panel is None  # a training run: judged on its final values
     claims = parse_claims(top.claims, source, reads="finals" if trained else "panel")
-    with sources.naming(f"{source} [logging]"):
+    with prefixed(f"{source} [logging]", ValueError, ConfigError):
         loggers.check_table(top.logging)
     base = Path(source).parent if Path(source).is_file() else None
     for plugin in top.plugins:  # users' methods (modules, or files beside it) come first
-        with sources.naming(f"{source} plugins", plugins.PluginError):
+        with prefixed(f"{source} plugins", plugins.PluginError, ConfigError):
             plugins.load(plugin, base=base)
     shared = {f.name: getattr(top, f.name) for f in dataclasses.fields(_Shared)}
     spec = RunSpec(

@@ -11,8 +11,7 @@ from typing import Any
 
 from decentopt import algorithms, topology
 from decentopt._checks import unknown_name
-from decentopt._schema import ConfigError
-from decentopt.experiments.sources import naming
+from decentopt._schema import ConfigError, prefixed
 
 __all__ = ["Variant", "check_labels", "rounds_as_gossip", "variants"]
 
@@ -77,7 +76,7 @@ def variants(tables: dict[str, Any], defaults: dict[str, Any], source: str) -> d
             args = ", ".join(f"{k}={v}" for k, v in point.items())
             name = f"{label}({args})" if point else label
             variant = Variant(name, method, merged | point, graph)
-            with naming(where, (TypeError, ValueError)):
+            with prefixed(where, into=ConfigError):
                 variant.make()
             out[name] = variant
     unused = sorted(set(defaults) - used)
@@ -123,7 +122,7 @@ def _own_topology(value: Any, where: str) -> dict[str, Any] | None:
             f'topology = "chain" or topology = {{name = "random_directed", p = 0.2}}; '
             f"found {value!r}"
         )
-    with naming(f"{where} topology"):
+    with prefixed(f"{where} topology", ValueError, ConfigError):
         topology.check_arguments(table["name"], {k: v for k, v in table.items() if k != "name"})
     return dict(table)
 
