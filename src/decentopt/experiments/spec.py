@@ -187,7 +187,9 @@ class RunSpec(_Shared):
         the fix."""
         spec = dict(self.topology_of(label))
         table = "[topology]" if spec == self.topology else f"[algorithms.{label}] topology"
-        name = spec.pop("name")
+        name = spec.pop("name", None)
+        with prefixed(f"{self.source} {table}", ValueError, ConfigError):
+            topology.check_arguments(name, spec)
         need = build_bytes(name, self.agents, spec)
         room = available_memory()
         if room is not None and need * MEMORY_MARGIN > room:  # refused before it is built
@@ -268,8 +270,9 @@ def _check_graphs(spec: RunSpec) -> None:
     cannot run on (relaying needs a tree, exact gossip a symmetric graph, ...)."""
     for label, variant in spec.algorithms.items():
         method = variant.make()
-        try:  # each graph is built once (:func:`_built`)
-            algorithms.check_network(method, spec.build_topology(label))
+        network = spec.build_topology(label)  # each graph is built once (:func:`_built`)
+        try:
+            algorithms.check_network(method, network)
         except ValueError as exc:
             tree = "chain" if "tree" in method.needs else "ring"
             example = "directed_ring" if "symmetric" not in method.needs else tree
@@ -309,9 +312,6 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
         )
     with prefixed(f"{source} [problem_params]", ValueError, ConfigError):
         params.check(top.iterations)
-    topo = dict(top.topology)
-    with prefixed(f"{source} [topology]", ValueError, ConfigError):
-        topology.check_arguments(topo.get("name"), {k: v for k, v in topo.items() if k != "name"})
     metric = top.metric or kind.metrics[0]
     for m in (metric, *top.also_report):
         if m not in kind.metrics:
@@ -326,14 +326,14 @@ def validate(raw: dict[str, Any], source: str = "<config>") -> RunSpec:
             plugins.load(plugin, base=base)
     shared = {f.name: getattr(top, f.name) for f in dataclasses.fields(_Shared)}
     spec = RunSpec(
-        **shared | {"name": top.name or Path(source).stem, "topology": topo, "metric": metric},
+        **shared | {"name": top.name or Path(source).stem, "metric": metric},
         params=params,
         algorithms=variants(top.algorithms, top.defaults, source),
         claims=claims,
         source=source,
     )
     _warn_of_days(spec)
-    spec.build_topology()  # every option checked now, with the file and table named
+    spec.build_topology()  # every option checked, with the file and table named
     _check_graphs(spec)
     return spec
 

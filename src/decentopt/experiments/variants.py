@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from decentopt import algorithms, topology
+from decentopt import algorithms
 from decentopt._checks import unknown_name
 from decentopt._schema import ConfigError, prefixed
 
@@ -122,8 +122,6 @@ def _own_topology(value: Any, where: str) -> dict[str, Any] | None:
             f'topology = "chain" or topology = {{name = "random_directed", p = 0.2}}; '
             f"found {value!r}"
         )
-    with prefixed(f"{where} topology", ValueError, ConfigError):
-        topology.check_arguments(table["name"], {k: v for k, v in table.items() if k != "name"})
     return dict(table)
 
 
