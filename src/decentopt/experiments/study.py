@@ -70,11 +70,10 @@ class Study:
         """Every part, loaded and checked before anything runs. ``--only``: each label must
         name a variant of some part, and a part runs the ones it has."""
         specs = [how.load(self.spec_path(p)) for p in self.specs]
-        only = how.only
-        if only is None:
+        if how.only is None:
             return specs
-        check_labels(only, list(dict.fromkeys(x for spec in specs for x in spec.algorithms)))
-        chosen = [spec.present(only) for spec in specs]
+        check_labels(how.only, list(dict.fromkeys(x for spec in specs for x in spec.algorithms)))
+        chosen = [spec.present(how.only) for spec in specs]
         return [spec.select(labels) for spec, labels in zip(specs, chosen, strict=True) if labels]
 
 

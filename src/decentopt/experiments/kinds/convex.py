@@ -39,8 +39,7 @@ class ConvexSpec:
 
     def iterate_bytes(self, *, agents: int, runs: int) -> float:
         """One ``(n, columns, d)`` iterate: every agent, run and panel level."""
-        width = 4 if self.dtype == "float32" else 8
-        return width * agents * runs * len(self.levels()) * self.d
+        return getattr(torch, self.dtype).itemsize * agents * runs * len(self.levels()) * self.d
 
     def check(self, iterations: int | None) -> None:
         if iterations is None:
@@ -110,7 +109,7 @@ class QuadraticSpec(ConvexSpec):
         d = self.d
         p = self.p
         cols = runs * len(self.c)
-        w = 4 if self.dtype == "float32" else 8
+        w = getattr(torch, self.dtype).itemsize
         gram = n * runs * d * d * w  # the per-agent Gram matrices of x*, all repetitions
         if gram > GRAM_BYTES:
             gram = n * d * d * w  # ... or one repetition at a time

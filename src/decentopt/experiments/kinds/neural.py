@@ -98,7 +98,7 @@ class NeuralSpec:
     def iterate_bytes(self, *, agents: int, runs: int) -> float:
         """Every agent's parameters, of every run of a group."""
         params = sum(p.numel() for p in make_model(self.model).parameters())
-        return (8 if self.dtype == "float64" else 4) * agents * runs * params
+        return getattr(torch, self.dtype).itemsize * agents * runs * params
 
     def check(self, iterations: int | None) -> None:
         try:
