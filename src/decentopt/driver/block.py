@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ import torch
 from decentopt.comm.mixers import MixerUnavailable, NativeMixer
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.problems.base import BlockProblem
+from decentopt.updates import KINDS
 
 if TYPE_CHECKING:
     from decentopt.algorithms.method import Method
@@ -65,9 +67,6 @@ PATHS = ("auto", "native", "block", "step")
 #: A block holds at most this many bytes of noise terms (one state's worth per step):
 #: large states take short blocks, where a step's own cost hides the loop's anyway.
 BLOCK_BYTES = 16 << 20
-#: The names the native loop gives the tensors each fused update reads besides ``x`` and
-#: the gradient, in order (a rule's declaration names its own fields for them).
-ROLES = {"descend": (), "momentum_descend": ("m",), "correct": ("psi",), "edm": ("psi", "m")}
 
 
 def check_gradient(grad: object, x: torch.Tensor, owner: str) -> None:
@@ -122,9 +121,10 @@ def _method(algorithm: Any) -> str:
     return f"method {algorithm.name} ({where})"
 
 
-#: What the native path runs with: the mixer, the method's fused update, the problem's
-#: terms laid out in panels, the runs per panel, whether the noise factor is triangular.
-Native = tuple[NativeMixer, "FusedPlan", tuple[torch.Tensor, ...], int, bool]
+#: What the native path runs with: the C loop with everything but the state, the noise and
+#: the step sizes given (``NativeMixer.quadratic_steps``), and the state's field of each
+#: tensor the loop takes, by the loop's name for it.
+Native = tuple[Callable[..., dict[str, torch.Tensor]], dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -182,27 +182,14 @@ class BlockRunner:
         self, state: Any, start: int, stop: int, z: torch.Tensor | None, timing: list[float]
     ) -> Any:
         assert self.native is not None
-        mixer, plan, terms, runs, lower = self.native
+        steps, fields = self.native
         t0 = time.perf_counter()
-        roles = dict(zip(ROLES[plan.kind], plan.fields, strict=True))
         tensors = state.tensors()
-        fields = {"x": state.x, **{role: tensors[f] for role, f in roles.items()}}
         alphas = [float(self.algorithm.lr_at(t)) for t in range(start, stop)]
-        out = mixer.quadratic_steps(
-            plan.kind,
-            (plan.nesterov, plan.dampening),
-            fields,
-            terms,
-            z,
-            alphas,
-            plan.beta,
-            runs,
-            lower,
-        )
+        out = steps({k: tensors[f] for k, f in fields.items()}, noise=z, alphas=alphas)
         self.comm.add_rounds(stop - start, state.x[0].numel() * state.x.element_size())
         timing[1] += time.perf_counter() - t0
-        renamed = {roles.get(k, k): v for k, v in out.items()}
-        return state.replace(**renamed, t=stop)
+        return state.replace(**{fields[k]: v for k, v in out.items()}, t=stop)
 
 
 def _from_terms(
@@ -235,8 +222,16 @@ def _native_parts(
         return None, f"{algorithm.name} declares no fused update that is its whole step"
     F = terms[1]
     runs = mixer.panel_runs(tuple(state.x.shape), F.shape[-1], state.x.element_size())
-    lower = F.shape[-1] == F.shape[-2] and bool((F.triu(1) == 0).all())
-    return (mixer, plan, tuple(mixer.panels(t, runs) for t in terms), runs, lower), ""
+    steps = partial(
+        mixer.quadratic_steps,
+        plan.kind,
+        (plan.nesterov, plan.dampening),
+        terms=tuple(mixer.panels(t, runs) for t in terms),
+        beta=plan.beta,
+        runs=runs,
+        lower=F.shape[-1] == F.shape[-2] and bool((F.triu(1) == 0).all()),
+    )
+    return (steps, {"x": "x"} | dict(zip(KINDS[plan.kind][1], plan.fields, strict=True))), ""
 
 
 def choose(
