@@ -244,35 +244,26 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def _flat_state(self, alg: Any, params: list, step: int) -> Any:
         """The bucket's flat state from its parameters' saved pieces (fresh ones as at
-        ``init``). A coordinate field is ``(1, *lead, P)`` (relayed messages have a lead
-        axis), pieced together along its last axis; an agent field (push-sum weights,
-        ``algorithm.agent_fields``) is one value per agent, the same in every piece."""
+        ``init``): each saved piece copied into its view of a fresh state
+        (:meth:`Bucket.pieces`; an agent field, push-sum weights, whole), in the algorithm's
+        dtype for the field (wider for CHOCO's public copies)."""
         x = torch.cat([p.detach().reshape(-1) for p in params]).unsqueeze(0)
         fresh = alg.init(x.clone(), self.comm)
-        initial = fresh.tensors()
-        parts = {}
-        for name in list(initial)[1:]:  # every field but x (the first)
-            saved = [self.state.get(p, {}).get(name) for p in params]
-            if name in alg.agent_fields:
-                known = next((v for v in saved if v is not None), None)
-                value = initial[name] if known is None else known.detach().unsqueeze(0)
-                parts[name] = value.to(dtype=initial[name].dtype, device=x.device).clone()
-                continue
-            pieces = []
-            at_init = initial[name][0].split([p.numel() for p in params], dim=-1)
-            for p, piece, start in zip(params, saved, at_init, strict=True):
-                if piece is not None:  # else a parameter without state yet: as at init
-                    start = piece.detach().reshape(*piece.shape[: piece.ndim - p.dim()], p.numel())
-                # the algorithm's dtype for the field (wider for CHOCO's public copies)
-                pieces.append(start.to(dtype=initial[name].dtype, device=p.device))
-            if len({piece.shape[:-1] for piece in pieces}) > 1:
-                raise RuntimeError(
-                    f"the saved {name!r} state of these parameters has different shapes "
-                    f"{sorted({tuple(q.shape[:-1]) for q in pieces})}; load a state_dict saved "
-                    "by an optimizer over the same model and algorithm"
-                )
-            parts[name] = torch.cat(pieces, dim=-1).unsqueeze(0)
-        return fresh.replace(x=x, t=step, **parts)
+        own = {k: v.clone() for k, v in fresh.tensors().items() if k != "x"}  # unshared
+        state = fresh.replace(x=x, t=step, **own)
+        for p, views in Bucket(0, params, state, alg).pieces().items():
+            for name, view in views.items():
+                saved = self.state.get(p, {}).get(name)
+                if name == "step" or saved is None:  # a parameter without state yet: as at init
+                    continue
+                if saved.shape != view.shape:
+                    raise RuntimeError(
+                        f"the saved {name!r} state of a parameter of shape {tuple(p.shape)} "
+                        f"is {tuple(saved.shape)}, not {tuple(view.shape)}; load a state_dict "
+                        "saved by an optimizer over the same model and algorithm"
+                    )
+                view.copy_(saved)
+        return state
 
     # ------------------------------------------------------------------- step
     @contextlib.contextmanager
