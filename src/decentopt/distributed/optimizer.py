@@ -236,22 +236,20 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             for (_, _, step), params in kinds.items():
                 for indices in plan_buckets(params, self.bucket_bytes):
                     chosen = [params[i] for i in sorted(indices)]  # rows in model order
-                    state = self._flat_state(alg, chosen, step)
-                    self._buckets.append(Bucket(g, chosen, state, alg))
-                    self.state.update(self._buckets[-1].pieces())
+                    self._buckets.append(self._bucket(g, alg, chosen, step))
         self._layout = self._signature()
 
     @torch.no_grad()
-    def _flat_state(self, alg: Any, params: list, step: int) -> Any:
-        """The bucket's flat state from its parameters' saved pieces (fresh ones as at
-        ``init``): each saved piece copied into its view of a fresh state
-        (:meth:`Bucket.pieces`; an agent field, push-sum weights, whole), in the algorithm's
-        dtype for the field (wider for CHOCO's public copies)."""
+    def _bucket(self, group: int, alg: Any, params: list, step: int) -> Bucket:
+        """A bucket whose flat state is a fresh one (as at ``init``) with the parameters' saved
+        pieces copied into its views (:meth:`Bucket.pieces`, an agent field whole), in the
+        algorithm's dtype for the field (wider for CHOCO's public copies)."""
         x = torch.cat([p.detach().reshape(-1) for p in params]).unsqueeze(0)
         fresh = alg.init(x.clone(), self.comm)
         own = {k: v.clone() for k, v in fresh.tensors().items() if k != "x"}  # unshared
-        state = fresh.replace(x=x, t=step, **own)
-        for p, views in Bucket(0, params, state, alg).pieces().items():
+        bucket = Bucket(group, params, fresh.replace(x=x, t=step, **own), alg)
+        pieces = bucket.pieces()
+        for p, views in pieces.items():
             for name, view in views.items():
                 saved = self.state.get(p, {}).get(name)
                 if name == "step" or saved is None:  # a parameter without state yet: as at init
@@ -263,7 +261,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                         "saved by an optimizer over the same model and algorithm"
                     )
                 view.copy_(saved)
-        return state
+        self.state.update(pieces)
+        return bucket
 
     # ------------------------------------------------------------------- step
     @contextlib.contextmanager
