@@ -140,8 +140,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         if isinstance(algorithm, str):
             alg = algorithms.make(algorithm, **hyperparams)
         else:
-            alg = as_method(algorithm)
-            alg = alg.with_hyperparams(**hyperparams) if hyperparams else alg
+            alg = as_method(algorithm).with_hyperparams(**hyperparams)
         alg = alg if outer is None else alg.with_outer(outer)
         if callable(alg.lr):
             raise ValueError(
@@ -163,8 +162,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._pending: Overlap | None = None
         self._sync = True
         self._agreed: tuple = ()  # the parameter set the ranks last agreed on
-        defaults = {"lr": float(alg.lr), "weight_decay": weight_decay}
-        defaults |= {k: float(alg.hyperparams()[k]) for k in self._tunable[1:]}  # beta
+        defaults = {k: float(alg.hyperparams()[k]) for k in self._tunable}  # lr, beta
+        defaults["weight_decay"] = weight_decay
         super().__init__(params, defaults)  # (refuses an empty parameter list)
         #: an agent of several processes: gradients averaged over them, one starting point
         self._agent = comm if isinstance(comm, AgentGroup) else None

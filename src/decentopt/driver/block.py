@@ -12,8 +12,8 @@ every step when the block is done. Paths (``RunOptions.path``, ``simulate(path=.
   :meth:`~decentopt.comm.mixers.NativeMixer.quadratic_steps`): for a quadratic with
   per-agent Hessians, a method whose step is one fused update of
   :data:`decentopt.updates.KINDS`, as its rule declares it (DSGD, DmSGD, ED, EDM with exact
-  gossip: :func:`fused_plan`) on a circulant graph, a CPU state below
-  ``THREADS_CROSSOVER`` entries (one thread) and ``kernel`` "auto" or "native";
+  gossip: :attr:`~decentopt.algorithms.Method.fused`) on a circulant graph, a CPU state
+  below ``THREADS_CROSSOVER`` entries (one thread) and ``kernel`` "auto" or "native";
 * ``"block"``: the noise of the whole block drawn at once and the gradients from it
   (:class:`~decentopt.problems.base.BlockProblem`: quadratic, logistic), each step the
   method's own ``step``: every method and gossip;
@@ -51,11 +51,9 @@ if TYPE_CHECKING:
 __all__ = [
     "PATHS",
     "BlockRunner",
-    "FusedPlan",
     "check_gradient",
     "check_step",
     "choose",
-    "fused_plan",
 ]
 
 #: State size (entries) from which the loop keeps torch's intra-op threads. Measured on a
@@ -128,29 +126,6 @@ Native = tuple[Callable[..., dict[str, torch.Tensor]], dict[str, str]]
 
 
 @dataclass(frozen=True)
-class FusedPlan:
-    """A method's step as one fused update: its kind, switches, the state field of each
-    tensor it reads besides ``x`` (the kernels' order) and its momentum factor."""
-
-    kind: str
-    nesterov: bool
-    dampening: bool
-    fields: tuple[str, ...]
-    beta: float
-
-
-def fused_plan(algorithm: Method, state: Any = None) -> FusedPlan | None:
-    """The method's step as a :class:`FusedPlan` -- its rule's declared fused update
-    (:attr:`~decentopt.algorithms.Method.fused`), with the step size ``lr_at(t)`` and the
-    other scalar a hyper-parameter of the rule -- or None when it declares none."""
-    fused = algorithm.fused
-    if fused is None or fused.scalars[0] != "lr":
-        return None
-    beta = float(getattr(algorithm.rule, fused.scalars[1])) if len(fused.scalars) > 1 else 0.0
-    return FusedPlan(fused.kind, fused.nesterov, fused.dampening, fused.reads, beta)
-
-
-@dataclass(frozen=True)
 class BlockRunner:
     """Runs steps ``[start, stop)`` of a method on a block problem: ``"block"`` (the method's
     own step on gradients from noise drawn at once) or ``"native"`` (one C call)."""
@@ -217,21 +192,22 @@ def _native_parts(
     why = mixer.supports(state.x.reshape(state.x.shape[0], -1))
     if why:
         return None, why
-    plan = fused_plan(algorithm)
-    if plan is None:
+    fused = algorithm.fused  # scalars: the step size lr_at(t), then one of the rule's fields
+    if fused is None or fused.scalars[0] != "lr":
         return None, f"{algorithm.name} declares no fused update that is its whole step"
+    beta = float(getattr(algorithm.rule, fused.scalars[1])) if len(fused.scalars) > 1 else 0.0
     F = terms[1]
     runs = mixer.panel_runs(tuple(state.x.shape), F.shape[-1], state.x.element_size())
     steps = partial(
         mixer.quadratic_steps,
-        plan.kind,
-        (plan.nesterov, plan.dampening),
+        fused.kind,
+        (fused.nesterov, fused.dampening),
         terms=tuple(mixer.panels(t, runs) for t in terms),
-        beta=plan.beta,
+        beta=beta,
         runs=runs,
         lower=F.shape[-1] == F.shape[-2] and bool((F.triu(1) == 0).all()),
     )
-    return (steps, {"x": "x"} | dict(zip(KINDS[plan.kind][1], plan.fields, strict=True))), ""
+    return (steps, {"x": "x"} | dict(zip(KINDS[fused.kind][1], fused.reads, strict=True))), ""
 
 
 def choose(
