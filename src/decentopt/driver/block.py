@@ -146,25 +146,19 @@ class BlockRunner:
         z = self.problem.draw(stop - start, loop.generator)
         terms = None if self.native is not None else self.problem.noise_terms(z)
         loop.timing[0] += time.perf_counter() - t0
-        if self.native is not None:
-            return self._native(state, start, stop, z, loop.timing)
+        if self.native is not None:  # every step of the block in one C call
+            t0 = time.perf_counter()
+            steps, fields = self.native
+            tensors = state.tensors()
+            alphas = [float(self.algorithm.lr_at(t)) for t in range(start, stop)]
+            out = steps({k: tensors[f] for k, f in fields.items()}, noise=z, alphas=alphas)
+            self.comm.add_rounds(stop - start, state.x[0].numel() * state.x.element_size())
+            loop.timing[1] += time.perf_counter() - t0
+            return state.replace(**{fields[k]: v for k, v in out.items()}, t=stop)
         for s in range(stop - start):
             term = None if terms is None else terms[s]
             state = loop.step(start + s, state, partial(_from_terms, self.problem, term))
         return state
-
-    def _native(
-        self, state: Any, start: int, stop: int, z: torch.Tensor | None, timing: list[float]
-    ) -> Any:
-        assert self.native is not None
-        steps, fields = self.native
-        t0 = time.perf_counter()
-        tensors = state.tensors()
-        alphas = [float(self.algorithm.lr_at(t)) for t in range(start, stop)]
-        out = steps({k: tensors[f] for k, f in fields.items()}, noise=z, alphas=alphas)
-        self.comm.add_rounds(stop - start, state.x[0].numel() * state.x.element_size())
-        timing[1] += time.perf_counter() - t0
-        return state.replace(**{fields[k]: v for k, v in out.items()}, t=stop)
 
 
 def _from_terms(
