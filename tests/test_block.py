@@ -20,7 +20,6 @@ import torch
 import decentopt as dopt
 from decentopt.comm import SimulatedCommunicator
 from decentopt.driver import RunOptions, run_loop
-from decentopt.driver.block import fused_plan
 from decentopt.plan import Plan
 from decentopt.problems.base import normal_block
 from decentopt.schedules import MultiStep
@@ -114,9 +113,7 @@ def test_only_a_single_fused_update_runs_natively():
     with pytest.raises(ValueError, match="path must be one of"):
         dopt.simulate(alg, quadratic(), dopt.topology.ring(8), 5, path="fast")
     edm = dopt.algorithms.make("edm", lr=0.05)
-    state = edm.init(torch.zeros(8, 4, 4))
-    plan = fused_plan(edm, state)
-    assert plan is not None and plan.kind == "edm" and plan.fields == ("psi", "m")
+    assert edm.fused is not None and edm.fused.kind == "edm" and edm.fused.reads == ("psi", "m")
     # a named mixing kernel, a graph that is not circulant: the block path instead
     dense = dopt.simulate(edm, quadratic(), dopt.topology.ring(8), 5, kernel="dense")
     assert dense.path == "block"
@@ -166,8 +163,8 @@ def test_the_native_path_is_chosen_from_the_rules_declaration():
     out by running it)."""
     edm = dopt.algorithms.make("edm", lr=0.05, beta=0.8, nesterov=True)
     mine = AnchoredEDM(lr=0.05, beta=0.8, nesterov=True)
-    plan = fused_plan(dopt.algorithms.as_method(mine))
-    assert plan is not None and plan.fields == ("anchor", "buffer") and plan.nesterov
+    fused = dopt.algorithms.as_method(mine).fused
+    assert fused is not None and fused.reads == ("anchor", "buffer") and fused.nesterov
     silent = SilentEDM(lr=0.05, beta=0.8, nesterov=True)
     paths = ((edm, "native"), (mine, "native"), (silent, "auto"))
     runs = [

@@ -118,15 +118,18 @@ def edm_update(
 
 
 #: The updates the kernels compute, by the kernels' name for them (the order of
-#: :data:`decentopt.native.UPDATE_KINDS`): the reference function and its scalars.
-KINDS: dict[str, tuple[Callable[..., tuple[torch.Tensor, ...]], int]] = {
-    "descend": (descend, 1),
-    "momentum_descend": (momentum_descend, 2),
-    "correct": (correct, 1),
-    "edm": (edm_update, 2),
+#: :data:`decentopt.native.UPDATE_KINDS`): the reference function, the kernels' names of
+#: the state it reads between the iterate and the direction (the built-in rules' fields),
+#: and its scalars; the kinds that take ``beta`` take the momentum switches ``nesterov``
+#: and ``dampening`` too.
+KINDS: dict[
+    str, tuple[Callable[..., tuple[torch.Tensor, ...]], tuple[str, ...], tuple[str, ...]]
+] = {
+    "descend": (descend, (), ("lr",)),
+    "momentum_descend": (momentum_descend, ("m",), ("lr", "beta")),
+    "correct": (correct, ("psi",), ("lr",)),
+    "edm": (edm_update, ("psi", "m"), ("lr", "beta")),
 }
-#: The kinds whose function takes the momentum switches ``nesterov`` and ``dampening``.
-WITH_MOMENTUM = ("momentum_descend", "edm")
 
 
 @dataclass(frozen=True)
@@ -156,9 +159,9 @@ class FusedUpdate:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"no fused update {self.kind!r}; the kinds are {', '.join(KINDS)}")
-        if len(self.scalars) != KINDS[self.kind][1]:
+        if len(self.scalars) != len(KINDS[self.kind][2]):
             raise ValueError(
-                f"the fused update {self.kind!r} takes {KINDS[self.kind][1]} scalar(s); "
+                f"the fused update {self.kind!r} takes {len(KINDS[self.kind][2])} scalar(s); "
                 f"got {self.scalars}"
             )
 
@@ -173,8 +176,8 @@ class FusedUpdate:
         return len(self.reads) + 1
 
     def __call__(self, *args: object) -> tuple[torch.Tensor, ...]:
-        fn = KINDS[self.kind][0]
-        if self.kind in WITH_MOMENTUM:
+        fn, _, scalars = KINDS[self.kind]
+        if "beta" in scalars:
             return fn(*args, nesterov=self.nesterov, dampening=self.dampening)
         return fn(*args)
 
@@ -187,9 +190,7 @@ def _with_momentum_options(
 
 def _declared(kind: str) -> FusedUpdate:
     """The kind with the kernels' own names of what it reads (the built-in rules' fields)."""
-    reads = {"momentum_descend": ("m",), "correct": ("psi",), "edm": ("psi", "m")}
-    scalars = ("lr", "beta") if kind in WITH_MOMENTUM else ("lr",)
-    return FusedUpdate(kind, reads.get(kind, ()), scalars)
+    return FusedUpdate(kind, *KINDS[kind][1:])
 
 
 def _fused_update(fn: Callable[..., object]) -> tuple[FusedUpdate, bool, bool] | None:
@@ -198,7 +199,7 @@ def _fused_update(fn: Callable[..., object]) -> tuple[FusedUpdate, bool, bool] |
         if fn.args or set(fn.keywords) - {"nesterov", "dampening"}:
             return None
         keywords, fn = dict(fn.keywords), fn.func
-    kind = next((k for k, (f, _) in KINDS.items() if f is fn), None)
+    kind = next((k for k, (f, *_) in KINDS.items() if f is fn), None)
     if kind is None:
         return None
     return _declared(kind), bool(keywords.get("nesterov")), bool(keywords.get("dampening", True))
@@ -208,7 +209,7 @@ __getattr__ = renamed(
     "decentopt.updates",
     {
         "FUSED": (
-            lambda: {f: _declared(k) for k, (f, _) in KINDS.items()},
+            lambda: {f: _declared(k) for k, (f, *_) in KINDS.items()},
             "a rule declares its update (FusedUpdate); the kinds are decentopt.updates.KINDS",
         ),
         "fused_update": (

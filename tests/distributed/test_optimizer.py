@@ -75,6 +75,18 @@ def test_state_dict_round_trip_resumes_exactly():
         )
 
 
+def test_a_saved_piece_of_another_shape_is_refused_in_one_line():
+    comm = SimulatedCommunicator(dopt.topology.complete(1))
+    model, x, y = model_and_data()
+    opt = DecentralizedOptimizer(model.parameters(), "edm", comm, lr=0.05, beta=0.9)
+    run(opt, model, x, y, 1)
+    saved = opt.state_dict()
+    saved["state"][0]["m"] = torch.zeros(5)  # the first weight's momentum, (8, 4) in the model
+    fresh = DecentralizedOptimizer(model.parameters(), "edm", comm, lr=0.05, beta=0.9)
+    with pytest.raises(RuntimeError, match=r"'m' state of a parameter of shape \(8, 4\) is \(5,\)"):
+        fresh.load_state_dict(saved)
+
+
 def test_errors():
     comm = SimulatedCommunicator(dopt.topology.complete(1))
     model, _, _ = model_and_data()

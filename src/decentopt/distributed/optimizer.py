@@ -140,8 +140,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         if isinstance(algorithm, str):
             alg = algorithms.make(algorithm, **hyperparams)
         else:
-            alg = as_method(algorithm)
-            alg = alg.with_hyperparams(**hyperparams) if hyperparams else alg
+            alg = as_method(algorithm).with_hyperparams(**hyperparams)
         alg = alg if outer is None else alg.with_outer(outer)
         if callable(alg.lr):
             raise ValueError(
@@ -163,8 +162,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._pending: Overlap | None = None
         self._sync = True
         self._agreed: tuple = ()  # the parameter set the ranks last agreed on
-        defaults = {"lr": float(alg.lr), "weight_decay": weight_decay}
-        defaults |= {k: float(alg.hyperparams()[k]) for k in self._tunable[1:]}  # beta
+        defaults = {k: float(alg.hyperparams()[k]) for k in self._tunable}  # lr, beta
+        defaults["weight_decay"] = weight_decay
         super().__init__(params, defaults)  # (refuses an empty parameter list)
         #: an agent of several processes: gradients averaged over them, one starting point
         self._agent = comm if isinstance(comm, AgentGroup) else None
@@ -236,43 +235,33 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             for (_, _, step), params in kinds.items():
                 for indices in plan_buckets(params, self.bucket_bytes):
                     chosen = [params[i] for i in sorted(indices)]  # rows in model order
-                    state = self._flat_state(alg, chosen, step)
-                    self._buckets.append(Bucket(g, chosen, state, alg))
-                    self.state.update(self._buckets[-1].pieces())
+                    self._buckets.append(self._bucket(g, alg, chosen, step))
         self._layout = self._signature()
 
     @torch.no_grad()
-    def _flat_state(self, alg: Any, params: list, step: int) -> Any:
-        """The bucket's flat state from its parameters' saved pieces (fresh ones as at
-        ``init``). A coordinate field is ``(1, *lead, P)`` (relayed messages have a lead
-        axis), pieced together along its last axis; an agent field (push-sum weights,
-        ``algorithm.agent_fields``) is one value per agent, the same in every piece."""
+    def _bucket(self, group: int, alg: Any, params: list, step: int) -> Bucket:
+        """A bucket whose flat state is a fresh one (as at ``init``) with the parameters' saved
+        pieces copied into its views (:meth:`Bucket.pieces`, an agent field whole), in the
+        algorithm's dtype for the field (wider for CHOCO's public copies)."""
         x = torch.cat([p.detach().reshape(-1) for p in params]).unsqueeze(0)
         fresh = alg.init(x.clone(), self.comm)
-        initial = fresh.tensors()
-        parts = {}
-        for name in list(initial)[1:]:  # every field but x (the first)
-            saved = [self.state.get(p, {}).get(name) for p in params]
-            if name in alg.agent_fields:
-                known = next((v for v in saved if v is not None), None)
-                value = initial[name] if known is None else known.detach().unsqueeze(0)
-                parts[name] = value.to(dtype=initial[name].dtype, device=x.device).clone()
-                continue
-            pieces = []
-            at_init = initial[name][0].split([p.numel() for p in params], dim=-1)
-            for p, piece, start in zip(params, saved, at_init, strict=True):
-                if piece is not None:  # else a parameter without state yet: as at init
-                    start = piece.detach().reshape(*piece.shape[: piece.ndim - p.dim()], p.numel())
-                # the algorithm's dtype for the field (wider for CHOCO's public copies)
-                pieces.append(start.to(dtype=initial[name].dtype, device=p.device))
-            if len({piece.shape[:-1] for piece in pieces}) > 1:
-                raise RuntimeError(
-                    f"the saved {name!r} state of these parameters has different shapes "
-                    f"{sorted({tuple(q.shape[:-1]) for q in pieces})}; load a state_dict saved "
-                    "by an optimizer over the same model and algorithm"
-                )
-            parts[name] = torch.cat(pieces, dim=-1).unsqueeze(0)
-        return fresh.replace(x=x, t=step, **parts)
+        own = {k: v.clone() for k, v in fresh.tensors().items() if k != "x"}  # unshared
+        bucket = Bucket(group, params, fresh.replace(x=x, t=step, **own), alg)
+        pieces = bucket.pieces()
+        for p, views in pieces.items():
+            for name, view in views.items():
+                saved = self.state.get(p, {}).get(name)
+                if name == "step" or saved is None:  # a parameter without state yet: as at init
+                    continue
+                if saved.shape != view.shape:
+                    raise RuntimeError(
+                        f"the saved {name!r} state of a parameter of shape {tuple(p.shape)} "
+                        f"is {tuple(saved.shape)}, not {tuple(view.shape)}; load a state_dict "
+                        "saved by an optimizer over the same model and algorithm"
+                    )
+                view.copy_(saved)
+        self.state.update(pieces)
+        return bucket
 
     # ------------------------------------------------------------------- step
     @contextlib.contextmanager

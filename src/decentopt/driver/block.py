@@ -12,8 +12,8 @@ every step when the block is done. Paths (``RunOptions.path``, ``simulate(path=.
   :meth:`~decentopt.comm.mixers.NativeMixer.quadratic_steps`): for a quadratic with
   per-agent Hessians, a method whose step is one fused update of
   :data:`decentopt.updates.KINDS`, as its rule declares it (DSGD, DmSGD, ED, EDM with exact
-  gossip: :func:`fused_plan`) on a circulant graph, a CPU state below
-  ``THREADS_CROSSOVER`` entries (one thread) and ``kernel`` "auto" or "native";
+  gossip: :attr:`~decentopt.algorithms.Method.fused`) on a circulant graph, a CPU state
+  below ``THREADS_CROSSOVER`` entries (one thread) and ``kernel`` "auto" or "native";
 * ``"block"``: the noise of the whole block drawn at once and the gradients from it
   (:class:`~decentopt.problems.base.BlockProblem`: quadratic, logistic), each step the
   method's own ``step``: every method and gossip;
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ import torch
 from decentopt.comm.mixers import MixerUnavailable, NativeMixer
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.problems.base import BlockProblem
+from decentopt.updates import KINDS
 
 if TYPE_CHECKING:
     from decentopt.algorithms.method import Method
@@ -49,11 +51,9 @@ if TYPE_CHECKING:
 __all__ = [
     "PATHS",
     "BlockRunner",
-    "FusedPlan",
     "check_gradient",
     "check_step",
     "choose",
-    "fused_plan",
 ]
 
 #: State size (entries) from which the loop keeps torch's intra-op threads. Measured on a
@@ -65,9 +65,6 @@ PATHS = ("auto", "native", "block", "step")
 #: A block holds at most this many bytes of noise terms (one state's worth per step):
 #: large states take short blocks, where a step's own cost hides the loop's anyway.
 BLOCK_BYTES = 16 << 20
-#: The names the native loop gives the tensors each fused update reads besides ``x`` and
-#: the gradient, in order (a rule's declaration names its own fields for them).
-ROLES = {"descend": (), "momentum_descend": ("m",), "correct": ("psi",), "edm": ("psi", "m")}
 
 
 def check_gradient(grad: object, x: torch.Tensor, owner: str) -> None:
@@ -122,32 +119,10 @@ def _method(algorithm: Any) -> str:
     return f"method {algorithm.name} ({where})"
 
 
-#: What the native path runs with: the mixer, the method's fused update, the problem's
-#: terms laid out in panels, the runs per panel, whether the noise factor is triangular.
-Native = tuple[NativeMixer, "FusedPlan", tuple[torch.Tensor, ...], int, bool]
-
-
-@dataclass(frozen=True)
-class FusedPlan:
-    """A method's step as one fused update: its kind, switches, the state field of each
-    tensor it reads besides ``x`` (the kernels' order) and its momentum factor."""
-
-    kind: str
-    nesterov: bool
-    dampening: bool
-    fields: tuple[str, ...]
-    beta: float
-
-
-def fused_plan(algorithm: Method, state: Any = None) -> FusedPlan | None:
-    """The method's step as a :class:`FusedPlan` -- its rule's declared fused update
-    (:attr:`~decentopt.algorithms.Method.fused`), with the step size ``lr_at(t)`` and the
-    other scalar a hyper-parameter of the rule -- or None when it declares none."""
-    fused = algorithm.fused
-    if fused is None or fused.scalars[0] != "lr":
-        return None
-    beta = float(getattr(algorithm.rule, fused.scalars[1])) if len(fused.scalars) > 1 else 0.0
-    return FusedPlan(fused.kind, fused.nesterov, fused.dampening, fused.reads, beta)
+#: What the native path runs with: the C loop with everything but the state, the noise and
+#: the step sizes given (``NativeMixer.quadratic_steps``), and the state's field of each
+#: tensor the loop takes, by the loop's name for it.
+Native = tuple[Callable[..., dict[str, torch.Tensor]], dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -171,38 +146,19 @@ class BlockRunner:
         z = self.problem.draw(stop - start, loop.generator)
         terms = None if self.native is not None else self.problem.noise_terms(z)
         loop.timing[0] += time.perf_counter() - t0
-        if self.native is not None:
-            return self._native(state, start, stop, z, loop.timing)
+        if self.native is not None:  # every step of the block in one C call
+            t0 = time.perf_counter()
+            steps, fields = self.native
+            tensors = state.tensors()
+            alphas = [float(self.algorithm.lr_at(t)) for t in range(start, stop)]
+            out = steps({k: tensors[f] for k, f in fields.items()}, noise=z, alphas=alphas)
+            self.comm.add_rounds(stop - start, state.x[0].numel() * state.x.element_size())
+            loop.timing[1] += time.perf_counter() - t0
+            return state.replace(**{fields[k]: v for k, v in out.items()}, t=stop)
         for s in range(stop - start):
             term = None if terms is None else terms[s]
             state = loop.step(start + s, state, partial(_from_terms, self.problem, term))
         return state
-
-    def _native(
-        self, state: Any, start: int, stop: int, z: torch.Tensor | None, timing: list[float]
-    ) -> Any:
-        assert self.native is not None
-        mixer, plan, terms, runs, lower = self.native
-        t0 = time.perf_counter()
-        roles = dict(zip(ROLES[plan.kind], plan.fields, strict=True))
-        tensors = state.tensors()
-        fields = {"x": state.x, **{role: tensors[f] for role, f in roles.items()}}
-        alphas = [float(self.algorithm.lr_at(t)) for t in range(start, stop)]
-        out = mixer.quadratic_steps(
-            plan.kind,
-            (plan.nesterov, plan.dampening),
-            fields,
-            terms,
-            z,
-            alphas,
-            plan.beta,
-            runs,
-            lower,
-        )
-        self.comm.add_rounds(stop - start, state.x[0].numel() * state.x.element_size())
-        timing[1] += time.perf_counter() - t0
-        renamed = {roles.get(k, k): v for k, v in out.items()}
-        return state.replace(**renamed, t=stop)
 
 
 def _from_terms(
@@ -230,13 +186,22 @@ def _native_parts(
     why = mixer.supports(state.x.reshape(state.x.shape[0], -1))
     if why:
         return None, why
-    plan = fused_plan(algorithm)
-    if plan is None:
+    fused = algorithm.fused  # scalars: the step size lr_at(t), then one of the rule's fields
+    if fused is None or fused.scalars[0] != "lr":
         return None, f"{algorithm.name} declares no fused update that is its whole step"
+    beta = float(getattr(algorithm.rule, fused.scalars[1])) if len(fused.scalars) > 1 else 0.0
     F = terms[1]
     runs = mixer.panel_runs(tuple(state.x.shape), F.shape[-1], state.x.element_size())
-    lower = F.shape[-1] == F.shape[-2] and bool((F.triu(1) == 0).all())
-    return (mixer, plan, tuple(mixer.panels(t, runs) for t in terms), runs, lower), ""
+    steps = partial(
+        mixer.quadratic_steps,
+        fused.kind,
+        (fused.nesterov, fused.dampening),
+        terms=tuple(mixer.panels(t, runs) for t in terms),
+        beta=beta,
+        runs=runs,
+        lower=F.shape[-1] == F.shape[-2] and bool((F.triu(1) == 0).all()),
+    )
+    return (steps, {"x": "x"} | dict(zip(KINDS[fused.kind][1], fused.reads, strict=True))), ""
 
 
 def choose(

@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from decentopt.algorithms.base import AlgorithmState
 from decentopt.communicator import Communicator
 
 __all__ = ["GROWTH", "OUTLIER", "DivergenceGuard"]
@@ -24,16 +23,6 @@ GROWTH = 1e6
 def column_norms(x: torch.Tensor, comm: Communicator) -> torch.Tensor:
     """``mean_i ||x_i||^2`` per column over all agents (collective under torch.distributed)."""
     return comm.mean(x.pow(2).sum(-1).unsqueeze(-1).double()).reshape(-1).cpu()
-
-
-def _zero_columns(state: AlgorithmState, mask: torch.Tensor) -> AlgorithmState:
-    """Zero the columns in ``mask`` in every stacked ``(n, R, d)`` tensor of the state."""
-    updates = {}
-    for name, value in state.tensors().items():
-        if value.ndim == 3:
-            keep = (~mask).view(1, -1, 1).to(value.device)
-            updates[name] = torch.where(keep, value, 0.0)
-    return state.replace(**updates)
 
 
 class DivergenceGuard:
@@ -74,9 +63,14 @@ class DivergenceGuard:
                 bad |= rel > OUTLIER * max(ok[(len(ok) - 1) // 2], 1e-300)  # torch's lower median
         new = bad & (self.diverged_at < 0)
         self.diverged_at[new] = t
-        if (self.diverged_at >= 0).any():
-            return _zero_columns(state, torch.from_numpy(self.diverged_at >= 0))
-        return state
+        if self.alive == len(self.diverged_at):
+            return state
+        keep = torch.from_numpy(self.diverged_at < 0).view(1, -1, 1)
+        zeroed = {}  # the stopped columns of every stacked (n, R, d) tensor
+        for name, value in state.tensors().items():
+            if value.ndim == 3:
+                zeroed[name] = torch.where(keep.to(value.device), value, 0.0)
+        return state.replace(**zeroed)
 
     def blank(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``values`` (one per column) with the stopped columns set to NaN."""

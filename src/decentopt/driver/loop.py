@@ -179,12 +179,11 @@ class _Loop:
         new = self.algorithm.step(state, grad, self.comm)
         if t == self.start_step:
             check_step(new, state, self.algorithm)
-        state = new
         self.recorder.add_loss(loss)
         self.sync()
         self.timing[0] += t1 - t0
         self.timing[1] += time.perf_counter() - t1
-        return state
+        return new
 
     def after(self, step: int, state: Any) -> tuple[Any, bool]:
         """Record, guard, checkpoint and report after ``step``; whether to stop."""
