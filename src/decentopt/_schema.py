@@ -237,18 +237,14 @@ def parse(cls: type[T], table: dict[str, Any], where: str) -> T:
         plural = "s" if len(missing) > 1 else ""
         raise ConfigError(f"{where}: missing required key{plural} {keys}")
     values = {}
-    for name, f in fields.items():
-        if name not in table:
-            continue
-        value = _convert(hints[name], table[name], where, name)
-        if isinstance(value, int | float) and not _within(f.metadata, value):
-            bound = _range(f.metadata, value)
+    for name, given in table.items():
+        value = _convert(hints[name], given, where, name)
+        if isinstance(value, int | float) and not _within(fields[name].metadata, value):
+            bound = _range(fields[name].metadata, value)
             raise ConfigError(f"{where}: '{name}' must be {bound}, found {value}")
         values[name] = value
-    try:
+    with prefixed(where, into=ConfigError):  # the dataclass's own cross-field checks
         return cls(**values)
-    except (TypeError, ValueError) as exc:  # the dataclass's own cross-field checks
-        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _required(f: dataclasses.Field[Any]) -> bool:

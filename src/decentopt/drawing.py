@@ -64,7 +64,7 @@ def plot_contraction(
     fig, ((ax,),) = new_figure(1, 1, figsize=(5.6, 3.8))
     for i, network in enumerate(networks):
         n = network.n
-        P = np.eye(network.n)
+        P = np.eye(n)
         values = [1.0]
         for t in range(rounds):
             P = network.at(t).matrix() @ P

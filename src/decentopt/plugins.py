@@ -136,16 +136,15 @@ def _import_module(spec: str) -> None:
             if _imported(Path(found.origin).resolve()):
                 return  # its file was loaded already, by path
         importlib.import_module(spec)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (spec == exc.name or spec.startswith(exc.name + ".")):
+    except IMPORT_FAILURES as exc:
+        name = exc.name if isinstance(exc, ModuleNotFoundError) else None
+        if name is not None and (spec == name or spec.startswith(name + ".")):
             hint = Path(*spec.split(".")).with_suffix(".py")
             there = f" (to load the file {hint}, give its path: ./{hint})" if hint.is_file() else ""
             raise PluginError(
-                f"plugin {spec}: no module named {exc.name!r}; install the package that "
+                f"plugin {spec}: no module named {name!r}; install the package that "
                 f"provides it, add its folder to PYTHONPATH, or give a .py file's path{there}"
             ) from None
-        raise PluginError(_failed(spec, exc, None)) from None
-    except IMPORT_FAILURES as exc:
         raise PluginError(_failed(spec, exc, None)) from None
 
 

@@ -159,10 +159,6 @@ X_AXES = {
 }
 
 
-def _only(args: argparse.Namespace) -> list[str] | None:
-    return None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
-
-
 def _out(args: argparse.Namespace, name: str) -> Path:
     return args.out or Path("results") / (name + ("-quick" if args.quick else ""))
 
@@ -180,6 +176,7 @@ def _run_command(args: argparse.Namespace) -> int:
         log_every=args.log_every,
     )
     loaded = _load(args)
+    only = None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
     if isinstance(loaded, Study):
         if args.executor not in (None, "local"):
             raise ValueError(
@@ -193,14 +190,14 @@ def _run_command(args: argparse.Namespace) -> int:
             options.but(monitor=monitor),
             quick=args.quick,
             sets=args.overrides,
-            only=_only(args),
+            only=only,
             check=args.check,
-            x=None if args.x is None else X_AXES[args.x],
+            x=X_AXES.get(args.x),
         )
         monitor.figures(files, group=loaded.name)
         print("wrote " + ", ".join(map(str, files)))
         return 0
-    spec = loaded if args.only is None else loaded.select(_only(args) or [])
+    spec = loaded if only is None else loaded.select(only)
     if args.check and not spec.claims:
         raise ValueError(
             f"--check: {spec.name} states no claims; omit --check, or add [[claims]] tables "
@@ -253,15 +250,6 @@ def _load_plugins(args: argparse.Namespace) -> None:
         print(f"warning: {reason}; its methods are unavailable", file=sys.stderr)
     for spec in getattr(args, "plugin", None) or []:
         plugins.load(spec)
-
-
-def _broken_plugins(message: str) -> str:
-    """For an unknown method: the installed plugins that failed to load, which may hold it."""
-    broken = plugins.failures()
-    unknown = "unknown algorithm" in message or "unknown method" in message
-    if not broken or not unknown:
-        return ""
-    return f" (installed plugins that failed to load: {', '.join(broken)})"
 
 
 COMMANDS: dict[
@@ -339,7 +327,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _load_plugins(args)
         return int(args._run(args))
     except (ConfigError, ValueError, TypeError, FileNotFoundError, FolderBusy) as exc:
-        print(f"error: {exc}{_broken_plugins(str(exc))}", file=sys.stderr)
+        said = str(exc)
+        broken = plugins.failures()  # an unknown method may be one of a plugin that failed
+        if broken and ("unknown algorithm" in said or "unknown method" in said):
+            said += f" (installed plugins that failed to load: {', '.join(broken)})"
+        print(f"error: {said}", file=sys.stderr)
         return 2
     except OSError as exc:  # the file system refused: a path that is a file, no permission, full
         fix = _FIXES.get(exc.errno or 0, "give --out a writable folder with free space")
