@@ -27,10 +27,8 @@ __all__ = [
 
 
 def _scalar(value: Any) -> Any:
-    """Unwrap 0-d tensors and arrays to the Python number they hold."""
+    """Unwrap 0-d tensors and arrays to the Python number (or bool) they hold."""
     if isinstance(value, torch.Tensor | np.ndarray) and value.ndim == 0:
-        if value.dtype == torch.bool or value.dtype == np.bool_:
-            return value
         return value.item()
     return value
 

@@ -121,10 +121,8 @@ def band(values: np.ndarray, q: Sequence[float] = (10, 90)) -> np.ndarray:
     clean = ~np.isnan(values).any(axis=1)
     with np.errstate(all="ignore"), warnings.catch_warnings():  # infinities, rows of NaN
         warnings.simplefilter("ignore", RuntimeWarning)
-        if clean.any():
-            out[:, clean] = np.percentile(values[clean], q, axis=1)
-        if not clean.all():
-            out[:, ~clean] = np.nanpercentile(values[~clean], q, axis=1)
+        out[:, clean] = np.percentile(values[clean], q, axis=1)
+        out[:, ~clean] = np.nanpercentile(values[~clean], q, axis=1)
     return out
 
 

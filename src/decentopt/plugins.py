@@ -160,11 +160,9 @@ def _imported(path: Path) -> bool:
 
 def _failed(spec: str, exc: BaseException, path: Path | None) -> str:
     """One line: the plugin, its own exception, and where in the plugin it was raised."""
-    where = ""
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if path is None or Path(f.filename).resolve() == path]
-    if mine:
-        where = f" ({Path(mine[-1].filename).name}, line {mine[-1].lineno})"
+    where = f" ({Path(mine[-1].filename).name}, line {mine[-1].lineno})" if mine else ""
     message = str(exc).splitlines()[0] if str(exc) else "raised while importing"
     if isinstance(exc, SystemExit):  # sys.exit(code): the code, not an empty message
         message = f"it called sys.exit({exc.code!r}) while importing"

@@ -159,10 +159,6 @@ X_AXES = {
 }
 
 
-def _out(args: argparse.Namespace, name: str) -> Path:
-    return args.out or Path("results") / (name + ("-quick" if args.quick else ""))
-
-
 def _run_command(args: argparse.Namespace) -> int:
     for flag, value in (("--jobs", args.jobs), ("--log-every", args.log_every)):
         if value is not None and value < 1:
@@ -176,6 +172,7 @@ def _run_command(args: argparse.Namespace) -> int:
         log_every=args.log_every,
     )
     loaded = _load(args)
+    out = args.out or Path("results") / (loaded.name + ("-quick" if args.quick else ""))
     only = None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
     if isinstance(loaded, Study):
         if args.executor not in (None, "local"):
@@ -186,7 +183,7 @@ def _run_command(args: argparse.Namespace) -> int:
         monitor = loggers.make(args.log)  # each unit of each part, grouped by the part
         files = run_study(
             loaded,
-            _out(args, loaded.name),
+            out,
             options.but(monitor=monitor),
             quick=args.quick,
             sets=args.overrides,
@@ -205,7 +202,6 @@ def _run_command(args: argparse.Namespace) -> int:
         )
     if args.jobs is not None:  # the flag sizes a local dask cluster before [executor] workers
         spec = replace(spec, executor={k: v for k, v in spec.executor.items() if k != "workers"})
-    out = _out(args, spec.name)
     monitor = loggers.make([*args.log, *loggers.targets(spec.logging)])
     outcome = Sweep(spec, out, options.but(monitor=monitor), executor=args.executor).run()
     if not outcome.main:  # under torchrun, rank 0 reports
