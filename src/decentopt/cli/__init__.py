@@ -240,14 +240,6 @@ def _run_methods(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_plugins(args: argparse.Namespace) -> None:
-    """Installed plugins (a broken one is reported, not fatal), then ``--plugin``."""
-    for reason in plugins.load_entry_points().values():
-        print(f"warning: {reason}; its methods are unavailable", file=sys.stderr)
-    for spec in getattr(args, "plugin", None) or []:
-        plugins.load(spec)
-
-
 COMMANDS: dict[
     str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 ] = {
@@ -320,7 +312,10 @@ _FIXES = {
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        _load_plugins(args)
+        for reason in plugins.load_entry_points().values():  # a broken one is not fatal
+            print(f"warning: {reason}; its methods are unavailable", file=sys.stderr)
+        for spec in getattr(args, "plugin", None) or []:  # then --plugin
+            plugins.load(spec)
         return int(args._run(args))
     except (ConfigError, ValueError, TypeError, FileNotFoundError, FolderBusy) as exc:
         said = str(exc)
