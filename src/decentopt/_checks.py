@@ -47,10 +47,9 @@ def as_real(value: Any, what: str, *, finite: bool = True) -> float:
 def as_count(value: Any, what: str, *, minimum: int = 0) -> int:
     """A whole number (int, numpy integer, 0-d tensor or an integral float) as a Python int."""
     value = _scalar(value)
-    if isinstance(value, bool | np.bool_):
-        raise TypeError(f"{what} must be a whole number; got {value!r}")
-    if not isinstance(value, numbers.Integral) and not (
-        isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer()
+    if isinstance(value, bool | np.bool_) or not (
+        isinstance(value, numbers.Integral)
+        or (isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer())
     ):
         raise TypeError(f"{what} must be a whole number; got {type(value).__name__} {value!r}")
     out = int(value)

@@ -253,6 +253,7 @@ def _required(f: dataclasses.Field[Any]) -> bool:
 
 _CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", re.S)
 _KEY = re.compile(r"([A-Za-z_]\w*)\s*=(.*)", re.S)
+_MARKS = re.compile(r"'[^']*'|\"[^\"]*\"|[(),]")
 
 
 def call_value(text: str) -> Any:
@@ -289,18 +290,13 @@ def read_call(
         raise ValueError(unknown_name(what, name, table))
     parts: list[str] = []
     depth = 0  # split at the commas outside () and quotes
-    quote = ""
     start = 0
-    for i, ch in enumerate(text):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "()":
-            depth += 1 if ch == "(" else -1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
+    for mark in _MARKS.finditer(text):  # a quoted text passed over whole
+        if mark.group() in ("(", ")"):
+            depth += 1 if mark.group() == "(" else -1
+        elif mark.group() == "," and depth == 0:
+            parts.append(text[start : mark.start()])
+            start = mark.end()
     args: list[tuple[str | None, str]] = []
     for part in filter(None, (p.strip() for p in [*parts, text[start:]])):
         key = _KEY.fullmatch(part)

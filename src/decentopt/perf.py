@@ -153,8 +153,7 @@ def available_memory() -> float | None:
     ``MemAvailable``, what the memory cgroup (a container's limit) leaves, and what
     ``RLIMIT_AS`` leaves of the address space."""
     rooms = (_mem_available(), cgroup_memory(), _address_space_room())
-    known = [room for room in rooms if room is not None]
-    return min(known) if known else None
+    return min((room for room in rooms if room is not None), default=None)
 
 
 def _mem_available() -> float | None:

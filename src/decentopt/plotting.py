@@ -103,14 +103,10 @@ PANEL_INCHES = 4.2
 def best_methods(rows: Sequence[dict[str, Any]], metric: str, most: int) -> set[str]:
     """The ``most`` methods whose mean ``metric`` at their last recorded step (over runs and
     panels) is lowest; a method that diverged (NaN) ranks last."""
-    last: dict[str, int] = {}
+    values: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        last[row["algorithm"]] = max(last.get(row["algorithm"], -1), row["step"])
-    finals: dict[str, list[float]] = defaultdict(list)
-    for row in rows:
-        if row["step"] == last[row["algorithm"]]:
-            finals[row["algorithm"]].append(float(row[metric]))
-    score = {a: float(np.mean(v)) for a, v in finals.items()}
+        values[row["algorithm"]][row["step"]].append(float(row[metric]))
+    score = {a: float(np.mean(by_step[max(by_step)])) for a, by_step in values.items()}
     ranked = sorted(score, key=lambda a: (not np.isfinite(score[a]), score[a]))
     return set(ranked[:most])
 

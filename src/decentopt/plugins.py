@@ -151,11 +151,9 @@ def _import_module(spec: str) -> None:
 def _imported(path: Path) -> bool:
     """Whether a module of the file ``path`` is imported (only files of its name are
     resolved: a cheap scan)."""
-    for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if isinstance(file, str) and Path(file).name == path.name and Path(file).resolve() == path:
-            return True
-    return False
+    files = [getattr(module, "__file__", None) for module in list(sys.modules.values())]
+    named = [file for file in files if isinstance(file, str) and Path(file).name == path.name]
+    return any(Path(file).resolve() == path for file in named)
 
 
 def _failed(spec: str, exc: BaseException, path: Path | None) -> str:
