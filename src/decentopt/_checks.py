@@ -27,10 +27,8 @@ __all__ = [
 
 
 def _scalar(value: Any) -> Any:
-    """Unwrap 0-d tensors and arrays to the Python number they hold."""
+    """Unwrap 0-d tensors and arrays to the Python number (or bool) they hold."""
     if isinstance(value, torch.Tensor | np.ndarray) and value.ndim == 0:
-        if value.dtype == torch.bool or value.dtype == np.bool_:
-            return value
         return value.item()
     return value
 
@@ -49,10 +47,9 @@ def as_real(value: Any, what: str, *, finite: bool = True) -> float:
 def as_count(value: Any, what: str, *, minimum: int = 0) -> int:
     """A whole number (int, numpy integer, 0-d tensor or an integral float) as a Python int."""
     value = _scalar(value)
-    if isinstance(value, bool | np.bool_):
-        raise TypeError(f"{what} must be a whole number; got {value!r}")
-    if not isinstance(value, numbers.Integral) and not (
-        isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer()
+    if isinstance(value, bool | np.bool_) or not (
+        isinstance(value, numbers.Integral)
+        or (isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer())
     ):
         raise TypeError(f"{what} must be a whole number; got {type(value).__name__} {value!r}")
     out = int(value)

@@ -237,18 +237,14 @@ def parse(cls: type[T], table: dict[str, Any], where: str) -> T:
         plural = "s" if len(missing) > 1 else ""
         raise ConfigError(f"{where}: missing required key{plural} {keys}")
     values = {}
-    for name, f in fields.items():
-        if name not in table:
-            continue
-        value = _convert(hints[name], table[name], where, name)
-        if isinstance(value, int | float) and not _within(f.metadata, value):
-            bound = _range(f.metadata, value)
+    for name, given in table.items():
+        value = _convert(hints[name], given, where, name)
+        if isinstance(value, int | float) and not _within(fields[name].metadata, value):
+            bound = _range(fields[name].metadata, value)
             raise ConfigError(f"{where}: '{name}' must be {bound}, found {value}")
         values[name] = value
-    try:
+    with prefixed(where, into=ConfigError):  # the dataclass's own cross-field checks
         return cls(**values)
-    except (TypeError, ValueError) as exc:  # the dataclass's own cross-field checks
-        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _required(f: dataclasses.Field[Any]) -> bool:
@@ -257,6 +253,7 @@ def _required(f: dataclasses.Field[Any]) -> bool:
 
 _CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", re.S)
 _KEY = re.compile(r"([A-Za-z_]\w*)\s*=(.*)", re.S)
+_MARKS = re.compile(r"'[^']*'|\"[^\"]*\"|[(),]")
 
 
 def call_value(text: str) -> Any:
@@ -293,18 +290,13 @@ def read_call(
         raise ValueError(unknown_name(what, name, table))
     parts: list[str] = []
     depth = 0  # split at the commas outside () and quotes
-    quote = ""
     start = 0
-    for i, ch in enumerate(text):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "()":
-            depth += 1 if ch == "(" else -1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
+    for mark in _MARKS.finditer(text):  # a quoted text passed over whole
+        if mark.group() in ("(", ")"):
+            depth += 1 if mark.group() == "(" else -1
+        elif mark.group() == "," and depth == 0:
+            parts.append(text[start : mark.start()])
+            start = mark.end()
     args: list[tuple[str | None, str]] = []
     for part in filter(None, (p.strip() for p in [*parts, text[start:]])):
         key = _KEY.fullmatch(part)

@@ -20,16 +20,8 @@ def graphs_of(matrices: Sequence[np.ndarray]) -> list[Any]:
     row) -- a directed schedule's symmetric rounds included."""
     import networkx as nx
 
-    directed = not all(np.allclose(W, W.T) for W in matrices)
-    graphs = []
-    for W in matrices:
-        graph = nx.DiGraph() if directed else nx.Graph()
-        graph.add_nodes_from(range(W.shape[0]))
-        rows, cols = np.nonzero(W - np.diag(np.diag(W)) if directed else np.triu(W, 1))
-        pairs = zip(rows.tolist(), cols.tolist(), strict=True)
-        graph.add_weighted_edges_from((j, i, W[i, j]) for i, j in pairs)
-        graphs.append(graph)
-    return graphs
+    kind = nx.Graph if all(np.allclose(W, W.T) for W in matrices) else nx.DiGraph
+    return [nx.from_numpy_array((W - np.diag(np.diag(W))).T, create_using=kind) for W in matrices]
 
 
 def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",)) -> list[Path]:
@@ -64,7 +56,7 @@ def plot_contraction(
     fig, ((ax,),) = new_figure(1, 1, figsize=(5.6, 3.8))
     for i, network in enumerate(networks):
         n = network.n
-        P = np.eye(network.n)
+        P = np.eye(n)
         values = [1.0]
         for t in range(rounds):
             P = network.at(t).matrix() @ P

@@ -83,12 +83,17 @@ def one_thread() -> Iterator[None]:
         limit.restore_original_limits()
 
 
+def _text(path: Path) -> str:
+    """A file's text; "" for an absent or unreadable one."""
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 def _number(path: Path) -> float | None:
     """A number in a cgroup file; None for ``max``, absent or unreadable files."""
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
+    text = _text(path).strip()
     return float(text) if text.isdigit() else None
 
 
@@ -107,12 +112,8 @@ def _cgroup_room(path: Path, limit_name: str, usage_name: str) -> float | None:
 def cgroup_memory(root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc")) -> float | None:
     """Bytes this process's memory cgroup still allows (v2 ``memory.max``, v1
     ``memory.limit_in_bytes``, minus current usage), or None when it sets no limit."""
-    try:
-        lines = (proc / "self" / "cgroup").read_text().splitlines()
-    except OSError:
-        return None
     rooms = []
-    for line in lines:
+    for line in _text(proc / "self" / "cgroup").splitlines():
         _, controllers, where = [*line.split(":", 2), "", ""][:3]
         relative = where.strip().lstrip("/")
         if controllers == "":  # v2: one unified hierarchy
@@ -130,10 +131,7 @@ def cgroup_memory(root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc"
 
 def _proc_bytes(path: str, key: str) -> float | None:
     """The size on the line ``key`` of a /proc file (given in KiB), in bytes."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError:
-        return None
+    lines = _text(Path(path)).splitlines()
     return next((float(line.split()[1]) * 1024 for line in lines if line.startswith(key)), None)
 
 
@@ -153,8 +151,7 @@ def available_memory() -> float | None:
     ``MemAvailable``, what the memory cgroup (a container's limit) leaves, and what
     ``RLIMIT_AS`` leaves of the address space."""
     rooms = (_mem_available(), cgroup_memory(), _address_space_room())
-    known = [room for room in rooms if room is not None]
-    return min(known) if known else None
+    return min((room for room in rooms if room is not None), default=None)
 
 
 def _mem_available() -> float | None:

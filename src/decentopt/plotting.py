@@ -103,14 +103,10 @@ PANEL_INCHES = 4.2
 def best_methods(rows: Sequence[dict[str, Any]], metric: str, most: int) -> set[str]:
     """The ``most`` methods whose mean ``metric`` at their last recorded step (over runs and
     panels) is lowest; a method that diverged (NaN) ranks last."""
-    last: dict[str, int] = {}
+    values: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        last[row["algorithm"]] = max(last.get(row["algorithm"], -1), row["step"])
-    finals: dict[str, list[float]] = defaultdict(list)
-    for row in rows:
-        if row["step"] == last[row["algorithm"]]:
-            finals[row["algorithm"]].append(float(row[metric]))
-    score = {a: float(np.mean(v)) for a, v in finals.items()}
+        values[row["algorithm"]][row["step"]].append(float(row[metric]))
+    score = {a: float(np.mean(by_step[max(by_step)])) for a, by_step in values.items()}
     ranked = sorted(score, key=lambda a: (not np.isfinite(score[a]), score[a]))
     return set(ranked[:most])
 
@@ -121,10 +117,8 @@ def band(values: np.ndarray, q: Sequence[float] = (10, 90)) -> np.ndarray:
     clean = ~np.isnan(values).any(axis=1)
     with np.errstate(all="ignore"), warnings.catch_warnings():  # infinities, rows of NaN
         warnings.simplefilter("ignore", RuntimeWarning)
-        if clean.any():
-            out[:, clean] = np.percentile(values[clean], q, axis=1)
-        if not clean.all():
-            out[:, ~clean] = np.nanpercentile(values[~clean], q, axis=1)
+        out[:, clean] = np.percentile(values[clean], q, axis=1)
+        out[:, ~clean] = np.nanpercentile(values[~clean], q, axis=1)
     return out
 
 
@@ -169,13 +163,25 @@ def plot_curves(
     legend: dict[str, Any] = {}
     for ax, key in zip(axes[0], keys, strict=True):
         means, all_steps = _draw_curves(ax, panels[key], metric, x, legend)
-        _set_scales(ax, x_scale(all_steps) if xscale == "auto" else xscale, x, metric)
+        scale = x_scale(all_steps) if xscale == "auto" else xscale
+        if scale == "symlog":
+            ax.set_xscale("symlog", linthresh=1.0)
+        elif scale == "log":  # seconds or bytes: the start (0) is left out
+            ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(X_LABELS.get(x, x) + (" (log scale)" if scale != "linear" else ""))
+        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         if panel:
             zetas = [r["zeta2"] for r in panels[key] if "zeta2" in r]
             zeta2 = float(np.mean(zetas)) if zetas else float("nan")
             ax.set_title(panel_title.format(key=panel, value=key, zeta2=zeta2))
         ax.grid(alpha=0.3, which="both", lw=0.4)
-        _note_coincident(ax, means, names)
+        coincide = [g for g in coincident_groups(means) if len(g) > 1]
+        if coincide:  # said in the panel's corner: these curves are drawn on top of each other
+            note = "; ".join(" = ".join(shown(a, names) for a in g) for g in coincide)
+            box = {"fc": "white", "alpha": 0.7, "lw": 0}
+            text = f"coincide: {note}"
+            ax.text(0.02, 0.02, text, transform=ax.transAxes, fontsize=7, va="bottom", bbox=box)
     order = ordered(list(legend))
     handles = [legend[a] for a in order]
     labels = [shown(a, names) for a in order]
@@ -214,29 +220,6 @@ def _draw_curves(
         ax.fill_between(steps, lo, hi, color=style["color"], alpha=0.12, lw=0)
         legend.setdefault(alg, line)
     return means, all_steps
-
-
-def _set_scales(ax: Any, scale: str, x: str, metric: str) -> None:
-    """The x axis on ``scale`` (symlog, log or linear), y on a log scale, both labelled."""
-    if scale == "symlog":
-        ax.set_xscale("symlog", linthresh=1.0)
-    elif scale == "log":  # seconds or bytes: the start (0) is left out
-        ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(X_LABELS.get(x, x) + (" (log scale)" if scale != "linear" else ""))
-    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
-
-
-def _note_coincident(ax: Any, means: dict[str, np.ndarray], names: dict[str, str] | None) -> None:
-    """Say in the panel's corner which methods' curves coincide (drawn on top of each other)."""
-    coincide = [g for g in coincident_groups(means) if len(g) > 1]
-    if coincide:
-        note = "; ".join(" = ".join(shown(a, names) for a in g) for g in coincide)
-        box = {"fc": "white", "alpha": 0.7, "lw": 0}
-        text = f"coincide: {note}"
-        ax.text(
-            0.02, 0.02, text, transform=ax.transAxes, fontsize=7, va="bottom", ha="left", bbox=box
-        )
 
 
 def plot_epochs(

@@ -136,36 +136,31 @@ def _import_module(spec: str) -> None:
             if _imported(Path(found.origin).resolve()):
                 return  # its file was loaded already, by path
         importlib.import_module(spec)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (spec == exc.name or spec.startswith(exc.name + ".")):
+    except IMPORT_FAILURES as exc:
+        name = exc.name if isinstance(exc, ModuleNotFoundError) else None
+        if name is not None and (spec == name or spec.startswith(name + ".")):
             hint = Path(*spec.split(".")).with_suffix(".py")
             there = f" (to load the file {hint}, give its path: ./{hint})" if hint.is_file() else ""
             raise PluginError(
-                f"plugin {spec}: no module named {exc.name!r}; install the package that "
+                f"plugin {spec}: no module named {name!r}; install the package that "
                 f"provides it, add its folder to PYTHONPATH, or give a .py file's path{there}"
             ) from None
-        raise PluginError(_failed(spec, exc, None)) from None
-    except IMPORT_FAILURES as exc:
         raise PluginError(_failed(spec, exc, None)) from None
 
 
 def _imported(path: Path) -> bool:
     """Whether a module of the file ``path`` is imported (only files of its name are
     resolved: a cheap scan)."""
-    for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if isinstance(file, str) and Path(file).name == path.name and Path(file).resolve() == path:
-            return True
-    return False
+    files = [getattr(module, "__file__", None) for module in list(sys.modules.values())]
+    named = [file for file in files if isinstance(file, str) and Path(file).name == path.name]
+    return any(Path(file).resolve() == path for file in named)
 
 
 def _failed(spec: str, exc: BaseException, path: Path | None) -> str:
     """One line: the plugin, its own exception, and where in the plugin it was raised."""
-    where = ""
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if path is None or Path(f.filename).resolve() == path]
-    if mine:
-        where = f" ({Path(mine[-1].filename).name}, line {mine[-1].lineno})"
+    where = f" ({Path(mine[-1].filename).name}, line {mine[-1].lineno})" if mine else ""
     message = str(exc).splitlines()[0] if str(exc) else "raised while importing"
     if isinstance(exc, SystemExit):  # sys.exit(code): the code, not an empty message
         message = f"it called sys.exit({exc.code!r}) while importing"

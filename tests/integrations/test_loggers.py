@@ -344,7 +344,7 @@ def test_a_studys_cases_of_one_specification_are_runs_of_their_own():
     """The graphs study runs one specification once per (n, graph) under
     OUT/NAME/n16/ring: its units' runs are named after the case, so none overwrites
     another of its group; a plain sweep's units keep their own names."""
-    from decentopt.integrations.loggers.hub import _unit_name
+    from decentopt.integrations.loggers import _unit_name
 
     assert _unit_name("tiny", Path("results/tiny/runs/edm")) == "edm"
     assert _unit_name("tiny", Path("o/runs/edm-run0")) == "edm-run0"

@@ -159,14 +159,6 @@ X_AXES = {
 }
 
 
-def _only(args: argparse.Namespace) -> list[str] | None:
-    return None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
-
-
-def _out(args: argparse.Namespace, name: str) -> Path:
-    return args.out or Path("results") / (name + ("-quick" if args.quick else ""))
-
-
 def _run_command(args: argparse.Namespace) -> int:
     for flag, value in (("--jobs", args.jobs), ("--log-every", args.log_every)):
         if value is not None and value < 1:
@@ -180,6 +172,8 @@ def _run_command(args: argparse.Namespace) -> int:
         log_every=args.log_every,
     )
     loaded = _load(args)
+    out = args.out or Path("results") / (loaded.name + ("-quick" if args.quick else ""))
+    only = None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
     if isinstance(loaded, Study):
         if args.executor not in (None, "local"):
             raise ValueError(
@@ -189,18 +183,18 @@ def _run_command(args: argparse.Namespace) -> int:
         monitor = loggers.make(args.log)  # each unit of each part, grouped by the part
         files = run_study(
             loaded,
-            _out(args, loaded.name),
+            out,
             options.but(monitor=monitor),
             quick=args.quick,
             sets=args.overrides,
-            only=_only(args),
+            only=only,
             check=args.check,
-            x=None if args.x is None else X_AXES[args.x],
+            x=X_AXES.get(args.x),
         )
         monitor.figures(files, group=loaded.name)
         print("wrote " + ", ".join(map(str, files)))
         return 0
-    spec = loaded if args.only is None else loaded.select(_only(args) or [])
+    spec = loaded if only is None else loaded.select(only)
     if args.check and not spec.claims:
         raise ValueError(
             f"--check: {spec.name} states no claims; omit --check, or add [[claims]] tables "
@@ -208,7 +202,6 @@ def _run_command(args: argparse.Namespace) -> int:
         )
     if args.jobs is not None:  # the flag sizes a local dask cluster before [executor] workers
         spec = replace(spec, executor={k: v for k, v in spec.executor.items() if k != "workers"})
-    out = _out(args, spec.name)
     monitor = loggers.make([*args.log, *loggers.targets(spec.logging)])
     outcome = Sweep(spec, out, options.but(monitor=monitor), executor=args.executor).run()
     if not outcome.main:  # under torchrun, rank 0 reports
@@ -245,23 +238,6 @@ def _configure_methods(p: argparse.ArgumentParser) -> None:
 def _run_methods(args: argparse.Namespace) -> int:
     print(catalog.render(args.names))  # an unknown name is refused in one line
     return 0
-
-
-def _load_plugins(args: argparse.Namespace) -> None:
-    """Installed plugins (a broken one is reported, not fatal), then ``--plugin``."""
-    for reason in plugins.load_entry_points().values():
-        print(f"warning: {reason}; its methods are unavailable", file=sys.stderr)
-    for spec in getattr(args, "plugin", None) or []:
-        plugins.load(spec)
-
-
-def _broken_plugins(message: str) -> str:
-    """For an unknown method: the installed plugins that failed to load, which may hold it."""
-    broken = plugins.failures()
-    unknown = "unknown algorithm" in message or "unknown method" in message
-    if not broken or not unknown:
-        return ""
-    return f" (installed plugins that failed to load: {', '.join(broken)})"
 
 
 COMMANDS: dict[
@@ -336,10 +312,17 @@ _FIXES = {
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        _load_plugins(args)
+        for reason in plugins.load_entry_points().values():  # a broken one is not fatal
+            print(f"warning: {reason}; its methods are unavailable", file=sys.stderr)
+        for spec in getattr(args, "plugin", None) or []:  # then --plugin
+            plugins.load(spec)
         return int(args._run(args))
     except (ConfigError, ValueError, TypeError, FileNotFoundError, FolderBusy) as exc:
-        print(f"error: {exc}{_broken_plugins(str(exc))}", file=sys.stderr)
+        said = str(exc)
+        broken = plugins.failures()  # an unknown method may be one of a plugin that failed
+        if broken and ("unknown algorithm" in said or "unknown method" in said):
+            said += f" (installed plugins that failed to load: {', '.join(broken)})"
+        print(f"error: {said}", file=sys.stderr)
         return 2
     except OSError as exc:  # the file system refused: a path that is a file, no permission, full
         fix = _FIXES.get(exc.errno or 0, "give --out a writable folder with free space")

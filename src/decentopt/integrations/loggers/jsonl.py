@@ -42,8 +42,7 @@ class JsonLinesLogger(Logger):
         path = group / f"{safe_name(run.name)}.jsonl"
         kept = []
         if run.resumed_from and path.exists():
-            before = read_jsonl(path)
-            kept = [e for e in before if e.get("step", 0) <= run.resumed_from]
+            kept = [e for e in read_jsonl(path) if e.get("step", 0) <= run.resumed_from]
         with atomic_file(path) as f:  # the kept lines, replaced in one rename
             f.writelines(json.dumps(e) + "\n" for e in kept if e.get("event") != "finish")
         self.file = path.open("a")
