@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from decentopt._schema import bounded
 from decentopt.algorithms.base import HyperParams
+from decentopt.algorithms.dsgd import DSGDState
 from decentopt.algorithms.registry import register
 from decentopt.communicator import Communicator
 from decentopt.updates import add_scaled
@@ -17,9 +18,8 @@ from decentopt.updates import add_scaled
 __all__ = ["ADPSGD", "ADPSGDState", "random_matching"]
 
 
-class ADPSGDState(NamedTuple):
-    x: torch.Tensor
-    t: int = 0
+#: AD-PSGD keeps DSGD's state.
+ADPSGDState = DSGDState
 
 
 def random_matching(neighbors: tuple[tuple[int, ...], ...], seed: int, t: int) -> np.ndarray:

@@ -59,9 +59,6 @@ class KGT(HyperParams):
     takes_local_steps: ClassVar[bool] = True
     reference: ClassVar[str] = "Liu, Lin, Koloskova & Stich, Optim. Methods Softw. 2024"
 
-    def talks(self, t: int) -> bool:
-        return (t + 1) % self.local_steps == 0
-
     def step(self, state: KGTState, grad: torch.Tensor, comm: Communicator) -> KGTState:
         t = state.t
         z = torch.add(state.x, torch.add(grad, state.c), alpha=-self.lr_at(t))

@@ -57,9 +57,6 @@ class LED(HyperParams):
     takes_local_steps: ClassVar[bool] = True
     reference: ClassVar[str] = "Alghunaim, arXiv:2302.00620 (2023)"
 
-    def talks(self, t: int) -> bool:
-        return (t + 1) % self.local_steps == 0
-
     def step(self, state: LEDState, grad: torch.Tensor, comm: Communicator) -> LEDState:
         t = state.t
         beta = 1.0 / self.local_steps if self.dual is None else self.dual

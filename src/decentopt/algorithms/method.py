@@ -207,7 +207,7 @@ class Method:
         gossip = self.gossip.at(state.t)
         channel = gossip.bind(state.gossip, comm, state.x, self.rule.sends or ())
         rule = self.rule.step(state.rule, grad, channel)
-        fields = {} if channel is comm else channel.fields()
+        fields = {} if channel is comm else channel.state
         if self.outer is None or not self.outer.fires(state.t):
             return MethodState(rule, fields, state.outer)
         outer = self.outer.step(state.outer, rule.x, comm)
