@@ -1,4 +1,5 @@
-"""DSGT: decentralized stochastic gradient tracking (Pu & Nedić, 2021)."""
+"""DSGT: decentralized stochastic gradient tracking (Pu & Nedić, 2021), and DSGT-HB, with
+heavy-ball momentum on the tracked direction (Gao, Alghunaim & Yuan, 2023)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import torch
 
-from decentopt.algorithms.base import HyperParams
+from decentopt.algorithms.base import HyperParams, MomentumHyperParams, momentum_direction
 from decentopt.algorithms.registry import register
 from decentopt.communicator import Communicator
 
@@ -76,3 +77,39 @@ class DSGT(HyperParams):
         z = torch.add(state.x, direction, alpha=-self.lr_at(state.t))
         x_next, wy = (comm.mix(z), state.wy) if self.atc else comm.mix_many([z, y])
         return self.State(x=x_next, y=y, g_prev=grad, wy=wy, t=state.t + 1, **own)
+
+
+class DSGTHBState(NamedTuple):
+    x: torch.Tensor
+    y: torch.Tensor
+    u: torch.Tensor
+    g_prev: torch.Tensor
+    wy: torch.Tensor  # W y of the previous step (atc=False only)
+    t: int = 0
+
+
+@register
+@dataclass(frozen=True)
+class DSGTHB(DSGT, MomentumHyperParams):
+    """Gradient tracking with heavy-ball momentum on the tracked direction.
+
+    .. math::
+        Y^{(t)} &= W\\big(Y^{(t-1)} + G^{(t)} - G^{(t-1)}\\big), \\qquad Y^{(0)} = G^{(0)}, \\\\
+        U^{(t)} &= \\beta U^{(t-1)} + (1 - \\beta) Y^{(t)}, \\qquad U^{(-1)} = 0, \\\\
+        X^{(t+1)} &= W\\big(X^{(t)} - \\alpha_t U^{(t)}\\big).
+
+    So ``U^(0) = (1 - beta) Y^(0)``. ``atc=False`` tracks with ``W Y + G+ - G``
+    and sends its two messages packed in one round per iteration (two with ATC).
+
+    Reference: J. Gao, S. A. Alghunaim, K. Yuan, "Distributed stochastic
+    momentum tracking with local updates" / heavy-ball gradient tracking, 2023.
+    """
+
+    name: ClassVar[str] = "dsgt_hb"
+    State: ClassVar[type] = DSGTHBState
+
+    def direction(
+        self, state: DSGTHBState, y: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        u, direction = momentum_direction(state.u, y, self)
+        return {"u": u}, direction

@@ -211,8 +211,8 @@ def make(
     under the outer optimizer ``outer`` (text such as
     ``"nesterov(lr=0.7, beta=0.9, every=8)"``; none by default)."""
     key = _key(name)
+    _check_keys(key, hyperparams, hyperparameters(key))
     if key not in ALIASES:
-        _check_keys(key, hyperparams, _init_fields(REGISTRY[key]))
         method = compose(REGISTRY[key](**hyperparams), "exact" if gossip is None else gossip)
         return method.with_outer(outer)
     alias = ALIASES[key]
@@ -221,7 +221,6 @@ def make(
         raise TypeError(
             f"{key} is {alias.rule} with {cls.name} gossip: give gossip= to {alias.rule} instead"
         )
-    _check_keys(key, hyperparams, hyperparameters(key))
     with prefixed(key):
         mixer = cls(**given, **{k: v for k, v in hyperparams.items() if k in own})
     rule_hp = {k: v for k, v in hyperparams.items() if k not in own} | alias.fixed
