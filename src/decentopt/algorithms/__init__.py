@@ -21,8 +21,7 @@ from decentopt.algorithms.decentlam import DecentLaM, DecentLaMState
 from decentopt.algorithms.dmsgd import DmSGD, DmSGDState
 from decentopt.algorithms.dsgd import DSGD, DSGDState
 from decentopt.algorithms.dsgt import DSGT, DSGTHB, DSGTHBState, DSGTState
-from decentopt.algorithms.ed import NIDS, EDState, ExactDiffusion, NIDSState
-from decentopt.algorithms.edm import EDM, EDMState
+from decentopt.algorithms.ed import EDM, NIDS, EDMState, EDState, ExactDiffusion, NIDSState
 from decentopt.algorithms.extra import EXTRA, EXTRAState
 from decentopt.algorithms.gossips import Choco, Exact, Gossip, MultiRound, PushSum
 from decentopt.algorithms.k_gt import KGT, KGTState

@@ -28,8 +28,6 @@ def random_matching(neighbors: tuple[tuple[int, ...], ...], seed: int, t: int) -
     ``(seed, t)``, the same on every process."""
     edges = np.array([(i, j) for i, peers in enumerate(neighbors) for j in peers if i < j])
     partner = np.full(len(neighbors), -1, dtype=np.int64)
-    if not len(edges):
-        return partner
     for i, j in edges[np.random.default_rng([seed, t]).permutation(len(edges))]:
         if partner[i] < 0 and partner[j] < 0:
             partner[i], partner[j] = j, i
