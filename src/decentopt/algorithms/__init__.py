@@ -20,12 +20,19 @@ from decentopt.algorithms.base import (
 from decentopt.algorithms.decentlam import DecentLaM, DecentLaMState
 from decentopt.algorithms.dmsgd import DmSGD, DmSGDState
 from decentopt.algorithms.dsgd import DSGD, DSGDState
-from decentopt.algorithms.dsgt import DSGT, DSGTHB, DSGTHBState, DSGTState
-from decentopt.algorithms.ed import EDM, NIDS, EDMState, EDState, ExactDiffusion, NIDSState
+from decentopt.algorithms.dsgt import DSGT, DSGTHB, KGT, DSGTHBState, DSGTState, KGTState
+from decentopt.algorithms.ed import (
+    EDM,
+    LED,
+    NIDS,
+    EDMState,
+    EDState,
+    ExactDiffusion,
+    LEDState,
+    NIDSState,
+)
 from decentopt.algorithms.extra import EXTRA, EXTRAState
 from decentopt.algorithms.gossips import Choco, Exact, Gossip, MultiRound, PushSum
-from decentopt.algorithms.k_gt import KGT, KGTState
-from decentopt.algorithms.led import LED, LEDState
 from decentopt.algorithms.method import Method, MethodState, as_method
 from decentopt.algorithms.mt import MomentumTracking, MTState
 from decentopt.algorithms.outer import OUTERS, Nesterov, Outer, register_outer
