@@ -194,12 +194,6 @@ def compose(rule: Any, gossip: str | Gossip = "exact", alias: str = "") -> Metho
     return Method(rule, mixer, alias)
 
 
-def _check_keys(name: str, given: dict[str, Any], valid: tuple[str, ...]) -> None:
-    for key in (key for key in given if key not in valid):
-        hint = " (momentum is called beta here)" if key == "momentum" and "beta" in valid else ""
-        raise TypeError(f"{name}: {unknown_name('hyper-parameter', key, valid)}{hint}")
-
-
 def make(
     name: str,
     gossip: str | Gossip | None = None,
@@ -211,7 +205,10 @@ def make(
     under the outer optimizer ``outer`` (text such as
     ``"nesterov(lr=0.7, beta=0.9, every=8)"``; none by default)."""
     key = _key(name)
-    _check_keys(key, hyperparams, hyperparameters(key))
+    valid = hyperparameters(key)
+    for bad in (k for k in hyperparams if k not in valid):
+        hint = " (momentum is called beta here)" if bad == "momentum" and "beta" in valid else ""
+        raise TypeError(f"{key}: {unknown_name('hyper-parameter', bad, valid)}{hint}")
     if key not in ALIASES:
         method = compose(REGISTRY[key](**hyperparams), "exact" if gossip is None else gossip)
         return method.with_outer(outer)
