@@ -58,7 +58,7 @@ class Channel:
     ) -> None:
         self.comm = comm
         self.gossip = gossip  # the gossip whose round this is, if it needs it
-        #: The gossip's state, after the step once the rule's step has run.
+        #: The gossip's state: its fields at the start of the step, after it once run.
         self.state = dict(fields)
         self.sends = sends
         self.rounds_done = 0

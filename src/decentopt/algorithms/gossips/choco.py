@@ -178,7 +178,7 @@ class _ChocoChannel(Channel):
         codec: Compressor = self.gossip.compression  # type: ignore[assignment]  # parsed
         hats = [self.state[f"x_hat{_suffix(k)}"] for k in range(len(zs))]
         diffs = [(z - h).to(z.dtype) for z, h in zip(zs, hats, strict=True)]
-        # one message: the tensors stacked as more rows of the same length (one, unstacked)
+        # one message: the tensors stacked as more rows of the same length (one alone as it is)
         rows = [d if d.ndim > 1 else d.unsqueeze(-1) for d in diffs]
         sent = torch.stack(rows, dim=1) if len(rows) > 1 else rows[0].unsqueeze(1)
         q, wq = self.comm.mix_compressed(sent, codec)
