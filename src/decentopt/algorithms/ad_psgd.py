@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from decentopt._schema import bounded
 from decentopt.algorithms.base import HyperParams
+from decentopt.algorithms.dsgd import DSGDState
 from decentopt.algorithms.registry import register
 from decentopt.communicator import Communicator
 from decentopt.updates import add_scaled
@@ -17,9 +18,8 @@ from decentopt.updates import add_scaled
 __all__ = ["ADPSGD", "ADPSGDState", "random_matching"]
 
 
-class ADPSGDState(NamedTuple):
-    x: torch.Tensor
-    t: int = 0
+#: AD-PSGD keeps DSGD's state.
+ADPSGDState = DSGDState
 
 
 def random_matching(neighbors: tuple[tuple[int, ...], ...], seed: int, t: int) -> np.ndarray:
@@ -28,8 +28,6 @@ def random_matching(neighbors: tuple[tuple[int, ...], ...], seed: int, t: int) -
     ``(seed, t)``, the same on every process."""
     edges = np.array([(i, j) for i, peers in enumerate(neighbors) for j in peers if i < j])
     partner = np.full(len(neighbors), -1, dtype=np.int64)
-    if not len(edges):
-        return partner
     for i, j in edges[np.random.default_rng([seed, t]).permutation(len(edges))]:
         if partner[i] < 0 and partner[j] < 0:
             partner[i], partner[j] = j, i

@@ -109,8 +109,9 @@ class HyperParams:
     fused: ClassVar[FusedUpdate | None] = None
     #: Whether agents progress at their own pace (the time model's asynchronous clock).
     asynchronous: ClassVar[bool] = False
-    #: Whether the rule takes local steps of its own between rounds (K-GT, LED): then no
-    #: gossip that skips rounds (``local``, ``periodic_global``) composes with it.
+    #: Whether the rule takes local steps of its own between rounds (K-GT, LED), and then
+    #: communicates every ``local_steps``-th step (its field): then no gossip that skips
+    #: rounds (``local``, ``periodic_global``) composes with it.
     takes_local_steps: ClassVar[bool] = False
 
     @property
@@ -158,7 +159,8 @@ class HyperParams:
     def talks(self, t: int) -> bool:
         """Whether step ``t`` communicates (False on the local steps of a rule that takes
         several per round: K-GT, LED)."""
-        return True
+        every = self.local_steps if self.takes_local_steps else 1  # type: ignore[attr-defined]
+        return (t + 1) % every == 0
 
     def with_hyperparams(self: H, **changes: Any) -> H:
         """A copy with some hyper-parameters changed (validated as at construction).

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import torch
 
 from decentopt.algorithms.base import MomentumHyperParams, momentum_direction
+from decentopt.algorithms.dmsgd import DmSGDState
 from decentopt.algorithms.registry import register
 from decentopt.communicator import Communicator
 
-
-class DecentLaMState(NamedTuple):
-    x: torch.Tensor
-    m: torch.Tensor
-    t: int = 0
+#: DecentLaM keeps DmSGD's state.
+DecentLaMState = DmSGDState
 
 
 @register

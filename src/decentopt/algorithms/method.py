@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, NamedTuple, cast
 
 import torch
@@ -26,7 +27,6 @@ from decentopt.algorithms.gossips import Exact, Fields, Gossip
 from decentopt.algorithms.outer import Outer
 from decentopt.algorithms.outer import parse as parse_outer
 from decentopt.communicator import Communicator, Relaying
-from decentopt.schedules import LearningRate
 from decentopt.updates import FusedUpdate
 
 __all__ = ["Method", "MethodState", "as_method"]
@@ -105,33 +105,20 @@ class Method:
         """State fields with one value per agent (push-sum weights)."""
         return tuple(self.rule.agent_fields) + tuple(self.gossip.agent_fields)
 
-    @property
-    def sends(self) -> tuple[str, ...] | None:
-        """What the rule sends in its one round per step (``None``: it mixes otherwise)."""
-        return self.rule.sends
+    #: The rule's, as they are: what it sends in its one round per step (``None``: it mixes
+    #: otherwise), its step size and its declarations.
+    sends = property(attrgetter("rule.sends"))
+    lr = property(attrgetter("rule.lr"))
+    needs_psd = property(attrgetter("rule.needs_psd"))
+    uses_momentum = property(attrgetter("rule.uses_momentum"))
+    takes_direction = property(attrgetter("rule.takes_direction"))
 
     @property
     def rounds_per_step(self) -> int:
         return self.rule.rounds_per_step * self.gossip.rounds_per_call
 
-    @property
-    def lr(self) -> LearningRate:
-        return self.rule.lr
-
     def lr_at(self, t: int) -> float:
         return self.rule.lr_at(t)
-
-    @property
-    def needs_psd(self) -> bool:
-        return bool(self.rule.needs_psd)
-
-    @property
-    def uses_momentum(self) -> bool:
-        return bool(self.rule.uses_momentum)
-
-    @property
-    def takes_direction(self) -> bool:
-        return bool(self.rule.takes_direction)
 
     @property
     def fused(self) -> FusedUpdate | None:
@@ -207,7 +194,7 @@ class Method:
         gossip = self.gossip.at(state.t)
         channel = gossip.bind(state.gossip, comm, state.x, self.rule.sends or ())
         rule = self.rule.step(state.rule, grad, channel)
-        fields = {} if channel is comm else channel.fields()
+        fields = {} if channel is comm else channel.state
         if self.outer is None or not self.outer.fires(state.t):
             return MethodState(rule, fields, state.outer)
         outer = self.outer.step(state.outer, rule.x, comm)

@@ -194,12 +194,6 @@ def compose(rule: Any, gossip: str | Gossip = "exact", alias: str = "") -> Metho
     return Method(rule, mixer, alias)
 
 
-def _check_keys(name: str, given: dict[str, Any], valid: tuple[str, ...]) -> None:
-    for key in (key for key in given if key not in valid):
-        hint = " (momentum is called beta here)" if key == "momentum" and "beta" in valid else ""
-        raise TypeError(f"{name}: {unknown_name('hyper-parameter', key, valid)}{hint}")
-
-
 def make(
     name: str,
     gossip: str | Gossip | None = None,
@@ -210,27 +204,24 @@ def make(
     (text such as ``"choco(top_k(0.1), gamma=0.4)"`` or a gossip; exact mixing by default),
     under the outer optimizer ``outer`` (text such as
     ``"nesterov(lr=0.7, beta=0.9, every=8)"``; none by default)."""
-    return _make(name, gossip, **hyperparams).with_outer(outer)
-
-
-def _make(name: str, gossip: str | Gossip | None = None, **hyperparams: Any) -> Method:
     key = _key(name)
-    if key in ALIASES:
-        alias = ALIASES[key]
-        cls, given, own = alias.parts()
-        if gossip is not None:
-            raise TypeError(
-                f"{key} is {alias.rule} with {cls.name} gossip: give gossip= to "
-                f"{alias.rule} instead"
-            )
-        _check_keys(key, hyperparams, hyperparameters(key))
-        with prefixed(key):
-            mixer = cls(**given, **{k: v for k, v in hyperparams.items() if k in own})
-        rule_hp = {k: v for k, v in hyperparams.items() if k not in own} | alias.fixed
-        return compose(REGISTRY[alias.rule](**rule_hp), mixer, alias=key)
-    cls = REGISTRY[key]
-    _check_keys(key, hyperparams, _init_fields(cls))
-    return compose(cls(**hyperparams), "exact" if gossip is None else gossip)
+    valid = hyperparameters(key)
+    for bad in (k for k in hyperparams if k not in valid):
+        hint = " (momentum is called beta here)" if bad == "momentum" and "beta" in valid else ""
+        raise TypeError(f"{key}: {unknown_name('hyper-parameter', bad, valid)}{hint}")
+    if key not in ALIASES:
+        method = compose(REGISTRY[key](**hyperparams), "exact" if gossip is None else gossip)
+        return method.with_outer(outer)
+    alias = ALIASES[key]
+    cls, given, own = alias.parts()
+    if gossip is not None:
+        raise TypeError(
+            f"{key} is {alias.rule} with {cls.name} gossip: give gossip= to {alias.rule} instead"
+        )
+    with prefixed(key):
+        mixer = cls(**given, **{k: v for k, v in hyperparams.items() if k in own})
+    rule_hp = {k: v for k, v in hyperparams.items() if k not in own} | alias.fixed
+    return compose(REGISTRY[alias.rule](**rule_hp), mixer, alias=key).with_outer(outer)
 
 
 #: What each capability of a network means, the most telling first.

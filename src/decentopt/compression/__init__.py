@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from decentopt._schema import read_call
+from decentopt._schema import prefixed, read_call
 from decentopt.compression._bits import generator_for
 from decentopt.compression.operators import (
     COMPRESSORS,
@@ -129,7 +129,5 @@ def parse(spec: str | Compressor) -> Compressor:
             raise ValueError(
                 f"compression {spec!r}: give the {f.name} of entries kept, e.g. '{name}(0.1)'"
             )
-    try:
+    with prefixed(f"compression {spec!r}", into=ValueError):
         return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"compression {spec!r}: {exc}") from None

@@ -13,7 +13,7 @@ per mix.
 A gossip is a frozen dataclass of its parameters with pure ``init`` and ``bind``:
 ``init(x0, sends)`` gives the tensors it keeps per agent (its state fields, added to
 the rule's state), and ``bind(fields, comm, x)`` gives a :class:`Channel`, a
-communicator through which the rule's step runs; ``channel.fields()`` then holds the
+communicator through which the rule's step runs; ``channel.state`` then holds the
 gossip's state after the step. What a gossip needs of the network and of the rule is
 declared once, in :attr:`Gossip.needs` and :meth:`Gossip.refuses`.
 """
@@ -58,6 +58,7 @@ class Channel:
     ) -> None:
         self.comm = comm
         self.gossip = gossip  # the gossip whose round this is, if it needs it
+        #: The gossip's state: its fields at the start of the step, after it once run.
         self.state = dict(fields)
         self.sends = sends
         self.rounds_done = 0
@@ -118,10 +119,6 @@ class Channel:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError("a rule composed with a gossip sends through mix, mix_many or mix_map")
 
-    def fields(self) -> Fields:
-        """The gossip's state after the step."""
-        return self.state
-
 
 @dataclass(frozen=True)
 class Gossip:
@@ -163,7 +160,7 @@ class Gossip:
     def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
         """The communicator for one step of a rule that sends ``sends``, from the gossip's
         state ``fields`` and the iterate ``x`` at the start of the step: a :class:`Channel`,
-        whose ``fields()`` hold the gossip's state after the step, or ``comm`` itself for a
+        whose ``state`` holds the gossip's state after the step, or ``comm`` itself for a
         gossip that keeps no state and changes nothing."""
         raise NotImplementedError
 

@@ -178,14 +178,12 @@ class _ChocoChannel(Channel):
         codec: Compressor = self.gossip.compression  # type: ignore[assignment]  # parsed
         hats = [self.state[f"x_hat{_suffix(k)}"] for k in range(len(zs))]
         diffs = [(z - h).to(z.dtype) for z, h in zip(zs, hats, strict=True)]
-        if len(diffs) == 1:
-            q, wq = self.comm.mix_compressed(diffs[0], codec)
-            qs, wqs = [q], [wq]
-        else:  # one message: the tensors stacked as more rows of the same length
-            rows = [d if d.ndim > 1 else d.unsqueeze(-1) for d in diffs]
-            q, wq = self.comm.mix_compressed(torch.stack(rows, dim=1), codec)
-            qs = [p.reshape(z.shape) for p, z in zip(q.unbind(1), zs, strict=True)]
-            wqs = [p.reshape(z.shape) for p, z in zip(wq.unbind(1), zs, strict=True)]
+        # one message: the tensors stacked as more rows of the same length (one alone as it is)
+        rows = [d if d.ndim > 1 else d.unsqueeze(-1) for d in diffs]
+        sent = torch.stack(rows, dim=1) if len(rows) > 1 else rows[0].unsqueeze(1)
+        q, wq = self.comm.mix_compressed(sent, codec)
+        qs = [p.reshape(z.shape) for p, z in zip(q.unbind(1), zs, strict=True)]
+        wqs = [p.reshape(z.shape) for p, z in zip(wq.unbind(1), zs, strict=True)]
         out = []
         for k, z in enumerate(zs):
             x_hat = hats[k] + qs[k]  # in x_hat's (possibly wider) dtype, as s

@@ -107,7 +107,8 @@ class _Step(Gossip):
 
 @dataclass(frozen=True)
 class _Periodic(Around):
-    """What ``local`` and ``periodic_global`` share: the period and the inner gossip."""
+    """What ``local`` and ``periodic_global`` share: the period and the inner gossip (a
+    step binds the gossip that :meth:`at` gives for it)."""
 
     every: int = bounded(4, minimum=1)
     inner: str | Gossip = "exact"
@@ -170,9 +171,6 @@ class _Periodic(Around):
 
     def init(self, x0: torch.Tensor, sends: Sends) -> Fields:
         return self._wrapped.init(x0, sends)
-
-    def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
-        return self._wrapped.bind(fields, comm, x, sends)
 
     def label(self) -> str:
         return f"{self.name}({self.every}{self._inner_text()})"
