@@ -1,5 +1,4 @@
-"""Decentralized methods: update rules (a module each, or one for a rule and its variants)
-composed with gossips.
+"""Decentralized methods: update rules (one module each) composed with gossips.
 
 >>> import decentopt as dopt
 >>> alg = dopt.algorithms.make("edm", lr=0.05, beta=0.9)
@@ -20,21 +19,17 @@ from decentopt.algorithms.base import (
 from decentopt.algorithms.decentlam import DecentLaM, DecentLaMState
 from decentopt.algorithms.dmsgd import DmSGD, DmSGDState
 from decentopt.algorithms.dsgd import DSGD, DSGDState
-from decentopt.algorithms.dsgt import DSGT, DSGTHB, KGT, DSGTHBState, DSGTState, KGTState
-from decentopt.algorithms.ed import (
-    EDM,
-    LED,
-    NIDS,
-    EDMState,
-    EDState,
-    ExactDiffusion,
-    LEDState,
-    NIDSState,
-)
+from decentopt.algorithms.dsgt import DSGT, DSGTState
+from decentopt.algorithms.dsgt_hb import DSGTHB, DSGTHBState
+from decentopt.algorithms.ed import EDState, ExactDiffusion
+from decentopt.algorithms.edm import EDM, EDMState
 from decentopt.algorithms.extra import EXTRA, EXTRAState
 from decentopt.algorithms.gossips import Choco, Exact, Gossip, MultiRound, PushSum
+from decentopt.algorithms.k_gt import KGT, KGTState
+from decentopt.algorithms.led import LED, LEDState
 from decentopt.algorithms.method import Method, MethodState, as_method
 from decentopt.algorithms.mt import MomentumTracking, MTState
+from decentopt.algorithms.nids import NIDS, NIDSState
 from decentopt.algorithms.outer import OUTERS, Nesterov, Outer, register_outer
 from decentopt.algorithms.qg_dsgdm import QGDSGDm, QGDSGDmState
 from decentopt.algorithms.registry import (
