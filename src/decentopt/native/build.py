@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import platform
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
@@ -75,13 +75,7 @@ def variants(machine: str | None = None) -> tuple[tuple[str, tuple[str, ...]], .
     return VARIANTS if machine in _X86 else VARIANTS[-1:]
 
 
-def build_unix(
-    compiler: Sequence[str],
-    target: Path,
-    workdir: Path,
-    *,
-    run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
-) -> list[str]:
+def build_unix(compiler: Sequence[str], target: Path, workdir: Path) -> list[str]:
     """Build the library at ``target`` with a Unix-style compiler (gcc, clang, cc).
 
     Objects go to ``workdir``. Returns the variants built; raises
@@ -91,7 +85,7 @@ def build_unix(
 
     def call(args: list[str], what: str) -> None:
         """Run the compiler; a RuntimeError with its first line of error where it fails."""
-        result = run(
+        result = subprocess.run(
             [*compiler, *args], capture_output=True, text=True, timeout=300, cwd=str(workdir)
         )
         if result.returncode != 0:
