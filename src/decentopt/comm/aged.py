@@ -61,9 +61,8 @@ class AgedCommunicator(SimulatedCommunicator):
         self.ages: np.ndarray | None = None
         self._payload = 0.0
         peers = [(i, k, j) for i, row in enumerate(topology.neighbors) for k, j in enumerate(row)]
-        self._links = np.array(peers, dtype=np.int64).reshape(-1, 3)
-        links = torch.from_numpy(self._links)
-        self._weights = topology.W[links[:, 0], links[:, 2]]
+        self._links = torch.tensor(peers, dtype=torch.int64).reshape(-1, 3)
+        self._weights = topology.W[self._links[:, 0], self._links[:, 2]]
 
     def _ages_at(self, t: int, payload: float) -> np.ndarray:
         if self.ages is None:
@@ -82,15 +81,13 @@ class AgedCommunicator(SimulatedCommunicator):
         ages = self._ages_at(self.stats.rounds, row / self.columns)
         mixed = self.mix_many(fresh)
         edges = self._links
-        age = ages[edges[:, 0], edges[:, 1]]
+        age = torch.from_numpy(ages)[edges[:, 0], edges[:, 1]]
         out = list(mixed)
-        for a in np.unique(age[age > tau]).tolist():
-            late = edges[age == a]
-            dst = torch.from_numpy(late[:, 0])
-            src = torch.from_numpy(late[:, 2])
-            w = self._weights[torch.from_numpy(np.flatnonzero(age == a))]
+        for a in age[age > tau].unique().tolist():
+            late = edges[age == a].to(fresh[0].device)
+            w = self._weights[age == a]
             for s, (now, then) in enumerate(zip(fresh, rounds[a - tau], strict=True)):
                 scale = w.to(device=now.device, dtype=now.dtype).view((-1,) + (1,) * (now.ndim - 1))
-                gap = then[src.to(now.device)] - now[src.to(now.device)]
-                out[s] = out[s].index_add(0, dst.to(now.device), scale * gap)
+                gap = then[late[:, 2]] - now[late[:, 2]]
+                out[s] = out[s].index_add(0, late[:, 0], scale * gap)
         return out

@@ -23,7 +23,7 @@ from functools import cached_property
 import torch
 
 from decentopt.comm import routes
-from decentopt.comm.mixers import Mixer, chain
+from decentopt.comm.mixers import Mixer, NativeMixer, chain
 from decentopt.communicator import CommStats, Elementwise, Shared, map_then_mix, rows_of
 from decentopt.compression import Compressor
 from decentopt.compression import parse as parse_compression
@@ -165,18 +165,23 @@ class SimulatedCommunicator(Shared):
             return "the public copies have another shape than the state"
         if descent is not None and descent[0].shape != z.shape:
             return "the descent direction has another shape than the state"
-        folded = None if descent is None else (descent[0].reshape(flat.shape), descent[1])
-        done = self.mixer_for(flat).choco(
-            codec,
-            flat,
-            hat.reshape(flat.shape),
-            s.reshape(flat.shape),
-            rows.shape[2],
-            gamma,
-            self.stats.rounds,
-            folded,
+        mixer = self.mixer_for(flat)
+        done: tuple[torch.Tensor, ...] | str = (
+            f"the {mixer.name} mixer has no fused compressed round"
         )
-        self.compressed_kernel = done if isinstance(done, str) else self.mixer_for(flat).name
+        if isinstance(mixer, NativeMixer):
+            folded = None if descent is None else (descent[0].reshape(flat.shape), descent[1])
+            done = mixer.choco(
+                codec,
+                flat,
+                hat.reshape(flat.shape),
+                s.reshape(flat.shape),
+                rows.shape[2],
+                gamma,
+                self.stats.rounds,
+                folded,
+            )
+        self.compressed_kernel = done if isinstance(done, str) else mixer.name
         if isinstance(done, str):
             return done
         self._count(codec.nbytes(rows.shape[1], rows.shape[2], z.dtype))

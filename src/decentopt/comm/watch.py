@@ -60,11 +60,10 @@ def staleness_note(algorithm: Any, comm: Any) -> str | None:
         return None
     if isinstance(comm, SendsAhead | MixesAged):
         return None
-    tau = gossip.tau
-    bound = gossip.staleness
     return (
         f"{algorithm.name}: without a [timing] model the simulator runs every agent at one "
-        f"pace, so each neighbour's message is exactly tau = {tau} rounds old (the iterates "
-        f"of delayed({tau})); give one (simulate(timing=...) or a [timing] table) to simulate "
-        f"the ages up to staleness = {bound} that processes at their own pace use"
+        f"pace, so each neighbour's message is exactly tau = {gossip.tau} rounds old (the "
+        f"iterates of delayed({gossip.tau})); give one (simulate(timing=...) or a [timing] "
+        f"table) to simulate the ages up to staleness = {gossip.staleness} that processes at "
+        "their own pace use"
     )

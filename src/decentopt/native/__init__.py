@@ -60,7 +60,6 @@ __all__ = [
     "run",
 ]
 
-HERE = build.HERE
 #: The updates of ``decentopt_update_mix``, by ``kind`` index (api.c says the same).
 UPDATE_KINDS = ("descend", "momentum_descend", "correct", "edm")
 #: Largest stencil the C code accepts (MAX_TERMS there).
@@ -180,7 +179,7 @@ def _open(path: Path, origin: str) -> Library:
 def installed_library() -> tuple[Library | None, str]:
     """The library ``pip install`` built beside this file, or ``None`` and why not."""
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = HERE / f"_kernels{suffix}"
+        path = build.HERE / f"_kernels{suffix}"
         if path.is_file():
             try:
                 return _open(path, "installed"), ""
@@ -246,7 +245,7 @@ def cached_library() -> tuple[Library | None, str]:
         return None, found
     compiler, version = found
     recipe = json.dumps([build.COMMON_FLAGS, build.variants(), version, platform.machine()])
-    key = hashlib.sha256(b"".join((HERE / s).read_bytes() for s in build.SOURCES))
+    key = hashlib.sha256(b"".join((build.HERE / s).read_bytes() for s in build.SOURCES))
     key.update(recipe.encode())
     root = os.environ.get("DECENTOPT_CACHE")
     folder = Path(root) if root else Path.home() / ".cache" / "decentopt"

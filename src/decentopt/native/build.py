@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import platform
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
@@ -75,23 +75,16 @@ def variants(machine: str | None = None) -> tuple[tuple[str, tuple[str, ...]], .
     return VARIANTS if machine in _X86 else VARIANTS[-1:]
 
 
-def build_unix(
-    compiler: Sequence[str],
-    target: Path,
-    workdir: Path,
-    *,
-    run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
-) -> list[str]:
+def build_unix(compiler: Sequence[str], target: Path, workdir: Path) -> None:
     """Build the library at ``target`` with a Unix-style compiler (gcc, clang, cc).
 
-    Objects go to ``workdir``. Returns the variants built; raises
-    ``RuntimeError`` with the compiler's first line of error when the baseline
-    variant or the link fails.
+    Objects go to ``workdir``. Raises ``RuntimeError`` with the compiler's first line
+    of error when the baseline variant or the link fails.
     """
 
     def call(args: list[str], what: str) -> None:
         """Run the compiler; a RuntimeError with its first line of error where it fails."""
-        result = run(
+        result = subprocess.run(
             [*compiler, *args], capture_output=True, text=True, timeout=300, cwd=str(workdir)
         )
         if result.returncode != 0:
@@ -100,7 +93,6 @@ def build_unix(
             raise RuntimeError(f"{what} failed: {first}")
 
     objects = []
-    built = []
     for name, flags in variants():
         objs = [workdir / f"{Path(source).stem}_{name}.o" for source in PER_ISA]
         try:
@@ -112,7 +104,6 @@ def build_unix(
                 raise
             continue  # this compiler cannot target that instruction set
         objects.extend(str(obj) for obj in objs)
-        built.append(name)
     api = workdir / "api.o"
     name, value = digest_macro()
     call(
@@ -121,4 +112,3 @@ def build_unix(
     )
     link = ["-shared", "-pthread", *objects, str(api), "-o", str(target), "-lm"]
     call(link, "linking the native kernels")
-    return built

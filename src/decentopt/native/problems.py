@@ -36,28 +36,23 @@ def logistic_data_term(
     in a fixed order, each group on one thread: the numbers do not depend on
     ``torch.get_num_threads()``, and equal those of the products with ``a``.
     """
-    done = _logistic(samples, x, scale, labels, with_loss=False)
+    done = logistic_term_and_loss(samples, x, scale, labels, with_loss=False)
     return None if done is None else done[0]
 
 
 def logistic_term_and_loss(
-    samples: torch.Tensor, x: torch.Tensor, scale: float, labels: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """:func:`logistic_data_term` and, from the same pass over the samples, each row's loss
-    ``sum_j log(1 + exp(-a_j . x))`` (float64, shape ``(..., R)``), or ``None`` where C
-    cannot run. The loss is exact to a few units of float64's last place, also for large
-    margins (torch's ``softplus`` returns ``-z`` itself below ``z = -20``)."""
-    return _logistic(samples, x, scale, labels, with_loss=True)
-
-
-def _logistic(
     samples: torch.Tensor,
     x: torch.Tensor,
     scale: float,
-    labels: torch.Tensor | None,
+    labels: torch.Tensor | None = None,
     *,
-    with_loss: bool,
+    with_loss: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """:func:`logistic_data_term` and, from the same pass over the samples, each row's loss
+    ``sum_j log(1 + exp(-a_j . x))`` (float64, shape ``(..., R)``; ``None`` with
+    ``with_loss=False``), or ``None`` where C cannot run. The loss is exact to a few units
+    of float64's last place, also for large margins (torch's ``softplus`` returns ``-z``
+    itself below ``z = -20``)."""
     tensors = (samples, x) if labels is None else (samples, x, labels)
     if (
         samples.dtype not in SUFFIX

@@ -8,8 +8,6 @@ and called on the folded ``(n, k)`` state of every gossip round:
 * :meth:`Mixer.mix_map` evaluates an elementwise update and mixes its first output
   in one pass, where the mixer has a kernel for that update; ``None`` otherwise,
   and the communicator updates, then mixes;
-* :meth:`Mixer.choco` runs CHOCO-gossip's compressed round in one kernel where it
-  has one, and otherwise says why not;
 * :meth:`Mixer.supports` says whether it can mix a state at all (device, dtype),
   :meth:`Mixer.preferred` whether ``"auto"`` should give it that state.
 
@@ -28,7 +26,6 @@ from decentopt._registry import Registry
 
 if TYPE_CHECKING:
     from decentopt.communicator import Elementwise
-    from decentopt.compression import Compressor
     from decentopt.topology import Network
 
 __all__ = ["MIXERS", "Mixer", "MixerBase", "MixerUnavailable", "need", "register"]
@@ -69,24 +66,6 @@ class Mixer:
         """``[W_t y_0, y_1, ...]`` for ``(y_0, ...) = fn(*flats, *scalars)`` in one pass, or
         ``None`` when this mixer has no fused kernel for ``fn`` and these states."""
         return None
-
-    def choco(
-        self,
-        codec: Compressor,
-        flat: torch.Tensor,
-        hat: torch.Tensor,
-        s: torch.Tensor,
-        k: int,
-        gamma: float,
-        t: int,
-        descent: tuple[torch.Tensor, float] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | str:
-        """CHOCO-gossip's round fused: ``(z + gamma (s' - hat'), hat', s')`` with
-        ``hat' = hat + Q(z - hat)`` and ``s' = s + W_t Q(z - hat)`` (``Q`` on rows of
-        ``k``), ``z = flat``, or with ``descent = (g, alpha)`` DSGD's ``z = flat - alpha g``
-        computed in the same kernel; or why this mixer has no kernel for it (the caller
-        compresses, then mixes)."""
-        return f"the {self.name} mixer has no fused compressed round"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

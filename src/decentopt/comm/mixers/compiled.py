@@ -59,7 +59,9 @@ class CompiledMixer(MixerBase):
         self.eager = ShiftMixer(network)  # the stencil, and the kernel if compilation fails
         self.stencil = self.eager.stencil
         self.failed = False
-        self._mix: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self._mix = torch.compile(
+            functools.partial(stencil_sum, stencil=self.stencil), dynamic=False
+        )
         self._fused: dict[object, Callable[..., None]] = {}
 
     def _give_up(self, what: str, exc: Exception) -> None:
@@ -74,10 +76,6 @@ class CompiledMixer(MixerBase):
 
     def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:
         if not self.failed:
-            if self._mix is None:
-                self._mix = torch.compile(
-                    functools.partial(stencil_sum, stencil=self.stencil), dynamic=False
-                )
             try:
                 mixed = self._mix(flat)
                 return mixed if out is None else out.copy_(mixed)

@@ -126,10 +126,8 @@ class CudaMixer(MixerBase):
         self, fn: Elementwise, flats: Sequence[torch.Tensor], scalars: Sequence[float], t: int
     ) -> list[torch.Tensor] | None:
         call = prepare(fn, flats, scalars)
-        if call is None:
-            return None
-        if call.inputs[0].numel():
+        if call is not None and call.inputs[0].numel():
             update = call.update
             settings = (call.alpha, call.beta, update.nesterov, update.dampening)
             self._launch(update.kind, call.inputs, call.outputs, *settings)
-        return call.outputs
+        return None if call is None else call.outputs
