@@ -1,9 +1,8 @@
 """Tidy result tables: one row per (algorithm, setting, repetition, recorded step).
 
-Tables are CSV files written atomically (a temporary file in the same folder,
-then ``os.replace``), so an interrupted run never leaves a half-written table.
-Temporary files carry the prefix :data:`TEMP_PREFIX`, a name no user file has:
-only those are swept away by the next run on the folder.
+Tables are CSV files written atomically (:func:`~decentopt._process.atomic_file`): an
+interrupted run never leaves a half-written one, and the next run on the folder sweeps
+its temporary files away (:func:`lock_folder`).
 """
 
 from __future__ import annotations
