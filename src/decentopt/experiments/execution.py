@@ -216,21 +216,19 @@ def run_tasks(
     names: Sequence[str],
     keep: Callable[[int, R], None],
     progress: Progress,
-) -> list[str]:
+) -> None:
     """Run every task through ``engine``; ``keep(index, result)`` as each one arrives. A
-    task whose worker is lost runs once more; the names of those that could not run are
-    returned. Any other exception, or an interruption, cancels the rest and stops the
-    engine before it propagates."""
+    task whose worker is lost runs once more (those lost again are never kept). Any other
+    exception, or an interruption, cancels the rest and stops the engine before it
+    propagates."""
     retried: set[int] = set()
     running: dict[Future, int] = {}
-    lost: list[str] = []
 
     def submit(index: int) -> None:
         try:
             running[engine.executor.submit(tasks[index])] = index
         except engine.lost as exc:  # a broken pool takes nothing more
             progress.lost(names[index], str(exc), again=False)
-            lost.append(names[index])
 
     try:
         if engine.submit_all is not None and tasks:
@@ -250,8 +248,6 @@ def run_tasks(
                     retried.add(index)
                     if again:
                         submit(index)
-                    else:
-                        lost.append(names[index])
                     continue
                 keep(index, result)
                 progress.finished(names[index], len(tasks))
@@ -260,7 +256,6 @@ def run_tasks(
             future.cancel()
         engine.stop()
         raise
-    return lost
 
 
 #: What forked workers of :func:`forked_map` compute with (set before the fork, inherited).
