@@ -8,7 +8,6 @@ its temporary files away (:func:`lock_folder`).
 from __future__ import annotations
 
 import csv
-import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -116,24 +115,15 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
 
 
 def _csv_lines(rows: list[Mapping[str, Any]], fields: list[str], fh: TextIO) -> None:
-    """``csv.DictWriter(fh, fields)``'s header and rows, byte for byte: the cells go to the
-    C writer as tuples taken by one ``itemgetter``; a row whose keys differ from the
-    header's (a missing cell is empty, an extra key refused) goes through ``DictWriter``."""
-    writer = csv.DictWriter(fh, fieldnames=fields)
-    writer.writeheader()
-    if len(fields) == 1:  # itemgetter of one key gives a cell, not a tuple
-        writer.writerows(rows)
-        return
-    cells = operator.itemgetter(*fields)
-    keys = dict.fromkeys(fields).keys()
-    plain = csv.writer(fh)
-    start = 0
-    for i, row in enumerate(rows):
-        if row.keys() != keys:  # (order aside) written by DictWriter: its filling, its errors
-            plain.writerows(map(cells, rows[start:i]))
-            writer.writerow(row)
-            start = i + 1
-    plain.writerows(map(cells, rows[start:]))
+    """``csv.DictWriter(fh, fields)``'s header and rows, byte for byte (``fields`` hold every
+    key; a missing cell is empty): a row whose keys are the header, in its order, goes to
+    the C writer as its values."""
+    writer = csv.writer(fh)
+    writer.writerow(fields)
+    writer.writerows(
+        row.values() if list(row) == fields else [row.get(key, "") for key in fields]
+        for row in rows
+    )
 
 
 def write_csv_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
