@@ -61,8 +61,7 @@ def _take(folder: Path, lock: Path) -> int:
                 raise _busy(folder, lock, pid)
             try:
                 os.ftruncate(fd, 0)
-                with os.fdopen(os.dup(fd), "w") as fh:
-                    fh.write(str(os.getpid()))
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
             except OSError:  # e.g. a full disk: no empty lock is left behind to block later runs
                 lock.unlink(missing_ok=True)
                 raise
@@ -77,18 +76,6 @@ def _take(folder: Path, lock: Path) -> int:
             if not held:
                 os.close(fd)
     raise FolderBusy(f"could not take the lock {lock}")
-
-
-def _sweep(folder: Path) -> None:
-    """Remove the project's temporary files left by interrupted writes, in ``folder`` and the
-    folders below it, skipping any that hold a lock of their own (another run's output)."""
-    for here, dirs, files in os.walk(folder):
-        if Path(here) != folder and ".lock" in files:
-            dirs.clear()
-            continue  # (links to folders are not followed either)
-        for name in files:
-            if name.startswith(TEMP_PREFIX) and name.endswith(".tmp"):
-                Path(here, name).unlink(missing_ok=True)
 
 
 @contextmanager
@@ -106,8 +93,14 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / ".lock"
     fd = _take(folder, lock)
-    try:
-        _sweep(folder)
+    try:  # skipping folders that hold a lock of their own (another run's output)
+        for here, dirs, files in os.walk(folder):
+            if Path(here) != folder and ".lock" in files:
+                dirs.clear()
+                continue  # (links to folders are not followed either)
+            for name in files:
+                if name.startswith(TEMP_PREFIX) and name.endswith(".tmp"):
+                    Path(here, name).unlink(missing_ok=True)
         yield folder
     finally:
         lock.unlink(missing_ok=True)  # while still held: a waiting run then locks a new file
