@@ -185,9 +185,7 @@ def _dask(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
         cluster = distributed.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
         )
-        client = distributed.Client(cluster)
-    else:
-        client = distributed.Client(str(address))
+    client = distributed.Client(str(address) if cluster is None else cluster)
     executor = client.get_executor(pure=False)
 
     def close() -> None:
