@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from decentopt._process import TEMP_PREFIX, alive, atomic_file, temporary_file
 
@@ -107,26 +107,21 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
         os.close(fd)
 
 
-def _csv_lines(rows: list[Mapping[str, Any]], fields: list[str], fh: TextIO) -> None:
-    """``csv.DictWriter(fh, fields)``'s header and rows, byte for byte (``fields`` hold every
-    key; a missing cell is empty): a row whose keys are the header, in its order, goes to
-    the C writer as its values."""
-    writer = csv.writer(fh)
-    writer.writerow(fields)
-    writer.writerows(
-        row.values() if list(row) == fields else [row.get(key, "") for key in fields]
-        for row in rows
-    )
-
-
 def write_csv_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
     """Write rows to ``path`` atomically: a column for every key, in order of appearance,
-    and an empty cell where a row lacks one."""
+    and an empty cell where a row lacks one (``csv.DictWriter``'s bytes; a row whose keys
+    are the header, in its order, goes to the C writer as its values)."""
     rows = list(rows)
     if not rows:
         raise ValueError(f"no rows to write to {path}")
+    fields = list(dict.fromkeys(k for r in rows for k in r))
     with atomic_file(path, newline="") as fh:
-        _csv_lines(rows, list(dict.fromkeys(k for r in rows for k in r)), fh)
+        writer = csv.writer(fh)
+        writer.writerow(fields)
+        writer.writerows(
+            row.values() if list(row) == fields else [row.get(key, "") for key in fields]
+            for row in rows
+        )
     return Path(path)
 
 
