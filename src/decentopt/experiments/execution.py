@@ -8,10 +8,8 @@ own task, with :class:`WorkerDied` naming its PID and signal, and the others go 
 :meth:`ForkPool.stop` ends every worker at once (Ctrl-C). Workers ignore SIGINT:
 the sweep's process decides, and stops them.
 
-:func:`run_tasks` runs tasks through an :class:`Engine` (an executor, the exceptions
-by which it reports a lost worker, and how to stop it): each result is kept as soon as
-it arrives, a task whose worker was lost is submitted once more, and on any exception
-or interruption the rest are cancelled and the engine stopped before it propagates.
+:func:`run_tasks` runs tasks through an :class:`Engine` (this pool, any executor, or a
+cluster's); a task whose worker was lost runs once more.
 """
 
 from __future__ import annotations
