@@ -169,7 +169,7 @@ class Sweep(Units):
         """The units stored intact for these settings, by index (each read once)."""
         if self.options.force:  # the store warns about a corrupt unit when it is run
             return {}
-        found = {index: self.store.published(p.unit) for index, p in enumerate(self.planned)}
+        found = {i: self.store.stored(p.unit, warn=False) for i, p in enumerate(self.planned)}
         return {index: rows for index, rows in found.items() if rows is not None}
 
     def engine(self, pending: int) -> Engine | None:
