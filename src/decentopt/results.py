@@ -93,7 +93,7 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / ".lock"
     fd = _take(folder, lock)
-    try:  # skipping folders that hold a lock of their own (another run's output)
+    try:  # stale temporary files go, in the folders below too (not in a locked one: another run's)
         for here, dirs, files in os.walk(folder):
             if Path(here) != folder and ".lock" in files:
                 dirs.clear()
