@@ -100,7 +100,7 @@ def _read(path: Path) -> tuple[Holder | None, int, int] | None:
         data = json.loads(text)
         started = None if data.get("started") is None else int(data["started"])
         holder = Holder(str(data["host"]), int(data["pid"]), str(data["token"]), started)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # (JSON, but no object)
         holder = None
     return holder, info.st_ino, info.st_mtime_ns
 
