@@ -28,24 +28,10 @@ def test_a_live_holder_is_named(tmp_path):
 
 
 def test_a_lock_that_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch):
-    real = os.fdopen
+    def full_disk(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    def full_disk(fd, *args, **kwargs):
-        handle = real(fd, *args, **kwargs)
-
-        class Full:
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                handle.close()
-
-            def write(self, _text):
-                raise OSError(errno.ENOSPC, "No space left on device")
-
-        return Full()
-
-    monkeypatch.setattr(os, "fdopen", full_disk)
+    monkeypatch.setattr(os, "pwrite", full_disk)
     with pytest.raises(OSError, match="No space left"):
         with lock_folder(tmp_path):
             pass

@@ -1,20 +1,18 @@
 """Tidy result tables: one row per (algorithm, setting, repetition, recorded step).
 
-Tables are CSV files written atomically (a temporary file in the same folder,
-then ``os.replace``), so an interrupted run never leaves a half-written table.
-Temporary files carry the prefix :data:`TEMP_PREFIX`, a name no user file has:
-only those are swept away by the next run on the folder.
+Tables are CSV files written atomically (:func:`~decentopt._process.atomic_file`): an
+interrupted run never leaves a half-written one, and the next run on the folder sweeps
+its temporary files away (:func:`lock_folder`).
 """
 
 from __future__ import annotations
 
 import csv
-import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from decentopt._process import TEMP_PREFIX, alive, atomic_file, temporary_file
 
@@ -63,8 +61,7 @@ def _take(folder: Path, lock: Path) -> int:
                 raise _busy(folder, lock, pid)
             try:
                 os.ftruncate(fd, 0)
-                with os.fdopen(os.dup(fd), "w") as fh:
-                    fh.write(str(os.getpid()))
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
             except OSError:  # e.g. a full disk: no empty lock is left behind to block later runs
                 lock.unlink(missing_ok=True)
                 raise
@@ -79,18 +76,6 @@ def _take(folder: Path, lock: Path) -> int:
             if not held:
                 os.close(fd)
     raise FolderBusy(f"could not take the lock {lock}")
-
-
-def _sweep(folder: Path) -> None:
-    """Remove the project's temporary files left by interrupted writes, in ``folder`` and the
-    folders below it, skipping any that hold a lock of their own (another run's output)."""
-    for here, dirs, files in os.walk(folder):
-        if Path(here) != folder and ".lock" in files:
-            dirs.clear()
-            continue  # (links to folders are not followed either)
-        for name in files:
-            if name.startswith(TEMP_PREFIX) and name.endswith(".tmp"):
-                Path(here, name).unlink(missing_ok=True)
 
 
 @contextmanager
@@ -108,43 +93,35 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / ".lock"
     fd = _take(folder, lock)
-    try:
-        _sweep(folder)
+    try:  # stale temporary files go, in the folders below too (not in a locked one: another run's)
+        for here, dirs, files in os.walk(folder):
+            if Path(here) != folder and ".lock" in files:
+                dirs.clear()
+                continue  # (links to folders are not followed either)
+            for name in files:
+                if name.startswith(TEMP_PREFIX) and name.endswith(".tmp"):
+                    Path(here, name).unlink(missing_ok=True)
         yield folder
     finally:
         lock.unlink(missing_ok=True)  # while still held: a waiting run then locks a new file
         os.close(fd)
 
 
-def _csv_lines(rows: list[Mapping[str, Any]], fields: list[str], fh: TextIO) -> None:
-    """``csv.DictWriter(fh, fields)``'s header and rows, byte for byte: the cells go to the
-    C writer as tuples taken by one ``itemgetter``; a row whose keys differ from the
-    header's (a missing cell is empty, an extra key refused) goes through ``DictWriter``."""
-    writer = csv.DictWriter(fh, fieldnames=fields)
-    writer.writeheader()
-    if len(fields) == 1:  # itemgetter of one key gives a cell, not a tuple
-        writer.writerows(rows)
-        return
-    cells = operator.itemgetter(*fields)
-    keys = dict.fromkeys(fields).keys()
-    plain = csv.writer(fh)
-    start = 0
-    for i, row in enumerate(rows):
-        if row.keys() != keys:  # (order aside) written by DictWriter: its filling, its errors
-            plain.writerows(map(cells, rows[start:i]))
-            writer.writerow(row)
-            start = i + 1
-    plain.writerows(map(cells, rows[start:]))
-
-
 def write_csv_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
     """Write rows to ``path`` atomically: a column for every key, in order of appearance,
-    and an empty cell where a row lacks one."""
+    and an empty cell where a row lacks one (``csv.DictWriter``'s bytes; a row whose keys
+    are the header, in its order, goes to the C writer as its values)."""
     rows = list(rows)
     if not rows:
         raise ValueError(f"no rows to write to {path}")
+    fields = list(dict.fromkeys(k for r in rows for k in r))
     with atomic_file(path, newline="") as fh:
-        _csv_lines(rows, list(dict.fromkeys(k for r in rows for k in r)), fh)
+        writer = csv.writer(fh)
+        writer.writerow(fields)
+        writer.writerows(
+            row.values() if list(row) == fields else [row.get(key, "") for key in fields]
+            for row in rows
+        )
     return Path(path)
 
 

@@ -136,6 +136,24 @@ def test_grouped_runs_stepped_together_equal_runs_alone():
         )
 
 
+def _noise(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    return images + torch.randn(images.shape, generator=generator, dtype=images.dtype)
+
+
+def test_batched_runs_resumed_from_their_state_go_on_as_the_runs_that_were_saved():
+    """Each run's augmentation and dropout streams, its sampler and its buffers are restored:
+    the next step after a resume is the step the saved runs take next."""
+    saved = BatchedRuns([problem("loop", net(seed=r), seed=r, augment=_noise) for r in range(2)])
+    x = saved.initial_point()
+    saved.gradient_and_loss(x, torch.Generator().manual_seed(3))
+    state = saved.state_dict()
+    want, _ = saved.gradient_and_loss(x, torch.Generator().manual_seed(3))
+    resumed = BatchedRuns([problem("loop", net(seed=r), seed=r, augment=_noise) for r in range(2)])
+    resumed.load_state_dict(state)
+    got, _ = resumed.gradient_and_loss(x, torch.Generator().manual_seed(99))  # seed unused
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_the_backend_is_chosen_by_a_rule_and_resumed_as_saved():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert choose_backend(SmallCNN(), cpu) == "vmap"  # small: batched is faster on the CPU

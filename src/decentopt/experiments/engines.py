@@ -97,8 +97,12 @@ class SubmititExecutor(Executor):
                 continue
             try:
                 future.set_result(job.result())
-            except self.failed as exc:  # the unit's own error, its traceback in the log
-                future.set_exception(UnitFailed(f"{_last_error(exc)}; its log: {job.paths.stderr}"))
+            except self.failed as exc:  # the unit's own error: the line of its traceback that
+                # says what was raised (the whole traceback is in the log)
+                lines = [line.strip() for line in str(exc).splitlines()]
+                raised = [x for x in lines if re.match(r"[A-Za-z_][\w.]*(Error|Exception)\b", x)]
+                what = f"a unit's job failed: {raised[-1] if raised else lines[0]}"
+                future.set_exception(UnitFailed(f"{what}; its log: {job.paths.stderr}"))
             except self.uncompleted:  # killed, pre-empted for good, out of memory
                 why = f"its job {job.job_id} ended without a result ({job.state.lower()})"
                 future.set_exception(WorkerLost(why))
@@ -120,13 +124,6 @@ class SubmititExecutor(Executor):
         self._stop.set()
         if wait:
             self._watcher.join()
-
-
-def _last_error(exc: BaseException) -> str:
-    """The line of a job's traceback that says what was raised."""
-    lines = [line.strip() for line in str(exc).splitlines()]
-    raised = [line for line in lines if re.match(r"[A-Za-z_][\w.]*(Error|Exception)\b", line)]
-    return f"a unit's job failed: {raised[-1] if raised else lines[0]}"
 
 
 def _slurm(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
@@ -185,9 +182,7 @@ def _dask(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
         cluster = distributed.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
         )
-        client = distributed.Client(cluster)
-    else:
-        client = distributed.Client(str(address))
+    client = distributed.Client(str(address) if cluster is None else cluster)
     executor = client.get_executor(pure=False)
 
     def close() -> None:

@@ -8,10 +8,8 @@ own task, with :class:`WorkerDied` naming its PID and signal, and the others go 
 :meth:`ForkPool.stop` ends every worker at once (Ctrl-C). Workers ignore SIGINT:
 the sweep's process decides, and stops them.
 
-:func:`run_tasks` runs tasks through an :class:`Engine` (an executor, the exceptions
-by which it reports a lost worker, and how to stop it): each result is kept as soon as
-it arrives, a task whose worker was lost is submitted once more, and on any exception
-or interruption the rest are cancelled and the engine stopped before it propagates.
+:func:`run_tasks` runs tasks through an :class:`Engine` (this pool, any executor, or a
+cluster's); a task whose worker was lost runs once more.
 """
 
 from __future__ import annotations
@@ -76,12 +74,6 @@ class UnitFailed(SweepFailed):
     """A unit raised where it ran (a cluster's job), reported in one line with its log."""
 
 
-@dataclass
-class _Task:
-    future: Future
-    call: tuple[Callable[..., Any], tuple, dict]
-
-
 def _serve(conn: multiprocessing.connection.Connection) -> None:
     """A worker: compute ``(fn, args, kwargs)`` messages until ``None`` or the pipe closes,
     on one intra-op thread (as many workers as cores)."""
@@ -108,7 +100,8 @@ class ForkPool(Executor):
 
     workers: int
     _pool: list[Any] = field(default_factory=list)  # the forked processes
-    _queue: queue.SimpleQueue[_Task | None] = field(default_factory=queue.SimpleQueue)
+    #: the tasks waiting for a worker: ``(future, (fn, args, kwargs))``
+    _queue: queue.SimpleQueue[tuple | None] = field(default_factory=queue.SimpleQueue)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
     _closed: bool = False
@@ -136,32 +129,33 @@ class ForkPool(Executor):
             raise RuntimeError("cannot submit to a pool that was shut down")
         self._refill()  # a worker lost since the last submission is replaced
         future: Future[R] = Future()
-        self._queue.put(_Task(future, (fn, args, kwargs)))
+        self._queue.put((future, (fn, args, kwargs)))
         return future
 
     def _feed(self, process: Any, conn: multiprocessing.connection.Connection) -> None:
         """Hand the worker ``process`` one task after the other through its pipe ``conn``,
         until it dies or the pool shuts down."""
         while (task := self._queue.get()) is not None:
-            if not task.future.running() and not task.future.set_running_or_notify_cancel():
+            future, call = task
+            if not future.running() and not future.set_running_or_notify_cancel():
                 continue  # cancelled while it waited
             if not process.is_alive():  # the task waits for another worker
                 self._queue.put(task)
                 break
             try:
-                conn.send(task.call)
+                conn.send(call)
                 ok, value = conn.recv()
             except (EOFError, OSError):  # it died computing the task
                 process.join(1.0)
-                task.future.set_exception(WorkerDied(process.pid, process.exitcode))
+                future.set_exception(WorkerDied(process.pid, process.exitcode))
                 break
             except Exception as exc:  # the task cannot be pickled
-                task.future.set_exception(exc)
+                future.set_exception(exc)
                 continue
             if ok:
-                task.future.set_result(value)
+                future.set_result(value)
             else:
-                task.future.set_exception(value)
+                future.set_exception(value)
         else:  # shut down
             with suppress(OSError):
                 conn.send(None)
@@ -171,15 +165,14 @@ class ForkPool(Executor):
             if not any(worker.is_alive() for worker in self._pool):
                 while not self._queue.empty():
                     if (task := self._queue.get()) is not None:
-                        task.future.set_exception(WorkerDied())
+                        task[0].set_exception(WorkerDied())
 
     def stop(self) -> None:
         """End every worker now; what they were computing is lost, queued tasks cancelled."""
         self.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             for process in self._pool:
-                if process.is_alive():
-                    process.kill()
+                process.kill()  # (a dead one's is ignored)
         for process in self._pool:
             process.join(5.0)
 
@@ -188,7 +181,7 @@ class ForkPool(Executor):
             self._closed = True
             while cancel_futures and not self._queue.empty():
                 if (task := self._queue.get()) is not None:
-                    task.future.cancel()
+                    task[0].cancel()
             for _ in self._threads:
                 self._queue.put(None)
         if wait:
@@ -216,21 +209,19 @@ def run_tasks(
     names: Sequence[str],
     keep: Callable[[int, R], None],
     progress: Progress,
-) -> list[str]:
+) -> None:
     """Run every task through ``engine``; ``keep(index, result)`` as each one arrives. A
-    task whose worker is lost runs once more; the names of those that could not run are
-    returned. Any other exception, or an interruption, cancels the rest and stops the
-    engine before it propagates."""
+    task whose worker is lost runs once more (those lost again are never kept). Any other
+    exception, or an interruption, cancels the rest and stops the engine before it
+    propagates."""
     retried: set[int] = set()
     running: dict[Future, int] = {}
-    lost: list[str] = []
 
     def submit(index: int) -> None:
         try:
             running[engine.executor.submit(tasks[index])] = index
         except engine.lost as exc:  # a broken pool takes nothing more
             progress.lost(names[index], str(exc), again=False)
-            lost.append(names[index])
 
     try:
         if engine.submit_all is not None and tasks:
@@ -250,8 +241,6 @@ def run_tasks(
                     retried.add(index)
                     if again:
                         submit(index)
-                    else:
-                        lost.append(names[index])
                     continue
                 keep(index, result)
                 progress.finished(names[index], len(tasks))
@@ -260,7 +249,6 @@ def run_tasks(
             future.cancel()
         engine.stop()
         raise
-    return lost
 
 
 #: What forked workers of :func:`forked_map` compute with (set before the fork, inherited).

@@ -100,7 +100,7 @@ def _read(path: Path) -> tuple[Holder | None, int, int] | None:
         data = json.loads(text)
         started = None if data.get("started") is None else int(data["started"])
         holder = Holder(str(data["host"]), int(data["pid"]), str(data["token"]), started)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # (JSON, but no object)
         holder = None
     return holder, info.st_ino, info.st_mtime_ns
 
@@ -115,7 +115,6 @@ class Lease:
     beat: float = BEAT
     poll: float = POLL
     me: Holder = field(default_factory=Holder.me)
-    lost: bool = False  # another claimant took it over while this one held it
 
     def _write(self) -> bool:
         """Link a lease naming this holder into place; False if one is there."""
@@ -141,7 +140,6 @@ class Lease:
         since = time.monotonic()
         while True:
             if self._write():
-                self.lost = False
                 return True
             seen = _read(self.path)
             if seen is None:
@@ -176,8 +174,6 @@ class Lease:
         with suppress(FileNotFoundError):
             if self.holds():
                 os.utime(self.path)  # modified now
-                return
-        self.lost = True
 
     def release(self) -> None:
         """Give the lease up (one held by another claimant by now is left alone)."""

@@ -169,7 +169,7 @@ class Sweep(Units):
         """The units stored intact for these settings, by index (each read once)."""
         if self.options.force:  # the store warns about a corrupt unit when it is run
             return {}
-        found = {index: self.store.published(p.unit) for index, p in enumerate(self.planned)}
+        found = {i: self.store.stored(p.unit, warn=False) for i, p in enumerate(self.planned)}
         return {index: rows for index, rows in found.items() if rows is not None}
 
     def engine(self, pending: int) -> Engine | None:
@@ -218,18 +218,18 @@ class Sweep(Units):
             tasks = [UnitTask(spec, out, i, log=log) for i in pending]
             try:
                 with intra_op_threads(1, 0):
-                    lost = run_tasks(engine, tasks, [names[i] for i in pending], keep, progress)
+                    run_tasks(engine, tasks, [names[i] for i in pending], keep, progress)
             finally:
                 engine.close()
                 _SWEEPS.pop(out, None)
-            # a pool that breaks (a caller's ProcessPoolExecutor) fails every task it held,
-            # also those whose worker had stored its unit: those are taken from the store
-            for index in [i for i in pending if names[i] in lost]:
+            # a unit not kept was lost, or stored before its pool broke (a caller's
+            # ProcessPoolExecutor fails every task it held): those are taken from the store
+            for index in [i for i in pending if i not in rows]:
                 found = self.store.stored(self.planned[index].unit)
                 if found is not None:
                     rows[index] = found
                     self.store.ran.append(names[index])
-                    lost.remove(names[index])
+            lost = [names[i] for i in pending if i not in rows]
             if lost:
                 raise WorkersLost(
                     f"{len(lost)} unit(s) not computed (their workers died): "

@@ -95,8 +95,9 @@ class ResultStore:
             )
         return folder
 
-    def stored(self, unit: Unit) -> Rows | None:
-        """The unit's rows if stored intact for these settings, else None."""
+    def stored(self, unit: Unit, warn: bool = True) -> Rows | None:
+        """The unit's rows if stored intact for these settings, else None; an unusable one is
+        warned of unless ``warn`` is False (a unit another process is writing is not corrupt)."""
         folder = self.inside(unit.name)
         meta_path = folder / "meta.json"
         table = folder / "rows.csv"
@@ -116,16 +117,11 @@ class ResultStore:
             _check_columns(rows)
             return rows
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-            why = "meta.json is nested too deeply" if isinstance(exc, RecursionError) else exc
-            message = f"{folder}: stored result unusable ({why}); computing it again"
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            if warn:
+                why = "meta.json is nested too deeply" if isinstance(exc, RecursionError) else exc
+                message = f"{folder}: stored result unusable ({why}); computing it again"
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
             return None
-
-    def published(self, unit: Unit) -> Rows | None:
-        """:meth:`stored` without its warning: a unit being written is not corrupt."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return self.stored(unit)
 
     def prepare(self, unit: Unit) -> Path:
         """The unit's folder, ready for it to be computed: emptied if it was started for other
@@ -169,7 +165,7 @@ class ResultStore:
 
         def done() -> bool:  # another process published it while this one waited
             nonlocal rows
-            rows = None if self.force else self.published(unit)
+            rows = None if self.force else self.stored(unit, warn=False)
             return rows is not None
 
         try:

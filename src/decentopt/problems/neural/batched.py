@@ -113,9 +113,7 @@ class BatchedRuns:
                 first.model, first.layout, self.n * len(self.runs), first.options
             )
         if state["generators"]:
-            self._generators = [torch.Generator() for _ in self.runs]
-            for g, saved in zip(self._generators, state["generators"], strict=True):
-                g.set_state(saved)
+            self._generators = [torch.Generator().set_state(g) for g in state["generators"]]
         if state.get("buffers"):
             self.engine.load_buffers(state["buffers"])
 
