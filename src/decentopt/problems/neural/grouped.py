@@ -23,13 +23,13 @@ and backward at 1.7x the images per second of vmap (docs/training.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decentopt.problems.neural.base import Options, compiled_call
+from decentopt.problems.neural.base import GradientBackend, Options
 from decentopt.problems.neural.dropout import replica_dropout
 from decentopt.problems.neural.layout import ParamLayout
 
@@ -76,7 +76,7 @@ def _same_size(pool: nn.AdaptiveAvgPool2d, h: torch.Tensor) -> bool:
     return h.ndim == 4 and all(o is None or o == s for o, s in zip(out, h.shape[2:], strict=True))
 
 
-class GroupedBackend:
+class GroupedBackend(GradientBackend):
     name: ClassVar[str] = "grouped"
 
     def __init__(self, model: nn.Module, layout: ParamLayout, replicas: int, options: Options):
@@ -87,11 +87,8 @@ class GroupedBackend:
                 f"{', '.join(t.__name__ for t in SUPPORTED)} in an nn.Sequential; use "
                 "backend 'vmap'"
             )
+        super().__init__(model, layout, replicas, options)
         self.layers = _leaves(model)
-        self.layout = layout
-        self.options = options
-        self.replicas = replicas
-        self._compiled: dict[str, Any] = {}
         # per-replica BatchNorm statistics: (N * C,) running mean and variance per layer
         self.running: dict[int, list[torch.Tensor]] = {}
         for k, layer in enumerate(self.layers):
@@ -112,7 +109,7 @@ class GroupedBackend:
         dropout: Sequence[torch.Generator],
     ) -> torch.Tensor:
         """Logits ``(N, B, classes)`` from ``inp`` laid out for the first layer."""
-        n = self.replicas
+        n = self.count
         views = iter(params)
         h = inp
         for k, layer in enumerate(self.layers):
@@ -164,7 +161,7 @@ class GroupedBackend:
         return F.batch_norm(h, mean, var, weight, bias, use_batch, factor, layer.eps)
 
     def _dropout(self, h: torch.Tensor, p: float, gens: Sequence[torch.Generator]) -> torch.Tensor:
-        n = self.replicas
+        n = self.count
         if h.ndim == 4:  # (B, N*C, H, W): replica r's channels are the r-th block
             parts = h.unflatten(1, (n, -1)).unbind(1)
             return torch.stack(
@@ -205,30 +202,21 @@ class GroupedBackend:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.enable_grad():
             leaf = x.detach().requires_grad_(True)
-            args = (leaf, images, labels, dropout)
-            if self.options.compile:
-                total, losses = compiled_call(self._compiled, self._loss, *args)
-            else:
-                total, losses = self._loss(*args)
+            total, losses = self.run(self._loss, leaf, images, labels, dropout)
             (grad,) = torch.autograd.grad(total, leaf)
         return grad, losses
 
     @torch.no_grad()
     def logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-        shared = images.unsqueeze(0).expand(self.replicas, *images.shape)
+        shared = images.unsqueeze(0).expand(self.count, *images.shape)
         return self.forward(self.layout.views(x), self._input(shared), False, ())
 
     def buffers(self) -> list[list[torch.Tensor]]:
         """Every replica's buffers in ``model.buffers()`` order (BatchNorm statistics)."""
-        out: list[list[torch.Tensor]] = [[] for _ in range(self.replicas)]
+        out: list[list[torch.Tensor]] = [[] for _ in range(self.count)]
         for k in sorted(self.running):
             mean, var, count = self.running[k]
-            pairs = zip(mean.chunk(self.replicas), var.chunk(self.replicas), strict=True)
+            pairs = zip(mean.chunk(self.count), var.chunk(self.count), strict=True)
             for r, (m, v) in enumerate(pairs):
                 out[r] += [m, v, count]
         return out
-
-    def load_buffers(self, saved: list[list[torch.Tensor]]) -> None:
-        for views, values in zip(self.buffers(), saved, strict=True):  # views of the statistics
-            for view, value in zip(views, values, strict=True):
-                view.copy_(value)
