@@ -55,14 +55,12 @@ def one_peer_exponential(n: int) -> TopologySchedule:
     n = agents(n)
     idx = np.arange(n)
     rounds = []
-    for m in range(math.ceil(math.log2(n))):
+    for m in range(max(1, math.ceil(math.log2(n)))):  # n = 1: one round, W = I
         shifts = sorted({2**m % n, -(2**m) % n})  # one peer when 2^m = n/2
         cols = np.concatenate([(idx + s) % n for s in shifts])
         w = np.full(len(cols), 0.5 / len(shifts))
         rounds.append(GossipRound.from_entries(n, np.tile(idx, len(shifts)), cols, w))
-    return TopologySchedule(
-        n, f"one_peer_exponential({n})", tuple(rounds) or (GossipRound.identity(n),)
-    )
+    return TopologySchedule(n, f"one_peer_exponential({n})", tuple(rounds))
 
 
 def one_peer_hypercube(n: int) -> TopologySchedule:
