@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -124,13 +123,12 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
     n = agents(n)
     base = as_count(base, "base_graph: base", minimum=2)  # k + 1 for k peers
     groups = _base_groups(n, base)
-    digit_cliques = functools.partial(_digit_cliques, base)
     # round index -> its entries (every index up to the last gets some)
     rounds: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = defaultdict(list)
     # 1. every group averages
     for first, a, p in groups:
         for r in range(p):
-            rounds[r].append(_clique_entries(digit_cliques(first, a, p, r)))
+            rounds[r].append(_clique_entries(_digit_cliques(base, first, a, p, r)))
         if a > 1:
             cliques = first + np.arange(base**p)[:, None] + base**p * np.arange(a)[None, :]
             rounds[p].append(_clique_entries(cliques))
@@ -145,7 +143,7 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
         w = np.full(2 * len(rows), size / (n - first))  # S_m = n - first
         rounds[phase + m].append((np.concatenate([rows, cols]), np.concatenate([cols, rows]), w))
         for r in range(p):
-            rounds[phase + m + 1 + r].append(_clique_entries(digit_cliques(first, a, p, r)))
+            rounds[phase + m + 1 + r].append(_clique_entries(_digit_cliques(base, first, a, p, r)))
     built = tuple(
         GossipRound.from_entries(n, *(np.concatenate([e[i] for e in rounds[t]]) for i in range(3)))
         for t in sorted(rounds)
