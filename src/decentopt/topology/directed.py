@@ -96,13 +96,8 @@ class DirectedTopology(Graph):
     """
 
     psd = False
-
-    def _checked(self, W: object) -> np.ndarray:
-        return check_column_stochastic(W)
-
-    @property
-    def offers(self) -> frozenset[str]:
-        return frozenset({"column", "static"})
+    _check = staticmethod(check_column_stochastic)
+    offers = frozenset({"column", "static"})  # type: ignore[assignment]
 
     @cached_property
     @one_thread()
