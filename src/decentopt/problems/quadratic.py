@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from decentopt._checks import as_count, as_real, check_problem_dtype
@@ -66,7 +65,7 @@ def _checked(
             f"x_local must have shape (n, R, d) = {(n, R, d)} to match A {tuple(A.shape)}; "
             f"got {tuple(x_local.shape)}"
         )
-    if not (sigma2 >= 0 and np.isfinite(sigma2)):
+    if not sigma2 >= 0:  # as_real refused a non-finite one
         raise ValueError(f"sigma2 must be a finite number >= 0; got {sigma2}")
     if not (torch.isfinite(A).all() and torch.isfinite(x_local).all()):
         raise ValueError("A and x_local must be finite")

@@ -103,10 +103,7 @@ class GossipRound:
 
     def matrix(self) -> np.ndarray:
         """The dense ``W_t`` (for small ``n``: tests, pictures, spectra)."""
-        W = np.diag(self.self_weight.copy())
-        agents = np.broadcast_to(np.arange(self.n), self.peers.shape)
-        np.add.at(W, (agents, self.peers), self.weights)
-        return W
+        return np.diag(self.self_weight) + self.sparse().toarray()
 
     def apply(self, z: np.ndarray) -> np.ndarray:
         """``W_t z`` for ``z`` of shape ``(n, ...)`` (NumPy; the communicators use torch)."""
