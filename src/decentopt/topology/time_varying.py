@@ -169,7 +169,7 @@ def random_matchings(n: int, *, seed: int = 0) -> TopologySchedule:
 
 def sequence(matrices: Sequence[object], *, name: str = "sequence") -> TopologySchedule:
     """Any list of mixing matrices, repeated in order (each checked; see the module docstring)."""
-    arrays = []
+    rounds = []
     for t, W in enumerate(matrices):
         arr = _as_numpy(W)
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
@@ -180,8 +180,7 @@ def sequence(matrices: Sequence[object], *, name: str = "sequence") -> TopologyS
                 f"{name}, round {t}: Assumption 1(2) fails: W is not doubly stochastic (rows sum "
                 f"to 1 within {row_err:.3g}); normalise it, e.g. with metropolis_hastings_weights"
             )
-        arrays.append(arr)
-    if not arrays:
+        rounds.append(GossipRound.from_matrix(arr))
+    if not rounds:
         raise ValueError(f"{name}: give at least one matrix")
-    rounds = tuple(GossipRound.from_matrix(W) for W in arrays)
-    return TopologySchedule(arrays[0].shape[0], name, rounds)
+    return TopologySchedule(rounds[0].n, name, tuple(rounds))

@@ -212,7 +212,6 @@ class GroupedBackend(GradientBackend):
         return self.forward(self.layout.views(x), self._input(shared), False, ())
 
     def buffers(self) -> list[list[torch.Tensor]]:
-        """Every replica's buffers in ``model.buffers()`` order (BatchNorm statistics)."""
         out: list[list[torch.Tensor]] = [[] for _ in range(self.count)]
         for k in sorted(self.running):
             mean, var, count = self.running[k]

@@ -84,5 +84,4 @@ class LoopBackend(GradientBackend):
         return torch.stack([replica(images) for replica in self.replicas])
 
     def buffers(self) -> list[list[torch.Tensor]]:
-        """Every replica's buffers (BatchNorm statistics), in ``model.buffers()`` order."""
         return [list(r.buffers()) for r in self.replicas]
