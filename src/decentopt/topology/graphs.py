@@ -26,7 +26,6 @@ from decentopt.topology.topology import (
     _as_numpy,
     agents,
     links,
-    shift_links,
 )
 
 #: From this many agents, rings and exponential graphs are stored by their stencil
@@ -255,8 +254,7 @@ def exponential(n: int, *, lazy: Lazy = "auto") -> Topology:
     offsets = {2**k for k in range(math.floor(math.log2(n - 1)) + 1)}
     if n >= CIRCULANT_FROM:
         return circulant_from_offsets(n, offsets, f"exponential({n})[metropolis]", lazy)
-    A = shift_links(n, offsets)
-    return from_adjacency(A + A.T, weights="metropolis", lazy=lazy, name=f"exponential({n})")
+    return from_networkx(nx.circulant_graph(n, offsets), lazy=lazy, name=f"exponential({n})")
 
 
 def erdos_renyi(
