@@ -194,14 +194,6 @@ class GossipRound:
         return GossipRound((1 + self.self_weight) / 2, self.peers, self.weights / 2)
 
 
-@one_thread()
-def _perron(P: np.ndarray) -> np.ndarray:
-    """The right eigenvector of a column-stochastic ``P`` for eigenvalue 1, summing to 1."""
-    values, vectors = np.linalg.eig(P)
-    v = np.real(vectors[:, int(np.argmin(np.abs(values - 1)))])
-    return v / v.sum()
-
-
 @dataclass(frozen=True, eq=False)
 class TopologySchedule:
     """Mixing matrices ``W_t`` by gossip round: periodic (``rounds``) or drawn (``draw``).
@@ -273,9 +265,12 @@ class TopologySchedule:
             P = np.eye(self.n)
             for t in range(count):
                 P = self.at(t).apply(P)
-            return float(
-                np.linalg.norm(P - (_perron(P)[:, None] if self.directed else 1 / self.n), 2)
-            )
+            limit = 1 / self.n
+            if self.directed:  # pi: the right eigenvector of P for eigenvalue 1, summing to 1
+                values, vectors = np.linalg.eig(P)
+                pi = np.real(vectors[:, int(np.argmin(np.abs(values - 1)))])
+                limit = (pi / pi.sum())[:, None]
+            return float(np.linalg.norm(P - limit, 2))
         if self.directed:
             return float("nan")
         # power iteration on (A - J)^T (A - J); A^T applies the (symmetric) rounds reversed
