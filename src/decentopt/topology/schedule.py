@@ -29,6 +29,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 import torch
+from scipy.sparse.linalg import eigsh
 
 from decentopt.perf import one_thread
 from decentopt.topology.topology import _TOL, AssumptionError, components
@@ -180,13 +181,11 @@ class GossipRound:
         """Whether ``W_t`` is positive semi-definite (Gershgorin, else its spectrum)."""
         if (self.self_weight >= self.weights.sum(axis=0) - _TOL).all():
             return True  # diagonally dominant with a non-negative diagonal
+        if self.n > 4 * DENSE_UP_TO:
+            return False
         if self.n > DENSE_UP_TO:
-            import scipy.sparse.linalg as sla
-
-            if self.n > 4 * DENSE_UP_TO:
-                return False
-            W = sp.csr_matrix(self.matrix())
-            return bool(sla.eigsh(W, k=1, which="SA", return_eigenvectors=False)[0] >= -_TOL)
+            W = self.sparse() + sp.diags(self.self_weight)
+            return bool(eigsh(W, k=1, which="SA", return_eigenvectors=False)[0] >= -_TOL)
         return bool(np.linalg.eigvalsh(self.matrix())[0] >= -_TOL)
 
     def lazy(self) -> GossipRound:
