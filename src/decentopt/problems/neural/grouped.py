@@ -114,8 +114,7 @@ class GroupedBackend(GradientBackend):
         h = inp
         for k, layer in enumerate(self.layers):
             if isinstance(layer, nn.Conv2d):
-                w = next(views)
-                weight = w.reshape(n * w.shape[1], *w.shape[2:])
+                weight = next(views).flatten(0, 1)  # (N * O, I, kh, kw)
                 bias = next(views).reshape(-1) if layer.bias is not None else None
                 groups = n * layer.groups  # replica r's channels are the r-th block
                 h = F.conv2d(h, weight, bias, layer.stride, layer.padding, layer.dilation, groups)
@@ -131,8 +130,7 @@ class GroupedBackend(GradientBackend):
                 h = self._batch_norm(k, layer, h, weight, bias, train)
             elif isinstance(layer, nn.Flatten):
                 if h.ndim == 4:  # (B, N*C, H, W) -> (N, B, C*H*W)
-                    batch = h.shape[0]
-                    h = h.reshape(batch, n, -1).transpose(0, 1)
+                    h = h.reshape(h.shape[0], n, -1).transpose(0, 1)
             elif isinstance(layer, nn.Dropout):
                 if train and layer.p > 0:
                     h = self._dropout(h, layer.p, dropout)
@@ -173,8 +171,7 @@ class GroupedBackend(GradientBackend):
         """``(N, B, C, H, W)`` -> ``(B, N*C, H, W)`` (images) or ``(N, B, F)`` (vectors)."""
         if images.ndim != 5:
             return images
-        n, batch = images.shape[:2]
-        h = images.transpose(0, 1).reshape(batch, n * images.shape[2], *images.shape[3:])
+        h = images.transpose(0, 1).flatten(1, 2)
         if self.options.channels_last:
             h = h.contiguous(memory_format=torch.channels_last)
         return h
