@@ -131,11 +131,8 @@ def augment_cifar(images: torch.Tensor, generator: torch.Generator) -> torch.Ten
     padded = torch.nn.functional.pad(images, (4, 4, 4, 4))
     dy = torch.randint(0, 9, (b,), generator=generator).to(dev)
     dx = torch.randint(0, 9, (b,), generator=generator).to(dev)
-    rows = (dy.view(b, 1) + torch.arange(h, device=dev)).view(b, 1, h, 1)
-    cols = (dx.view(b, 1) + torch.arange(w, device=dev)).view(b, 1, 1, w)
-    batch = torch.arange(b, device=dev).view(b, 1, 1, 1)
-    chans = torch.arange(images.shape[1], device=dev).view(1, -1, 1, 1)
-    out = padded[batch, chans, rows, cols]
+    windows = padded.unfold(2, h, 1).unfold(3, w, 1)  # (b, C, 9, 9, h, w): every crop
+    out = windows[torch.arange(b, device=dev), :, dy, dx]
     flip = (torch.rand(b, generator=generator) < 0.5).to(dev)
     out[flip] = out[flip].flip(-1)
     return out

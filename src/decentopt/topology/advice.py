@@ -29,18 +29,17 @@ SPECTRUM_UP_TO = 512
 _TOL = 1e-9
 
 
-@one_thread()
-def _smallest_eigenvalue(round_: Any) -> float:
-    """``lambda_min(W_t)``: exact on small graphs, else Gershgorin's ``min_i 2 w_ii - 1``."""
-    if round_.n <= SPECTRUM_UP_TO:
-        return float(np.linalg.eigvalsh(round_.matrix())[0])
-    return float(2 * round_.self_weight.min() - 1)
-
-
 @functools.lru_cache(maxsize=16)  # a graph is frozen: judged once for every run on it
+@one_thread()
 def _rounds_below_lazy(network: Any) -> bool:
-    count = network.period or 16  # a random schedule: its first rounds
-    return any(_smallest_eigenvalue(network.at(t)) < LAZY_EIGENVALUE - _TOL for t in range(count))
+    """Whether some ``lambda_min(W_t)`` is below ``LAZY_EIGENVALUE``: exact on small graphs,
+    else Gershgorin's ``min_i 2 w_ii - 1`` (a random schedule: its first 16 rounds)."""
+    for r in (network.at(t) for t in range(network.period or 16)):
+        small = r.n <= SPECTRUM_UP_TO
+        low = np.linalg.eigvalsh(r.matrix())[0] if small else 2 * r.self_weight.min() - 1
+        if low < LAZY_EIGENVALUE - _TOL:
+            return True
+    return False
 
 
 def mixing_warning(network: Any, method: str, needs_psd: bool) -> str | None:

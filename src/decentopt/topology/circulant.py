@@ -56,10 +56,14 @@ def spectrum(n: int, stencil: dict[int, float] | tuple[tuple[int, float], ...]) 
 
 
 class CirculantTopology(Topology):
-    """``w_{i, i+o mod n} = stencil[o]``; checked against Assumption 1 in closed form."""
+    """``w_{i, i+o mod n} = stencil[o]`` (offsets equal mod ``n`` add up); checked against
+    Assumption 1 in closed form."""
 
     def __init__(self, n: int, stencil: dict[int, float], name: str) -> None:
-        c = {int(o) % n: float(w) for o, w in stencil.items() if w != 0}
+        c: dict[int, float] = {}
+        for o, w in stencil.items():
+            c[int(o) % n] = c.get(int(o) % n, 0.0) + float(w)
+        c = {o: w for o, w in c.items() if w != 0}
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "_n", n)
         object.__setattr__(self, "stencil", tuple(sorted(c.items())))

@@ -96,13 +96,8 @@ class DirectedTopology(Graph):
     """
 
     psd = False
-
-    def _checked(self, W: object) -> np.ndarray:
-        return check_column_stochastic(W)
-
-    @property
-    def offers(self) -> frozenset[str]:
-        return frozenset({"column", "static"})
+    _check = staticmethod(check_column_stochastic)
+    offers = frozenset({"column", "static"})  # type: ignore[assignment]
 
     @cached_property
     @one_thread()
@@ -179,7 +174,6 @@ def directed_one_peer_exponential(n: int) -> TopologySchedule:
     idx = np.arange(n)
     rounds = tuple(  # round m: i sends to (receiver) i + 2^m
         GossipRound.from_entries(n, (idx + 2**m) % n, idx, np.full(n, 0.5))
-        for m in range(math.ceil(math.log2(n)) if n > 1 else 0)
+        for m in range(max(1, math.ceil(math.log2(n))))  # n = 1: one round, W = I
     )
-    name = f"directed_one_peer_exponential({n})"
-    return TopologySchedule(n, name, rounds or (GossipRound.identity(n),), directed=True)
+    return TopologySchedule(n, f"directed_one_peer_exponential({n})", rounds, directed=True)

@@ -47,18 +47,11 @@ _ROUNDS = {
     "base_graph",
     "directed_one_peer_exponential",
 }
-
-
-def _links_per_agent(name: str, n: float, options: Mapping[str, Any]) -> float:
-    """About how many neighbours an agent has in the graph ``name``."""
-    if name in ("grid", "torus"):
-        return 4.0
-    if name in ("ring", "chain", "star", "binary_tree", "spanning_tree"):
-        return 2.0
-    if name == "erdos_renyi":
-        p = options.get("p", 0.2)
-        return float(p) * (n - 1) if isinstance(p, int | float) else n - 1
-    return math.log2(max(n, 2))  # hypercube and the rest: logarithmic
+#: About how many neighbours an agent has, by graph (the rest, hypercubes among them:
+#: logarithmically many; ``erdos_renyi``: ``p (n - 1)``).
+_LINKS = dict.fromkeys(("grid", "torus"), 4.0) | dict.fromkeys(
+    ("ring", "chain", "star", "binary_tree", "spanning_tree"), 2.0
+)
 
 
 def build_bytes(name: str, n: int, options: Mapping[str, Any] | None = None) -> float:
@@ -72,4 +65,8 @@ def build_bytes(name: str, n: int, options: Mapping[str, Any] | None = None) -> 
         return ROUND_BYTES * size * max(1.0, math.log2(max(size, 2.0)))
     if name in _DENSE or n < SPARSE_FROM:
         return DENSE_BYTES * size * size
-    return NODE_BYTES * size + EDGE_BYTES * size * _links_per_agent(name, size, options) / 2
+    links = _LINKS.get(name, math.log2(max(size, 2.0)))
+    if name == "erdos_renyi":
+        p = options.get("p", 0.2)
+        links = float(p) * (size - 1) if isinstance(p, int | float) else size - 1
+    return NODE_BYTES * size + EDGE_BYTES * size * links / 2

@@ -26,7 +26,6 @@ from decentopt.topology.topology import (
     _as_numpy,
     agents,
     links,
-    shift_links,
 )
 
 #: From this many agents, rings and exponential graphs are stored by their stencil
@@ -169,18 +168,12 @@ def ring(n: int, *, weights: Literal["paper"] | Weights = "paper", lazy: Lazy = 
     """
     n = agents(n)
     lazy = _options(weights, lazy, ("paper",))
-    if n >= CIRCULANT_FROM:
-        if weights == "paper":
-            return CirculantTopology(n, {0: 0.5, 1: 0.25, -1: 0.25}, name=f"ring({n})")
-        # a regular graph: Metropolis and max-degree weights coincide
+    if weights == "paper":  # n = 1 and 2 too: the weights of i +- 1 add up
+        paper = CirculantTopology(n, {0: 0.5, 1: 0.25, -1: 0.25}, name=f"ring({n})")
+        return paper if n >= CIRCULANT_FROM else Topology(paper.W, name=paper.name)
+    if n >= CIRCULANT_FROM:  # a regular graph: Metropolis and max-degree weights coincide
         return circulant_from_offsets(n, {1}, f"ring({n})[{weights}]", lazy)
-    if weights != "paper":
-        return from_networkx(nx.cycle_graph(n), weights=weights, lazy=lazy, name=f"ring({n})")
-    W = 0.5 * np.eye(n)  # n = 1 and 2 too: the weights of i +- 1 add up
-    idx = np.arange(n)
-    W[idx, (idx + 1) % n] += 0.25
-    W[idx, (idx - 1) % n] += 0.25
-    return Topology(W, name=f"ring({n})")
+    return from_networkx(nx.cycle_graph(n), weights=weights, lazy=lazy, name=f"ring({n})")
 
 
 def complete(n: int) -> Topology:
@@ -255,8 +248,7 @@ def exponential(n: int, *, lazy: Lazy = "auto") -> Topology:
     offsets = {2**k for k in range(math.floor(math.log2(n - 1)) + 1)}
     if n >= CIRCULANT_FROM:
         return circulant_from_offsets(n, offsets, f"exponential({n})[metropolis]", lazy)
-    A = shift_links(n, offsets)
-    return from_adjacency(A + A.T, weights="metropolis", lazy=lazy, name=f"exponential({n})")
+    return from_networkx(nx.circulant_graph(n, offsets), lazy=lazy, name=f"exponential({n})")
 
 
 def erdos_renyi(

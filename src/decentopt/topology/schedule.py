@@ -29,6 +29,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 import torch
+from scipy.sparse.linalg import eigsh
 
 from decentopt.perf import one_thread
 from decentopt.topology.topology import _TOL, AssumptionError, components
@@ -103,10 +104,7 @@ class GossipRound:
 
     def matrix(self) -> np.ndarray:
         """The dense ``W_t`` (for small ``n``: tests, pictures, spectra)."""
-        W = np.diag(self.self_weight.copy())
-        agents = np.broadcast_to(np.arange(self.n), self.peers.shape)
-        np.add.at(W, (agents, self.peers), self.weights)
-        return W
+        return np.diag(self.self_weight) + self.sparse().toarray()
 
     def apply(self, z: np.ndarray) -> np.ndarray:
         """``W_t z`` for ``z`` of shape ``(n, ...)`` (NumPy; the communicators use torch)."""
@@ -183,26 +181,16 @@ class GossipRound:
         """Whether ``W_t`` is positive semi-definite (Gershgorin, else its spectrum)."""
         if (self.self_weight >= self.weights.sum(axis=0) - _TOL).all():
             return True  # diagonally dominant with a non-negative diagonal
+        if self.n > 4 * DENSE_UP_TO:
+            return False
         if self.n > DENSE_UP_TO:
-            import scipy.sparse.linalg as sla
-
-            if self.n > 4 * DENSE_UP_TO:
-                return False
-            W = sp.csr_matrix(self.matrix())
-            return bool(sla.eigsh(W, k=1, which="SA", return_eigenvectors=False)[0] >= -_TOL)
+            W = self.sparse() + sp.diags(self.self_weight)
+            return bool(eigsh(W, k=1, which="SA", return_eigenvectors=False)[0] >= -_TOL)
         return bool(np.linalg.eigvalsh(self.matrix())[0] >= -_TOL)
 
     def lazy(self) -> GossipRound:
         """``(W_t + I) / 2``."""
         return GossipRound((1 + self.self_weight) / 2, self.peers, self.weights / 2)
-
-
-@one_thread()
-def _perron(P: np.ndarray) -> np.ndarray:
-    """The right eigenvector of a column-stochastic ``P`` for eigenvalue 1, summing to 1."""
-    values, vectors = np.linalg.eig(P)
-    v = np.real(vectors[:, int(np.argmin(np.abs(values - 1)))])
-    return v / v.sum()
 
 
 @dataclass(frozen=True, eq=False)
@@ -276,9 +264,12 @@ class TopologySchedule:
             P = np.eye(self.n)
             for t in range(count):
                 P = self.at(t).apply(P)
-            return float(
-                np.linalg.norm(P - (_perron(P)[:, None] if self.directed else 1 / self.n), 2)
-            )
+            limit = 1 / self.n
+            if self.directed:  # pi: the right eigenvector of P for eigenvalue 1, summing to 1
+                values, vectors = np.linalg.eig(P)
+                pi = np.real(vectors[:, int(np.argmin(np.abs(values - 1)))])
+                limit = (pi / pi.sum())[:, None]
+            return float(np.linalg.norm(P - limit, 2))
         if self.directed:
             return float("nan")
         # power iteration on (A - J)^T (A - J); A^T applies the (symmetric) rounds reversed

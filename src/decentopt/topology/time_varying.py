@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -55,14 +54,12 @@ def one_peer_exponential(n: int) -> TopologySchedule:
     n = agents(n)
     idx = np.arange(n)
     rounds = []
-    for m in range(math.ceil(math.log2(n))):
+    for m in range(max(1, math.ceil(math.log2(n)))):  # n = 1: one round, W = I
         shifts = sorted({2**m % n, -(2**m) % n})  # one peer when 2^m = n/2
         cols = np.concatenate([(idx + s) % n for s in shifts])
         w = np.full(len(cols), 0.5 / len(shifts))
         rounds.append(GossipRound.from_entries(n, np.tile(idx, len(shifts)), cols, w))
-    return TopologySchedule(
-        n, f"one_peer_exponential({n})", tuple(rounds) or (GossipRound.identity(n),)
-    )
+    return TopologySchedule(n, f"one_peer_exponential({n})", tuple(rounds))
 
 
 def one_peer_hypercube(n: int) -> TopologySchedule:
@@ -126,13 +123,12 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
     n = agents(n)
     base = as_count(base, "base_graph: base", minimum=2)  # k + 1 for k peers
     groups = _base_groups(n, base)
-    digit_cliques = functools.partial(_digit_cliques, base)
     # round index -> its entries (every index up to the last gets some)
     rounds: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = defaultdict(list)
     # 1. every group averages
     for first, a, p in groups:
         for r in range(p):
-            rounds[r].append(_clique_entries(digit_cliques(first, a, p, r)))
+            rounds[r].append(_clique_entries(_digit_cliques(base, first, a, p, r)))
         if a > 1:
             cliques = first + np.arange(base**p)[:, None] + base**p * np.arange(a)[None, :]
             rounds[p].append(_clique_entries(cliques))
@@ -147,7 +143,7 @@ def base_graph(n: int, *, base: int = 2) -> TopologySchedule:
         w = np.full(2 * len(rows), size / (n - first))  # S_m = n - first
         rounds[phase + m].append((np.concatenate([rows, cols]), np.concatenate([cols, rows]), w))
         for r in range(p):
-            rounds[phase + m + 1 + r].append(_clique_entries(digit_cliques(first, a, p, r)))
+            rounds[phase + m + 1 + r].append(_clique_entries(_digit_cliques(base, first, a, p, r)))
     built = tuple(
         GossipRound.from_entries(n, *(np.concatenate([e[i] for e in rounds[t]]) for i in range(3)))
         for t in sorted(rounds)
@@ -173,7 +169,7 @@ def random_matchings(n: int, *, seed: int = 0) -> TopologySchedule:
 
 def sequence(matrices: Sequence[object], *, name: str = "sequence") -> TopologySchedule:
     """Any list of mixing matrices, repeated in order (each checked; see the module docstring)."""
-    arrays = []
+    rounds = []
     for t, W in enumerate(matrices):
         arr = _as_numpy(W)
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
@@ -184,8 +180,7 @@ def sequence(matrices: Sequence[object], *, name: str = "sequence") -> TopologyS
                 f"{name}, round {t}: Assumption 1(2) fails: W is not doubly stochastic (rows sum "
                 f"to 1 within {row_err:.3g}); normalise it, e.g. with metropolis_hastings_weights"
             )
-        arrays.append(arr)
-    if not arrays:
+        rounds.append(GossipRound.from_matrix(arr))
+    if not rounds:
         raise ValueError(f"{name}: give at least one matrix")
-    rounds = tuple(GossipRound.from_matrix(W) for W in arrays)
-    return TopologySchedule(arrays[0].shape[0], name, rounds)
+    return TopologySchedule(rounds[0].n, name, tuple(rounds))

@@ -20,10 +20,10 @@ Entries must also be non-negative and the graph connected, otherwise
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -161,12 +161,11 @@ class Graph:
 
     W: torch.Tensor
     name: str = "custom"
-
-    def _checked(self, W: object) -> np.ndarray:
-        raise NotImplementedError
+    #: The check of the kind's conditions on ``W``, returning it as float64.
+    _check: ClassVar[Callable[[object], np.ndarray]]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "W", torch.from_numpy(self._checked(self.W).copy()))
+        object.__setattr__(self, "W", torch.from_numpy(self._check(self.W).copy()))
 
     #: A static graph is a schedule of period one: its own ``W_t`` at every round, offering
     #: what a round of :class:`~decentopt.topology.GossipRound` offers.
@@ -244,8 +243,7 @@ class Topology(Graph):
     """A symmetric mixing matrix ``W`` that satisfies Assumption 1, with its spectral
     quantities."""
 
-    def _checked(self, W: object) -> np.ndarray:
-        return check_assumption1(W)
+    _check = staticmethod(check_assumption1)
 
     @cached_property
     @one_thread()

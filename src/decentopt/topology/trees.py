@@ -23,23 +23,16 @@ from decentopt.topology.topology import Topology, agents
 __all__ = ["binary_tree", "chain", "spanning_tree"]
 
 
-def _tree(n: int, edges: list[tuple[int, int]], name: str) -> Topology:
-    graph = nx.Graph()
-    graph.add_nodes_from(range(n))
-    graph.add_edges_from(edges)
-    return from_networkx(graph, name=name)
-
-
 def chain(n: int) -> Topology:
     """Agents ``0 .. n-1`` in a line."""
     n = agents(n)
-    return _tree(n, [(i, i + 1) for i in range(n - 1)], f"chain({n})")
+    return from_networkx(nx.path_graph(n), name=f"chain({n})")
 
 
 def binary_tree(n: int) -> Topology:
     """A complete binary tree in heap order: agent ``i > 0`` hangs below ``(i - 1) // 2``."""
     n = agents(n)
-    return _tree(n, [(i, (i - 1) // 2) for i in range(1, n)], f"binary_tree({n})")
+    return from_networkx(nx.full_rary_tree(2, n), name=f"binary_tree({n})")  # heap order
 
 
 def spanning_tree(network: Topology, root: int = 0) -> Topology:
@@ -55,5 +48,5 @@ def spanning_tree(network: Topology, root: int = 0) -> Topology:
         raise ValueError(f"spanning_tree: root must be an agent in 0 .. {n - 1}; got {root}")
     graph = nx.Graph([(i, j) for i, peers in enumerate(network.neighbors) for j in peers])
     graph.add_node(root)
-    edges = list(nx.bfs_edges(graph, root, sort_neighbors=sorted))
-    return _tree(n, edges, f"spanning_tree({network.name})")
+    tree = nx.bfs_tree(graph, root, sort_neighbors=sorted).to_undirected()
+    return from_networkx(tree, name=f"spanning_tree({network.name})")

@@ -5,7 +5,7 @@ a flat ``(N, P)`` state, every replica's gradient on its own mini-batch and its
 mini-batch loss (:meth:`GradientBackend.gradients`), and every replica's logits on
 one shared batch (:meth:`GradientBackend.logits`, for evaluation). The options --
 bf16 autocast, channels-last images, ``torch.compile`` -- are the same for all;
-:func:`refusal` says up front which combination a backend cannot run.
+a backend refuses, when it is built, a combination it cannot run.
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import torch
+from torch import nn
+
+from decentopt.problems.neural.layout import ParamLayout
 
 __all__ = ["GradientBackend", "Options", "compiled_call"]
 
@@ -34,8 +37,18 @@ class Options:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
 
-class GradientBackend(Protocol):
+class GradientBackend:
+    """What every backend keeps of its ``replicas`` replicas of ``model``, and the defaults of
+    one whose replicas hold no buffers."""
+
     name: ClassVar[str]
+
+    def __init__(self, model: nn.Module, layout: ParamLayout, replicas: int, options: Options):
+        self.model = model
+        self.layout = layout
+        self.options = options
+        self.count = replicas
+        self._compiled: dict[str, Any] = {}
 
     def gradients(
         self,
@@ -47,12 +60,29 @@ class GradientBackend(Protocol):
         """Gradients ``(N, P)`` and mini-batch losses ``(N,)`` of replicas ``x`` (``(N, P)``)
         on their batches ``images`` ``(N, B, ...)``, ``labels`` ``(N, B)``; ``dropout``:
         each replica's generator (backends that draw masks per replica)."""
-        ...
+        raise NotImplementedError
 
     def logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
         """Every replica's logits ``(N, B, classes)`` on one batch ``images`` ``(B, ...)``,
         in evaluation mode."""
-        ...
+        raise NotImplementedError
+
+    def buffers(self) -> list[list[torch.Tensor]]:
+        """Every replica's buffers (BatchNorm statistics), in ``model.buffers()`` order."""
+        return [[] for _ in range(self.count)]
+
+    @torch.no_grad()
+    def load_buffers(self, saved: list[list[torch.Tensor]]) -> None:
+        """Copy ``saved`` (what :meth:`buffers` gave) into every replica's buffers."""
+        for views, values in zip(self.buffers(), saved, strict=True):
+            for view, value in zip(views, values, strict=True):
+                view.copy_(value)
+
+    def run(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)``, through :func:`compiled_call` when the options compile."""
+        if self.options.compile:
+            return compiled_call(self._compiled, function, *args)
+        return function(*args)
 
 
 def compiled_call(holder: dict[str, Any], function: Callable[..., Any], *args: Any) -> Any:

@@ -23,13 +23,13 @@ and backward at 1.7x the images per second of vmap (docs/training.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decentopt.problems.neural.base import Options, compiled_call
+from decentopt.problems.neural.base import GradientBackend, Options
 from decentopt.problems.neural.dropout import replica_dropout
 from decentopt.problems.neural.layout import ParamLayout
 
@@ -76,7 +76,7 @@ def _same_size(pool: nn.AdaptiveAvgPool2d, h: torch.Tensor) -> bool:
     return h.ndim == 4 and all(o is None or o == s for o, s in zip(out, h.shape[2:], strict=True))
 
 
-class GroupedBackend:
+class GroupedBackend(GradientBackend):
     name: ClassVar[str] = "grouped"
 
     def __init__(self, model: nn.Module, layout: ParamLayout, replicas: int, options: Options):
@@ -87,11 +87,8 @@ class GroupedBackend:
                 f"{', '.join(t.__name__ for t in SUPPORTED)} in an nn.Sequential; use "
                 "backend 'vmap'"
             )
+        super().__init__(model, layout, replicas, options)
         self.layers = _leaves(model)
-        self.layout = layout
-        self.options = options
-        self.replicas = replicas
-        self._compiled: dict[str, Any] = {}
         # per-replica BatchNorm statistics: (N * C,) running mean and variance per layer
         self.running: dict[int, list[torch.Tensor]] = {}
         for k, layer in enumerate(self.layers):
@@ -112,13 +109,12 @@ class GroupedBackend:
         dropout: Sequence[torch.Generator],
     ) -> torch.Tensor:
         """Logits ``(N, B, classes)`` from ``inp`` laid out for the first layer."""
-        n = self.replicas
+        n = self.count
         views = iter(params)
         h = inp
         for k, layer in enumerate(self.layers):
             if isinstance(layer, nn.Conv2d):
-                w = next(views)
-                weight = w.reshape(n * w.shape[1], *w.shape[2:])
+                weight = next(views).flatten(0, 1)  # (N * O, I, kh, kw)
                 bias = next(views).reshape(-1) if layer.bias is not None else None
                 groups = n * layer.groups  # replica r's channels are the r-th block
                 h = F.conv2d(h, weight, bias, layer.stride, layer.padding, layer.dilation, groups)
@@ -134,8 +130,7 @@ class GroupedBackend:
                 h = self._batch_norm(k, layer, h, weight, bias, train)
             elif isinstance(layer, nn.Flatten):
                 if h.ndim == 4:  # (B, N*C, H, W) -> (N, B, C*H*W)
-                    batch = h.shape[0]
-                    h = h.reshape(batch, n, -1).transpose(0, 1)
+                    h = h.reshape(h.shape[0], n, -1).transpose(0, 1)
             elif isinstance(layer, nn.Dropout):
                 if train and layer.p > 0:
                     h = self._dropout(h, layer.p, dropout)
@@ -164,7 +159,7 @@ class GroupedBackend:
         return F.batch_norm(h, mean, var, weight, bias, use_batch, factor, layer.eps)
 
     def _dropout(self, h: torch.Tensor, p: float, gens: Sequence[torch.Generator]) -> torch.Tensor:
-        n = self.replicas
+        n = self.count
         if h.ndim == 4:  # (B, N*C, H, W): replica r's channels are the r-th block
             parts = h.unflatten(1, (n, -1)).unbind(1)
             return torch.stack(
@@ -176,8 +171,7 @@ class GroupedBackend:
         """``(N, B, C, H, W)`` -> ``(B, N*C, H, W)`` (images) or ``(N, B, F)`` (vectors)."""
         if images.ndim != 5:
             return images
-        n, batch = images.shape[:2]
-        h = images.transpose(0, 1).reshape(batch, n * images.shape[2], *images.shape[3:])
+        h = images.transpose(0, 1).flatten(1, 2)
         if self.options.channels_last:
             h = h.contiguous(memory_format=torch.channels_last)
         return h
@@ -205,30 +199,20 @@ class GroupedBackend:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.enable_grad():
             leaf = x.detach().requires_grad_(True)
-            args = (leaf, images, labels, dropout)
-            if self.options.compile:
-                total, losses = compiled_call(self._compiled, self._loss, *args)
-            else:
-                total, losses = self._loss(*args)
+            total, losses = self.run(self._loss, leaf, images, labels, dropout)
             (grad,) = torch.autograd.grad(total, leaf)
         return grad, losses
 
     @torch.no_grad()
     def logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-        shared = images.unsqueeze(0).expand(self.replicas, *images.shape)
+        shared = images.unsqueeze(0).expand(self.count, *images.shape)
         return self.forward(self.layout.views(x), self._input(shared), False, ())
 
     def buffers(self) -> list[list[torch.Tensor]]:
-        """Every replica's buffers in ``model.buffers()`` order (BatchNorm statistics)."""
-        out: list[list[torch.Tensor]] = [[] for _ in range(self.replicas)]
+        out: list[list[torch.Tensor]] = [[] for _ in range(self.count)]
         for k in sorted(self.running):
             mean, var, count = self.running[k]
-            pairs = zip(mean.chunk(self.replicas), var.chunk(self.replicas), strict=True)
+            pairs = zip(mean.chunk(self.count), var.chunk(self.count), strict=True)
             for r, (m, v) in enumerate(pairs):
                 out[r] += [m, v, count]
         return out
-
-    def load_buffers(self, saved: list[list[torch.Tensor]]) -> None:
-        for views, values in zip(self.buffers(), saved, strict=True):  # views of the statistics
-            for view, value in zip(views, values, strict=True):
-                view.copy_(value)

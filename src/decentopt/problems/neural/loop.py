@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decentopt.problems.neural.base import Options
+from decentopt.problems.neural.base import GradientBackend, Options
 from decentopt.problems.neural.dropout import ReplicaDropout, swap_dropout
 from decentopt.problems.neural.layout import ParamLayout
 from decentopt.problems.neural.vmap import channels_last_rows
@@ -26,7 +26,7 @@ from decentopt.problems.neural.vmap import channels_last_rows
 __all__ = ["LoopBackend"]
 
 
-class LoopBackend:
+class LoopBackend(GradientBackend):
     name: ClassVar[str] = "loop"
 
     def __init__(self, model: nn.Module, layout: ParamLayout, replicas: int, options: Options):
@@ -35,8 +35,7 @@ class LoopBackend:
                 "compile = true needs backend 'vmap' or 'grouped' (the loop backend runs one "
                 "module per agent); set backend, or compile = false"
             )
-        self.layout = layout
-        self.options = options
+        super().__init__(model, layout, replicas, options)
         self.replicas = [copy.deepcopy(model) for _ in range(replicas)]
         for replica in self.replicas:
             swap_dropout(replica, torch.Generator())  # each call gives the replica's own
@@ -85,11 +84,4 @@ class LoopBackend:
         return torch.stack([replica(images) for replica in self.replicas])
 
     def buffers(self) -> list[list[torch.Tensor]]:
-        """Every replica's buffers (BatchNorm statistics), in ``model.buffers()`` order."""
         return [list(r.buffers()) for r in self.replicas]
-
-    @torch.no_grad()
-    def load_buffers(self, saved: list[list[torch.Tensor]]) -> None:
-        for replica, values in zip(self.replicas, saved, strict=True):
-            for buffer, value in zip(replica.buffers(), values, strict=True):
-                buffer.copy_(value)

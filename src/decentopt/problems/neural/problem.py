@@ -225,10 +225,9 @@ class NeuralProblem:
         model.eval()
         total = 0.0
         correct = 0
-        for s in range(0, len(y), batch):
-            xb = x[s : s + batch].to(self.device)
-            yb = y[s : s + batch].to(self.device)
-            out = model(xb)
+        for xb, yb in zip(x.split(batch), y.split(batch), strict=True):
+            yb = yb.to(self.device)
+            out = model(xb.to(self.device))
             total += float(F.cross_entropy(out, yb, reduction="sum"))
             correct += int((out.argmax(1) == yb).sum())
         return total / len(y), correct / len(y)
@@ -242,16 +241,15 @@ class NeuralProblem:
         replicas = x.shape[0]
         total = torch.zeros(replicas, dtype=torch.float64, device=self.device)
         correct = torch.zeros(replicas, dtype=torch.int64, device=self.device)
-        y_all = self.data.y_test
         batch = max(1, batch // replicas)  # images per call over all replicas: about ``batch``
-        for s in range(0, len(y_all), batch):
-            xb = self.data.x_test[s : s + batch].to(self.device)
-            yb = y_all[s : s + batch].to(self.device)
-            out = engine.logits(x, xb).float()  # (N, b, classes)
+        images = self.data.x_test.split(batch)
+        for xb, yb in zip(images, self.data.y_test.split(batch), strict=True):
+            yb = yb.to(self.device)
+            out = engine.logits(x, xb.to(self.device)).float()  # (N, b, classes)
             loss = F.cross_entropy(out.flatten(0, 1), yb.repeat(replicas), reduction="none")
             total += loss.view(replicas, -1).sum(1).double()
             correct += (out.argmax(-1) == yb).sum(1)
-        count = len(y_all)
+        count = len(self.data.y_test)
         return (total / count).cpu().numpy(), (correct.double() / count).cpu().numpy()
 
     def evaluate_agents(self, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:

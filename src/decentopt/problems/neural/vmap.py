@@ -10,13 +10,13 @@ out before vmap (inside it, a layout change is not supported).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decentopt.problems.neural.base import Options, compiled_call
+from decentopt.problems.neural.base import GradientBackend, Options
 from decentopt.problems.neural.layout import ParamLayout
 
 __all__ = ["VmapBackend", "channels_last_rows"]
@@ -27,7 +27,7 @@ def channels_last_rows(images: torch.Tensor) -> torch.Tensor:
     return images.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
 
 
-class VmapBackend:
+class VmapBackend(GradientBackend):
     name: ClassVar[str] = "vmap"
 
     def __init__(self, model: nn.Module, layout: ParamLayout, replicas: int, options: Options):
@@ -36,11 +36,7 @@ class VmapBackend:
                 "backend 'vmap' needs a model without buffers (e.g. no BatchNorm); use "
                 "backend 'grouped' or 'loop'"
             )
-        self.model = model
-        self.layout = layout
-        self.options = options
-        self.replicas = replicas
-        self._compiled: dict[str, Any] = {}
+        super().__init__(model, layout, replicas, options)
 
         def forward(flat: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
             params = dict(zip(layout.names, layout.views(flat), strict=True))
@@ -63,17 +59,9 @@ class VmapBackend:
         self.model.train()
         if self.options.channels_last and images.ndim == 5:
             images = channels_last_rows(images)
-        if self.options.compile:
-            return compiled_call(self._compiled, self._batched, x, images, labels)
-        return self._batched(x, images, labels)
+        return self.run(self._batched, x, images, labels)
 
     @torch.no_grad()
     def logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
         self.model.eval()
         return self._logits(x, images)
-
-    def buffers(self) -> list[list[torch.Tensor]]:
-        return [[] for _ in range(self.replicas)]  # no buffers: refused above
-
-    def load_buffers(self, saved: list[list[torch.Tensor]]) -> None:
-        pass
