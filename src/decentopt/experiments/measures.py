@@ -126,20 +126,16 @@ def bytes_measure(threshold: float | None, factor: float = 1.0) -> Measure:
 
 def seconds_to_settle(stat: Stat) -> tuple[float, ...]:
     """Each run's simulated seconds until it settles (``inf``: never), from the time model's
-    clock at the recorded steps (``sim_time``)."""
+    clock at the recorded steps (``sim_time``); none without a time model (no order then)."""
+    if not stat.seconds:
+        return ()
     return tuple(
         float(np.interp(v, stat.steps, stat.seconds)) if np.isfinite(v) else v for v in stat.settle
     )
 
 
-def _time_order(a: Stat, b: Stat, comparisons: int) -> int | None:
-    if not a.seconds or not b.seconds:
-        return None  # no time model in the specification
-    return _ranked(seconds_to_settle)(a, b, comparisons)
-
-
 TIME = Measure(
-    _time_order,
+    _ranked(seconds_to_settle),
     lambda s: _runs_text(seconds_to_settle(s), ".3g", ".1g") if s.seconds else "no [timing]",
     ("sooner", "same within noise", "later"),
     "simulated seconds to settle below the threshold, {alg} per level",

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from decentopt.analysis import settling_step, still_decreasing, transient_rate
+from decentopt.analysis import mean_se, settling_step, still_decreasing, transient_rate
 
 
 class Swept(Protocol):
@@ -102,11 +102,10 @@ def _stat(
     settle = [settling_step(steps, c, threshold) for c in values[alive]]
     rate = transient_rate(steps, mean_curve, tail)
     trend, decreasing = still_decreasing(steps, values[alive], tail, rate)
+    steady, se = mean_se(per_rep)
     return Stat(
-        steady=float(per_rep.mean()),
-        steady_se=float(per_rep.std(ddof=1) / np.sqrt(len(per_rep)))
-        if len(per_rep) > 1
-        else (0.0 if known["deterministic"] else float("nan")),
+        steady=steady,
+        steady_se=0.0 if known["deterministic"] and len(per_rep) == 1 else se,
         final=float(values[alive][:, -1].mean()),
         iters=settling_step(steps, mean_curve, threshold),
         diverged=int((~alive).sum()),
