@@ -157,7 +157,7 @@ def ordered(
         if cases is not None and (lacking := missing(stats, [alg, *others], cases)):
             return lacking
         if not {alg, *others} <= _algs(stats):
-            return Verdict(None, f"needs {_name(alg)} and {', '.join(map(_name, others))}")
+            return Verdict(None, f"needs {_name(alg)} and {_names(others)}")
         judged = []
         levels = levels_by_zeta(stats) if cases is None else list(cases)
         comparisons = len(others) * len(levels) * family(stats)
@@ -185,12 +185,12 @@ def held_back_by_tracking(stats: Stats) -> Verdict:
     )
 
 
-def _ordering(measure: Measure, strict: bool, words: str) -> Callable[..., Any]:
+def _ordering(measure: Measure, strict: bool, words: str, after: str = "") -> Callable[..., Any]:
     def make(
         algorithm: str, others: Sequence[str], cases: Sequence[Any] | None = None
     ) -> tuple[Callable[[Stats], Verdict], str]:
         where = "at every level" if cases is None else f"in each of {', '.join(map(str, cases))}"
-        test = f"{_name(algorithm)} {words} {_names(others)} {_SIG}, {where}"
+        test = f"{_name(algorithm)} {words} {_names(others)}{after} {_SIG}, {where}"
         return ordered(measure, algorithm, others, strict, cases), test
 
     return make
@@ -239,11 +239,9 @@ def _fewer_bytes(
         raise TypeError(f"factor must be at least 1 (how many times fewer); got {factor}")
     below = "the threshold" if threshold is None else f"{threshold:g}"
     times = "fewer" if factor == 1 else f"{factor:g} times fewer"
-    test = (
-        f"{_name(algorithm)} sends {times} bytes per agent than {_names(others)} to settle "
-        f"below {below} {_SIG}, at every level"
-    )
-    return ordered(bytes_measure(threshold, factor), algorithm, others, strict=True), test
+    words = f"sends {times} bytes per agent than"
+    make = _ordering(bytes_measure(threshold, factor), True, words, f" to settle below {below}")
+    return make(algorithm, others)
 
 
 def _all_of(checks: Sequence[Mapping[str, Any]]) -> tuple[Callable[[Stats], Verdict], str]:

@@ -112,13 +112,11 @@ def bytes_measure(threshold: float | None, factor: float = 1.0) -> Measure:
         return text if text.startswith(("n/a", "never")) else f"{text} B"
 
     below = "the threshold" if threshold is None else f"{threshold:g}"
-    words = ("fewer", "as many within noise", "more")
-    if factor != 1:
-        words = tuple(f"{w} after x{factor:g}" for w in words)  # type: ignore[assignment]
+    scaled = "" if factor == 1 else f" after x{factor:g}"
     return Measure(
         _ranked(lambda s: bytes_to_settle(s, threshold), factor),
         describe,
-        words,
+        (f"fewer{scaled}", f"as many within noise{scaled}", f"more{scaled}"),
         f"bytes sent per agent to settle below {below}, {{alg}} per level",
         ranked=True,
     )

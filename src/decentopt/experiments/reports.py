@@ -131,11 +131,9 @@ def final_markdown(
             f"{np.mean(v):.4g} ± {np.std(v):.1g}"
             for v in ([float(r[k]) for r in finals] for k in metrics)
         ]
-        per = [max(r.get(unit, r["step"]), 1) for r in finals]
-        total = np.mean(
-            [(r["grad_seconds"] + r["other_seconds"]) / p for r, p in zip(finals, per, strict=True)]
-        )
-        grad = np.mean([r["grad_seconds"] / p for r, p in zip(finals, per, strict=True)])
+        per = np.array([max(r.get(unit, r["step"]), 1) for r in finals])
+        grad = np.mean([r["grad_seconds"] for r in finals] / per)
+        total = np.mean([r["grad_seconds"] + r["other_seconds"] for r in finals] / per)
         body.append([shown(alg, names), *cells, f"{total:.3g} ({grad:.3g} + {total - grad:.3g})"])
     header = ["method", *metrics, f"s / {unit} (gradient + other)"]
     return markdown_table(header, body)
