@@ -43,7 +43,7 @@ from decentopt.experiments.reports import CHANGED_RUN, markdown_table, panel_cur
 from decentopt.experiments.runner import Sweep
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
-from decentopt.experiments.summary import Stat, levels_by_zeta, summarise
+from decentopt.experiments.summary import Stat, Stats, levels_by_zeta, summarise
 from decentopt.experiments.trained import final_table
 from decentopt.experiments.verdicts import label_name as _name
 from decentopt.results import write_csv_atomic, write_text_atomic
@@ -53,8 +53,6 @@ __all__ = ["Case", "cost_table", "run_cases", "run_part"]
 __getattr__ = renamed(
     __name__, {"CHECKS": (lambda: _claims.CHECKS, "it is decentopt.experiments.claims.CHECKS")}
 )
-
-Stats = dict[tuple[float, str], Stat]
 
 
 @dataclass

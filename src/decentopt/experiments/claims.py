@@ -54,7 +54,7 @@ from decentopt.experiments.measures import (
 )
 from decentopt.experiments.paired import bytes_cut_by, gap_grows
 from decentopt.experiments.reports import markdown_table
-from decentopt.experiments.summary import Stat, heterogeneity_slope, levels_by_zeta
+from decentopt.experiments.summary import Stats, heterogeneity_slope, levels_by_zeta
 from decentopt.experiments.trained import matches_at_bytes
 from decentopt.experiments.verdicts import (
     CHECKS,
@@ -88,8 +88,6 @@ __all__ = [
     "parse_claims",
     "tally",
 ]
-
-Stats = dict[tuple[float, str], Stat]
 
 #: Log-log slope against zeta^2 from which an error is "trapped".
 TRAPPED_SLOPE = 0.5
@@ -247,7 +245,7 @@ def _fewer_bytes(
 def _all_of(checks: Sequence[Mapping[str, Any]]) -> tuple[Callable[[Stats], Verdict], str]:
     """Every one of ``checks``: tables as in ``[[claims]]``, without ``text``."""
     parts = []
-    offered = reading("panel")
+    offered = {name: c for name, c in CHECKS.items() if c.reads == "panel"}
     for table in checks:
         args = dict(table)
         name = args.pop("check", None)
@@ -260,11 +258,6 @@ def _all_of(checks: Sequence[Mapping[str, Any]]) -> tuple[Callable[[Stats], Verd
         return joined((v.holds, v.evidence) for v in verdicts)
 
     return check, "; and ".join(test for _, test in parts)
-
-
-def reading(reads: Reads, checks: Mapping[str, ClaimCheck] = CHECKS) -> dict[str, ClaimCheck]:
-    """The checks of ``checks`` that read ``reads``, by name."""
-    return {name: c for name, c in checks.items() if c.reads == reads}
 
 
 def _built_in(reads: Reads, table: Mapping[str, Factory]) -> None:
@@ -323,7 +316,7 @@ def parse_claims(
     """``[[claims]]`` tables: ``text`` (the claim as stated), ``check`` (a name of ``checks``,
     by default :data:`CHECKS`, among those that read ``reads``: what the run or study
     judges them on; ``None``: any) and its arguments."""
-    offered = dict(checks) if reads is None else reading(reads, checks)
+    offered = {name: c for name, c in checks.items() if reads in (None, c.reads)}
     claims = []
     for k, table in enumerate(tables):
         args = dict(table)

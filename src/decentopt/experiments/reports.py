@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from decentopt.experiments.summary import Stat, Swept, levels_by_zeta, stats_zeta, summarise
+from decentopt.experiments.summary import Stats, Swept, levels_by_zeta, stats_zeta, summarise
 from decentopt.plotting import ordered, plot_curves, plot_epochs
 from decentopt.results import write_text_atomic
 from decentopt.styles import shown
@@ -58,9 +58,7 @@ def _finite_mean(values: Sequence[float]) -> float:
     return float(np.mean(finite)) if finite else float("inf")
 
 
-def summary_markdown(
-    stats: dict[tuple[float, str], Stat], spec: Reported, metric: str | None = None
-) -> str:
+def summary_markdown(stats: Stats, spec: Reported, metric: str | None = None) -> str:
     """One row per algorithm, one column per panel level: steady state ± standard error.
 
     ``reach`` (the settling iteration) is shown for the main metric only, whose

@@ -82,6 +82,10 @@ class Stat:
     seconds_per_step: float = float("nan")
 
 
+#: A panel sweep's statistics: ``(panel level or case, label) -> Stat``.
+Stats = dict[tuple[float, str], Stat]
+
+
 def _stat(
     steps: np.ndarray,
     values: np.ndarray,
@@ -124,9 +128,7 @@ def _stat(
     )
 
 
-def summarise(
-    rows: Sequence[dict[str, Any]], spec: Swept, metric: str | None = None
-) -> dict[tuple[float, str], Stat]:
+def summarise(rows: Sequence[dict[str, Any]], spec: Swept, metric: str | None = None) -> Stats:
     """Statistics per (panel level, algorithm) of a panel sweep (see the module docstring)."""
     metric = metric or spec.metric
     groups: dict[tuple[float, str], list[dict[str, Any]]] = defaultdict(list)
@@ -157,17 +159,17 @@ def summarise(
     return stats
 
 
-def levels_by_zeta(stats: dict[tuple[float, str], Stat]) -> list[float]:
+def levels_by_zeta(stats: Stats) -> list[float]:
     """The panel levels of ``stats``, from low to high heterogeneity."""
     zeta = {lv: s.zeta2 for (lv, _), s in stats.items()}
     return sorted(zeta, key=zeta.__getitem__)
 
 
-def stats_zeta(stats: dict[tuple[float, str], Stat], level: float) -> float:
+def stats_zeta(stats: Stats, level: float) -> float:
     return next(s.zeta2 for (lv, _), s in stats.items() if lv == level)
 
 
-def heterogeneity_slope(stats: dict[tuple[float, str], Stat], alg: str) -> tuple[float, float]:
+def heterogeneity_slope(stats: Stats, alg: str) -> tuple[float, float]:
     """(log-log slope of the steady error against zeta^2, growth max/first over the levels)."""
     levels = levels_by_zeta(stats)
     z = np.log([stats[(lv, alg)].zeta2 for lv in levels])
