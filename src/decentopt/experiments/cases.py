@@ -173,7 +173,7 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
     everything = [r | {"part": c.part, "agents": c.n} for c in cases for r in c.rows]
     files.insert(0, write_csv_atomic(out / "results.csv", everything))
     if how.check:
-        verdicts = check_claims(claims, cases) if claims else []
+        verdicts = check_claims(claims, cases)
         judged = ["## Claims across cases", "", claims_markdown(verdicts), ""] if claims else []
         judged += [tally([*verdicts, *(v for c in cases for v in c.judged)]), ""]
         judged += [CHANGED_RUN, ""] if how.quick or how.sets else []

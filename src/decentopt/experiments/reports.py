@@ -148,14 +148,13 @@ def panel_curves(
     """A panel sweep's curves, one panel per level in ``order`` titled with its ζ²;
     ``options``: :func:`~decentopt.plotting.plot_curves`'s (``x``, ``names``)."""
     scale = "auto" if options.get("x", "step") in ("step", "rounds") else "log"
-    title_of_panel = "{key} = {value:g}  (ζ² = {zeta2:.3g})"
     return plot_curves(
         rows,
         spec.metric,
         path,
         panel=spec.panel,
         panel_order=order,
-        panel_title=title_of_panel,
+        panel_title="{key} = {value:g}  (ζ² = {zeta2:.3g})",
         title=title,
         xscale=scale,
         **options,
