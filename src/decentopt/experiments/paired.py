@@ -183,16 +183,15 @@ def gap_grows(
         steps = list(itertools.pairwise(mine))
         levels = levels_by_zeta(mine[0].stats)
         judged = []
-        for small, large in steps:
-            for lv in levels:
-                if (lv, algorithm) not in large.stats:
-                    return Verdict(None, f"needs the level {lv:g} in every case")
-                ratios = [
-                    paired_ratios(c.stats[(lv, algorithm)], c.stats[(lv, other)], _SETTLE)
-                    for c in (small, large)
-                ]
-                verdict, text = ratio_grows(*ratios, comparisons=len(steps) * len(levels))
-                judged.append((verdict, f"n = {small.n} -> {large.n}: {text}"))
+        for (small, large), lv in itertools.product(steps, levels):
+            if (lv, algorithm) not in large.stats:
+                return Verdict(None, f"needs the level {lv:g} in every case")
+            ratios = [
+                paired_ratios(c.stats[(lv, algorithm)], c.stats[(lv, other)], _SETTLE)
+                for c in (small, large)
+            ]
+            verdict, text = ratio_grows(*ratios, comparisons=len(steps) * len(levels))
+            judged.append((verdict, f"n = {small.n} -> {large.n}: {text}"))
         heading = f"{_name(other)}'s iterations to settle over {_name(algorithm)}'s, run by run"
         return joined(judged, f"{heading}: ")
 
