@@ -32,15 +32,17 @@ __all__ = [
 ]
 
 
-def _runs_text(values: Sequence[float], digits: str = ".0f", se_digits: str = ".0f") -> str:
-    """Per-run values (``inf``: never) as their mean ± standard error, or how many never."""
+def _runs_text(
+    values: Sequence[float], digits: str = ".0f", se_digits: str = ".0f", unit: str = ""
+) -> str:
+    """Per-run values (``inf``: never): mean ± standard error and ``unit``, or how many never."""
     arr = np.asarray(values, dtype=float)
     if not arr.size:
         return "n/a"
     if np.isinf(arr).any():
         return f"never in {int(np.isinf(arr).sum())}/{arr.size} runs"
     mean, se = mean_se(arr)
-    return f"{mean:{digits}}" if np.isnan(se) else f"{mean:{digits}} ± {se:{se_digits}}"
+    return f"{mean:{digits}}{unit}" if np.isnan(se) else f"{mean:{digits}} ± {se:{se_digits}}{unit}"
 
 
 @dataclass(frozen=True)
@@ -107,15 +109,11 @@ def bytes_to_settle(stat: Stat, threshold: float | None = None) -> tuple[float, 
 
 
 def bytes_measure(threshold: float | None, factor: float = 1.0) -> Measure:
-    def describe(s: Stat) -> str:
-        text = _runs_text(bytes_to_settle(s, threshold), ".3g", ".1g")
-        return text if text.startswith(("n/a", "never")) else f"{text} B"
-
     below = "the threshold" if threshold is None else f"{threshold:g}"
     scaled = "" if factor == 1 else f" after x{factor:g}"
     return Measure(
         _ranked(lambda s: bytes_to_settle(s, threshold), factor),
-        describe,
+        lambda s: _runs_text(bytes_to_settle(s, threshold), ".3g", ".1g", " B"),
         (f"fewer{scaled}", f"as many within noise{scaled}", f"more{scaled}"),
         f"bytes sent per agent to settle below {below}, {{alg}} per level",
         ranked=True,
