@@ -222,9 +222,27 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
     """
     symmetric = "symmetric" in topo.offers
     rows = [("topology", topo.name), ("n", str(topo.n))]
+    how = f"(L={L:g}, beta={beta:g})"
     if isinstance(topo, TopologySchedule):
-        rows += _schedule_rows(topo, symmetric)
+        per_round = ("P_t per round", _DIRECTED + " over a period")
+        if symmetric:
+            psd = ", W_t >= 0" if topo.psd else "; some W_t have a negative eigenvalue"
+            per_round = ("Assumption 1 per round", "symmetric, doubly stochastic, w_ii > 0" + psd)
+        rows += [
+            ("period (rounds)", str(topo.period or "none: a fresh random W_t every round")),
+            (
+                "||prod W_t - 11^T/n|| over a period" + ("" if topo.period else " (64 rounds)"),
+                f"{topo.period_contraction:.3g}"
+                + (" (exact average)" if topo.period_contraction < 1e-12 else ""),
+            ),
+            ("lambda per round", f"{topo.lam:.6f}"),
+            ("most peers per round", str(topo.max_degree)),
+            per_round,
+        ]
+        lam = max(topo.lam, 1e-12)
+        how = "at lambda per round (heuristic)"
     elif symmetric:
+        lam = topo.lam
         deg = topo.degrees
         rows += [
             ("lambda = ||W - 11^T/n||", f"{topo.lam:.6f}"),
@@ -245,9 +263,11 @@ def topology_report(topo: Any, *, L: float = 1.0, beta: float = 0.9) -> list[tup
         ]
     if not symmetric:
         return [*rows, ("Assumption 1", _NOT_SYMMETRIC)]
-    if isinstance(topo, TopologySchedule):
-        return rows + _step_sizes(max(topo.lam, 1e-12), L, beta, "at lambda per round (heuristic)")
-    return rows + _step_sizes(topo.lam, L, beta, f"(L={L:g}, beta={beta:g})")
+    bounds = (nonconvex_step_size, pl_step_size) if lam < 1 else ()  # none where lam >= 1
+    return rows + [
+        (f"max alpha, Theorem {k} {how}", f"{b(lam, beta, L=L):.4g}")
+        for k, b in enumerate(bounds, 1)
+    ]
 
 
 #: What a directed graph satisfies, and what it does not.
@@ -255,30 +275,3 @@ _DIRECTED = "column-stochastic, p_ii > 0, strongly connected"
 _NOT_SYMMETRIC = (
     "does not apply (not symmetric): compose a method with gossip='push_sum' (sgp, push_diging)"
 )
-
-
-def _schedule_rows(schedule: Any, symmetric: bool) -> list[tuple[str, str]]:
-    per_round = ("P_t per round", _DIRECTED + " over a period")
-    if symmetric:
-        psd = ", W_t >= 0" if schedule.psd else "; some W_t have a negative eigenvalue"
-        per_round = ("Assumption 1 per round", "symmetric, doubly stochastic, w_ii > 0" + psd)
-    return [
-        ("period (rounds)", str(schedule.period or "none: a fresh random W_t every round")),
-        (
-            "||prod W_t - 11^T/n|| over a period" + ("" if schedule.period else " (64 rounds)"),
-            f"{schedule.period_contraction:.3g}"
-            + (" (exact average)" if schedule.period_contraction < 1e-12 else ""),
-        ),
-        ("lambda per round", f"{schedule.lam:.6f}"),
-        ("most peers per round", str(schedule.max_degree)),
-        per_round,
-    ]
-
-
-def _step_sizes(lam: float, L: float, beta: float, how: str) -> list[tuple[str, str]]:
-    """The largest step sizes of Theorems 1 and 2 at ``lam`` (none for ``lam >= 1``)."""
-    bounds = (nonconvex_step_size, pl_step_size) if lam < 1 else ()
-    return [
-        (f"max alpha, Theorem {k} {how}", f"{b(lam, beta, L=L):.4g}")
-        for k, b in enumerate(bounds, 1)
-    ]

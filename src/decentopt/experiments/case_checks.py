@@ -75,9 +75,8 @@ def divergence(expected: bool) -> Callable[..., tuple[Check, str]]:
         def check(stats: Mapping[Any, Any]) -> Verdict:
             if lacking := missing(stats, algorithms, cases):
                 return lacking
-            hit = {c: [a for a in algorithms if stats[(c, a)].diverged] for c in cases}
-            held = all(bool(hit[c]) == expected for c in cases)
-            where = [c for c in cases if hit[c]]
+            where = [c for c in cases if any(stats[(c, a)].diverged for a in algorithms)]
+            held = len(where) == len(cases) if expected else not where
             return Verdict(held, f"diverged in {', '.join(map(str, where)) or 'none'}")
 
         who = " or ".join(map(label_name, algorithms))

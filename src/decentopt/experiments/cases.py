@@ -43,7 +43,7 @@ from decentopt.experiments.reports import CHANGED_RUN, markdown_table, panel_cur
 from decentopt.experiments.runner import Sweep
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
-from decentopt.experiments.summary import Stat, levels_by_zeta, summarise
+from decentopt.experiments.summary import Stat, Stats, levels_by_zeta, summarise
 from decentopt.experiments.trained import final_table
 from decentopt.experiments.verdicts import label_name as _name
 from decentopt.results import write_csv_atomic, write_text_atomic
@@ -53,8 +53,6 @@ __all__ = ["Case", "cost_table", "run_cases", "run_part"]
 __getattr__ = renamed(
     __name__, {"CHECKS": (lambda: _claims.CHECKS, "it is decentopt.experiments.claims.CHECKS")}
 )
-
-Stats = dict[tuple[float, str], Stat]
 
 
 @dataclass
@@ -175,7 +173,7 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
     everything = [r | {"part": c.part, "agents": c.n} for c in cases for r in c.rows]
     files.insert(0, write_csv_atomic(out / "results.csv", everything))
     if how.check:
-        verdicts = check_claims(claims, cases) if claims else []
+        verdicts = check_claims(claims, cases)
         judged = ["## Claims across cases", "", claims_markdown(verdicts), ""] if claims else []
         judged += [tally([*verdicts, *(v for c in cases for v in c.judged)]), ""]
         judged += [CHANGED_RUN, ""] if how.quick or how.sets else []

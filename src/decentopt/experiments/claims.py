@@ -54,7 +54,7 @@ from decentopt.experiments.measures import (
 )
 from decentopt.experiments.paired import bytes_cut_by, gap_grows
 from decentopt.experiments.reports import markdown_table
-from decentopt.experiments.summary import Stat, heterogeneity_slope, levels_by_zeta
+from decentopt.experiments.summary import Stats, heterogeneity_slope, levels_by_zeta
 from decentopt.experiments.trained import matches_at_bytes
 from decentopt.experiments.verdicts import (
     CHECKS,
@@ -88,8 +88,6 @@ __all__ = [
     "parse_claims",
     "tally",
 ]
-
-Stats = dict[tuple[float, str], Stat]
 
 #: Log-log slope against zeta^2 from which an error is "trapped".
 TRAPPED_SLOPE = 0.5
@@ -157,7 +155,7 @@ def ordered(
         if cases is not None and (lacking := missing(stats, [alg, *others], cases)):
             return lacking
         if not {alg, *others} <= _algs(stats):
-            return Verdict(None, f"needs {_name(alg)} and {', '.join(map(_name, others))}")
+            return Verdict(None, f"needs {_name(alg)} and {_names(others)}")
         judged = []
         levels = levels_by_zeta(stats) if cases is None else list(cases)
         comparisons = len(others) * len(levels) * family(stats)
@@ -185,12 +183,12 @@ def held_back_by_tracking(stats: Stats) -> Verdict:
     )
 
 
-def _ordering(measure: Measure, strict: bool, words: str) -> Callable[..., Any]:
+def _ordering(measure: Measure, strict: bool, words: str, after: str = "") -> Callable[..., Any]:
     def make(
         algorithm: str, others: Sequence[str], cases: Sequence[Any] | None = None
     ) -> tuple[Callable[[Stats], Verdict], str]:
         where = "at every level" if cases is None else f"in each of {', '.join(map(str, cases))}"
-        test = f"{_name(algorithm)} {words} {_names(others)} {_SIG}, {where}"
+        test = f"{_name(algorithm)} {words} {_names(others)}{after} {_SIG}, {where}"
         return ordered(measure, algorithm, others, strict, cases), test
 
     return make
@@ -239,17 +237,15 @@ def _fewer_bytes(
         raise TypeError(f"factor must be at least 1 (how many times fewer); got {factor}")
     below = "the threshold" if threshold is None else f"{threshold:g}"
     times = "fewer" if factor == 1 else f"{factor:g} times fewer"
-    test = (
-        f"{_name(algorithm)} sends {times} bytes per agent than {_names(others)} to settle "
-        f"below {below} {_SIG}, at every level"
-    )
-    return ordered(bytes_measure(threshold, factor), algorithm, others, strict=True), test
+    words = f"sends {times} bytes per agent than"
+    make = _ordering(bytes_measure(threshold, factor), True, words, f" to settle below {below}")
+    return make(algorithm, others)
 
 
 def _all_of(checks: Sequence[Mapping[str, Any]]) -> tuple[Callable[[Stats], Verdict], str]:
     """Every one of ``checks``: tables as in ``[[claims]]``, without ``text``."""
     parts = []
-    offered = reading("panel")
+    offered = {name: c for name, c in CHECKS.items() if c.reads == "panel"}
     for table in checks:
         args = dict(table)
         name = args.pop("check", None)
@@ -262,11 +258,6 @@ def _all_of(checks: Sequence[Mapping[str, Any]]) -> tuple[Callable[[Stats], Verd
         return joined((v.holds, v.evidence) for v in verdicts)
 
     return check, "; and ".join(test for _, test in parts)
-
-
-def reading(reads: Reads, checks: Mapping[str, ClaimCheck] = CHECKS) -> dict[str, ClaimCheck]:
-    """The checks of ``checks`` that read ``reads``, by name."""
-    return {name: c for name, c in checks.items() if c.reads == reads}
 
 
 def _built_in(reads: Reads, table: Mapping[str, Factory]) -> None:
@@ -325,7 +316,7 @@ def parse_claims(
     """``[[claims]]`` tables: ``text`` (the claim as stated), ``check`` (a name of ``checks``,
     by default :data:`CHECKS`, among those that read ``reads``: what the run or study
     judges them on; ``None``: any) and its arguments."""
-    offered = dict(checks) if reads is None else reading(reads, checks)
+    offered = {name: c for name, c in checks.items() if reads in (None, c.reads)}
     claims = []
     for k, table in enumerate(tables):
         args = dict(table)

@@ -32,15 +32,17 @@ __all__ = [
 ]
 
 
-def _runs_text(values: Sequence[float], digits: str = ".0f", se_digits: str = ".0f") -> str:
-    """Per-run values (``inf``: never) as their mean ± standard error, or how many never."""
+def _runs_text(
+    values: Sequence[float], digits: str = ".0f", se_digits: str = ".0f", unit: str = ""
+) -> str:
+    """Per-run values (``inf``: never): mean ± standard error and ``unit``, or how many never."""
     arr = np.asarray(values, dtype=float)
     if not arr.size:
         return "n/a"
     if np.isinf(arr).any():
         return f"never in {int(np.isinf(arr).sum())}/{arr.size} runs"
     mean, se = mean_se(arr)
-    return f"{mean:{digits}}" if np.isnan(se) else f"{mean:{digits}} ± {se:{se_digits}}"
+    return f"{mean:{digits}}{unit}" if np.isnan(se) else f"{mean:{digits}} ± {se:{se_digits}}{unit}"
 
 
 @dataclass(frozen=True)
@@ -107,18 +109,12 @@ def bytes_to_settle(stat: Stat, threshold: float | None = None) -> tuple[float, 
 
 
 def bytes_measure(threshold: float | None, factor: float = 1.0) -> Measure:
-    def describe(s: Stat) -> str:
-        text = _runs_text(bytes_to_settle(s, threshold), ".3g", ".1g")
-        return text if text.startswith(("n/a", "never")) else f"{text} B"
-
     below = "the threshold" if threshold is None else f"{threshold:g}"
-    words = ("fewer", "as many within noise", "more")
-    if factor != 1:
-        words = tuple(f"{w} after x{factor:g}" for w in words)  # type: ignore[assignment]
+    scaled = "" if factor == 1 else f" after x{factor:g}"
     return Measure(
         _ranked(lambda s: bytes_to_settle(s, threshold), factor),
-        describe,
-        words,
+        lambda s: _runs_text(bytes_to_settle(s, threshold), ".3g", ".1g", " B"),
+        (f"fewer{scaled}", f"as many within noise{scaled}", f"more{scaled}"),
         f"bytes sent per agent to settle below {below}, {{alg}} per level",
         ranked=True,
     )
@@ -126,20 +122,16 @@ def bytes_measure(threshold: float | None, factor: float = 1.0) -> Measure:
 
 def seconds_to_settle(stat: Stat) -> tuple[float, ...]:
     """Each run's simulated seconds until it settles (``inf``: never), from the time model's
-    clock at the recorded steps (``sim_time``)."""
+    clock at the recorded steps (``sim_time``); none without a time model (no order then)."""
+    if not stat.seconds:
+        return ()
     return tuple(
         float(np.interp(v, stat.steps, stat.seconds)) if np.isfinite(v) else v for v in stat.settle
     )
 
 
-def _time_order(a: Stat, b: Stat, comparisons: int) -> int | None:
-    if not a.seconds or not b.seconds:
-        return None  # no time model in the specification
-    return _ranked(seconds_to_settle)(a, b, comparisons)
-
-
 TIME = Measure(
-    _time_order,
+    _ranked(seconds_to_settle),
     lambda s: _runs_text(seconds_to_settle(s), ".3g", ".1g") if s.seconds else "no [timing]",
     ("sooner", "same within noise", "later"),
     "simulated seconds to settle below the threshold, {alg} per level",

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from decentopt.experiments.summary import Stat, Swept, levels_by_zeta, stats_zeta, summarise
+from decentopt.experiments.summary import Stats, Swept, levels_by_zeta, stats_zeta, summarise
 from decentopt.plotting import ordered, plot_curves, plot_epochs
 from decentopt.results import write_text_atomic
 from decentopt.styles import shown
@@ -58,9 +58,7 @@ def _finite_mean(values: Sequence[float]) -> float:
     return float(np.mean(finite)) if finite else float("inf")
 
 
-def summary_markdown(
-    stats: dict[tuple[float, str], Stat], spec: Reported, metric: str | None = None
-) -> str:
+def summary_markdown(stats: Stats, spec: Reported, metric: str | None = None) -> str:
     """One row per algorithm, one column per panel level: steady state ± standard error.
 
     ``reach`` (the settling iteration) is shown for the main metric only, whose
@@ -131,11 +129,9 @@ def final_markdown(
             f"{np.mean(v):.4g} ± {np.std(v):.1g}"
             for v in ([float(r[k]) for r in finals] for k in metrics)
         ]
-        per = [max(r.get(unit, r["step"]), 1) for r in finals]
-        total = np.mean(
-            [(r["grad_seconds"] + r["other_seconds"]) / p for r, p in zip(finals, per, strict=True)]
-        )
-        grad = np.mean([r["grad_seconds"] / p for r, p in zip(finals, per, strict=True)])
+        per = np.array([max(r.get(unit, r["step"]), 1) for r in finals])
+        grad = np.mean([r["grad_seconds"] for r in finals] / per)
+        total = np.mean([r["grad_seconds"] + r["other_seconds"] for r in finals] / per)
         body.append([shown(alg, names), *cells, f"{total:.3g} ({grad:.3g} + {total - grad:.3g})"])
     header = ["method", *metrics, f"s / {unit} (gradient + other)"]
     return markdown_table(header, body)
@@ -152,14 +148,13 @@ def panel_curves(
     """A panel sweep's curves, one panel per level in ``order`` titled with its ζ²;
     ``options``: :func:`~decentopt.plotting.plot_curves`'s (``x``, ``names``)."""
     scale = "auto" if options.get("x", "step") in ("step", "rounds") else "log"
-    title_of_panel = "{key} = {value:g}  (ζ² = {zeta2:.3g})"
     return plot_curves(
         rows,
         spec.metric,
         path,
         panel=spec.panel,
         panel_order=order,
-        panel_title=title_of_panel,
+        panel_title="{key} = {value:g}  (ζ² = {zeta2:.3g})",
         title=title,
         xscale=scale,
         **options,

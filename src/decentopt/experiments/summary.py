@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from decentopt.analysis import settling_step, still_decreasing, transient_rate
+from decentopt.analysis import mean_se, settling_step, still_decreasing, transient_rate
 
 
 class Swept(Protocol):
@@ -82,6 +82,10 @@ class Stat:
     seconds_per_step: float = float("nan")
 
 
+#: A panel sweep's statistics: ``(panel level or case, label) -> Stat``.
+Stats = dict[tuple[float, str], Stat]
+
+
 def _stat(
     steps: np.ndarray,
     values: np.ndarray,
@@ -102,11 +106,10 @@ def _stat(
     settle = [settling_step(steps, c, threshold) for c in values[alive]]
     rate = transient_rate(steps, mean_curve, tail)
     trend, decreasing = still_decreasing(steps, values[alive], tail, rate)
+    steady, se = mean_se(per_rep)
     return Stat(
-        steady=float(per_rep.mean()),
-        steady_se=float(per_rep.std(ddof=1) / np.sqrt(len(per_rep)))
-        if len(per_rep) > 1
-        else (0.0 if known["deterministic"] else float("nan")),
+        steady=steady,
+        steady_se=0.0 if known["deterministic"] and len(per_rep) == 1 else se,
         final=float(values[alive][:, -1].mean()),
         iters=settling_step(steps, mean_curve, threshold),
         diverged=int((~alive).sum()),
@@ -125,9 +128,7 @@ def _stat(
     )
 
 
-def summarise(
-    rows: Sequence[dict[str, Any]], spec: Swept, metric: str | None = None
-) -> dict[tuple[float, str], Stat]:
+def summarise(rows: Sequence[dict[str, Any]], spec: Swept, metric: str | None = None) -> Stats:
     """Statistics per (panel level, algorithm) of a panel sweep (see the module docstring)."""
     metric = metric or spec.metric
     groups: dict[tuple[float, str], list[dict[str, Any]]] = defaultdict(list)
@@ -158,17 +159,17 @@ def summarise(
     return stats
 
 
-def levels_by_zeta(stats: dict[tuple[float, str], Stat]) -> list[float]:
+def levels_by_zeta(stats: Stats) -> list[float]:
     """The panel levels of ``stats``, from low to high heterogeneity."""
     zeta = {lv: s.zeta2 for (lv, _), s in stats.items()}
     return sorted(zeta, key=zeta.__getitem__)
 
 
-def stats_zeta(stats: dict[tuple[float, str], Stat], level: float) -> float:
+def stats_zeta(stats: Stats, level: float) -> float:
     return next(s.zeta2 for (lv, _), s in stats.items() if lv == level)
 
 
-def heterogeneity_slope(stats: dict[tuple[float, str], Stat], alg: str) -> tuple[float, float]:
+def heterogeneity_slope(stats: Stats, alg: str) -> tuple[float, float]:
     """(log-log slope of the steady error against zeta^2, growth max/first over the levels)."""
     levels = levels_by_zeta(stats)
     z = np.log([stats[(lv, alg)].zeta2 for lv in levels])

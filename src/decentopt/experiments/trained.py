@@ -122,20 +122,26 @@ def _side(name: str, table: Mapping[str, Final], metric: str) -> tuple[str | Non
 
 
 def _compare(
-    mine: tuple[str, Final],
-    theirs: tuple[str, Final],
-    sign: float,
+    table: Mapping[str, Final],
+    mine: str,
+    other: str,
+    metric: str,
     margin: float,
     tolerance: float,
     comparisons: int,
 ) -> tuple[bool | None, str]:
-    """One comparison of ``matches_at_bytes`` (the module docstring) and its evidence."""
-    a_label, a = mine
-    b_label, b = theirs
+    """One comparison of ``matches_at_bytes`` (the module docstring), of the variant ``mine``
+    with the one ``other`` stands for, and its evidence."""
+    theirs, _, why = _side(other, table, metric)
+    if theirs is None:
+        return None, why
+    a = table[mine]
+    b = table[theirs]
     said = (
-        f"{_name(a_label)} {a.mean:.4g} at {_megabytes(a.bytes_per_agent)} vs "
-        f"{_name(b_label)} {b.mean:.4g} at {_megabytes(b.bytes_per_agent)}"
+        f"{_name(mine)} {a.mean:.4g} at {_megabytes(a.bytes_per_agent)} vs "
+        f"{_name(theirs)} {b.mean:.4g} at {_megabytes(b.bytes_per_agent)}"
     )
+    sign = 1.0 if higher_is_better(metric) else -1.0
     runs = sorted(a.values.keys() & b.values.keys())
     diffs = np.array([sign * (a.values[r] - b.values[r]) for r in runs])
     if not a.bytes_per_agent <= (1 + tolerance) * b.bytes_per_agent:
@@ -163,7 +169,6 @@ def matches_at_bytes(
     ``metric``, within ``margin``, at no more than ``1 + tolerance`` times their bytes."""
     if not (margin >= 0 and tolerance >= 0):
         raise TypeError(f"needs margin >= 0 and tolerance >= 0; got {margin}, {tolerance}")
-    sign = 1.0 if higher_is_better(metric) else -1.0
 
     def check(rows: Rows) -> Verdict:
         if rows and metric not in rows[0]:
@@ -172,17 +177,11 @@ def matches_at_bytes(
         mine, ran, why = _side(algorithm, table, metric)
         if mine is None:  # diverged everywhere: it matches nothing
             return Verdict(False if ran else None, why)
-        judged = []
-        for other in others:
-            theirs, _, why = _side(other, table, metric)
-            if theirs is None:
-                judged.append((None, why))
-                continue
-            pair = ((mine, table[mine]), (theirs, table[theirs]))
-            judged.append(_compare(*pair, sign, margin, tolerance, len(others)))
+        m = len(others)
+        judged = (_compare(table, mine, o, metric, margin, tolerance, m) for o in others)
         return joined(judged, f"final {metric}, tuned: ")
 
-    worse = "below" if sign > 0 else "above"
+    worse = "below" if higher_is_better(metric) else "above"
     test = (
         f"{_name(algorithm)}'s final {metric} (best of its grid) not {worse} that of "
         f"{_names(others)} (each best of its grid) by more than {margin:g}, "

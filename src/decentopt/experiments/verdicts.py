@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from decentopt._registry import Registry
-from decentopt.analysis import ALPHA
+from decentopt.analysis import ALPHA, ordering_verdict
 from decentopt.plotting import LABELS
 
 __all__ = [
@@ -82,7 +82,7 @@ CHECKS: Registry[ClaimCheck] = Registry("claim check")
 def ordered_verdict(order: int | None, strict: bool) -> bool | None:
     """Verdict on "A below B" (``strict``) or "A not above B" from :func:`compare`'s sign
     (``None``: no way to tell, e.g. one run of a random problem)."""
-    return None if order is None else {-1: True, 1: False}.get(order, None if strict else True)
+    return ordering_verdict(order, order, strict)
 
 
 class Panel(dict):
