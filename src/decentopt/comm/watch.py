@@ -17,7 +17,7 @@ from typing import Any
 from decentopt.algorithms.gossips.delayed import Delayed, MixesAged, SendsAhead
 from decentopt.algorithms.method import as_method
 
-__all__ = ["FIRST_STEPS", "GossipWatch", "staleness_note"]
+__all__ = ["FIRST_STEPS", "GossipWatch", "staleness", "staleness_note"]
 
 #: Steps after which a method that made no gossip round is warned about.
 FIRST_STEPS = 10
@@ -51,19 +51,26 @@ class GossipWatch:
             )
 
 
+def staleness(algorithm: Any) -> tuple[int, int] | None:
+    """``(tau, S)`` of a method whose gossip is ``delayed(tau, staleness=S)``, else None."""
+    gossip = as_method(algorithm).gossip
+    if isinstance(gossip, Delayed) and gossip.staleness is not None:
+        return gossip.tau, gossip.staleness
+    return None
+
+
 def staleness_note(algorithm: Any, comm: Any) -> str | None:
     """The line a run of ``delayed(tau, staleness=S)`` in the simulator without a time model
     (a communicator that neither sends ahead nor knows the ages) should print: what it
     assumes instead of arrival times."""
-    gossip = as_method(algorithm).gossip
-    if not isinstance(gossip, Delayed) or not gossip.staleness:
+    stale = staleness(algorithm)
+    if stale is None or not stale[1] or isinstance(comm, SendsAhead | MixesAged):
         return None
-    if isinstance(comm, SendsAhead | MixesAged):
-        return None
+    tau, bound = stale
     return (
         f"{algorithm.name}: without a [timing] model the simulator runs every agent at one "
-        f"pace, so each neighbour's message is exactly tau = {gossip.tau} rounds old (the "
-        f"iterates of delayed({gossip.tau})); give one (simulate(timing=...) or a [timing] "
-        f"table) to simulate the ages up to staleness = {gossip.staleness} that processes at "
+        f"pace, so each neighbour's message is exactly tau = {tau} rounds old (the "
+        f"iterates of delayed({tau})); give one (simulate(timing=...) or a [timing] "
+        f"table) to simulate the ages up to staleness = {bound} that processes at "
         "their own pace use"
     )

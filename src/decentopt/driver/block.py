@@ -42,7 +42,6 @@ import torch
 from decentopt.comm.mixers import MixerUnavailable, NativeMixer
 from decentopt.comm.simulated import SimulatedCommunicator
 from decentopt.problems.base import BlockProblem
-from decentopt.updates import KINDS
 
 if TYPE_CHECKING:
     from decentopt.algorithms.method import Method
@@ -119,12 +118,6 @@ def _method(algorithm: Any) -> str:
     return f"method {algorithm.name} ({where})"
 
 
-#: What the native path runs with: the C loop with everything but the state, the noise and
-#: the step sizes given (``NativeMixer.quadratic_steps``), and the state's field of each
-#: tensor the loop takes, by the loop's name for it.
-Native = tuple[Callable[..., dict[str, torch.Tensor]], dict[str, str]]
-
-
 @dataclass(frozen=True)
 class BlockRunner:
     """Runs steps ``[start, stop)`` of a method on a block problem: ``"block"`` (the method's
@@ -136,7 +129,9 @@ class BlockRunner:
     comm: Communicator
     #: the most steps in one block
     limit: int
-    native: Native | None = None
+    #: the C loop with everything but the state, the noise and the step sizes given
+    #: (``NativeMixer.quadratic_steps``)
+    native: Callable[..., list[torch.Tensor]] | None = None
 
     def run(self, loop: Any, state: Any, start: int, stop: int) -> Any:
         """The state after step ``stop``, for ``loop`` (:class:`decentopt.driver.loop._Loop`):
@@ -148,13 +143,13 @@ class BlockRunner:
         loop.timing[0] += time.perf_counter() - t0
         if self.native is not None:  # every step of the block in one C call
             t0 = time.perf_counter()
-            steps, fields = self.native
+            fields = ("x", *self.algorithm.fused.reads)  # type: ignore[union-attr]
             tensors = state.tensors()
             alphas = [float(self.algorithm.lr_at(t)) for t in range(start, stop)]
-            out = steps({k: tensors[f] for k, f in fields.items()}, noise=z, alphas=alphas)
+            out = self.native([tensors[f] for f in fields], noise=z, alphas=alphas)
             self.comm.add_rounds(stop - start, state.x[0].numel() * state.x.element_size())
             loop.timing[1] += time.perf_counter() - t0
-            return state.replace(**{fields[k]: v for k, v in out.items()}, t=stop)
+            return state.replace(**dict(zip(fields, out, strict=True)), t=stop)
         for s in range(stop - start):
             term = None if terms is None else terms[s]
             state = loop.step(start + s, state, partial(_from_terms, self.problem, term))
@@ -170,7 +165,7 @@ def _from_terms(
 
 def _native_parts(
     algorithm: Method, problem: Any, comm: Communicator, state: Any
-) -> tuple[Native | None, str]:
+) -> tuple[Callable[..., list[torch.Tensor]] | None, str]:
     """What the native path needs, or None and why it does not apply."""
     terms = getattr(problem, "native_terms", lambda: None)()
     if terms is None:
@@ -201,7 +196,7 @@ def _native_parts(
         runs=runs,
         lower=F.shape[-1] == F.shape[-2] and bool((F.triu(1) == 0).all()),
     )
-    return (steps, {"x": "x"} | dict(zip(KINDS[fused.kind][1], fused.reads, strict=True))), ""
+    return steps, ""
 
 
 def choose(

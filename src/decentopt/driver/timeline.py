@@ -43,10 +43,10 @@ from typing import Any
 import numpy as np
 
 from decentopt._schema import bounded, check_fields
-from decentopt.algorithms.gossips.delayed import Delayed
 from decentopt.algorithms.method import as_method
 from decentopt.comm.aged import AgedCommunicator
 from decentopt.comm.simulated import SimulatedCommunicator
+from decentopt.comm.watch import staleness
 from decentopt.driver.arrivals import StaleRun, neighbour_slots, stale_run
 
 __all__ = [
@@ -174,14 +174,6 @@ def _own_pace(model: TimeModel, n: int, steps: int, one: float) -> np.ndarray:
 def pace(algorithm: Any) -> tuple[int, bool]:
     """``(lag, asynchronous)`` of a method (:attr:`~decentopt.algorithms.Method.pace`)."""
     return as_method(algorithm).pace
-
-
-def staleness(algorithm: Any) -> tuple[int, int] | None:
-    """``(tau, S)`` of a method whose gossip is ``delayed(tau, staleness=S)``, else None."""
-    gossip = as_method(algorithm).gossip
-    if isinstance(gossip, Delayed) and gossip.staleness is not None:
-        return gossip.tau, gossip.staleness
-    return None
 
 
 def stale_timeline(

@@ -31,6 +31,7 @@ from decentopt.compression import Compressor
 from decentopt.compression._bits import kept_count, row_keys
 from decentopt.topology import Network
 from decentopt.topology.circulant import reach
+from decentopt.updates import KINDS
 
 if TYPE_CHECKING:
     from decentopt.communicator import Elementwise
@@ -243,27 +244,26 @@ class NativeMixer(MixerBase):
         self,
         kind: str,
         switches: tuple[bool, bool],
-        fields: dict[str, torch.Tensor],
+        fields: Sequence[torch.Tensor],
         terms: Sequence[torch.Tensor],
         noise: torch.Tensor | None,
         alphas: Sequence[float],
         beta: float,
         runs: int,
         lower: bool,
-    ) -> dict[str, torch.Tensor]:
+    ) -> list[torch.Tensor]:
         """``len(alphas)`` steps of an update of :data:`~decentopt.updates.KINDS` on a stacked
-        quadratic (``blocks.c``): ``fields`` (``x``, and ``psi`` / ``m`` where the update has
-        them) are ``(n, R, d)``, ``terms`` the quadratic's ``(H, F, b)`` as :meth:`panels` of
-        ``runs`` runs, ``noise`` ``(steps, n, R, k)`` as drawn (float32, or
-        float64 under that default dtype); ``lower``: the noise
-        factor is lower triangular (a Cholesky factor: its zeros are skipped). Returns new
-        tensors."""
-        x = fields["x"]
+        quadratic (``blocks.c``): ``fields``, the iterate and the state the update reads in the
+        order of ``KINDS[kind]``, are ``(n, R, d)``, ``terms`` the quadratic's ``(H, F, b)``
+        as :meth:`panels` of ``runs`` runs, ``noise`` ``(steps, n, R, k)`` as drawn (float32,
+        or float64 under that default dtype); ``lower``: the noise factor is lower
+        triangular (a Cholesky factor: its zeros are skipped). Returns new tensors."""
+        x = fields[0]
         n, R, d = x.shape
-        given = {k: v.contiguous() for k, v in fields.items()}  # turned into panels in C
+        # turned into panels in C
+        given = dict(zip(("x", *KINDS[kind][1]), (v.contiguous() for v in fields), strict=True))
         out = {k: torch.empty_like(v) for k, v in given.items()}
         pointers = ctypes.c_void_p * 3
-        names = ("x", "psi", "m")
         H, F, b = terms
         if noise is not None and noise.dtype not in (torch.float32, torch.float64):
             noise = noise.double()
@@ -273,7 +273,8 @@ class NativeMixer(MixerBase):
         update = (native.UPDATE_KINDS.index(kind), int(switches[0]), int(switches[1]))
         shape = (n, R // runs, runs, d, F.shape[2], int(lower))
         states = [
-            pointers(*(t[k].data_ptr() if k in t else None for k in names)) for t in (given, out)
+            pointers(*(t[k].data_ptr() if k in t else None for k in ("x", "psi", "m")))
+            for t in (given, out)
         ]
         problem = (H.data_ptr(), F.data_ptr(), b.data_ptr())
         wide = noise is not None and noise.dtype == torch.float64
@@ -283,4 +284,4 @@ class NativeMixer(MixerBase):
         args = (*update, *shape, *states, *problem, *drawn, *steps, *stencil)
         failure = "the native quadratic steps could not allocate their scratch"
         self._run("decentopt_quadratic_steps", x.dtype, failure, *args)
-        return out
+        return list(out.values())
