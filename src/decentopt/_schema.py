@@ -203,8 +203,8 @@ def _convert(hint: Any, value: Any, where: str, key: str) -> Any:
             return tuple(_convert(get_args(hint)[0], v, where, key) for v in value)
         except ConfigError:
             pass
-    elif origin is dict and isinstance(value, dict):
-        return dict(value)
+    elif origin is dict and isinstance(value, dict):  # each value by the declared type
+        return {k: _convert(get_args(hint)[1], v, where, f"{key}.{k}") for k, v in value.items()}
     elif dataclasses.is_dataclass(hint) and isinstance(value, dict):
         return parse(hint, value, f"{where.split(' [')[0]} [{key}]")
     elif hint is int:
