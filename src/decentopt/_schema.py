@@ -109,13 +109,13 @@ def _whole_numbers(value: Any, what: str) -> tuple[int, ...]:
 _READERS = {"float": as_real, "int": _whole, "tuple[int,...]": _whole_numbers, "bool": _switch}
 
 
-def check_fields(obj: Any, who: str) -> None:
+def check_fields(obj: Any, who: str = "") -> None:
     """Check and normalise a frozen dataclass's fields where it is built (``__post_init__``):
     each number, whole number (of 64 bits), tuple of them and switch by its annotation
     (``float``, ``int``, ``tuple[int, ...]``, ``bool``, ``| None`` allowed), then against
     its declared limits and bounds (:func:`bounded`). Errors are one line naming ``who``
-    and the field: a ``TypeError`` for a value of another type, a ``ValueError`` for one
-    out of bounds."""
+    (else the object's ``name``: ``__post_init__ = check_fields``) and the field: a
+    ``TypeError`` for a value of another type, a ``ValueError`` for one out of bounds."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         hint = str(f.type).replace(" ", "")
@@ -124,7 +124,7 @@ def check_fields(obj: Any, who: str) -> None:
         meta = f.metadata
         note = f" ({meta['note']})" if meta.get("note") else ""
         said = meta.get("unit", "") + note
-        what = f"{who}: {f.name}"
+        what = f"{who or obj.name}: {f.name}"
         limits = meta.get("limits")
         read = _READERS.get(hint.removesuffix("|None"))
         if limits is not None:
@@ -203,8 +203,8 @@ def _convert(hint: Any, value: Any, where: str, key: str) -> Any:
             return tuple(_convert(get_args(hint)[0], v, where, key) for v in value)
         except ConfigError:
             pass
-    elif origin is dict and isinstance(value, dict):
-        return dict(value)
+    elif origin is dict and isinstance(value, dict):  # each value by the declared type
+        return {k: _convert(get_args(hint)[1], v, where, f"{key}.{k}") for k, v in value.items()}
     elif dataclasses.is_dataclass(hint) and isinstance(value, dict):
         return parse(hint, value, f"{where.split(' [')[0]} [{key}]")
     elif hint is int:

@@ -67,21 +67,20 @@ def describe(name: str) -> MethodInfo:
     cls = registry.resolve(name)
     key = name.lower().replace("-", "_")
     doc = _doc(cls)
-    parts = (cls, ALIASES[key].parts()[0]) if key in ALIASES else (cls,)
-    fields = {f.name: f for part in parts for f in dataclasses.fields(part)}
+    gossip = parse(ALIASES[key].gossip if key in ALIASES else "exact")
+    fields = {f.name: f for part in (cls, type(gossip)) for f in dataclasses.fields(part)}
     hyperparams = {
         k: _default(fields[k]) for k in hyperparameters(key) if k not in ("gossip", "outer")
     }
     summary = " ".join(re.split(r"\n\s*\n", doc)[0].split())
     reference = _reference(cls, doc)
     # what the method needs of the network: its rule's own needs and its gossip's
-    needs = frozenset(getattr(cls, "requires", ())) | {"symmetric"}
+    needs = frozenset(getattr(cls, "requires", ())) | gossip.needs
     if key in ALIASES:  # a published pair: its rule's fields and its gossip's
         alias = ALIASES[key]
         fixed = "".join(f", {k}={v!r}" for k, v in alias.fixed.items())
-        summary = f"{cls.name}{fixed} with {alias.parts()[0].name} gossip"
+        summary = f"{cls.name}{fixed} with {gossip.name} gossip"
         reference = alias.reference
-        needs = frozenset(cls.requires) | parse(alias.gossip).needs  # type: ignore[attr-defined]
     graphs = ", ".join(registry.OFFERS.get(k, k) for k in registry.by_importance(needs))
     if getattr(cls, "needs_psd", False):
         graphs += ", positive semi-definite"

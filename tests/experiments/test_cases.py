@@ -128,7 +128,7 @@ def test_the_cost_table_reads_each_column_at_each_runs_settling_iteration():
 
 def test_the_local_study_loads_its_parts_and_plans_them():
     study = load_study("local", quick=True)
-    assert study.study == "cases" and study.sizes == {"local_pga": [32, 64]}
+    assert study.study == "cases" and study.sizes == {"local_pga": (32, 64)}
     assert study.specs == ("local_pga", "local_bytes", "local_exact", "local_digits")
     [gap] = parse_claims(study.claims, study.source, reads="cases")
     assert "DSGD's iterations to settle over dsgd_pga8's" in gap.test
@@ -167,11 +167,32 @@ def test_the_digits_part_compares_tuned_grids_at_equal_bytes():
     assert "non-inferiority" in judged.test and "x1.1 their bytes" in judged.test
 
 
-def test_a_size_for_no_part_is_refused_in_one_line(tmp_path):
-    text = (PRESET_DIR / "local.toml").read_text().replace("local_pga = [", "nosuch = [")
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("nosuch = [32, 64]", r"\[sizes\] nosuch: not a part"),
+        ("local_pga = []", r"\[sizes\] local_pga: give numbers of agents, e.g. \[32, 64\]"),
+        ("local_pga = [32, 0]", r"\[sizes\] local_pga: give numbers of agents"),
+        (
+            'local_pga = ["32"]',
+            r"'sizes.local_pga' must be a list of whole numbers, found \['32'\]",
+        ),
+        ("local_pga = 32", r"'sizes.local_pga' must be a list of whole numbers, found 32"),
+    ],
+)
+def test_a_size_for_no_part_or_not_numbers_of_agents_is_refused_in_one_line(
+    tmp_path, given, message
+):
+    text = (PRESET_DIR / "local.toml").read_text().replace("local_pga = [32, 64]", given)
     (tmp_path / "s.toml").write_text(text)
-    with pytest.raises(ConfigError, match=r"\[sizes\] nosuch: not a part"):
+    with pytest.raises(ConfigError, match=message):
         load_study(tmp_path / "s.toml")
+
+
+def test_sizes_read_as_whole_numbers(tmp_path):
+    text = (PRESET_DIR / "local.toml").read_text().replace("[32, 64]", "[32.0, 64]")
+    (tmp_path / "s.toml").write_text(text)
+    assert load_study(tmp_path / "s.toml").sizes == {"local_pga": (32, 64)}
 
 
 @pytest.mark.slow

@@ -129,7 +129,7 @@ class HyperParams:
     def __post_init__(self) -> None:
         """The step size, then every other field by its annotation and declared bounds."""
         object.__setattr__(self, "lr", validate_lr(self.lr, type(self).__name__))
-        check_fields(self, self.name)  # type: ignore[attr-defined]  # every rule names itself
+        check_fields(self)  # every rule names itself
 
     def init(self, x0: torch.Tensor) -> Any:
         """The state at the initial point ``x0`` (see :attr:`State`)."""

@@ -45,8 +45,7 @@ class Outer:
 
     every: int = bounded(minimum=1, kw_only=True, note="the inner steps per outer step")
 
-    def __post_init__(self) -> None:
-        check_fields(self, self.name)
+    __post_init__ = check_fields
 
     def fires(self, t: int) -> bool:
         """Whether an outer step follows inner step ``t`` (``(t + 1) mod every = 0``)."""

@@ -30,8 +30,7 @@ class Compressor:
     #: Seed of the operator's random choices (keyed further by agent, row and round).
     seed: int = bounded(0, minimum=0, kw_only=True)
 
-    def __post_init__(self) -> None:
-        check_fields(self, self.name)
+    __post_init__ = check_fields
 
     def delta(self, k: int) -> float:
         """The contraction of rows of ``k`` entries: ``E||Q(x) - x||^2 <= (1 - delta) ||x||^2``

@@ -98,7 +98,7 @@ class _Shared:
     timing: TimeModel | None = None
     checkpoint_every: int | None = bounded(None, minimum=1)
     checkpoint_minutes: float | None = bounded(None, above=0)
-    logging: dict[str, str] = field(default_factory=dict)  # logger name -> its target
+    logging: dict[str, Any] = field(default_factory=dict)  # logger name -> its target
     executor: dict[str, Any] = field(default_factory=dict)  # engines.py: where units run
     name: str = ""
     description: str = ""

@@ -52,7 +52,7 @@ class Study:
     agents: tuple[int, ...] = ()
     graphs: dict[str, Any] = field(default_factory=dict)
     drawn: tuple[str, ...] = ()
-    sizes: dict[str, Any] = field(default_factory=dict)  # cases: part -> numbers of agents
+    sizes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # cases: part -> agents
     seeds: int = bounded(5, minimum=2)
     small: bool = False  # scaling: the small sizes (--quick)
     claims: tuple[dict[str, Any], ...] = ()
@@ -103,9 +103,7 @@ def load_study(path_or_name: str | Path, *, quick: bool = False) -> Study:
             raise ConfigError(
                 f"{source} [sizes] {part}: not a part; the parts: {', '.join(study.specs)}"
             )
-        if not (
-            isinstance(sizes, list) and sizes and all(type(n) is int and n >= 1 for n in sizes)
-        ):
+        if not sizes or min(sizes) < 1:
             raise ConfigError(f"{source} [sizes] {part}: give numbers of agents, e.g. [32, 64]")
     for label, table in study.graphs.items():
         if not isinstance(table, dict) or not isinstance(table.get("name"), str):

@@ -139,8 +139,7 @@ class Gossip:
     #: The age of the neighbours' messages a step waits for (the time model's lag).
     lag: ClassVar[int] = 0
 
-    def __post_init__(self) -> None:
-        check_fields(self, self.name)
+    __post_init__ = check_fields
 
     def refuses(self, rule: Any) -> str:
         """Why ``rule`` cannot take this gossip ("" when it can)."""
