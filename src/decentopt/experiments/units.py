@@ -145,10 +145,8 @@ def memory_parts(spec: RunSpec) -> dict[str, float]:
     parts["result rows and their report"] = rows * ROW_BYTES
     parts["libraries and buffers of a run"] = RUN_OVERHEAD
     parts["figures of the report"] = FIGURE_BYTES * levels
-    tables = {json.dumps(spec.topology_of(label), sort_keys=True) for label in spec.algorithms}
-    parts["graphs"] = sum(
-        build_bytes(t["name"], spec.agents, t) for t in (json.loads(k) for k in tables)
-    )
+    tables = {json.dumps(t, sort_keys=True): t for t in map(spec.topology_of, spec.algorithms)}
+    parts["graphs"] = sum(build_bytes(t["name"], spec.agents, t) for t in tables.values())
     return parts
 
 
