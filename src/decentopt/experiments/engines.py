@@ -34,19 +34,12 @@ from typing import Any
 
 from decentopt.experiments.execution import Engine, UnitFailed, WorkerLost
 from decentopt.experiments.spec import ConfigError, RunSpec
+from decentopt.integrations.loggers.base import needs
 
-__all__ = ["ENGINES", "SubmititExecutor", "make", "missing"]
+__all__ = ["ENGINES", "SubmititExecutor", "make"]
 
 #: Seconds between looks at the states of submitted jobs (``sacct`` on SLURM).
 POLL = 5.0
-
-
-def missing(engine: str, module: str) -> ConfigError:
-    """The one line for an engine whose package is not installed, naming its extra."""
-    return ConfigError(
-        f"--executor {engine} needs {module}, which is not installed: "
-        f"pip install decentopt[{engine}]"
-    )
 
 
 @dataclass
@@ -127,11 +120,7 @@ class SubmititExecutor(Executor):
 
 
 def _slurm(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
-    try:  # the extra decentopt[slurm], imported only when asked for
-        import submitit
-        from submitit.core import utils
-    except ImportError:
-        raise missing("slurm", "submitit") from None
+    submitit = needs("submitit", "slurm", "--executor slurm")  # imported only when asked for
     folder = Path(settings.pop("folder", out / "slurm"))
     poll = float(settings.pop("poll", POLL))
     cluster = settings.pop("cluster", "slurm")
@@ -156,15 +145,13 @@ def _slurm(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
             f"[executor] of --executor slurm: {first}; submitit's SlurmExecutor takes "
             "partition, time, cpus_per_task, gpus_per_node, mem_gb, array_parallelism, ..."
         ) from None
-    pool = SubmititExecutor(executor, utils.UncompletedJobError, utils.FailedJobError, poll)
+    errors = submitit.core.utils
+    pool = SubmititExecutor(executor, errors.UncompletedJobError, errors.FailedJobError, poll)
     return Engine(pool, stop=pool.stop, close=pool.shutdown, submit_all=pool.submit_all)
 
 
 def _dask(settings: dict[str, Any], out: Path, jobs: int) -> Engine:
-    try:  # the extra decentopt[dask], imported only when asked for
-        import distributed
-    except ImportError:
-        raise missing("dask", "distributed") from None
+    distributed = needs("distributed", "dask", "--executor dask")  # imported only when asked for
     address = settings.pop("address", None)
     workers = settings.pop("workers", jobs)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:

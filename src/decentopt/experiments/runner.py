@@ -1,7 +1,7 @@
 """Run a specification: every unit of work through the store and the one loop.
 
-The units are planned by :mod:`~decentopt.experiments.planning`; every algorithm sees
-the same problem, graph and noise (seeds by role; :mod:`~decentopt.experiments.units`).
+The units are planned and computed by :mod:`~decentopt.experiments.units`; every
+algorithm sees the same problem, graph and noise (seeds by role).
 Each unit is computed under its lease in the store
 (:meth:`~decentopt.experiments.store.ResultStore.claimed`), so an
 interrupted sweep resumes, a changed setting reruns only what it affects, nothing
@@ -31,17 +31,17 @@ from decentopt.driver import RunOptions, intra_op_threads
 from decentopt.driver.timeline import clock_rows
 from decentopt.experiments import engines
 from decentopt.experiments.execution import Engine, ForkPool, WorkersLost, forked_map, run_tasks
-from decentopt.experiments.planning import (
+from decentopt.experiments.progress import Progress, say_line
+from decentopt.experiments.spec import ConfigError, RunSpec
+from decentopt.experiments.store import Claimed, ResultStore
+from decentopt.experiments.units import (
+    Units,
     check_memory,
     memory_parts,
     parallel_jobs,
     plan_units,
     run_groups,
 )
-from decentopt.experiments.progress import Progress, say_line
-from decentopt.experiments.spec import ConfigError, RunSpec
-from decentopt.experiments.store import Claimed, ResultStore
-from decentopt.experiments.units import Units
 from decentopt.integrations import loggers
 from decentopt.perf import keep_freed_memory
 from decentopt.results import lock_folder, write_csv_atomic
