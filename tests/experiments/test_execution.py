@@ -112,7 +112,7 @@ def test_a_task_that_cannot_be_sent_fails_alone_and_its_worker_serves_the_next()
 
 
 def test_a_rerun_names_at_most_a_few_of_the_units_it_keeps():
-    from decentopt.experiments.progress import SHOWN, Progress
+    from decentopt.experiments.execution import SHOWN, Progress
 
     lines: list[str] = []
     names = [f"u{k}" for k in range(20)]

@@ -10,6 +10,11 @@ the sweep's process decides, and stops them.
 
 :func:`run_tasks` runs tasks through an :class:`Engine` (this pool, any executor, or a
 cluster's); a task whose worker was lost runs once more.
+
+What a sweep says while it runs (:class:`Progress`) is one whole line per event, never
+interleaved: lines of parallel workers are each written in one call, so that they never
+run together; the parent says at once which units it reuses, then one line per unit
+finished, and one line for a unit whose worker died.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import multiprocessing
 import multiprocessing.connection
 import queue
 import signal
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
@@ -30,11 +36,11 @@ import torch
 
 from decentopt._process import die_with_parent
 from decentopt.driver import intra_op_threads
-from decentopt.experiments.progress import Progress
 
 __all__ = [
     "Engine",
     "ForkPool",
+    "Progress",
     "SweepFailed",
     "UnitFailed",
     "WorkerDied",
@@ -42,6 +48,7 @@ __all__ = [
     "WorkersLost",
     "forked_map",
     "run_tasks",
+    "say_line",
 ]
 
 R = TypeVar("R")
@@ -72,6 +79,44 @@ class WorkersLost(SweepFailed):
 
 class UnitFailed(SweepFailed):
     """A unit raised where it ran (a cluster's job), reported in one line with its log."""
+
+
+#: Units named in the line that says what a rerun keeps (the rest are counted).
+SHOWN = 8
+
+
+def say_line(text: str) -> None:
+    """Print one whole line in a single write: lines of parallel workers never run together."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+class Progress:
+    """The lines of one sweep: what it reuses, each unit done, each worker lost."""
+
+    def __init__(self, say: Callable[[str], None], total: int) -> None:
+        self.say = say
+        self.total = total
+        self.done = 0
+
+    def reused(self, names: Sequence[str]) -> None:
+        """Said before anything is computed: the finished units a rerun keeps."""
+        if names:
+            left = self.total - len(names)
+            shown = ", ".join(names[:SHOWN])
+            more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+            self.say(
+                f"resuming: {len(names)} finished unit(s) kept ({shown}{more}); {left} to compute"
+            )
+
+    def finished(self, name: str, pending: int) -> None:
+        self.done += 1
+        self.say(f"  {name:14s} done ({self.done}/{pending})")
+
+    def lost(self, name: str, why: str, again: bool) -> None:
+        then = "computing it again" if again else "it is left for a rerun"
+        first = why.strip().splitlines()[0] if why.strip() else "its worker was lost"
+        self.say(f"  {name:14s} {first}; finished units are kept; {then}")
 
 
 def _serve(conn: multiprocessing.connection.Connection) -> None:

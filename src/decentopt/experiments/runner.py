@@ -29,9 +29,8 @@ from typing import Any
 from decentopt import plugins
 from decentopt.driver import RunOptions, intra_op_threads
 from decentopt.driver.timeline import clock_rows
-from decentopt.experiments import engines
-from decentopt.experiments.execution import Engine, ForkPool, WorkersLost, forked_map, run_tasks
-from decentopt.experiments.progress import Progress, say_line
+from decentopt.experiments import engines, execution
+from decentopt.experiments.execution import Engine, ForkPool, forked_map, run_tasks, say_line
 from decentopt.experiments.spec import ConfigError, RunSpec
 from decentopt.experiments.store import Claimed, ResultStore
 from decentopt.experiments.units import (
@@ -193,7 +192,7 @@ class Sweep(Units):
         """Every unit stored, or computed by the engine; their rows in the plan's order."""
         rows = self.stored_units()
         names = [p.unit.name for p in self.planned]
-        progress = Progress(self.say, len(self.planned))
+        progress = execution.Progress(self.say, len(self.planned))
         progress.reused([names[i] for i in sorted(rows)])
         self.store.kept += [names[i] for i in sorted(rows)]
         pending = [i for i in range(len(self.planned)) if i not in rows]
@@ -231,7 +230,7 @@ class Sweep(Units):
                     self.store.ran.append(names[index])
             lost = [names[i] for i in pending if i not in rows]
             if lost:
-                raise WorkersLost(
+                raise execution.WorkersLost(
                     f"{len(lost)} unit(s) not computed (their workers died): "
                     f"{', '.join(lost)}; the finished units are saved and a rerun computes the rest"
                 )
