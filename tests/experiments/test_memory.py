@@ -102,6 +102,27 @@ def test_a_container_limit_refuses_what_memavailable_would_let_run(monkeypatch):
     assert check_memory(spec) == need
 
 
+def test_parallel_jobs_are_as_many_of_the_largest_problem_as_fit(monkeypatch):
+    """Sweeps or units computing at once each hold their problem: the largest is counted,
+    with the margin peaks reach; one at least, ``jobs`` when the memory is not known."""
+    from decentopt import perf
+    from decentopt.experiments.units import parallel_jobs
+
+    small = load_spec("fig1", overrides=["problem_params.d=30"])
+    big = load_spec("fig1", overrides=["problem_params.d=300"])
+    need = perf.MEMORY_MARGIN * sum(memory_parts(big).values())
+    monkeypatch.setattr(perf, "cgroup_memory", lambda: None)
+    monkeypatch.setattr(perf, "_address_space_room", lambda: None)
+    monkeypatch.setattr(perf, "_mem_available", lambda: 2.5 * need)
+    assert parallel_jobs([small, big], 8) == 2
+    assert parallel_jobs([small], 8) > 2
+    assert parallel_jobs([big], 1) == 1
+    monkeypatch.setattr(perf, "_mem_available", lambda: need / 2)
+    assert parallel_jobs([big], 8) == 1
+    monkeypatch.setattr(perf, "_mem_available", lambda: None)
+    assert parallel_jobs([big], 8) == 8
+
+
 @pytest.mark.parametrize(
     "name, agents",
     [("complete", 10**6), ("ring", 10**9), ("torus", 10**8), ("erdos_renyi", 10**6)],

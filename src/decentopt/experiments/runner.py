@@ -180,7 +180,9 @@ class Sweep(Units):
             return engines.make(self.executor, self.spec, self.out, self.options.jobs)
         groups = run_groups(self.spec)
         forkable = groups == [None] or self.spec.params.forkable
-        jobs = min(parallel_jobs(self.spec, self.options.jobs), pending)
+        jobs = min(self.options.jobs, pending)
+        if groups != [None]:  # units building a problem each: as many as fit in memory
+            jobs = parallel_jobs([self.spec], jobs)
         if jobs < 2 or not forkable or self.job.world > 1:  # torchrun: units in order
             return None
         self.problem_for(groups[0])  # what every worker inherits (the problem, or the data)

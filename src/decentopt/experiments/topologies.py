@@ -40,11 +40,11 @@ from decentopt.experiments.claims import (
     tally,
 )
 from decentopt.experiments.reports import CHANGED_RUN, markdown_table
-from decentopt.experiments.runner import Sweep, forked_map, memory_parts
+from decentopt.experiments.runner import Sweep, forked_map
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study, load_study
 from decentopt.experiments.summary import Stat, summarise
-from decentopt.perf import MEMORY_MARGIN, available_memory
+from decentopt.experiments.units import parallel_jobs
 from decentopt.plotting import LABELS, plot_curves
 from decentopt.results import write_csv_atomic, write_text_atomic
 
@@ -121,16 +121,6 @@ def _graph_sweep(
     return sweep.run().rows, sweep.topology
 
 
-def _workers(specs: list[RunSpec], jobs: int) -> int:
-    """How many sweeps run at once: ``jobs`` for convex parts in one process, as many as
-    fit in memory (one sweep each); 1 under torchrun or for a kind that cannot fork."""
-    if jobs < 2 or not all(s.params.batch_runs for s in specs) or runtime.job().world > 1:
-        return 1
-    free = available_memory()
-    need = max(MEMORY_MARGIN * sum(memory_parts(s).values()) for s in specs)
-    return jobs if free is None else max(1, min(jobs, int(free // need)))
-
-
 def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> list[Case]:
     """Every part at every n over every graph. The graphs' sweeps run in ``--jobs`` workers,
     largest first, each computing its units one after the other: a quick sweep's units are
@@ -148,7 +138,11 @@ def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> li
             case.specs[graph] = spec
             pending.append((spec, out / spec.name / f"n{n}" / graph, options))
         cases.append(case)
-    jobs = _workers([spec for spec, _, _ in pending], options.jobs)
+    # as many sweeps at once as fit in memory; one after another under torchrun or for a
+    # kind that cannot fork
+    specs = [spec for spec, _, _ in pending]
+    forks = all(s.params.batch_runs for s in specs) and runtime.job().world == 1
+    jobs = parallel_jobs(specs, options.jobs) if forks else 1
     done = iter(forked_map(jobs, _graph_sweep, pending[::-1])[::-1])
     for case in cases:
         for graph, spec in case.specs.items():

@@ -168,13 +168,12 @@ def check_memory(spec: RunSpec, available: float | None = None) -> float:
     return need
 
 
-def parallel_jobs(spec: RunSpec, jobs: int) -> int:
-    """How many units of ``spec`` may compute at once on this host: ``jobs``, or fewer when
-    each unit builds a problem of its own and they would not fit in memory together."""
-    if run_groups(spec) != [None] and (free := available_memory()) is not None:
-        need = MEMORY_MARGIN * sum(memory_parts(spec).values())
-        jobs = min(jobs, int(free // need))
-    return jobs
+def parallel_jobs(specs: list[RunSpec], jobs: int) -> int:
+    """How many problems of ``specs`` (the largest counted) fit in memory together, from 1 to
+    ``jobs``: the units that build a problem each, or the sweeps, that may compute at once."""
+    free = available_memory()
+    need = max(MEMORY_MARGIN * sum(memory_parts(s).values()) for s in specs)
+    return jobs if free is None else max(1, min(jobs, int(free // need)))
 
 
 #: torch's default dtype while a unit is built and computed, wherever it runs (this
