@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from decentopt.comm.mixers.base import MixerBase, register
-from decentopt.comm.mixers.shift import circulant_stencil
+from decentopt.comm.mixers.base import register
+from decentopt.comm.mixers.shift import ShiftMixer
 from decentopt.comm.mixers.updates import prepare
 from decentopt.topology import Network
 from decentopt.updates import KINDS
@@ -54,12 +54,11 @@ def triton_kernel() -> tuple[Any, str]:
 
 
 @register
-class CudaMixer(MixerBase):
+class CudaMixer(ShiftMixer):
     name = "cuda"
 
     def __init__(self, network: Network) -> None:
-        self.n = network.n
-        self.stencil = circulant_stencil(network, self.name)
+        super().__init__(network)
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def supports(self, flat: torch.Tensor) -> str:
