@@ -155,6 +155,10 @@ def slot_table(neighbors: Sequence[Sequence[int]]) -> tuple[np.ndarray, int]:
     return table, S
 
 
+def _totals(sent: np.ndarray) -> tuple[float, int, int]:
+    return float(sent.mean()), int(sent.max(initial=0)), int(sent.sum())
+
+
 def map_then_mix(
     comm: Communicator,
     fn: Elementwise,
@@ -180,9 +184,8 @@ class Shared:
     def _count(self, payload: int, sent: int | None = None) -> None:
         """Count the current round, messages of ``payload`` bytes; ``sent`` bytes left this
         process (by default every agent's messages: all agents live in this process)."""
-        messages = self.topology.at(self.stats.rounds).messages
-        sent = int(messages.sum()) * payload if sent is None else sent
-        self.stats.add_round(float(messages.mean()), int(messages.max(initial=0)), payload, sent)
+        mean, most, total = _totals(self.topology.at(self.stats.rounds).messages)
+        self.stats.add_round(mean, most, payload, total * payload if sent is None else sent)
 
     def _fold(self, z: torch.Tensor) -> torch.Tensor:
         return z.reshape(z.shape[0], -1)
