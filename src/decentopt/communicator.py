@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from decentopt.topology import Network
+from decentopt.topology import Network, TopologySchedule
 
 if TYPE_CHECKING:
     from decentopt.compression import Compressor
@@ -181,10 +182,17 @@ class Shared:
     #: how many agents' rows this process holds (the simulator: all ``n``)
     _held: int
 
+    @cached_property
+    def _static_messages(self) -> tuple[float, int, int]:
+        return _totals(self.topology.degrees)  # type: ignore[union-attr]
+
     def _count(self, payload: int, sent: int | None = None) -> None:
         """Count the current round, messages of ``payload`` bytes; ``sent`` bytes left this
         process (by default every agent's messages: all agents live in this process)."""
-        mean, most, total = _totals(self.topology.at(self.stats.rounds).messages)
+        if isinstance(self.topology, TopologySchedule):
+            mean, most, total = _totals(self.topology.at(self.stats.rounds).messages)
+        else:
+            mean, most, total = self._static_messages
         self.stats.add_round(mean, most, payload, total * payload if sent is None else sent)
 
     def _fold(self, z: torch.Tensor) -> torch.Tensor:

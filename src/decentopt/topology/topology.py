@@ -218,11 +218,6 @@ class Graph:
         """Number of messages each agent sends per round: its readers (self excluded)."""
         return np.array([len(nb) for nb in self.out_neighbors])
 
-    @cached_property
-    def messages(self) -> np.ndarray:
-        """:attr:`degrees`, computed once: what :attr:`GossipRound.messages` is, every round."""
-        return self.degrees
-
     @property
     def max_degree(self) -> int:
         return int(self.degrees.max()) if self.n > 1 else 0
