@@ -71,5 +71,5 @@ class Registry(dict[str, T]):
         """The entry of ``name`` (case and ``-``/``_`` insensitive), or a one-line error."""
         key = str(name).lower().replace("-", "_")
         if key not in self:
-            raise ValueError(unknown_name(self.what, key, list(self)))
+            raise ValueError(unknown_name(self.what, key, sorted(self)))
         return self[key]

@@ -117,11 +117,10 @@ def edm_update(
     return phi, psi_next, m_new
 
 
-#: The updates the kernels compute, by the kernels' name for them (the order of
-#: :data:`decentopt.native.UPDATE_KINDS`): the reference function, the kernels' names of
-#: the state it reads between the iterate and the direction (the built-in rules' fields),
-#: and its scalars; the kinds that take ``beta`` take the momentum switches ``nesterov``
-#: and ``dampening`` too.
+#: The updates the kernels compute, by the kernels' name for them, in the kernels' order:
+#: the reference function, the kernels' names of the state it reads between the iterate
+#: and the direction (the built-in rules' fields), and its scalars; the kinds that take
+#: ``beta`` take the momentum switches ``nesterov`` and ``dampening`` too.
 KINDS: dict[
     str, tuple[Callable[..., tuple[torch.Tensor, ...]], tuple[str, ...], tuple[str, ...]]
 ] = {

@@ -49,6 +49,7 @@ import torch
 
 from decentopt._process import atomic_file
 from decentopt.native import build
+from decentopt.updates import KINDS
 
 __all__ = [
     "UPDATE_KINDS",
@@ -61,7 +62,7 @@ __all__ = [
 ]
 
 #: The updates of ``decentopt_update_mix``, by ``kind`` index (api.c says the same).
-UPDATE_KINDS = ("descend", "momentum_descend", "correct", "edm")
+UPDATE_KINDS = tuple(KINDS)
 #: Largest stencil the C code accepts (MAX_TERMS there).
 MAX_TERMS = 64
 #: Largest block width the C code accepts (MAX_WIDTH there).

@@ -109,9 +109,7 @@ REGISTRY: Registry[Callable[..., Topology | TopologySchedule]] = Registry(
 
 def check_arguments(name: str, kwargs: dict[str, Any]) -> None:
     """Refuse an unknown topology, an unknown argument or a missing one, naming the fix."""
-    if name not in REGISTRY:
-        raise ValueError(unknown_name("topology", name, sorted(REGISTRY)))
-    params = inspect.signature(REGISTRY[name]).parameters
+    params = inspect.signature(REGISTRY.find(name)).parameters
     valid = list(params)[1:]  # the first is the number of agents
     for key in kwargs:
         if key == "n":
@@ -146,9 +144,7 @@ def weights_digest(network: Network, extra: str = "") -> str:
 
 def make(name: str, *args: Any, **kwargs: Any) -> Topology | TopologySchedule:
     """Build a registered topology by name, e.g. ``make("ring", 32)``."""
-    if name not in REGISTRY:
-        raise ValueError(unknown_name("topology", name, sorted(REGISTRY)))
-    return REGISTRY[name](*args, **kwargs)
+    return REGISTRY.find(name)(*args, **kwargs)
 
 
 __all__ = [

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from decentopt.comm.mixers.base import MixerBase, register
+from decentopt.comm.mixers.base import register
 from decentopt.comm.mixers.shift import ShiftMixer
 from decentopt.topology import Network
 
@@ -52,12 +52,11 @@ def function_key(fn: Elementwise) -> object:
 
 
 @register
-class CompiledMixer(MixerBase):
+class CompiledMixer(ShiftMixer):
     name = "compiled"
 
     def __init__(self, network: Network) -> None:
-        self.eager = ShiftMixer(network)  # the stencil, and the kernel if compilation fails
-        self.stencil = self.eager.stencil
+        super().__init__(network)  # the stencil, and the kernel if compilation fails
         self.failed = False
         self._mix = torch.compile(
             functools.partial(stencil_sum, stencil=self.stencil), dynamic=False
@@ -81,7 +80,7 @@ class CompiledMixer(MixerBase):
                 return mixed if out is None else out.copy_(mixed)
             except Exception as exc:  # compilers fail in many ways; the run must go on
                 self._give_up("the mixing kernel", exc)
-        return self.eager.mix(flat, out, t)
+        return super().mix(flat, out, t)
 
     def mix_map(
         self, fn: Elementwise, flats: Sequence[torch.Tensor], scalars: Sequence[float], t: int
@@ -112,7 +111,7 @@ class CompiledMixer(MixerBase):
         if whole < cols:  # the last, narrower block eagerly (no second compilation)
             rest = slice(whole, cols)
             ys = fn(*(f[:, rest] for f in flats), *scalars)
-            self.eager.mix(ys[0], outs[0][:, rest], t)
+            super().mix(ys[0], outs[0][:, rest], t)
             for out, y in zip(outs[1:], ys[1:], strict=True):
                 out[:, rest].copy_(y)
         return outs

@@ -27,18 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from decentopt.comm.mixers.base import MixerBase, register
-from decentopt.comm.mixers.shift import circulant_stencil
+from decentopt.comm.mixers.base import register
+from decentopt.comm.mixers.shift import ShiftMixer
 from decentopt.comm.mixers.updates import prepare
 from decentopt.topology import Network
+from decentopt.updates import KINDS
 
 if TYPE_CHECKING:
     from decentopt.communicator import Elementwise
 
 __all__ = ["CudaMixer", "triton_kernel"]
 
-#: The kinds of the kernel: the plain mix, then the fused updates.
-KINDS = {"mix": 0, "descend": 1, "momentum_descend": 2, "correct": 3, "edm": 4}
 #: Columns per program (a power of two).
 BLOCK = 1024
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
@@ -55,12 +54,11 @@ def triton_kernel() -> tuple[Any, str]:
 
 
 @register
-class CudaMixer(MixerBase):
+class CudaMixer(ShiftMixer):
     name = "cuda"
 
     def __init__(self, network: Network) -> None:
-        self.n = network.n
-        self.stencil = circulant_stencil(network, self.name)
+        super().__init__(network)
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def supports(self, flat: torch.Tensor) -> str:
@@ -108,7 +106,7 @@ class CudaMixer(MixerBase):
             scalars,
             n,
             d,
-            KIND=KINDS[kind],
+            KIND=("mix", *KINDS).index(kind),  # the plain mix, then the fused updates
             NESTEROV=bool(nesterov),
             TERMS=len(self.stencil),
             BLOCK=BLOCK,

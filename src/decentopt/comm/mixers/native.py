@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from decentopt import native
-from decentopt.comm.mixers.base import MixerBase, register
-from decentopt.comm.mixers.shift import circulant_stencil
+from decentopt.comm.mixers.base import register
+from decentopt.comm.mixers.shift import ShiftMixer
 from decentopt.comm.mixers.updates import prepare
 from decentopt.compression import Compressor
 from decentopt.compression._bits import kept_count, row_keys
@@ -59,13 +59,12 @@ CHOCO_OPS = ("top_k", "qsgd", "sign")
 
 
 @register
-class NativeMixer(MixerBase):
+class NativeMixer(ShiftMixer):
     name = "native"
 
     def __init__(self, network: Network, isa: str | None = None) -> None:
         """``isa``: a variant of the library to run (tests); by default the CPU's best."""
-        self.n = network.n
-        self.stencil = circulant_stencil(network, self.name)
+        super().__init__(network)
         self.reach = reach(self.stencil, self.n)
         self.isa = isa
         #: the compressed round's scratch, kept between calls: allocated afresh each round,
