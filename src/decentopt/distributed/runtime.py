@@ -187,11 +187,10 @@ def average_buffers(model: torch.nn.Module) -> None:
             _collective(buffer, lambda t: dist.all_reduce(t, op=dist.ReduceOp.MAX))
 
 
-def finalize() -> None:
-    """Leave the job: record that this rank finished (and after how many gossip rounds, so
-    that a neighbour that goes on names unequal step counts rather than a death), wait for
-    the delayed messages still in flight, then close the group."""
-    leave()
+#: ``finalize()``: leave the job: record that this rank finished (and after how many gossip
+#: rounds, so that a neighbour that goes on names unequal step counts rather than a death),
+#: wait for the delayed messages still in flight, then close the group.
+finalize = leave
 
 
 @dataclass(frozen=True)

@@ -55,24 +55,6 @@ from decentopt.distributed.optimizer import DecentralizedOptimizer, check_comm, 
 __all__ = ["GossipOptimizer", "wrap"]
 
 
-def _method(method: str | Any, hyperparams: dict[str, Any]) -> Any:
-    """The method that takes the base optimizer's steps: ``lr = 1``, momentum off unless
-    ``beta`` is given; refused if its gradient is more than a step direction."""
-    if isinstance(method, str):
-        if algorithms.resolve(method).uses_momentum:  # a given beta stays
-            hyperparams = {"beta": 0.0} | hyperparams
-        alg = algorithms.make(method, **({"lr": 1.0} | hyperparams))
-    else:
-        alg = algorithms.as_method(method).with_hyperparams(lr=1.0, **hyperparams)
-    if not alg.takes_direction:
-        raise ValueError(
-            f"wrap hands the method a base optimizer's update in place of its gradient step; "
-            f"{alg.name} uses the gradient otherwise (takes_direction is False): use "
-            "DecentralizedOptimizer"
-        )
-    return alg
-
-
 def _check_base(base: Any, comm: Any) -> None:
     """Refuse at construction what would fail later (a class instead of an optimizer, at the
     first ``zero_grad()``) or not at all (an optimizer wrapped twice gossips twice per step)."""
@@ -113,9 +95,19 @@ class GossipOptimizer:
         self.base = base
         self.comm = comm
         params = [p for g in base.param_groups for p in g["params"]]
-        alg = _method(method, hyperparams)
-        self.gossip = DecentralizedOptimizer(params, alg, comm, outer=outer)
+        # the base step is taken whole (lr = 1); the momentum is the base optimizer's
+        if isinstance(method, str) and algorithms.resolve(method).uses_momentum:
+            given = hyperparams.keys() & {"beta", "momentum"}
+            hyperparams = hyperparams if given else {"beta": 0.0} | hyperparams
+        hyperparams = {"lr": 1.0} | hyperparams
+        self.gossip = DecentralizedOptimizer(params, method, comm, outer=outer, **hyperparams)
         self.algorithm = self.gossip.algorithm.name
+        if not self.gossip.algorithm.takes_direction:
+            raise ValueError(
+                f"wrap hands the method a base optimizer's update in place of its gradient "
+                f"step; {self.algorithm} uses the gradient otherwise (takes_direction is "
+                "False): use DecentralizedOptimizer"
+            )
         # the base optimizer's settings must match too (the inner optimizer checks the method's)
         fields = agreement.describe_algorithm(base, "base optimizer")
         fields |= agreement.describe_params(base.param_groups, sorted(base.defaults))
