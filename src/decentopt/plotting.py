@@ -163,25 +163,13 @@ def plot_curves(
     legend: dict[str, Any] = {}
     for ax, key in zip(axes[0], keys, strict=True):
         means, all_steps = _draw_curves(ax, panels[key], metric, x, legend)
-        scale = x_scale(all_steps) if xscale == "auto" else xscale
-        if scale == "symlog":
-            ax.set_xscale("symlog", linthresh=1.0)
-        elif scale == "log":  # seconds or bytes: the start (0) is left out
-            ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel(X_LABELS.get(x, x) + (" (log scale)" if scale != "linear" else ""))
-        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+        _set_scales(ax, x_scale(all_steps) if xscale == "auto" else xscale, x, metric)
         if panel:
             zetas = [r["zeta2"] for r in panels[key] if "zeta2" in r]
             zeta2 = float(np.mean(zetas)) if zetas else float("nan")
             ax.set_title(panel_title.format(key=panel, value=key, zeta2=zeta2))
         ax.grid(alpha=0.3, which="both", lw=0.4)
-        coincide = [g for g in coincident_groups(means) if len(g) > 1]
-        if coincide:  # said in the panel's corner: these curves are drawn on top of each other
-            note = "; ".join(" = ".join(shown(a, names) for a in g) for g in coincide)
-            box = {"fc": "white", "alpha": 0.7, "lw": 0}
-            text = f"coincide: {note}"
-            ax.text(0.02, 0.02, text, transform=ax.transAxes, fontsize=7, va="bottom", bbox=box)
+        _note_coincident(ax, means, names)
     order = ordered(list(legend))
     handles = [legend[a] for a in order]
     labels = [shown(a, names) for a in order]
@@ -220,6 +208,27 @@ def _draw_curves(
         ax.fill_between(steps, lo, hi, color=style["color"], alpha=0.12, lw=0)
         legend.setdefault(alg, line)
     return means, all_steps
+
+
+def _set_scales(ax: Any, scale: str, x: str, metric: str) -> None:
+    """The x axis on ``scale`` (symlog, log or linear), y on a log scale, both labelled."""
+    if scale == "symlog":
+        ax.set_xscale("symlog", linthresh=1.0)
+    elif scale == "log":  # seconds or bytes: the start (0) is left out
+        ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(X_LABELS.get(x, x) + (" (log scale)" if scale != "linear" else ""))
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+
+
+def _note_coincident(ax: Any, means: dict[str, np.ndarray], names: dict[str, str] | None) -> None:
+    """Say in the panel's corner which methods' curves coincide (drawn on top of each other)."""
+    coincide = [g for g in coincident_groups(means) if len(g) > 1]
+    if coincide:
+        note = "; ".join(" = ".join(shown(a, names) for a in g) for g in coincide)
+        box = {"fc": "white", "alpha": 0.7, "lw": 0}
+        text = f"coincide: {note}"
+        ax.text(0.02, 0.02, text, transform=ax.transAxes, fontsize=7, va="bottom", bbox=box)
 
 
 def plot_epochs(

@@ -57,6 +57,32 @@ def _broadcast_x0(x0: torch.Tensor | None, problem: StackedProblem) -> torch.Ten
     return x0.clone()
 
 
+def _checked(
+    topology: Network,
+    problem: StackedProblem,
+    iterations: int,
+    seed: int,
+    blowup: float,
+    record: Literal["log", "all"] | int,
+    points: int,
+) -> tuple[Plan, int]:
+    """:func:`simulate`'s plan of steps and seed, once its arguments agree; else a
+    ValueError naming the fix."""
+    same_agents(topology, problem)
+    iterations = as_count(iterations, "simulate: iterations")
+    seed = as_count(seed, "simulate: seed")
+    if not blowup > 1:
+        raise ValueError(f"blowup must be > 1; got {blowup}")
+    steps = record_steps(iterations, record, points)
+    return Plan(iterations, tuple(steps.tolist())), seed
+
+
+def _gradient(problem: StackedProblem) -> Callable | None:
+    """What ``run_loop`` takes as the gradient: None where the problem draws its own (in
+    blocks), else its gradient step by step."""
+    return None if isinstance(problem, BlockProblem) else partial(_stepwise, problem)
+
+
 def _stepwise(
     problem: StackedProblem, x: torch.Tensor, generator: torch.Generator
 ) -> tuple[torch.Tensor, None]:
@@ -108,23 +134,17 @@ def simulate(
             each agent mixes: each neighbour's newest arrived by its own clock
             (:mod:`decentopt.driver.arrivals`); without it every message is ``tau`` old.
     """
-    same_agents(topology, problem)
-    iterations = as_count(iterations, "simulate: iterations")
-    seed = as_count(seed, "simulate: seed")
-    if not blowup > 1:
-        raise ValueError(f"blowup must be > 1; got {blowup}")
-    steps = record_steps(iterations, record, points)
+    plan, seed = _checked(topology, problem, iterations, seed, blowup, record, points)
     comm = simulated_communicator(
-        algorithm, topology, timing, iterations, problem.repetitions, kernel
+        algorithm, topology, timing, plan.iterations, problem.repetitions, kernel
     )
     result = run_loop(
         algorithm,
         problem,
         comm,
-        Plan(iterations, tuple(steps.tolist())),
+        plan,
         RunOptions(seed=seed, threads=threads, progress=progress, blowup=blowup, path=path),
-        # a problem that draws its own gradients in blocks is given None
-        gradient=None if isinstance(problem, BlockProblem) else partial(_stepwise, problem),
+        gradient=_gradient(problem),
         metrics=problem.metrics,
         x0=_broadcast_x0(x0, problem),
         labels=[{"run": r} for r in range(problem.repetitions)],

@@ -41,6 +41,37 @@ __all__ = ["GRAM_BYTES", "Quadratic"]
 GRAM_BYTES = 64 << 20
 
 
+def _checked(
+    A: torch.Tensor, x_local: torch.Tensor, sigma2: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """``Quadratic``'s inputs as ``(n, R, p, d)`` and ``(n, R, d)`` tensors of ``dtype`` and a
+    float, or a ValueError that names what is wrong."""
+    check_problem_dtype(dtype, "Quadratic")
+    sigma2 = as_real(sigma2, "Quadratic: sigma2")
+    A = torch.as_tensor(A, dtype=dtype)
+    x_local = torch.as_tensor(x_local, dtype=dtype)
+    if A.ndim == 3:
+        A = A.unsqueeze(1)
+    if x_local.ndim == 2:
+        x_local = x_local.unsqueeze(1)
+    if A.ndim != 4 or x_local.ndim != 3:
+        raise ValueError(
+            "Quadratic expects A of shape (n, p, d) or (n, R, p, d) and x_local of shape "
+            f"(n, d) or (n, R, d); got A {tuple(A.shape)}, x_local {tuple(x_local.shape)}"
+        )
+    n, R, _, d = A.shape
+    if x_local.shape != (n, R, d):
+        raise ValueError(
+            f"x_local must have shape (n, R, d) = {(n, R, d)} to match A {tuple(A.shape)}; "
+            f"got {tuple(x_local.shape)}"
+        )
+    if not sigma2 >= 0:  # as_real refused a non-finite one
+        raise ValueError(f"sigma2 must be a finite number >= 0; got {sigma2}")
+    if not (torch.isfinite(A).all() and torch.isfinite(x_local).all()):
+        raise ValueError("A and x_local must be finite")
+    return A, x_local, sigma2
+
+
 class Quadratic(ConvexProblem):
     """Heterogeneous least squares over ``n`` agents and ``R`` repetitions.
 
@@ -63,29 +94,8 @@ class Quadratic(ConvexProblem):
         dtype: torch.dtype = torch.float64,
         low_memory: bool | None = None,
     ) -> None:
-        check_problem_dtype(dtype, "Quadratic")
-        sigma2 = as_real(sigma2, "Quadratic: sigma2")
-        A = torch.as_tensor(A, dtype=dtype)
-        x_local = torch.as_tensor(x_local, dtype=dtype)
-        if A.ndim == 3:
-            A = A.unsqueeze(1)
-        if x_local.ndim == 2:
-            x_local = x_local.unsqueeze(1)
-        if A.ndim != 4 or x_local.ndim != 3:
-            raise ValueError(
-                "Quadratic expects A of shape (n, p, d) or (n, R, p, d) and x_local of shape "
-                f"(n, d) or (n, R, d); got A {tuple(A.shape)}, x_local {tuple(x_local.shape)}"
-            )
+        A, x_local, sigma2 = _checked(A, x_local, sigma2, dtype)
         n, R, p, d = A.shape
-        if x_local.shape != (n, R, d):
-            raise ValueError(
-                f"x_local must have shape (n, R, d) = {(n, R, d)} to match A {tuple(A.shape)}; "
-                f"got {tuple(x_local.shape)}"
-            )
-        if not sigma2 >= 0:  # as_real refused a non-finite one
-            raise ValueError(f"sigma2 must be a finite number >= 0; got {sigma2}")
-        if not (torch.isfinite(A).all() and torch.isfinite(x_local).all()):
-            raise ValueError("A and x_local must be finite")
         self.n = n
         self.repetitions = R
         self.p = p
