@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from decentopt._checks import unknown_name
+from decentopt._registry import Registry
 
 __all__ = ["MODELS", "SmallCNN", "make_model", "vgg11"]
 
@@ -53,13 +53,12 @@ class SmallCNN(nn.Sequential):
         )
 
 
-MODELS = {"vgg11": vgg11, "small_cnn": SmallCNN}
+MODELS = Registry("model", [("vgg11", vgg11), ("small_cnn", SmallCNN)])
 
 
 def make_model(name: str, *, seed: int = 0, **kwargs: object) -> nn.Module:
     """A registered model with parameters initialised from ``seed``."""
-    if name not in MODELS:
-        raise ValueError(unknown_name("model", name, MODELS))
+    build = MODELS.find(name)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return MODELS[name](**kwargs)  # type: ignore[operator]
+        return build(**kwargs)  # type: ignore[operator]

@@ -175,8 +175,7 @@ def _unit_name(sweep: str, folder: Path) -> str:
     out = folder.parent.parent  # a sweep's units are OUT/runs/UNIT
     for above in (out, *out.parents):
         if above.name == sweep:
-            case = out.relative_to(above).as_posix()
-            return folder.name if case == "." else f"{case}/{folder.name}"
+            return (out.relative_to(above) / folder.name).as_posix()
     return folder.name
 
 
