@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from decentopt.problems.neural.base import Batch
 from decentopt.problems.neural.problem import ENGINES, NeuralProblem
 
 if TYPE_CHECKING:
@@ -75,7 +76,8 @@ class BatchedRuns:
         images = torch.stack([b[0] for b in batches], dim=1).flatten(0, 1)
         labels = torch.stack([b[1] for b in batches], dim=1).flatten(0, 1)
         flat = x.reshape(self.n * len(self.runs), self.dim)
-        grads, losses = self.engine.gradients(flat, images, labels, self._replica_dropout(streams))
+        batch = Batch(images, labels, self._replica_dropout(streams))
+        grads, losses = self.engine.gradients(flat, batch)
         grads = grads.view(x.shape)
         if self.runs[0].weight_decay:
             grads.add_(x, alpha=self.runs[0].weight_decay)

@@ -31,7 +31,7 @@ from torch import nn
 
 from decentopt._registry import Registry
 from decentopt.data.datasets import Dataset
-from decentopt.problems.neural.base import GradientBackend, Options
+from decentopt.problems.neural.base import Batch, GradientBackend, Options
 from decentopt.problems.neural.dropout import dropout_seed
 from decentopt.problems.neural.grouped import GroupedBackend, unsupported_layer
 from decentopt.problems.neural.layout import ParamLayout
@@ -207,9 +207,8 @@ class NeuralProblem:
         the agents' dropout generators; mini-batches come from the per-agent sampler.
         """
         generator = self.generator if generator is None else generator
-        images, labels = self.batch(generator)
-        dropout = self.dropout_generators(generator)
-        grads, losses = self.engine.gradients(x, images, labels, dropout)
+        batch = Batch(*self.batch(generator), self.dropout_generators(generator))
+        grads, losses = self.engine.gradients(x, batch)
         if self.weight_decay:
             grads.add_(x, alpha=self.weight_decay)
         return grads, losses
