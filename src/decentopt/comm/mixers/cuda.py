@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from decentopt.comm.mixers.base import register
+from decentopt.comm.mixers.base import prepare, register
 from decentopt.comm.mixers.shift import ShiftMixer
-from decentopt.comm.mixers.updates import prepare
 from decentopt.topology import Network
 from decentopt.updates import KINDS
 
