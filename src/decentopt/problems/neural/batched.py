@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from decentopt.problems.neural.base import Batch
-from decentopt.problems.neural.problem import ENGINES, NeuralProblem
+from decentopt.problems.neural.problem import NeuralProblem
 
 if TYPE_CHECKING:
     from decentopt.communicator import Communicator
@@ -46,9 +46,7 @@ class BatchedRuns:
         self.repetitions = len(runs)
         self.sampler = first.sampler  # every run's epoch has the same length (N / n samples)
         self.backend = first.backend
-        self.engine = ENGINES[self.backend](
-            first.model, first.layout, self.n * self.repetitions, first.options
-        )
+        self.engine = first.make_engine(self.n * self.repetitions)
         self._generators: list[torch.Generator] | None = None
 
     def initial_point(self) -> torch.Tensor:
@@ -108,12 +106,10 @@ class BatchedRuns:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for run, saved in zip(self.runs, state["runs"], strict=True):
             run.load_state_dict(saved)
-        if self.runs[0].backend != self.backend:  # the runs resumed another backend
-            self.backend = self.runs[0].backend
-            first = self.runs[0]
-            self.engine = ENGINES[self.backend](
-                first.model, first.layout, self.n * len(self.runs), first.options
-            )
+        first = self.runs[0]
+        if first.backend != self.backend:  # the runs resumed another backend
+            self.backend = first.backend
+            self.engine = first.make_engine(self.n * len(self.runs))
         if state["generators"]:
             self._generators = [torch.Generator().set_state(g) for g in state["generators"]]
         if state.get("buffers"):

@@ -148,10 +148,12 @@ class NeuralProblem:
         bf16 = precision == "bf16" or (precision == "auto" and self.device.type == "cuda")
         self.options = Options(self.device, bf16, bool(channels_last), bool(compile))
         self.backend = choose_backend(model, self.device) if backend == "auto" else backend
-        self.engine: GradientBackend = ENGINES[self.backend](
-            self.model, self.layout, self.n, self.options
-        )  # refuses what it cannot run, now
+        self.engine = self.make_engine(self.n)  # refuses what it cannot run, now
         self.dropout: list[torch.Generator] | None = None
+
+    def make_engine(self, replicas: int) -> GradientBackend:
+        """This problem's backend over ``replicas`` replicas of its model."""
+        return ENGINES[self.backend](self.model, self.layout, replicas, self.options)
 
     # ---------------------------------------------------------------- layout
     @property
@@ -301,7 +303,7 @@ class NeuralProblem:
         saved = state.get("backend", self.backend)
         if saved != self.backend:  # resume with the backend the run started with
             self.backend = saved
-            self.engine = ENGINES[saved](self.model, self.layout, self.n, self.options)
+            self.engine = self.make_engine(self.n)
         if state.get("dropout"):
             self.dropout = [torch.Generator(device=self.device) for _ in self.agent_ids]
             for g, s in zip(self.dropout, state["dropout"], strict=True):
