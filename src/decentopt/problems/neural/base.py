@@ -10,7 +10,6 @@ a backend refuses, when it is built, a combination it cannot run.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -18,6 +17,7 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import nn
 
+from decentopt._checks import give_up_compiling
 from decentopt.problems.neural.layout import ParamLayout
 
 __all__ = ["Batch", "GradientBackend", "Options", "compiled_call"]
@@ -96,13 +96,7 @@ def compiled_call(holder: dict[str, Any], function: Callable[..., Any], *args: A
         holder["compiled"] = torch.compile(function)
     try:
         return holder["compiled"](*args)
-    except Exception as exc:  # compilers fail in many ways; the run must go on
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        warnings.warn(
-            f"torch.compile of the gradient failed ({type(exc).__name__}: {first}); running it "
-            "eagerly",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+    except Exception as exc:
+        give_up_compiling("the gradient", "running it eagerly", exc)
         holder["failed"] = True
         return function(*args)
