@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "as_count",
     "as_real",
     "check_problem_dtype",
+    "give_up_compiling",
     "same_agents",
     "unknown_name",
 ]
@@ -88,3 +90,14 @@ def same_agents(topology: Any, problem: Any) -> None:
             f"the topology has n = {topology.n} agents but the problem has n = {problem.n}; "
             "build both with the same number of agents"
         )
+
+
+def give_up_compiling(what: str, instead: str, exc: Exception) -> None:
+    """Warn that ``torch.compile``'d ``what`` failed with ``exc`` (compilers fail in many
+    ways; the run must go on), and that ``instead`` runs from then on."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    warnings.warn(
+        f"torch.compile of {what} failed ({type(exc).__name__}: {first}); {instead}",
+        RuntimeWarning,
+        stacklevel=5,
+    )

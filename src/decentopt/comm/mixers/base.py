@@ -12,23 +12,29 @@ and called on the folded ``(n, k)`` state of every gossip round:
   :meth:`Mixer.preferred` whether ``"auto"`` should give it that state.
 
 A new kernel is one module of this package: a :class:`Mixer` with these methods,
-registered with :func:`register`.
+registered with :func:`register`. DSGD's ``descend``, DmSGD's ``momentum_descend``, ED's
+``correct`` and EDM's ``edm_update`` (:data:`decentopt.updates.KINDS`) are the reference
+of the fused kernels: the C kernels (:mod:`.native`) and the Triton kernels (:mod:`.cuda`)
+compute each of them with the mix of its first output (:func:`prepare` says what they
+launch), and the tests check they agree with it for every option.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import torch
 
 from decentopt._registry import Registry
+from decentopt.updates import FusedUpdate
 
 if TYPE_CHECKING:
     from decentopt.communicator import Elementwise
     from decentopt.topology import Network
 
-__all__ = ["MIXERS", "Mixer", "MixerBase", "MixerUnavailable", "need", "register"]
+__all__ = ["MIXERS", "Mixer", "MixerBase", "MixerUnavailable", "need", "prepare", "register"]
 
 
 class MixerUnavailable(ValueError):
@@ -85,3 +91,35 @@ def register(cls: M) -> M:
     if cls.name == "auto":  # type: ignore[attr-defined]
         raise ValueError("a mixer needs a name other than 'auto' (the chain of them)")
     return MIXERS.register(cls)
+
+
+@dataclass(frozen=True)
+class FusedCall:
+    """What a fusing mixer launches: the update (with its switches), its step size and
+    momentum (0 without one), the inputs made contiguous and the outputs to fill."""
+
+    update: FusedUpdate
+    alpha: float
+    beta: float
+    inputs: list[torch.Tensor]
+    outputs: list[torch.Tensor]
+
+
+def prepare(
+    fn: Callable[..., object], flats: Sequence[torch.Tensor], scalars: Sequence[float]
+) -> FusedCall | None:
+    """The fused call for ``fn`` on ``flats``, or ``None`` where no kernel computes it (an
+    update no rule declared, other arity, or inputs of different shapes or dtypes)."""
+    if not isinstance(fn, FusedUpdate):
+        return None
+    first = flats[0]
+    if (
+        len(flats) != fn.inputs
+        or len(scalars) != len(fn.scalars)
+        or any(f.shape != first.shape or f.dtype != first.dtype for f in flats)
+    ):
+        return None
+    inputs = [f.contiguous() for f in flats]
+    outputs = [torch.empty_like(inputs[0]) for _ in range(fn.outputs)]
+    beta = float(scalars[1]) if len(scalars) > 1 else 0.0
+    return FusedCall(fn, float(scalars[0]), beta, inputs, outputs)

@@ -15,12 +15,12 @@ once and mixes with the eager shift kernel from then on.
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
+from decentopt._checks import give_up_compiling
 from decentopt.comm.mixers.base import register
 from decentopt.comm.mixers.shift import ShiftMixer
 from decentopt.topology import Network
@@ -63,23 +63,14 @@ class CompiledMixer(ShiftMixer):
         )
         self._fused: dict[object, Callable[..., None]] = {}
 
-    def _give_up(self, what: str, exc: Exception) -> None:
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        warnings.warn(
-            f"torch.compile of {what} failed ({type(exc).__name__}: {first}); mixing with "
-            "the eager shift kernel",
-            RuntimeWarning,
-            stacklevel=5,
-        )
-        self.failed = True
-
     def mix(self, flat: torch.Tensor, out: torch.Tensor | None, t: int) -> torch.Tensor:
         if not self.failed:
             try:
                 mixed = self._mix(flat)
                 return mixed if out is None else out.copy_(mixed)
-            except Exception as exc:  # compilers fail in many ways; the run must go on
-                self._give_up("the mixing kernel", exc)
+            except Exception as exc:
+                give_up_compiling("the mixing kernel", "mixing with the eager shift kernel", exc)
+                self.failed = True
         return super().mix(flat, out, t)
 
     def mix_map(
@@ -105,8 +96,9 @@ class CompiledMixer(ShiftMixer):
             for a in range(0, whole, width):
                 block = slice(a, a + width)
                 kernel(*(f[:, block] for f in flats), *values, *(o[:, block] for o in outs))
-        except Exception as exc:  # compilers fail in many ways; the run must go on
-            self._give_up("the update and mix", exc)
+        except Exception as exc:
+            give_up_compiling("the update and mix", "mixing with the eager shift kernel", exc)
+            self.failed = True
             return None
         if whole < cols:  # the last, narrower block eagerly (no second compilation)
             rest = slice(whole, cols)

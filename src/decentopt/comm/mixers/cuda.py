@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from decentopt.comm.mixers.base import register
+from decentopt.comm.mixers.base import FusedCall, prepare, register
 from decentopt.comm.mixers.shift import ShiftMixer
-from decentopt.comm.mixers.updates import prepare
 from decentopt.topology import Network
 from decentopt.updates import KINDS
 
@@ -79,15 +78,9 @@ class CudaMixer(ShiftMixer):
         return self._tables[key]
 
     def _launch(
-        self,
-        kind: str,
-        inputs: Sequence[torch.Tensor],
-        outs: Sequence[torch.Tensor],
-        alpha: float = 0.0,
-        beta: float = 0.0,
-        nesterov: bool = False,
-        dampening: bool = True,
+        self, inputs: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], call: FusedCall | None
     ) -> None:
+        """``call``'s update fused with the mix; without one, the plain mix of ``inputs[0]``."""
         module, why = triton_kernel()
         if module is None:
             raise RuntimeError(why)
@@ -96,7 +89,10 @@ class CudaMixer(ShiftMixer):
         outputs = list(outs) + [outs[0]] * (3 - len(outs))
         wide = inputs[0].dtype == torch.float64
         offsets, weights = self._table(inputs[0].device, wide)
-        damp, keep = (beta, 0.0) if dampening else (0.0, beta)
+        update = None if call is None else call.update
+        alpha = 0.0 if call is None else call.alpha
+        beta = 0.0 if call is None else call.beta
+        damp, keep = (0.0, beta) if update and not update.dampening else (beta, 0.0)
         scalars = torch.tensor([alpha, damp, keep], dtype=weights.dtype, device=weights.device)
         module.update_mix[n, -(-d // BLOCK)](
             *padded,
@@ -106,8 +102,8 @@ class CudaMixer(ShiftMixer):
             scalars,
             n,
             d,
-            KIND=("mix", *KINDS).index(kind),  # the plain mix, then the fused updates
-            NESTEROV=bool(nesterov),
+            KIND=("mix", *KINDS).index(update.kind if update else "mix"),  # the plain mix first
+            NESTEROV=bool(update and update.nesterov),
             TERMS=len(self.stencil),
             BLOCK=BLOCK,
             ACC=module.tl.float64 if wide else module.tl.float32,
@@ -117,7 +113,7 @@ class CudaMixer(ShiftMixer):
         flat = flat.contiguous()
         target = torch.empty_like(flat) if out is None else out
         if flat.numel():
-            self._launch("mix", [flat], [target])
+            self._launch([flat], [target], None)
         return target
 
     def mix_map(
@@ -125,7 +121,5 @@ class CudaMixer(ShiftMixer):
     ) -> list[torch.Tensor] | None:
         call = prepare(fn, flats, scalars)
         if call is not None and call.inputs[0].numel():
-            update = call.update
-            settings = (call.alpha, call.beta, update.nesterov, update.dampening)
-            self._launch(update.kind, call.inputs, call.outputs, *settings)
+            self._launch(call.inputs, call.outputs, call)
         return None if call is None else call.outputs

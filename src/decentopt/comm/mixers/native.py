@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from decentopt import native
-from decentopt.comm.mixers.base import register
+from decentopt.comm.mixers.base import prepare, register
 from decentopt.comm.mixers.shift import ShiftMixer
-from decentopt.comm.mixers.updates import prepare
 from decentopt.compression import Compressor
 from decentopt.compression._bits import kept_count, row_keys
 from decentopt.topology import Network

@@ -10,17 +10,17 @@ a backend refuses, when it is built, a combination it cannot run.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
 
+from decentopt._checks import give_up_compiling
 from decentopt.problems.neural.layout import ParamLayout
 
-__all__ = ["GradientBackend", "Options", "compiled_call"]
+__all__ = ["Batch", "GradientBackend", "Options", "compiled_call"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,15 @@ class Options:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
 
+class Batch(NamedTuple):
+    """Every replica's mini-batch: ``images`` ``(N, B, ...)``, ``labels`` ``(N, B)`` and
+    ``dropout``, each replica's generator (backends that draw masks per replica)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    dropout: Sequence[torch.Generator]
+
+
 class GradientBackend:
     """What every backend keeps of its ``replicas`` replicas of ``model``, and the defaults of
     one whose replicas hold no buffers."""
@@ -50,16 +59,9 @@ class GradientBackend:
         self.count = replicas
         self._compiled: dict[str, Any] = {}
 
-    def gradients(
-        self,
-        x: torch.Tensor,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        dropout: Sequence[torch.Generator],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def gradients(self, x: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Gradients ``(N, P)`` and mini-batch losses ``(N,)`` of replicas ``x`` (``(N, P)``)
-        on their batches ``images`` ``(N, B, ...)``, ``labels`` ``(N, B)``; ``dropout``:
-        each replica's generator (backends that draw masks per replica)."""
+        on their mini-batches."""
         raise NotImplementedError
 
     def logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
@@ -94,13 +96,7 @@ def compiled_call(holder: dict[str, Any], function: Callable[..., Any], *args: A
         holder["compiled"] = torch.compile(function)
     try:
         return holder["compiled"](*args)
-    except Exception as exc:  # compilers fail in many ways; the run must go on
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        warnings.warn(
-            f"torch.compile of the gradient failed ({type(exc).__name__}: {first}); running it "
-            "eagerly",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+    except Exception as exc:
+        give_up_compiling("the gradient", "running it eagerly", exc)
         holder["failed"] = True
         return function(*args)

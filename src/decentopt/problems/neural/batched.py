@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from decentopt.problems.neural.problem import ENGINES, NeuralProblem
+from decentopt.problems.neural.base import Batch
+from decentopt.problems.neural.problem import NeuralProblem
 
 if TYPE_CHECKING:
     from decentopt.communicator import Communicator
@@ -45,9 +46,7 @@ class BatchedRuns:
         self.repetitions = len(runs)
         self.sampler = first.sampler  # every run's epoch has the same length (N / n samples)
         self.backend = first.backend
-        self.engine = ENGINES[self.backend](
-            first.model, first.layout, self.n * self.repetitions, first.options
-        )
+        self.engine = first.make_engine(self.n * self.repetitions)
         self._generators: list[torch.Generator] | None = None
 
     def initial_point(self) -> torch.Tensor:
@@ -75,7 +74,8 @@ class BatchedRuns:
         images = torch.stack([b[0] for b in batches], dim=1).flatten(0, 1)
         labels = torch.stack([b[1] for b in batches], dim=1).flatten(0, 1)
         flat = x.reshape(self.n * len(self.runs), self.dim)
-        grads, losses = self.engine.gradients(flat, images, labels, self._replica_dropout(streams))
+        batch = Batch(images, labels, self._replica_dropout(streams))
+        grads, losses = self.engine.gradients(flat, batch)
         grads = grads.view(x.shape)
         if self.runs[0].weight_decay:
             grads.add_(x, alpha=self.runs[0].weight_decay)
@@ -106,12 +106,10 @@ class BatchedRuns:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for run, saved in zip(self.runs, state["runs"], strict=True):
             run.load_state_dict(saved)
-        if self.runs[0].backend != self.backend:  # the runs resumed another backend
-            self.backend = self.runs[0].backend
-            first = self.runs[0]
-            self.engine = ENGINES[self.backend](
-                first.model, first.layout, self.n * len(self.runs), first.options
-            )
+        first = self.runs[0]
+        if first.backend != self.backend:  # the runs resumed another backend
+            self.backend = first.backend
+            self.engine = first.make_engine(self.n * len(self.runs))
         if state["generators"]:
             self._generators = [torch.Generator().set_state(g) for g in state["generators"]]
         if state.get("buffers"):

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decentopt.problems.neural.base import GradientBackend, Options
+from decentopt.problems.neural.base import Batch, GradientBackend, Options
 from decentopt.problems.neural.dropout import replica_dropout
 from decentopt.problems.neural.layout import ParamLayout
 
@@ -177,29 +177,18 @@ class GroupedBackend(GradientBackend):
         return h
 
     # ---------------------------------------------------------------- interface
-    def _loss(
-        self,
-        x: torch.Tensor,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        dropout: Sequence[torch.Generator],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _loss(self, x: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        images, labels, dropout = batch
         with self.options.autocast():
             logits = self.forward(self.layout.views(x), self._input(images), True, dropout)
         losses = F.cross_entropy(logits.flatten(0, 1).float(), labels.reshape(-1), reduction="none")
         losses = losses.view(labels.shape).mean(1)
         return losses.sum(), losses.detach()
 
-    def gradients(
-        self,
-        x: torch.Tensor,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        dropout: Sequence[torch.Generator],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def gradients(self, x: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.enable_grad():
             leaf = x.detach().requires_grad_(True)
-            total, losses = self.run(self._loss, leaf, images, labels, dropout)
+            total, losses = self.run(self._loss, leaf, batch)
             (grad,) = torch.autograd.grad(total, leaf)
         return grad, losses
 

@@ -11,14 +11,13 @@ compile ``N`` separate modules.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decentopt.problems.neural.base import GradientBackend, Options
+from decentopt.problems.neural.base import Batch, GradientBackend, Options
 from decentopt.problems.neural.dropout import ReplicaDropout, swap_dropout
 from decentopt.problems.neural.layout import ParamLayout
 from decentopt.problems.neural.vmap import channels_last_rows
@@ -54,24 +53,19 @@ class LoopBackend(GradientBackend):
             for p, v in zip(replica.parameters(), self.layout.views(row), strict=True):
                 p.data = v
 
-    def gradients(
-        self,
-        x: torch.Tensor,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        dropout: Sequence[torch.Generator],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def gradients(self, x: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         self.bind(x)
         self._grad.zero_()
+        images = batch.images
         if self.options.channels_last and images.ndim == 5:
             images = channels_last_rows(images)
         losses = torch.empty(len(self.replicas), device=x.device, dtype=torch.float32)
         for i, replica in enumerate(self.replicas):
             replica.train()
             for m in self._dropouts[i]:
-                m.generator = dropout[i]
+                m.generator = batch.dropout[i]
             with self.options.autocast():
-                loss = F.cross_entropy(replica(images[i]), labels[i])
+                loss = F.cross_entropy(replica(images[i]), batch.labels[i])
             loss.backward()
             losses[i] = loss.detach()
         return self._grad.clone(), losses

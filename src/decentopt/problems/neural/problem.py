@@ -31,7 +31,7 @@ from torch import nn
 
 from decentopt._registry import Registry
 from decentopt.data.datasets import Dataset
-from decentopt.problems.neural.base import GradientBackend, Options
+from decentopt.problems.neural.base import Batch, GradientBackend, Options
 from decentopt.problems.neural.dropout import dropout_seed
 from decentopt.problems.neural.grouped import GroupedBackend, unsupported_layer
 from decentopt.problems.neural.layout import ParamLayout
@@ -148,10 +148,12 @@ class NeuralProblem:
         bf16 = precision == "bf16" or (precision == "auto" and self.device.type == "cuda")
         self.options = Options(self.device, bf16, bool(channels_last), bool(compile))
         self.backend = choose_backend(model, self.device) if backend == "auto" else backend
-        self.engine: GradientBackend = ENGINES[self.backend](
-            self.model, self.layout, self.n, self.options
-        )  # refuses what it cannot run, now
+        self.engine = self.make_engine(self.n)  # refuses what it cannot run, now
         self.dropout: list[torch.Generator] | None = None
+
+    def make_engine(self, replicas: int) -> GradientBackend:
+        """This problem's backend over ``replicas`` replicas of its model."""
+        return ENGINES[self.backend](self.model, self.layout, replicas, self.options)
 
     # ---------------------------------------------------------------- layout
     @property
@@ -207,9 +209,8 @@ class NeuralProblem:
         the agents' dropout generators; mini-batches come from the per-agent sampler.
         """
         generator = self.generator if generator is None else generator
-        images, labels = self.batch(generator)
-        dropout = self.dropout_generators(generator)
-        grads, losses = self.engine.gradients(x, images, labels, dropout)
+        batch = Batch(*self.batch(generator), self.dropout_generators(generator))
+        grads, losses = self.engine.gradients(x, batch)
         if self.weight_decay:
             grads.add_(x, alpha=self.weight_decay)
         return grads, losses
@@ -302,7 +303,7 @@ class NeuralProblem:
         saved = state.get("backend", self.backend)
         if saved != self.backend:  # resume with the backend the run started with
             self.backend = saved
-            self.engine = ENGINES[saved](self.model, self.layout, self.n, self.options)
+            self.engine = self.make_engine(self.n)
         if state.get("dropout"):
             self.dropout = [torch.Generator(device=self.device) for _ in self.agent_ids]
             for g, s in zip(self.dropout, state["dropout"], strict=True):

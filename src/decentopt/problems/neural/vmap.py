@@ -9,14 +9,13 @@ out before vmap (inside it, a layout change is not supported).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decentopt.problems.neural.base import GradientBackend, Options
+from decentopt.problems.neural.base import Batch, GradientBackend, Options
 from decentopt.problems.neural.layout import ParamLayout
 
 __all__ = ["VmapBackend", "channels_last_rows"]
@@ -49,17 +48,12 @@ class VmapBackend(GradientBackend):
         self._batched = torch.func.vmap(torch.func.grad_and_value(loss), randomness="different")
         self._logits = torch.func.vmap(forward, in_dims=(0, None))
 
-    def gradients(
-        self,
-        x: torch.Tensor,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        dropout: Sequence[torch.Generator],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def gradients(self, x: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         self.model.train()
+        images = batch.images
         if self.options.channels_last and images.ndim == 5:
             images = channels_last_rows(images)
-        return self.run(self._batched, x, images, labels)
+        return self.run(self._batched, x, images, batch.labels)
 
     @torch.no_grad()
     def logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
