@@ -79,20 +79,17 @@ COSTS = (("step", "iterations"), ("rounds", "gossip rounds"))
 COSTS += (("bytes_per_agent", "bytes per agent"), ("model_time", "modelled s"))
 
 
-def _at_settling(rows: list[dict[str, Any]], stat: Stat, column: str) -> list[float]:
-    """``column`` at each run's settling iteration (``inf``: never), interpolated between
-    the recorded steps (the columns counted here are the same in every run)."""
+def _at_settling(rows: list[dict[str, Any]], stat: Stat, column: str) -> str:
+    """The mean over runs of ``column`` at each run's settling iteration, interpolated
+    between the recorded steps (the columns counted here are the same in every run), or in
+    how many runs it never settles."""
+    never = sum(not np.isfinite(v) for v in stat.settle)
+    if never:
+        return f"never in {never}/{len(stat.settle)}"
     run = min(r["run"] for r in rows)
     points = sorted((r["step"], float(r[column])) for r in rows if r["run"] == run)
     steps, values = np.array(points).T
-    return [float(np.interp(v, steps, values)) if np.isfinite(v) else v for v in stat.settle]
-
-
-def _mean_text(values: list[float]) -> str:
-    never = sum(not np.isfinite(v) for v in values)
-    if never:
-        return f"never in {never}/{len(values)}"
-    return f"{np.mean(values):.3g}"
+    return f"{np.mean(np.interp(stat.settle, steps, values)):.3g}"
 
 
 def cost_table(spec: RunSpec, rows: list[dict[str, Any]], stats: Stats) -> str:
@@ -105,7 +102,7 @@ def cost_table(spec: RunSpec, rows: list[dict[str, Any]], stats: Stats) -> str:
             if stat is None:
                 continue
             mine = [r for r in rows if r["algorithm"] == label and float(r[spec.panel]) == lv]
-            cells = [_mean_text(_at_settling(mine, stat, column)) for column, _ in COSTS]
+            cells = [_at_settling(mine, stat, column) for column, _ in COSTS]
             body.append([f"{stat.zeta2:.3g}", _name(label), *cells, f"{stat.steady:.3g}"])
     header = ["ζ²", "method", *(f"{words} to {spec.threshold:g}" for _, words in COSTS)]
     return markdown_table([*header, f"steady {spec.metric}"], body)
