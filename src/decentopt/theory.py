@@ -47,18 +47,15 @@ __all__ = [
 ]
 
 
-def _check(lam: float, beta: float, **positive: float) -> None:
-    _positive(**positive)
+def _check(lam: float = 0.0, beta: float = 0.0, **positive: float) -> None:
+    """Refuse a ``positive`` value not > 0, and ``lam`` or ``beta`` outside [0, 1)."""
+    for name, value in positive.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0; got {value}")
     if not 0 <= lam < 1:
         raise ValueError(f"lambda must be in [0, 1) (a connected graph); got {lam}")
     if not 0 <= beta < 1:
         raise ValueError(f"beta must be in [0, 1); got {beta}")
-
-
-def _positive(**values: float) -> None:
-    for name, value in values.items():
-        if not value > 0:
-            raise ValueError(f"{name} must be > 0; got {value}")
 
 
 def nonconvex_step_size(lam: float, beta: float, *, L: float = 1.0) -> float:
@@ -113,7 +110,7 @@ def D2(lam: float, beta: float) -> float:
 
 def rho1(alpha: float, mu: float) -> float:
     """Theorem 2: ``rho1 = 1 - alpha mu``."""
-    _positive(alpha=alpha, mu=mu)
+    _check(alpha=alpha, mu=mu)
     return 1 - alpha * mu
 
 
@@ -165,7 +162,7 @@ def nonconvex_bound(
         + \\frac{52\\alpha^2L^2\\lambda^2\\sigma^2}{1-\\lambda}
         + \\frac{8 C_0 \\alpha^2 L^2 \\zeta_0^2}{(1-\\sqrt\\lambda)^2 T}
     """
-    _positive(alpha=alpha, T=T, L=L, n=n)
+    _check(alpha=alpha, T=T, L=L, n=n)
     s = math.sqrt(lam)
     terms = {
         "initial gap": 2 * f_gap0 / (alpha * T),
@@ -198,7 +195,7 @@ def pl_bound(
         + \\frac{6\\alpha L\\sigma^2}{n\\mu}
         + \\frac{169\\alpha^2L^2\\lambda^2\\sigma^2}{\\mu(1-\\lambda)}
     """
-    _positive(alpha=alpha, L=L, mu=mu, n=n)
+    _check(alpha=alpha, L=L, mu=mu, n=n)
     s = math.sqrt(lam)
     r1, r2 = rho1(alpha, mu), rho2(lam, beta)
     terms = {

@@ -134,13 +134,12 @@ def synthetic_case(steady: dict[tuple[str, str], float], se: float = 0.01) -> di
     from decentopt.experiments.summary import Stat
     from decentopt.experiments.topologies import Case
 
-    stats: dict[str, dict[str, Stat]] = {}
-    for (graph, method), value in steady.items():
-        stats.setdefault(graph, {})[method] = Stat(
-            value, se * value, value, None, 0, 1.0, runs=5, tail_points=20
-        )
+    stats = {
+        key: Stat(value, se * value, value, None, 0, 1.0, runs=5, tail_points=20)
+        for key, value in steady.items()
+    }
     case = Case("topologies_quadratic", 32, {}, stats, {})
-    return {case.name: case.panel()}
+    return {case.name: case.stats}
 
 
 def test_equal_errors_on_every_graph_do_not_pass_as_bias_growing_with_sparsity():

@@ -22,7 +22,8 @@ claim across parts or sizes is one more check that reads the cases.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,9 @@ from decentopt._renamed import renamed
 from decentopt.driver import RunOptions
 from decentopt.experiments import claims as _claims
 from decentopt.experiments.claims import (
-    Claim,
-    Verdict,
     check_claims,
     claims_markdown,
+    claims_report,
     parse_claims,
     tally,
 )
@@ -57,14 +57,13 @@ __getattr__ = renamed(
 
 @dataclass
 class Case:
-    """One part at one number of agents: its specification, rows, statistics and the
-    verdicts on its own claims."""
+    """One part at one number of agents: its specification, rows and statistics (none for a
+    training run: its claims read its rows)."""
 
     spec: RunSpec
     n: int
     rows: list[dict[str, Any]]
     stats: Stats
-    judged: list[tuple[Claim, Verdict]] = field(default_factory=list)
 
     @property
     def part(self) -> str:
@@ -80,20 +79,17 @@ COSTS = (("step", "iterations"), ("rounds", "gossip rounds"))
 COSTS += (("bytes_per_agent", "bytes per agent"), ("model_time", "modelled s"))
 
 
-def _at_settling(rows: list[dict[str, Any]], stat: Stat, column: str) -> list[float]:
-    """``column`` at each run's settling iteration (``inf``: never), interpolated between
-    the recorded steps (the columns counted here are the same in every run)."""
+def _at_settling(rows: list[dict[str, Any]], stat: Stat, column: str) -> str:
+    """The mean over runs of ``column`` at each run's settling iteration, interpolated
+    between the recorded steps (the columns counted here are the same in every run), or in
+    how many runs it never settles."""
+    never = sum(not np.isfinite(v) for v in stat.settle)
+    if never:
+        return f"never in {never}/{len(stat.settle)}"
     run = min(r["run"] for r in rows)
     points = sorted((r["step"], float(r[column])) for r in rows if r["run"] == run)
     steps, values = np.array(points).T
-    return [float(np.interp(v, steps, values)) if np.isfinite(v) else v for v in stat.settle]
-
-
-def _mean_text(values: list[float]) -> str:
-    never = sum(not np.isfinite(v) for v in values)
-    if never:
-        return f"never in {never}/{len(values)}"
-    return f"{np.mean(values):.3g}"
+    return f"{np.mean(np.interp(stat.settle, steps, values)):.3g}"
 
 
 def cost_table(spec: RunSpec, rows: list[dict[str, Any]], stats: Stats) -> str:
@@ -106,20 +102,10 @@ def cost_table(spec: RunSpec, rows: list[dict[str, Any]], stats: Stats) -> str:
             if stat is None:
                 continue
             mine = [r for r in rows if r["algorithm"] == label and float(r[spec.panel]) == lv]
-            cells = [_mean_text(_at_settling(mine, stat, column)) for column, _ in COSTS]
+            cells = [_at_settling(mine, stat, column) for column, _ in COSTS]
             body.append([f"{stat.zeta2:.3g}", _name(label), *cells, f"{stat.steady:.3g}"])
     header = ["ζ²", "method", *(f"{words} to {spec.threshold:g}" for _, words in COSTS)]
     return markdown_table([*header, f"steady {spec.metric}"], body)
-
-
-def _costs(case: Case) -> list[str]:
-    """What reaching the threshold costs each method (a panel sweep), or what each variant
-    of a training run reaches and sends, its grids' tuned members marked."""
-    spec = case.spec
-    if spec.panel is None:
-        table = final_table(case.rows, list(spec.algorithms), spec.metric)
-        return ["What each variant reaches and sends:", "", table]
-    return [f"Reaching {spec.threshold:g}:", "", cost_table(spec, case.rows, case.stats)]
 
 
 # ------------------------------------------------------------------- running and reporting
@@ -131,13 +117,8 @@ def run_part(
     training run's rows: :mod:`.trained`); the case and the files written."""
     rows = Sweep(spec, folder, options).run().rows
     case = Case(spec, spec.agents, rows, {} if spec.panel is None else summarise(rows, spec))
-
-    def judge(measured: Any) -> str:
-        case.judged = check_claims(spec.claims, measured)
-        return f"{claims_markdown(case.judged)}\n\n{tally(case.judged)}\n"
-
     modified = how.quick or bool(how.sets)
-    claims = judge if how.check and spec.claims else None
+    claims = partial(claims_report, spec.claims) if how.check and spec.claims else None
     files = write_report(spec, rows, folder, modified=modified, claims=claims, say=options.log, x=x)
     return case, files
 
@@ -162,6 +143,12 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
             case, written = run_part(spec, folder, options, how, x)
             cases.append(case)
             files += written
+            if spec.panel is None:  # a training run: its grids' tuned members marked
+                table = final_table(case.rows, list(spec.algorithms), spec.metric)
+                costs = ["What each variant reaches and sends:", "", table]
+            else:
+                table = cost_table(spec, case.rows, case.stats)
+                costs = [f"Reaching {spec.threshold:g}:", "", table]
             if spec.panel is not None and x != "bytes_per_agent":  # what local steps save
                 title = spec.title(how.quick or bool(how.sets)) + ", against bytes sent"
                 order = levels_by_zeta(case.stats)
@@ -169,13 +156,14 @@ def run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> lis
                 files += panel_curves(spec, case.rows, path, title, order, x="bytes_per_agent")
             report = (folder / "summary.md").read_text().split("\n", 1)[1]
             report = report.replace("\n## ", "\n### ")  # under the case's heading
-            sections += [f"## {case.name}", "", *_costs(case), "", report]
+            sections += [f"## {case.name}", "", *costs, "", report]
     everything = [r | {"part": c.part, "agents": c.n} for c in cases for r in c.rows]
     files.insert(0, write_csv_atomic(out / "results.csv", everything))
     if how.check:
         verdicts = check_claims(claims, cases)
         judged = ["## Claims across cases", "", claims_markdown(verdicts), ""] if claims else []
-        judged += [tally([*verdicts, *(v for c in cases for v in c.judged)]), ""]
+        own = [v for c in cases for v in check_claims(c.spec.claims, c.stats or c.rows)]
+        judged += [tally([*verdicts, *own]), ""]
         judged += [CHANGED_RUN, ""] if how.quick or how.sets else []
         options.log("\n".join(judged))
         sections += judged

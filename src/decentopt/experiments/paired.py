@@ -164,16 +164,14 @@ def bytes_cut_by(
     return check, test
 
 
-#: Each run's settling iteration.
-_SETTLE = operator.attrgetter("settle")
-
-
 def gap_grows(
     algorithm: str, other: str, part: str | None = None
 ) -> tuple[Callable[[Sequence[Any]], Verdict], str]:
     """``other``'s iterations to settle over ``algorithm``'s, run by run, grow from each
     size to the next (over the cases of ``part``, or of every part with both methods; a
     case: a :class:`~.cases.Case`)."""
+
+    settle = operator.attrgetter("settle")  # each run's settling iteration
 
     def check(cases: Sequence[Any]) -> Verdict:
         both = [c for c in cases if {algorithm, other} <= {label for _, label in c.stats}]
@@ -187,7 +185,7 @@ def gap_grows(
             if (lv, algorithm) not in large.stats:
                 return Verdict(None, f"needs the level {lv:g} in every case")
             ratios = [
-                paired_ratios(c.stats[(lv, algorithm)], c.stats[(lv, other)], _SETTLE)
+                paired_ratios(c.stats[(lv, algorithm)], c.stats[(lv, other)], settle)
                 for c in (small, large)
             ]
             verdict, text = ratio_grows(*ratios, comparisons=len(steps) * len(levels))

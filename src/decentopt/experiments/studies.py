@@ -25,7 +25,7 @@ from decentopt.experiments.reports import markdown_table, panel_curves
 from decentopt.experiments.scaling import run_table1
 from decentopt.experiments.spec import RunSpec
 from decentopt.experiments.study import Request, Study
-from decentopt.experiments.summary import levels_by_zeta, summarise
+from decentopt.experiments.summary import levels_by_zeta, stats_zeta, summarise
 from decentopt.experiments.topologies import run_graphs
 from decentopt.experiments.trained import final_rank, finals
 from decentopt.plotting import LABELS
@@ -98,8 +98,7 @@ def _bytes(
             never = not reach or float("inf") in reach
             cells.append("never" if never else f"{sum(reach) / len(reach):,.0f}")
         body.append(cells)
-    first = next(iter(spec.algorithms))
-    reach = [f"bytes to {spec.threshold:g}, ζ² = {stats[(lv, first)].zeta2:.3g}" for lv in levels]
+    reach = [f"bytes to {spec.threshold:g}, ζ² = {stats_zeta(stats, lv):.3g}" for lv in levels]
     table = markdown_table(["variant", "bytes per iteration", *reach], body)
     return "Bytes sent per agent", table, []
 

@@ -11,7 +11,6 @@ claims across parts, in the study's own. The built-in studies are files of
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -84,8 +83,7 @@ def load_study(path_or_name: str | Path, *, quick: bool = False) -> Study:
         raise ConfigError(f"{source}: not a study file (it names no 'study' kind)")
     if quick and raw.get("quick"):
         raw = merge(raw, raw["quick"])
-    study = parse(Study, raw | {"source": source}, source)
-    study = dataclasses.replace(study, name=study.name or Path(source).stem)
+    study = parse(Study, {"name": Path(source).stem} | raw | {"source": source}, source)
     if study.study == "scaling":
         return study
     if not study.specs:

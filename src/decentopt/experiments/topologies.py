@@ -63,7 +63,7 @@ class Case:
     preset: str
     n: int
     specs: dict[str, RunSpec]
-    stats: dict[str, dict[str, Stat]]  # graph -> method -> Stat
+    stats: dict[tuple[str, str], Stat]  # a panel whose case axis is the graph: (graph, method)
     rows: dict[str, list[dict[str, Any]]]  # graph -> rows
     judged: dict[str, list] = field(default_factory=dict)  # graph -> the part's own verdicts
     built: dict[str, Any] = field(default_factory=dict)  # graph -> the network it ran on
@@ -71,10 +71,6 @@ class Case:
     @property
     def name(self) -> str:
         return f"{self.preset.split('_', 1)[-1]}, n = {self.n}"
-
-    def panel(self) -> dict[tuple[str, str], Stat]:
-        """Its statistics by (graph, method): a panel whose case axis is the graph."""
-        return {(g, m): s for g, by_method in self.stats.items() for m, s in by_method.items()}
 
 
 # ------------------------------------------------------------------- claims
@@ -148,7 +144,7 @@ def _run_cases(study: Study, out: Path, options: RunOptions, how: Request) -> li
         for graph, spec in case.specs.items():
             case.rows[graph], case.built[graph] = next(done)
             stats = summarise(case.rows[graph], spec)
-            case.stats[graph] = {label: s for (_, label), s in stats.items()}
+            case.stats |= {(graph, label): s for (_, label), s in stats.items()}
             if how.check and spec.claims:
                 case.judged[graph] = check_claims(spec.claims, stats)
     return cases
@@ -158,11 +154,11 @@ def _case_section(case: Case) -> list[str]:
     """One problem at one n: per graph, its peers per round, rate, modelled time per
     iteration and every method's steady error."""
     spec = next(iter(case.specs.values()))
-    methods = list(next(iter(case.stats.values())))
+    methods = list(dict.fromkeys(m for _, m in case.stats))
     body = []
     for graph in case.specs:
         built = case.built[graph]
-        stats = [case.stats[graph][m] for m in methods]
+        stats = [case.stats[(graph, m)] for m in methods]
         errors = [
             f"diverged ({s.diverged})" if s.steady != s.steady else f"{s.steady:.2e}" for s in stats
         ]
@@ -212,7 +208,7 @@ def _figures(
 
 
 def _claims_section(claims: tuple[Claim, ...], cases: list[Case]) -> list[str]:
-    verdicts = check_panels(claims, {c.name: c.panel() for c in cases}) if claims else []
+    verdicts = check_panels(claims, {c.name: c.stats for c in cases}) if claims else []
     lines = ["## Claims", "", *([claims_markdown(verdicts), ""] if claims else [])]
     for case in cases:
         for graph, own in case.judged.items():
