@@ -64,13 +64,9 @@ class Compressor:
     ) -> torch.Tensor:
         """The ``(rows, k)`` values that :meth:`encode` of ``agent`` at ``round_`` stands for."""
         size = self.row_bytes(k, dtype)
-        out = [
-            self.decode_row(data[i * size : (i + 1) * size], agent, i, round_, k, dtype)
-            for i in range(rows)
-        ]
-        if not out:
-            return torch.empty(0, k, dtype=dtype, device=data.device)
-        return torch.stack(out)
+        parts = data[: rows * size].view(rows, size)
+        out = [self.decode_row(part, agent, i, round_, k, dtype) for i, part in enumerate(parts)]
+        return torch.stack(out) if out else torch.empty(0, k, dtype=dtype, device=data.device)
 
     # -- all agents at once, for the simulator -------------------------------
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
@@ -137,7 +133,7 @@ class TopK(_Sparsifier):
         equal magnitudes at the threshold the lowest indices (NaN ranks above infinity).
         Magnitudes compare as the integers of their bits, which order them alike."""
         kept = kept_count(self.ratio, rows.shape[-1])
-        keys = rows.abs().view(_KEYS[rows.dtype])
+        keys = rows.abs().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[rows.itemsize])
         threshold = keys.topk(kept, dim=-1).values[..., -1:]
         above, tied = keys > threshold, keys == threshold
         left = kept - above.sum(dim=-1, keepdim=True)
@@ -155,15 +151,6 @@ class TopK(_Sparsifier):
 
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
         return torch.where(self.mask(z), z, torch.zeros((), dtype=z.dtype, device=z.device))
-
-
-#: Integers whose order is that of a float dtype's non-negative values (its bits).
-_KEYS = {
-    torch.float16: torch.int16,
-    torch.bfloat16: torch.int16,
-    torch.float32: torch.int32,
-    torch.float64: torch.int64,
-}
 
 
 @dataclass(frozen=True)

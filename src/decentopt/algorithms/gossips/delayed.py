@@ -85,8 +85,6 @@ def self_weights(comm: Any, rows: int) -> torch.Tensor:
     """The self-weights ``w_ii`` of the round about to run, for the rows this process owns
     (all agents in the simulator, its own on a rank of torch.distributed)."""
     diag = torch.as_tensor(comm.topology.at(comm.stats.rounds).self_weight)
-    if rows == diag.shape[0]:
-        return diag
     rank = int(getattr(comm, "rank", 0))
     return diag[rank : rank + rows]
 
