@@ -210,8 +210,10 @@ class QSGD(Compressor):
     def _norm(self, rows: torch.Tensor) -> torch.Tensor:
         return torch.linalg.vector_norm(rows.double(), dim=-1, keepdim=True).to(rows.dtype)
 
-    def _codes(self, row: torch.Tensor, norm: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-        """``2 l + [x < 0]`` with ``l`` the stochastic rounding of ``s |x| / ||x||`` (int32)."""
+    def _codes(self, row: torch.Tensor, norm: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """``2 l + [x < 0]`` with ``l`` the stochastic rounding of ``s |x| / ||x||`` (int32),
+        by the uniforms of the rows' ``keys``."""
+        uniform = uniforms(keys, row.shape[-1]).to(row.device)
         wide = norm.double()
         scale = self.levels / torch.where(wide > 0, wide, torch.ones_like(wide))
         level = (row.abs().double() * scale + uniform).floor_().clamp_(0, self.levels)
@@ -224,9 +226,7 @@ class QSGD(Compressor):
 
     def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
         norm = self._norm(row)
-        key = row_keys(self.seed, [agent], [index], round_)[0, 0]
-        uniform = uniforms(key, row.shape[0]).to(row.device)
-        codes = self._codes(row, norm, uniform)
+        codes = self._codes(row, norm, row_keys(self.seed, [agent], [index], round_)[0, 0])
         return torch.cat([as_bytes(norm.reshape(1)), pack(codes, self.bits + 1)])
 
     def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
@@ -237,9 +237,8 @@ class QSGD(Compressor):
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
         m, r, k = z.shape
         keys = row_keys(self.seed, range(first_agent, first_agent + m), range(r), round_)
-        uniform = uniforms(keys, k).to(z.device)
         norm = self._norm(z)
-        return self._values(self._codes(z, norm, uniform), norm, k)
+        return self._values(self._codes(z, norm, keys), norm, k)
 
 
 @dataclass(frozen=True)

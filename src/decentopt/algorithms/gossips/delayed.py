@@ -221,6 +221,3 @@ class _LateComm(Channel):
             wz + diag.to(z).view((-1,) + (1,) * (z.ndim - 1)) * (z - late)
             for z, late, wz in zip(zs, old, mixed, strict=True)
         ]
-
-    def mix_compressed(self, z: torch.Tensor, compression: Any) -> Any:
-        raise ValueError("delayed gossip mixes values; it does not delay compressed messages")
