@@ -60,8 +60,7 @@ def count_all_reduce(comm: Any, zs: Sequence[torch.Tensor]) -> None:
     payload = sum(z[0].numel() * z.element_size() for z in zs)
     part = math.ceil(payload / n)
     messages = 2 * (n - 1)
-    rows = zs[0].shape[0]
-    comm.stats.add_round(float(messages), messages, part, rows * messages * part)
+    comm.stats.add_round(float(messages), messages, part, zs[0].shape[0] * messages * part)
 
 
 class Silent(Channel):
