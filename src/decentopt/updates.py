@@ -187,9 +187,9 @@ def _with_momentum_options(
     return functools.partial(update, nesterov=nesterov, dampening=dampening)
 
 
-def _declared(kind: str) -> FusedUpdate:
-    """The kind with the kernels' own names of what it reads (the built-in rules' fields)."""
-    return FusedUpdate(kind, *KINDS[kind][1:])
+def _declared() -> dict[Callable[..., object], FusedUpdate]:
+    """Each kind by its function, with the kernels' names of what it reads (rules' fields)."""
+    return {fn: FusedUpdate(kind, *rest) for kind, (fn, *rest) in KINDS.items()}
 
 
 def _fused_update(fn: Callable[..., object]) -> tuple[FusedUpdate, bool, bool] | None:
@@ -198,17 +198,17 @@ def _fused_update(fn: Callable[..., object]) -> tuple[FusedUpdate, bool, bool] |
         if fn.args or set(fn.keywords) - {"nesterov", "dampening"}:
             return None
         keywords, fn = dict(fn.keywords), fn.func
-    kind = next((k for k, (f, *_) in KINDS.items() if f is fn), None)
-    if kind is None:
+    declared = _declared().get(fn)
+    if declared is None:
         return None
-    return _declared(kind), bool(keywords.get("nesterov")), bool(keywords.get("dampening", True))
+    return declared, bool(keywords.get("nesterov")), bool(keywords.get("dampening", True))
 
 
 __getattr__ = renamed(
     "decentopt.updates",
     {
         "FUSED": (
-            lambda: {f: _declared(k) for k, (f, *_) in KINDS.items()},
+            _declared,
             "a rule declares its update (FusedUpdate); the kinds are decentopt.updates.KINDS",
         ),
         "fused_update": (

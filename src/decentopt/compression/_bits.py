@@ -77,9 +77,7 @@ def pack_with_torch(codes: torch.Tensor, width: int) -> torch.Tensor:
     """:func:`pack` in torch operations, for tensors on an accelerator."""
     shifts = torch.arange(width, device=codes.device)
     bits = ((codes.to(torch.int64).unsqueeze(-1) >> shifts) & 1).reshape(-1)
-    pad = (-bits.numel()) % 8
-    if pad:
-        bits = torch.cat([bits, bits.new_zeros(pad)])
+    bits = torch.nn.functional.pad(bits, (0, -bits.numel() % 8))  # whole bytes
     weights = 1 << torch.arange(8, device=codes.device)
     return (bits.view(-1, 8) * weights).sum(dim=1).to(torch.uint8)
 

@@ -64,13 +64,9 @@ class Compressor:
     ) -> torch.Tensor:
         """The ``(rows, k)`` values that :meth:`encode` of ``agent`` at ``round_`` stands for."""
         size = self.row_bytes(k, dtype)
-        out = [
-            self.decode_row(data[i * size : (i + 1) * size], agent, i, round_, k, dtype)
-            for i in range(rows)
-        ]
-        if not out:
-            return torch.empty(0, k, dtype=dtype, device=data.device)
-        return torch.stack(out)
+        parts = data[: rows * size].view(rows, size)
+        out = [self.decode_row(part, agent, i, round_, k, dtype) for i, part in enumerate(parts)]
+        return torch.stack(out) if out else torch.empty(0, k, dtype=dtype, device=data.device)
 
     # -- all agents at once, for the simulator -------------------------------
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
@@ -137,7 +133,7 @@ class TopK(_Sparsifier):
         equal magnitudes at the threshold the lowest indices (NaN ranks above infinity).
         Magnitudes compare as the integers of their bits, which order them alike."""
         kept = kept_count(self.ratio, rows.shape[-1])
-        keys = rows.abs().view(_KEYS[rows.dtype])
+        keys = rows.abs().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[rows.itemsize])
         threshold = keys.topk(kept, dim=-1).values[..., -1:]
         above, tied = keys > threshold, keys == threshold
         left = kept - above.sum(dim=-1, keepdim=True)
@@ -155,15 +151,6 @@ class TopK(_Sparsifier):
 
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
         return torch.where(self.mask(z), z, torch.zeros((), dtype=z.dtype, device=z.device))
-
-
-#: Integers whose order is that of a float dtype's non-negative values (its bits).
-_KEYS = {
-    torch.float16: torch.int16,
-    torch.bfloat16: torch.int16,
-    torch.float32: torch.int32,
-    torch.float64: torch.int64,
-}
 
 
 @dataclass(frozen=True)
@@ -223,8 +210,10 @@ class QSGD(Compressor):
     def _norm(self, rows: torch.Tensor) -> torch.Tensor:
         return torch.linalg.vector_norm(rows.double(), dim=-1, keepdim=True).to(rows.dtype)
 
-    def _codes(self, row: torch.Tensor, norm: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-        """``2 l + [x < 0]`` with ``l`` the stochastic rounding of ``s |x| / ||x||`` (int32)."""
+    def _codes(self, row: torch.Tensor, norm: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """``2 l + [x < 0]`` with ``l`` the stochastic rounding of ``s |x| / ||x||`` (int32),
+        by the uniforms of the rows' ``keys``."""
+        uniform = uniforms(keys, row.shape[-1]).to(row.device)
         wide = norm.double()
         scale = self.levels / torch.where(wide > 0, wide, torch.ones_like(wide))
         level = (row.abs().double() * scale + uniform).floor_().clamp_(0, self.levels)
@@ -237,9 +226,7 @@ class QSGD(Compressor):
 
     def encode_row(self, row: torch.Tensor, agent: int, index: int, round_: int) -> torch.Tensor:
         norm = self._norm(row)
-        key = row_keys(self.seed, [agent], [index], round_)[0, 0]
-        uniform = uniforms(key, row.shape[0]).to(row.device)
-        codes = self._codes(row, norm, uniform)
+        codes = self._codes(row, norm, row_keys(self.seed, [agent], [index], round_)[0, 0])
         return torch.cat([as_bytes(norm.reshape(1)), pack(codes, self.bits + 1)])
 
     def decode_row(self, data, agent, index, round_, k, dtype):  # type: ignore[no-untyped-def]
@@ -250,9 +237,8 @@ class QSGD(Compressor):
     def compress(self, z: torch.Tensor, first_agent: int, round_: int) -> torch.Tensor:
         m, r, k = z.shape
         keys = row_keys(self.seed, range(first_agent, first_agent + m), range(r), round_)
-        uniform = uniforms(keys, k).to(z.device)
         norm = self._norm(z)
-        return self._values(self._codes(z, norm, uniform), norm, k)
+        return self._values(self._codes(z, norm, keys), norm, k)
 
 
 @dataclass(frozen=True)

@@ -85,8 +85,6 @@ def self_weights(comm: Any, rows: int) -> torch.Tensor:
     """The self-weights ``w_ii`` of the round about to run, for the rows this process owns
     (all agents in the simulator, its own on a rank of torch.distributed)."""
     diag = torch.as_tensor(comm.topology.at(comm.stats.rounds).self_weight)
-    if rows == diag.shape[0]:
-        return diag
     rank = int(getattr(comm, "rank", 0))
     return diag[rank : rank + rows]
 
@@ -176,7 +174,7 @@ class Delayed(Around):
     def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
         if self.tau == 0:  # the inner gossip itself, no history kept
             return self._wrapped.bind(fields, comm, x, sends)
-        late = _LateComm(comm, fields, self.tau, self._slots(sends), self.staleness)
+        late = _LateComm(comm, fields, self, self._slots(sends))
         channel = self._wrapped.bind(fields, late, x, sends)
         late.state = channel.state  # one dict: the inner gossip's fields and the history
         return channel
@@ -191,13 +189,9 @@ class _LateComm(Channel):
     ``tau`` to the bound where the communicator knows them), keeping the sent tensors of the
     last ``bound`` rounds (its ``state``)."""
 
-    def __init__(
-        self, comm: Communicator, fields: Fields, tau: int, slots: int, bound: int | None
-    ) -> None:
-        super().__init__(comm, fields)
-        self.tau = tau
+    def __init__(self, comm: Communicator, fields: Fields, gossip: Delayed, slots: int) -> None:
+        super().__init__(comm, fields, gossip=gossip)
         self.slots_sent = slots
-        self.bound = tau if bound is None else bound
 
     def round(self, zs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if len(zs) != self.slots_sent:
@@ -205,16 +199,18 @@ class _LateComm(Channel):
                 f"the rule mixed {len(zs)} tensors in one round; delayed gossip keeps the "
                 f"history of {self.slots_sent}"
             )
+        tau = self.gossip.tau
+        bound = self.gossip.lag
         sent_at = [
-            [self.state[_history(k, a)] for k in range(len(zs))] for a in range(1, self.bound + 1)
+            [self.state[_history(k, a)] for k in range(len(zs))] for a in range(1, bound + 1)
         ]
-        old = sent_at[self.tau - 1]
+        old = sent_at[tau - 1]
         diag = self_weights(self.comm, zs[0].shape[0])
         sent = [z.detach().clone() for z in zs]
         if isinstance(self.comm, SendsAhead):
-            mixed = self.comm.mix_posted([*sent_at[self.tau - 1 :: -1], sent], self.bound)
-        elif self.bound > self.tau and isinstance(self.comm, MixesAged):
-            mixed = self.comm.mix_aged(sent_at[self.tau - 1 :], self.tau)
+            mixed = self.comm.mix_posted([*sent_at[tau - 1 :: -1], sent], bound)
+        elif bound > tau and isinstance(self.comm, MixesAged):
+            mixed = self.comm.mix_aged(sent_at[tau - 1 :], tau)
         else:
             mixed = self.comm.mix_many(old)
         for lag, row in enumerate([sent, *sent_at[:-1]], 1):  # every kept round one older
@@ -223,6 +219,3 @@ class _LateComm(Channel):
             wz + diag.to(z).view((-1,) + (1,) * (z.ndim - 1)) * (z - late)
             for z, late, wz in zip(zs, old, mixed, strict=True)
         ]
-
-    def mix_compressed(self, z: torch.Tensor, compression: Any) -> Any:
-        raise ValueError("delayed gossip mixes values; it does not delay compressed messages")

@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from decentopt._schema import bounded
-from decentopt.algorithms.gossips.base import Around, Channel, Exact, Fields, Gossip, Sends
+from decentopt.algorithms.gossips.base import Around, Channel, Fields, Gossip, Sends
 from decentopt.algorithms.gossips.push_sum import PushSum
 from decentopt.communicator import Communicator
 
@@ -60,8 +60,7 @@ def count_all_reduce(comm: Any, zs: Sequence[torch.Tensor]) -> None:
     payload = sum(z[0].numel() * z.element_size() for z in zs)
     part = math.ceil(payload / n)
     messages = 2 * (n - 1)
-    rows = zs[0].shape[0]
-    comm.stats.add_round(float(messages), messages, part, rows * messages * part)
+    comm.stats.add_round(float(messages), messages, part, zs[0].shape[0] * messages * part)
 
 
 class Silent(Channel):
@@ -89,26 +88,10 @@ class Averaging(Silent):
 
 
 @dataclass(frozen=True)
-class _Step(Gossip):
-    """What a local or global step does, around the inner gossip (keeps its fields)."""
-
-    inner: Gossip = field(default_factory=Exact)
-    average: bool = False
-
-    name: ClassVar[str] = "step"
-    one_round: ClassVar[bool] = False
-
-    def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
-        kind = Averaging if self.average else Silent
-        if isinstance(self.inner, PushSum):  # a round over P = I, or over the exact average
-            return self.inner.bind(fields, kind(comm, {}), x, sends)
-        return kind(comm, fields, sends)
-
-
-@dataclass(frozen=True)
 class _Periodic(Around):
     """What ``local`` and ``periodic_global`` share: the period and the inner gossip (a
-    step binds the gossip that :meth:`at` gives for it)."""
+    step binds the gossip that :meth:`at` gives for it: the inner one, or this one, whose
+    :meth:`bind` is its own step)."""
 
     every: int = bounded(4, minimum=1)
     inner: str | Gossip = "exact"
@@ -133,7 +116,14 @@ class _Periodic(Around):
 
     def at(self, t: int) -> Gossip:
         own = self.communicates(t) == self.average  # its own step, not the inner gossip's
-        return _Step(self._wrapped, self.average) if own else self._wrapped
+        return self if own else self._wrapped
+
+    def bind(self, fields: Fields, comm: Communicator, x: torch.Tensor, sends: Sends) -> Channel:
+        """Its own step around the inner gossip, keeping the inner gossip's fields."""
+        kind = Averaging if self.average else Silent
+        if isinstance(self._wrapped, PushSum):  # a round over P = I, or over the exact average
+            return self._wrapped.bind(fields, kind(comm, {}), x, sends)
+        return kind(comm, fields, sends)
 
     def talks(self, t: int) -> str:
         if self.communicates(t) != self.average:
