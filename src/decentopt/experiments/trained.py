@@ -82,10 +82,8 @@ class Final:
 def finals(rows: Rows, metric: str) -> dict[str, Final]:
     """Each variant's :class:`Final`, from the rows of its last recorded step in every run."""
     last: dict[tuple[str, int], Mapping[str, Any]] = {}
-    for row in rows:
-        key = (row["algorithm"], int(row["run"]))
-        if key not in last or row["step"] > last[key]["step"]:
-            last[key] = row
+    for row in sorted(rows, key=lambda r: r["step"]):  # a run's last step is written last
+        last[(row["algorithm"], int(row["run"]))] = row
     values: dict[str, dict[int, float]] = {}
     sent: dict[str, float] = {}
     for (label, run), row in sorted(last.items()):
