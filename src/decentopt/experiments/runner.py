@@ -100,7 +100,6 @@ class UnitTask:
     spec: RunSpec
     out: str
     index: int
-    force: bool = False
     #: users' methods loaded where the task is made, loaded again where it runs
     plugins: tuple[str, ...] = field(default_factory=lambda: tuple(plugins.loaded()))
     #: the loggers of the sweep (``NAME:TARGET``), made again where the unit runs
@@ -112,7 +111,7 @@ class UnitTask:
         sweep = _SWEEPS.get(self.out)
         if sweep is None or replace(sweep.spec, claims=()) != self.spec:  # another sweep
             monitor = loggers.make(self.log) if self.log else None
-            options = RunOptions(progress=False, force=self.force, log=say_line, monitor=monitor)
+            options = RunOptions(progress=False, log=say_line, monitor=monitor)
             sweep = Sweep(self.spec, Path(self.out), options)
             _SWEEPS[self.out] = sweep
         return sweep.compute_unit(self.index)

@@ -91,11 +91,11 @@ ROW_FORMAT = 1
 
 def measured(
     store: ResultStore | None, name: str, key: dict[str, Any], compute: Callable[[], np.ndarray]
-) -> np.ndarray:
+) -> tuple[np.ndarray, bool]:
     """``compute()`` (one value per seed) through the store's unit ``name``, fingerprinted
-    by ``key``: stored values are reused while ``key`` is unchanged."""
+    by ``key``: stored values are reused while ``key`` is unchanged; and whether they were."""
     if store is None:
-        return np.asarray(compute(), dtype=np.float64)
+        return np.asarray(compute(), dtype=np.float64), False
     blob = json.dumps(key | {"rows": ROW_FORMAT}, sort_keys=True, default=repr)
     unit = Unit(name, hashlib.sha256(blob.encode()).hexdigest()[:16], {"measures": key})
 
@@ -103,8 +103,9 @@ def measured(
         values = np.asarray(compute(), dtype=np.float64).reshape(-1)
         return [{"seed": s, "value": float(v)} for s, v in enumerate(values)], {}
 
-    stored = store.cached(unit, rows)
-    return np.array([r["value"] for r in sorted(stored, key=lambda r: r["seed"])])
+    stored = store.claimed(unit, rows, lease=False)
+    values = np.array([r["value"] for r in sorted(stored.rows, key=lambda r: r["seed"])])
+    return values, not stored.computed
 
 
 def dmsgd_bias_rows(
@@ -130,7 +131,7 @@ def dmsgd_bias_rows(
 
         key = {"method": "dmsgd", "hp": hp, "graph": topo.name, "iterations": T}
         key["problem"] = {"n": m, "d": d, "p": p, "c": c, "seeds": seeds, "seed": 11}
-        return measured(store, f"bias-{unit}", key, compute), prob, topo
+        return measured(store, f"bias-{unit}", key, compute)[0], prob, topo
 
     def row(variable: str, paper: float, xs: Any, ys: Any, what: str = "DmSGD bias") -> ScalingRow:
         fitted = ScalingRow.fitted(what, "dmsgd", variable, paper, xs=xs, ys=ys)
@@ -168,17 +169,6 @@ def _consensus_sum(
 TRANSIENT_EXPONENT = {"ed": -2.0, "edm": -2.0, "dsgt": -3.0, "dsgt_hb": -3.0}
 
 
-def _measured_apart(
-    store: ResultStore | None, name: str, key: dict[str, Any], compute: Callable[[], np.ndarray]
-) -> tuple[np.ndarray, bool]:
-    """:func:`measured` on a copy of ``store`` with records of its own (in a worker's process
-    or in this one): the values, and whether the store held them already (the caller notes
-    the unit in ``store``, once)."""
-    apart = None if store is None else dataclasses.replace(store, ran=[], kept=[])
-    values = measured(apart, name, key, compute)
-    return values, apart is not None and bool(apart.kept)
-
-
 def transient_rows(
     seeds: int,
     quick: bool,
@@ -198,6 +188,9 @@ def transient_rows(
     zeta0s = []
     said = []
     pending = []
+    # measured on a copy of the store (in workers' processes or in this one), whose units
+    # are noted in ``store`` here, once
+    apart = None if store is None else dataclasses.replace(store, ran=[], kept=[])
     for m in sizes:
         prob = Quadratic.paper(n=m, d=d, p=p, c=0.5, sigma2=0.0, repetitions=seeds, seed=13)
         topo = topology.ring(m)
@@ -208,13 +201,13 @@ def transient_rows(
         for name, hp in hps.items():
             summed = functools.partial(_consensus_sum, name, hp, prob, topo, T)
             key = {"method": name, "hp": hp, "n": m, "d": d, "p": p, "seeds": seeds, "T": T}
-            pending.append((store, f"transient-ring{m}-{name}", key, summed))
+            pending.append((apart, f"transient-ring{m}-{name}", key, summed))
         said.append(f"  transient, ring({m}), 1 - lambda = {topo.spectral_gap:.4g}, {T} iterations")
-    done = iter(forked_map(jobs, _measured_apart, pending[::-1])[::-1])
+    done = iter(forked_map(jobs, measured, pending[::-1])[::-1])
     for m, zeta0, line in zip(sizes, zeta0s, said, strict=True):
         for name in hps:
             values, kept = next(done)
-            if store is not None:  # the workers noted it in copies of the store
+            if store is not None:
                 (store.kept if kept else store.ran).append(f"transient-ring{m}-{name}")
             sums[name].append(values / zeta0)
         log(line)

@@ -82,10 +82,8 @@ class Final:
 def finals(rows: Rows, metric: str) -> dict[str, Final]:
     """Each variant's :class:`Final`, from the rows of its last recorded step in every run."""
     last: dict[tuple[str, int], Mapping[str, Any]] = {}
-    for row in rows:
-        key = (row["algorithm"], int(row["run"]))
-        if key not in last or row["step"] > last[key]["step"]:
-            last[key] = row
+    for row in sorted(rows, key=lambda r: r["step"]):  # a run's last step is written last
+        last[(row["algorithm"], int(row["run"]))] = row
     values: dict[str, dict[int, float]] = {}
     sent: dict[str, float] = {}
     for (label, run), row in sorted(last.items()):
@@ -121,43 +119,6 @@ def _side(name: str, table: Mapping[str, Final], metric: str) -> tuple[str | Non
     return None, ran, f"every run of {_name(name)} diverged" if ran else f"needs {_name(name)}"
 
 
-def _compare(
-    table: Mapping[str, Final],
-    mine: str,
-    other: str,
-    metric: str,
-    margin: float,
-    tolerance: float,
-    comparisons: int,
-) -> tuple[bool | None, str]:
-    """One comparison of ``matches_at_bytes`` (the module docstring), of the variant ``mine``
-    with the one ``other`` stands for, and its evidence."""
-    theirs, _, why = _side(other, table, metric)
-    if theirs is None:
-        return None, why
-    a = table[mine]
-    b = table[theirs]
-    said = (
-        f"{_name(mine)} {a.mean:.4g} at {_megabytes(a.bytes_per_agent)} vs "
-        f"{_name(theirs)} {b.mean:.4g} at {_megabytes(b.bytes_per_agent)}"
-    )
-    sign = 1.0 if higher_is_better(metric) else -1.0
-    runs = sorted(a.values.keys() & b.values.keys())
-    diffs = np.array([sign * (a.values[r] - b.values[r]) for r in runs])
-    if not a.bytes_per_agent <= (1 + tolerance) * b.bytes_per_agent:
-        return None, f"{said}: not at equal bytes"
-    if diffs.size < 2:
-        return None, f"{said}: {diffs.size} run, no spread to judge by"
-    low = mean_bound(diffs, ALPHA, upper=False)
-    high = mean_bound(diffs, ALPHA / comparisons, upper=True)
-    verdict = True if low > -margin else (False if high < -margin else None)
-    word = {True: "matches or beats", False: "falls short", None: "within noise"}[verdict]
-    return verdict, (
-        f"{said}: run by run {float(diffs.mean()):+.3g} better (bound {low:+.3g}, "
-        f"{diffs.size} runs; {word})"
-    )
-
-
 def matches_at_bytes(
     algorithm: str,
     others: Sequence[str],
@@ -170,6 +131,34 @@ def matches_at_bytes(
     if not (margin >= 0 and tolerance >= 0):
         raise TypeError(f"needs margin >= 0 and tolerance >= 0; got {margin}, {tolerance}")
 
+    def compare(table: Mapping[str, Final], mine: str, other: str) -> tuple[bool | None, str]:
+        """One comparison (the module docstring), of the variant ``mine`` with the one
+        ``other`` stands for, and its evidence."""
+        theirs, _, why = _side(other, table, metric)
+        if theirs is None:
+            return None, why
+        a = table[mine]
+        b = table[theirs]
+        said = (
+            f"{_name(mine)} {a.mean:.4g} at {_megabytes(a.bytes_per_agent)} vs "
+            f"{_name(theirs)} {b.mean:.4g} at {_megabytes(b.bytes_per_agent)}"
+        )
+        sign = 1.0 if higher_is_better(metric) else -1.0
+        runs = sorted(a.values.keys() & b.values.keys())
+        diffs = np.array([sign * (a.values[r] - b.values[r]) for r in runs])
+        if not a.bytes_per_agent <= (1 + tolerance) * b.bytes_per_agent:
+            return None, f"{said}: not at equal bytes"
+        if diffs.size < 2:
+            return None, f"{said}: {diffs.size} run, no spread to judge by"
+        low = mean_bound(diffs, ALPHA, upper=False)
+        high = mean_bound(diffs, ALPHA / len(others), upper=True)
+        verdict = True if low > -margin else (False if high < -margin else None)
+        word = {True: "matches or beats", False: "falls short", None: "within noise"}[verdict]
+        return verdict, (
+            f"{said}: run by run {float(diffs.mean()):+.3g} better (bound {low:+.3g}, "
+            f"{diffs.size} runs; {word})"
+        )
+
     def check(rows: Rows) -> Verdict:
         if rows and metric not in rows[0]:
             return Verdict(None, f"no {metric} recorded in this run")
@@ -177,8 +166,7 @@ def matches_at_bytes(
         mine, ran, why = _side(algorithm, table, metric)
         if mine is None:  # diverged everywhere: it matches nothing
             return Verdict(False if ran else None, why)
-        m = len(others)
-        judged = (_compare(table, mine, o, metric, margin, tolerance, m) for o in others)
+        judged = (compare(table, mine, other) for other in others)
         return joined(judged, f"final {metric}, tuned: ")
 
     worse = "below" if higher_is_better(metric) else "above"
