@@ -30,8 +30,9 @@ import functools
 import re
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -47,6 +48,16 @@ from decentopt.topology import Network, TopologySchedule, weights_digest
 __all__ = ["DistributedCommunicator", "PeerFailure", "settle_all"]
 
 settle_all = leaving.settle_all
+
+
+def through_host(tensor: torch.Tensor, op: Callable[[torch.Tensor], Any]) -> None:
+    """``op`` on ``tensor`` in place; gloo cannot take CUDA tensors: through host memory."""
+    if tensor.is_cuda and dist.get_backend() == "gloo":
+        host = tensor.detach().cpu()
+        op(host)
+        tensor.copy_(host)
+    else:
+        op(tensor)
 
 
 class DistributedCommunicator(Shared):

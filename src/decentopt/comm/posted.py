@@ -119,7 +119,8 @@ class Stream:
         self._stop = threading.Event()
 
     def post(self, flat: torch.Tensor, targets: Any, sources: Any, ops: Any, fail: Fail) -> None:
-        s, (isend, irecv) = self.posted, ops
+        isend, irecv = ops
+        s = self.posted
         self.posted += 1
 
         def start(op: Any, tensor: torch.Tensor, peer: int) -> Message:
@@ -193,8 +194,6 @@ class Stream:
             for box in (self.outbox, *self.inbox.values()):
                 while box:
                     box.popleft().wait(self.timeout, fail)
-        except BaseException:
+        finally:
             self.stop()
-            raise
-        self.stop()
         self.join()  # every receive is through: the threads are idle and end at once

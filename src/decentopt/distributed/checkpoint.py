@@ -167,13 +167,11 @@ def load_latest(
 ) -> tuple[int, dict[str, Any]] | None:
     """The newest complete step that loads intact on every rank (``agree``: all ranks ok?)."""
     for step in _complete_steps(root):
+        payload: dict[str, Any] | None = None
         try:
             payload = load_checkpoint(root, step)
-            ok = True
         except (ValueError, FileNotFoundError, json.JSONDecodeError, KeyError) as exc:
             warnings.warn(f"{exc}; trying the previous checkpoint", RuntimeWarning, stacklevel=2)
-            payload = {}
-            ok = False
-        if agree(ok):
-            return step, payload
+        if agree(payload is not None):
+            return step, payload or {}
     return None
