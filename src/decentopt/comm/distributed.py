@@ -86,6 +86,7 @@ class DistributedCommunicator(Shared):
         #: this process's (first) agent, its row of W: the rank itself, one agent per process
         self.rank = self._agent_of(dist.get_rank(group))
         self._held = self.agents_per_process
+        self._first = self.rank
         if topology.n != self._agent_of(self.world_size):
             raise ValueError(self._mismatch(topology.n))
         self.topology = topology
@@ -339,10 +340,6 @@ class DistributedCommunicator(Shared):
         own = torch.stack([decoded[first + a] for a in range(len(per_agent))])
         mixed = routes.weigh(plan, first, decoded, torch.empty_like(own))
         return own.to(z.device).view(z.shape), mixed.to(z.device).view(z.shape)
-
-    @functools.cached_property
-    def _slots(self) -> tuple[torch.Tensor, dict, dict]:
-        return routes.slots(self.topology.neighbors, self.rank, self.agents_per_process)
 
     def _send_slots(self, rows: list[torch.Tensor], received: list[torch.Tensor]) -> int:
         """The slots other processes' agents read, packed per pair of processes in ascending

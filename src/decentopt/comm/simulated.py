@@ -18,11 +18,9 @@ kernels where the mixer of the state is the native one, and says why not otherwi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 
 import torch
 
-from decentopt.comm import routes
 from decentopt.comm.mixers import Mixer, NativeMixer, chain
 from decentopt.communicator import CommStats, Elementwise, Shared, map_then_mix, rows_of
 from decentopt.compression import Compressor
@@ -186,11 +184,6 @@ class SimulatedCommunicator(Shared):
             return done
         self._count(codec.nbytes(rows.shape[1], rows.shape[2], z.dtype))
         return tuple(t.view(z.shape) for t in done)  # type: ignore[return-value]
-
-    @cached_property
-    def _slots(self) -> tuple[torch.Tensor, dict, dict]:
-        """For ``exchange``: every slot moves in memory (:func:`~decentopt.comm.routes.slots`)."""
-        return routes.slots(self.topology.neighbors, 0, self.n)
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         return z.mean(dim=0, keepdim=True)
