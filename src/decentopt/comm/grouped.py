@@ -183,8 +183,6 @@ class GroupCommunicator(DistributedCommunicator):
     @torch.no_grad()
     def share_within_agent(self, tensors: Iterable[torch.Tensor]) -> None:
         """Every process of the agent takes its first process's values of ``tensors``."""
-        if self.procs_per_agent == 1:
-            return
         first = self.rank * self.procs_per_agent
         for t in tensors:
             through_host(t.detach(), lambda h: dist.broadcast(h, first, group=self.agent_group))

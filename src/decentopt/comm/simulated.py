@@ -164,21 +164,20 @@ class SimulatedCommunicator(Shared):
         if descent is not None and descent[0].shape != z.shape:
             return "the descent direction has another shape than the state"
         mixer = self.mixer_for(flat)
-        done: tuple[torch.Tensor, ...] | str = (
-            f"the {mixer.name} mixer has no fused compressed round"
+        if not isinstance(mixer, NativeMixer):
+            self.compressed_kernel = f"the {mixer.name} mixer has no fused compressed round"
+            return self.compressed_kernel
+        folded = None if descent is None else (descent[0].reshape(flat.shape), descent[1])
+        done = mixer.choco(
+            codec,
+            flat,
+            hat.reshape(flat.shape),
+            s.reshape(flat.shape),
+            rows.shape[2],
+            gamma,
+            self.stats.rounds,
+            folded,
         )
-        if isinstance(mixer, NativeMixer):
-            folded = None if descent is None else (descent[0].reshape(flat.shape), descent[1])
-            done = mixer.choco(
-                codec,
-                flat,
-                hat.reshape(flat.shape),
-                s.reshape(flat.shape),
-                rows.shape[2],
-                gamma,
-                self.stats.rounds,
-                folded,
-            )
         self.compressed_kernel = done if isinstance(done, str) else mixer.name
         if isinstance(done, str):
             return done

@@ -147,7 +147,8 @@ def load_checkpoint(root: str | Path, step: int) -> dict[str, Any]:
         raise ValueError(f"{path} has no manifest {manifest_path.name}; it is not loaded")
     try:
         manifest = json.loads(manifest_path.read_text())
-        size, digest = manifest["bytes"], manifest["sha256"]
+        size = manifest["bytes"]
+        digest = manifest["sha256"]
     except (json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
         why = "nested too deeply" if isinstance(exc, RecursionError) else exc
         raise ValueError(f"{manifest_path} is damaged ({type(exc).__name__}: {why})") from None

@@ -54,7 +54,8 @@ def _check_environment() -> tuple[int, int, str, int]:
             f"missing {', '.join(missing)} in the environment: start the script with "
             "`torchrun --nproc-per-node N script.py` or `decentopt launch -n N script.py`"
         )
-    world, rank = _whole("WORLD_SIZE"), _whole("RANK")
+    world = _whole("WORLD_SIZE")
+    rank = _whole("RANK")
     if world < 1:
         raise StartupError(f"WORLD_SIZE={world}: the number of processes must be >= 1")
     if not 0 <= rank < world:
