@@ -148,7 +148,6 @@ class DistributedCommunicator(Shared):
         rank and the round."""
         calls = [(dist.isend, *m) for m in sends] + [(dist.irecv, *m) for m in receives]
         ops = [dist.P2POp(op, tensor, j, group=self.group) for op, j, tensor in calls]
-        peers = [j for _, j, _ in calls]
         if not ops:
             return 0
         start = time.monotonic()
@@ -156,11 +155,11 @@ class DistributedCommunicator(Shared):
         try:
             works = dist.batch_isend_irecv(ops)
             for k, work in enumerate(works):
-                peer = peers[k] if len(works) == len(ops) else None
+                peer = ops[k].peer if len(works) == len(ops) else None
                 self._wait(work)
         except RuntimeError as exc:
             waited = time.monotonic() - start
-            everyone = ", ".join(map(str, sorted(set(peers))))
+            everyone = ", ".join(map(str, sorted({op.peer for op in ops})))
             who = f"neighbour {peer}" if peer is not None else f"neighbour(s) {everyone}"
             how = (
                 f"after {waited:.1f} s (timeout {self.timeout.total_seconds():g} s)"
