@@ -210,15 +210,13 @@ class Shared:
 
     topology: Network
     stats: CommStats
-    #: how many agents' rows this process holds (the simulator: all ``n``)
-    _held: int
-    #: the first of them (the simulator's: agent 0)
-    _first = 0
+    #: the agents whose rows this process holds (the simulator: all ``n``)
+    _agents: range
 
     @cached_property
     def _slots(self) -> tuple[torch.Tensor, dict, dict]:
         """For ``exchange``: this process's :func:`slots`."""
-        return slots(self.topology.neighbors, self._first, self._held)
+        return slots(self.topology.neighbors, self._agents.start, len(self._agents))
 
     @cached_property
     def _static_messages(self) -> tuple[float, int, int]:
@@ -255,7 +253,7 @@ class Shared:
     def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """:meth:`Relaying.exchange`: a slot moves in memory where both agents are in this
         process, else by :meth:`_send_slots`."""
-        k = self._held
+        k = len(self._agents)
         S = self._check_exchange(tensors, k)
         if S == 0:  # nobody has a neighbour (one agent): a round without messages
             self._count(0, 0)

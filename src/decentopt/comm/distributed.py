@@ -85,8 +85,7 @@ class DistributedCommunicator(Shared):
         self.world_size = dist.get_world_size(group)
         #: this process's (first) agent, its row of W: the rank itself, one agent per process
         self.rank = self._agent_of(dist.get_rank(group))
-        self._held = self.agents_per_process
-        self._first = self.rank
+        self._agents = range(self.rank, self.rank + self.agents_per_process)
         if topology.n != self._agent_of(self.world_size):
             raise ValueError(self._mismatch(topology.n))
         self.topology = topology
@@ -229,7 +228,7 @@ class DistributedCommunicator(Shared):
             [(q, buf.view(-1)) for (q, _), buf in zip(plan.receives, received, strict=True)],
         )
         self._count(rows.shape[1] * rows.element_size(), sent)
-        by_agent = dict(zip(range(self.rank, self.rank + k), rows, strict=True))
+        by_agent = dict(zip(self._agents, rows, strict=True))
         for (_, agents), buf in zip(plan.receives, received, strict=True):
             by_agent.update(zip(agents, buf, strict=True))
         return plan, by_agent

@@ -49,7 +49,7 @@ class SimulatedCommunicator(Shared):
         self.topology = topology
         self.kernel = kernel
         self.n = topology.n
-        self._held = topology.n
+        self._agents = range(topology.n)
         self.stats = CommStats()
         self.mixers: tuple[Mixer, ...] = chain(topology, kernel)
         #: What ran the last compressed round: a mixer's name (its fused kernel) or why
