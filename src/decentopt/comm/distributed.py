@@ -213,8 +213,7 @@ class DistributedCommunicator(Shared):
         """This round's plan (:mod:`~decentopt.comm.routes`), kept over a static graph."""
         key = self.stats.rounds if isinstance(self.topology, TopologySchedule) else -1
         if self._planned[0] != key:
-            links = [self._links(self.rank + a) for a in range(self.agents_per_process)]
-            self._planned = (key, routes.plan(links, self.rank))
+            self._planned = (key, routes.plan([self._links(i) for i in self._agents], self.rank))
         return self._planned[1]
 
     def _route(self, rows: torch.Tensor) -> tuple[routes.Plan, dict[int, torch.Tensor]]:

@@ -102,9 +102,8 @@ class Stream:
 
     ``post(flat, targets, sources, (isend, irecv), fail)`` starts round ``s`` (sends to
     ``targets``, receives from ``sources``: rank ids); ``take(sources, tau, bound, fail)``
-    then returns, per neighbour, the
-    buffer of the newest message of age ``tau`` to ``bound`` and the age of the oldest used.
-    """
+    then returns, per neighbour, the buffer of the newest message of age ``tau`` to
+    ``bound`` and the age of the oldest used."""
 
     def __init__(self, key: torch.Tensor, timeout: timedelta, threaded: bool) -> None:
         self.key = weakref.ref(key)

@@ -8,9 +8,9 @@ The last two complete steps are kept. Payloads hold tensors and plain data only
 so a planted file cannot run code; a file without its manifest is never loaded.
 On resume, :func:`load_latest` takes the newest step whose file verifies on
 *every* rank; a truncated or altered file is reported with its path and the
-previous complete step is used instead, so a
-crash in the middle of writing, or a damaged disk block, never resumes ranks at
-different steps or from corrupt state. ``DIR`` must be visible to every rank.
+previous complete step is used instead, so a crash in the middle of writing, or a
+damaged disk block, never resumes ranks at different steps or from corrupt state.
+``DIR`` must be visible to every rank.
 """
 
 from __future__ import annotations
