@@ -328,14 +328,13 @@ class DistributedCommunicator(Shared):
         per_agent = rows_of(flat, z)
         _, r, k = per_agent.shape
         round_ = self.stats.rounds
-        first = self.rank
-        data = torch.stack([codec.encode(q, first + a, round_) for a, q in enumerate(per_agent)])
+        data = torch.stack([codec.encode(q, i, round_) for i, q in enumerate(per_agent, self.rank)])
         plan, messages = self._route(data)
         decoded = {
             j: codec.decode(m, j, round_, r, k, flat.dtype).reshape(-1) for j, m in messages.items()
         }
-        own = torch.stack([decoded[first + a] for a in range(len(per_agent))])
-        mixed = routes.weigh(plan, first, decoded, torch.empty_like(own))
+        own = torch.stack([decoded[i] for i in self._agents])
+        mixed = routes.weigh(plan, self.rank, decoded, torch.empty_like(own))
         return own.to(z.device).view(z.shape), mixed.to(z.device).view(z.shape)
 
     def _send_slots(self, rows: list[torch.Tensor], received: list[torch.Tensor]) -> int:
