@@ -86,12 +86,10 @@ def atomic_file(
     it). A refusal of the file system is an ``OSError`` naming ``path``, not the temporary
     file; on any failure the temporary file is removed and ``path`` left as it was."""
     path = Path(path)
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = temporary_file(path)
-    except OSError as exc:
-        raise _naming(exc, path) from exc
-    try:
         with os.fdopen(fd, mode, newline=newline) as fh:
             yield fh
         if permissions is None:
@@ -101,7 +99,8 @@ def atomic_file(
         os.chmod(tmp, permissions)
         os.replace(tmp, path)
     except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise _naming(exc, path) from exc
         raise

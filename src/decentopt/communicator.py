@@ -30,6 +30,7 @@ __all__ = [
     "map_then_mix",
     "rows_of",
     "slot_table",
+    "slots",
 ]
 
 #: A row-wise update ``fn(*tensors, *scalars) -> (y_0, y_1, ...)``: every output
@@ -156,6 +157,36 @@ def slot_table(neighbors: Sequence[Sequence[int]]) -> tuple[np.ndarray, int]:
     return table, S
 
 
+def slots(
+    neighbors: Sequence[Sequence[int]], first: int, k: int
+) -> tuple[torch.Tensor, dict[int, list[int]], dict[int, list[int]]]:
+    """For ``exchange`` over a static undirected graph, slots as rows ``a * S + s`` of a
+    process's ``(k * S, -1)`` messages (local agent ``a``, slot ``s``): those moved in memory
+    (a ``(2, m)`` tensor: received, sent), then by process the sent slots to it and the
+    received slots from it, in ascending (sender, receiver) order."""
+    table, S = slot_table(neighbors)
+    slot = {(int(j), i): t for i in range(len(table)) for t, j in enumerate(table[i])}
+    moves: list[tuple[int, int]] = []
+    out: dict[int, list[int]] = {}
+    into: dict[int, list[int]] = {}
+    for i in range(len(table)):  # pairs (i, j) in ascending order on both sides
+        for s, j in enumerate(table[i]):
+            j = int(j)
+            mine = first <= i < first + k
+            theirs = first <= j < first + k
+            if j < 0 or not (mine or theirs):
+                continue
+            sent = (i - first) * S + s
+            received = (j - first) * S + slot[(i, j)]
+            if mine and theirs:
+                moves.append((received, sent))
+            elif mine:
+                out.setdefault(j // k, []).append(sent)
+            else:
+                into.setdefault(i // k, []).append(received)
+    return torch.tensor(moves, dtype=torch.int64).view(-1, 2).T, out, into
+
+
 def _totals(sent: np.ndarray) -> tuple[float, int, int]:
     return float(sent.mean()), int(sent.max(initial=0)), int(sent.sum())
 
@@ -174,13 +205,18 @@ def map_then_mix(
 class Shared:
     """What the simulated and the distributed communicators share: ``mix_many`` as one
     ``mix`` of the tensors packed column-wise, ``mix_map`` done plainly, ``exchange`` over
-    the slots of ``_slots`` (:func:`decentopt.comm.routes.slots`), the messages of a round
+    the slots of ``_slots`` (:func:`slots`), the messages of a round
     and their count."""
 
     topology: Network
     stats: CommStats
-    #: how many agents' rows this process holds (the simulator: all ``n``)
-    _held: int
+    #: the agents whose rows this process holds (the simulator: all ``n``)
+    _agents: range
+
+    @cached_property
+    def _slots(self) -> tuple[torch.Tensor, dict, dict]:
+        """For ``exchange``: this process's :func:`slots`."""
+        return slots(self.topology.neighbors, self._agents.start, len(self._agents))
 
     @cached_property
     def _static_messages(self) -> tuple[float, int, int]:
@@ -217,14 +253,14 @@ class Shared:
     def exchange(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """:meth:`Relaying.exchange`: a slot moves in memory where both agents are in this
         process, else by :meth:`_send_slots`."""
-        k = self._held
+        k = len(self._agents)
         S = self._check_exchange(tensors, k)
         if S == 0:  # nobody has a neighbour (one agent): a round without messages
             self._count(0, 0)
             return [t.clone() for t in tensors]
         rows = [self._host(t.reshape(k * S, -1)) for t in tensors]
         received = [torch.zeros_like(r) for r in rows]
-        moves = self._slots[0].to(rows[0].device)  # type: ignore[attr-defined]
+        moves = self._slots[0].to(rows[0].device)
         for got, sent in zip(received, rows, strict=True):
             got[moves[0]] = sent[moves[1]]
         sent = self._send_slots(rows, received)

@@ -79,10 +79,9 @@ class AgedCommunicator(SimulatedCommunicator):
         fresh = rounds[0]
         row = sum(z[0].numel() * z.element_size() for z in fresh)
         ages = self._ages_at(self.stats.rounds, row / self.columns)
-        mixed = self.mix_many(fresh)
         edges = self._links
         age = torch.from_numpy(ages)[edges[:, 0], edges[:, 1]]
-        out = list(mixed)
+        out = self.mix_many(fresh)
         for a in age[age > tau].unique().tolist():
             late = edges[age == a].to(fresh[0].device)
             w = self._weights[age == a]

@@ -30,8 +30,9 @@ import functools
 import re
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -47,6 +48,16 @@ from decentopt.topology import Network, TopologySchedule, weights_digest
 __all__ = ["DistributedCommunicator", "PeerFailure", "settle_all"]
 
 settle_all = leaving.settle_all
+
+
+def through_host(tensor: torch.Tensor, op: Callable[[torch.Tensor], Any]) -> None:
+    """``op`` on ``tensor`` in place; gloo cannot take CUDA tensors: through host memory."""
+    if tensor.is_cuda and dist.get_backend() == "gloo":
+        host = tensor.detach().cpu()
+        op(host)
+        tensor.copy_(host)
+    else:
+        op(tensor)
 
 
 class DistributedCommunicator(Shared):
@@ -74,7 +85,7 @@ class DistributedCommunicator(Shared):
         self.world_size = dist.get_world_size(group)
         #: this process's (first) agent, its row of W: the rank itself, one agent per process
         self.rank = self._agent_of(dist.get_rank(group))
-        self._held = self.agents_per_process
+        self._agents = range(self.rank, self.rank + self.agents_per_process)
         if topology.n != self._agent_of(self.world_size):
             raise ValueError(self._mismatch(topology.n))
         self.topology = topology
@@ -136,7 +147,6 @@ class DistributedCommunicator(Shared):
         rank and the round."""
         calls = [(dist.isend, *m) for m in sends] + [(dist.irecv, *m) for m in receives]
         ops = [dist.P2POp(op, tensor, j, group=self.group) for op, j, tensor in calls]
-        peers = [j for _, j, _ in calls]
         if not ops:
             return 0
         start = time.monotonic()
@@ -144,11 +154,11 @@ class DistributedCommunicator(Shared):
         try:
             works = dist.batch_isend_irecv(ops)
             for k, work in enumerate(works):
-                peer = peers[k] if len(works) == len(ops) else None
+                peer = ops[k].peer if len(works) == len(ops) else None
                 self._wait(work)
         except RuntimeError as exc:
             waited = time.monotonic() - start
-            everyone = ", ".join(map(str, sorted(set(peers))))
+            everyone = ", ".join(map(str, sorted({op.peer for op in ops})))
             who = f"neighbour {peer}" if peer is not None else f"neighbour(s) {everyone}"
             how = (
                 f"after {waited:.1f} s (timeout {self.timeout.total_seconds():g} s)"
@@ -203,8 +213,7 @@ class DistributedCommunicator(Shared):
         """This round's plan (:mod:`~decentopt.comm.routes`), kept over a static graph."""
         key = self.stats.rounds if isinstance(self.topology, TopologySchedule) else -1
         if self._planned[0] != key:
-            links = [self._links(self.rank + a) for a in range(self.agents_per_process)]
-            self._planned = (key, routes.plan(links, self.rank))
+            self._planned = (key, routes.plan([self._links(i) for i in self._agents], self.rank))
         return self._planned[1]
 
     def _route(self, rows: torch.Tensor) -> tuple[routes.Plan, dict[int, torch.Tensor]]:
@@ -218,7 +227,7 @@ class DistributedCommunicator(Shared):
             [(q, buf.view(-1)) for (q, _), buf in zip(plan.receives, received, strict=True)],
         )
         self._count(rows.shape[1] * rows.element_size(), sent)
-        by_agent = dict(zip(range(self.rank, self.rank + k), rows, strict=True))
+        by_agent = dict(zip(self._agents, rows, strict=True))
         for (_, agents), buf in zip(plan.receives, received, strict=True):
             by_agent.update(zip(agents, buf, strict=True))
         return plan, by_agent
@@ -319,19 +328,14 @@ class DistributedCommunicator(Shared):
         per_agent = rows_of(flat, z)
         _, r, k = per_agent.shape
         round_ = self.stats.rounds
-        first = self.rank
-        data = torch.stack([codec.encode(q, first + a, round_) for a, q in enumerate(per_agent)])
+        data = torch.stack([codec.encode(q, i, round_) for i, q in enumerate(per_agent, self.rank)])
         plan, messages = self._route(data)
         decoded = {
             j: codec.decode(m, j, round_, r, k, flat.dtype).reshape(-1) for j, m in messages.items()
         }
-        own = torch.stack([decoded[first + a] for a in range(len(per_agent))])
-        mixed = routes.weigh(plan, first, decoded, torch.empty_like(own))
+        own = torch.stack([decoded[i] for i in self._agents])
+        mixed = routes.weigh(plan, self.rank, decoded, torch.empty_like(own))
         return own.to(z.device).view(z.shape), mixed.to(z.device).view(z.shape)
-
-    @functools.cached_property
-    def _slots(self) -> tuple[torch.Tensor, dict, dict]:
-        return routes.slots(self.topology.neighbors, self.rank, self.agents_per_process)
 
     def _send_slots(self, rows: list[torch.Tensor], received: list[torch.Tensor]) -> int:
         """The slots other processes' agents read, packed per pair of processes in ascending

@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 import torch.distributed as dist
 
-from decentopt.comm.distributed import DistributedCommunicator
+from decentopt.comm.distributed import DistributedCommunicator, through_host
 
 __all__ = ["AgentGroup", "GroupCommunicator", "agent_size"]
 
@@ -183,11 +183,6 @@ class GroupCommunicator(DistributedCommunicator):
     @torch.no_grad()
     def share_within_agent(self, tensors: Iterable[torch.Tensor]) -> None:
         """Every process of the agent takes its first process's values of ``tensors``."""
-        if self.procs_per_agent == 1:
-            return
         first = self.rank * self.procs_per_agent
         for t in tensors:
-            host = self._host(t.detach())
-            dist.broadcast(host, first, group=self.agent_group)
-            if host.data_ptr() != t.data_ptr():
-                t.copy_(host)
+            through_host(t.detach(), lambda h: dist.broadcast(h, first, group=self.agent_group))

@@ -25,12 +25,12 @@ standard error muted, so that a rank's failure stays the one line it prints.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import time
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch.distributed as dist
@@ -90,7 +90,7 @@ class PeerFailure(RuntimeError):
         lost_a_neighbour()  # so that this rank does not leave as finished
 
 
-@contextmanager
+@contextlib.contextmanager
 def _muted_stderr() -> Iterator[None]:
     """The process's standard error (file descriptor 2, where torch's C++ warnings go)
     discarded for the duration of a store call."""
@@ -110,11 +110,8 @@ def announce_finish() -> None:
     """Record that this rank finished normally, and after how many gossip rounds."""
     for comm in list(_ALL):
         if comm._store is not None:
-            try:
-                with _muted_stderr():
-                    comm._store.set(_key(comm.rank), str(comm.stats.rounds))
-            except Exception:  # the store's host may be gone: nothing to tell
-                pass
+            with contextlib.suppress(Exception), _muted_stderr():  # the store's host may be gone
+                comm._store.set(_key(comm.rank), str(comm.stats.rounds))
 
 
 def finished_line(store: Any, rank: int, peer: int, made: int) -> str | None:
@@ -166,8 +163,6 @@ def _leave_at_exit() -> None:
     process. The group's worker threads outlive ``destroy_process_group()`` whenever
     something else keeps the group (``import torch._dynamo``, which ``torch.optim`` does,
     holds references to it), so closing the group cannot end them."""
-    try:
+    with contextlib.suppress(Exception):  # the process is ending; a neighbour gone hears nothing
         leave(finished=not _lost_a_neighbour and getattr(sys, "last_value", None) is None)
-    except Exception:  # the process is ending: a neighbour already gone has nothing to hear
-        pass
     time.sleep(_RELEASE_PAUSE)

@@ -102,9 +102,8 @@ class Stream:
 
     ``post(flat, targets, sources, (isend, irecv), fail)`` starts round ``s`` (sends to
     ``targets``, receives from ``sources``: rank ids); ``take(sources, tau, bound, fail)``
-    then returns, per neighbour, the
-    buffer of the newest message of age ``tau`` to ``bound`` and the age of the oldest used.
-    """
+    then returns, per neighbour, the buffer of the newest message of age ``tau`` to
+    ``bound`` and the age of the oldest used."""
 
     def __init__(self, key: torch.Tensor, timeout: timedelta, threaded: bool) -> None:
         self.key = weakref.ref(key)
@@ -119,7 +118,8 @@ class Stream:
         self._stop = threading.Event()
 
     def post(self, flat: torch.Tensor, targets: Any, sources: Any, ops: Any, fail: Fail) -> None:
-        s, (isend, irecv) = self.posted, ops
+        isend, irecv = ops
+        s = self.posted
         self.posted += 1
 
         def start(op: Any, tensor: torch.Tensor, peer: int) -> Message:
@@ -193,8 +193,6 @@ class Stream:
             for box in (self.outbox, *self.inbox.values()):
                 while box:
                     box.popleft().wait(self.timeout, fail)
-        except BaseException:
+        finally:
             self.stop()
-            raise
-        self.stop()
         self.join()  # every receive is through: the threads are idle and end at once

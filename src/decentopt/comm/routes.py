@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from decentopt.communicator import slot_table
+from decentopt.communicator import slots
 
 __all__ = ["Links", "Plan", "plan", "slots", "weigh"]
 
@@ -54,33 +54,3 @@ def weigh(plan: Plan, first: int, rows: dict[int, torch.Tensor], out: torch.Tens
         for j, w in neighbours:
             out[a].add_(rows[j], alpha=w)
     return out
-
-
-def slots(
-    neighbors: Sequence[Sequence[int]], first: int, k: int
-) -> tuple[torch.Tensor, dict[int, list[int]], dict[int, list[int]]]:
-    """For ``exchange`` over a static undirected graph, slots as rows ``a * S + s`` of a
-    process's ``(k * S, -1)`` messages (local agent ``a``, slot ``s``): those moved in memory
-    (a ``(2, m)`` tensor: received, sent), then by process the sent slots to it and the
-    received slots from it, in ascending (sender, receiver) order."""
-    table, S = slot_table(neighbors)
-    slot = {(int(j), i): t for i in range(len(table)) for t, j in enumerate(table[i])}
-    moves: list[tuple[int, int]] = []
-    out: dict[int, list[int]] = {}
-    into: dict[int, list[int]] = {}
-    for i in range(len(table)):  # pairs (i, j) in ascending order on both sides
-        for s, j in enumerate(table[i]):
-            j = int(j)
-            mine = first <= i < first + k
-            theirs = first <= j < first + k
-            if j < 0 or not (mine or theirs):
-                continue
-            sent = (i - first) * S + s
-            received = (j - first) * S + slot[(i, j)]
-            if mine and theirs:
-                moves.append((received, sent))
-            elif mine:
-                out.setdefault(j // k, []).append(sent)
-            else:
-                into.setdefault(i // k, []).append(received)
-    return torch.tensor(moves, dtype=torch.int64).view(-1, 2).T, out, into

@@ -18,11 +18,9 @@ kernels where the mixer of the state is the native one, and says why not otherwi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 
 import torch
 
-from decentopt.comm import routes
 from decentopt.comm.mixers import Mixer, NativeMixer, chain
 from decentopt.communicator import CommStats, Elementwise, Shared, map_then_mix, rows_of
 from decentopt.compression import Compressor
@@ -51,7 +49,7 @@ class SimulatedCommunicator(Shared):
         self.topology = topology
         self.kernel = kernel
         self.n = topology.n
-        self._held = topology.n
+        self._agents = range(topology.n)
         self.stats = CommStats()
         self.mixers: tuple[Mixer, ...] = chain(topology, kernel)
         #: What ran the last compressed round: a mixer's name (its fused kernel) or why
@@ -166,31 +164,25 @@ class SimulatedCommunicator(Shared):
         if descent is not None and descent[0].shape != z.shape:
             return "the descent direction has another shape than the state"
         mixer = self.mixer_for(flat)
-        done: tuple[torch.Tensor, ...] | str = (
-            f"the {mixer.name} mixer has no fused compressed round"
+        if not isinstance(mixer, NativeMixer):
+            self.compressed_kernel = f"the {mixer.name} mixer has no fused compressed round"
+            return self.compressed_kernel
+        folded = None if descent is None else (descent[0].reshape(flat.shape), descent[1])
+        done = mixer.choco(
+            codec,
+            flat,
+            hat.reshape(flat.shape),
+            s.reshape(flat.shape),
+            rows.shape[2],
+            gamma,
+            self.stats.rounds,
+            folded,
         )
-        if isinstance(mixer, NativeMixer):
-            folded = None if descent is None else (descent[0].reshape(flat.shape), descent[1])
-            done = mixer.choco(
-                codec,
-                flat,
-                hat.reshape(flat.shape),
-                s.reshape(flat.shape),
-                rows.shape[2],
-                gamma,
-                self.stats.rounds,
-                folded,
-            )
         self.compressed_kernel = done if isinstance(done, str) else mixer.name
         if isinstance(done, str):
             return done
         self._count(codec.nbytes(rows.shape[1], rows.shape[2], z.dtype))
         return tuple(t.view(z.shape) for t in done)  # type: ignore[return-value]
-
-    @cached_property
-    def _slots(self) -> tuple[torch.Tensor, dict, dict]:
-        """For ``exchange``: every slot moves in memory (:func:`~decentopt.comm.routes.slots`)."""
-        return routes.slots(self.topology.neighbors, 0, self.n)
 
     def mean(self, z: torch.Tensor) -> torch.Tensor:
         return z.mean(dim=0, keepdim=True)

@@ -65,12 +65,10 @@ class Bucket:
         if any(p.grad is not None and p.grad.is_sparse for p in self.params):
             raise RuntimeError("DecentralizedOptimizer does not support sparse gradients")
         grads = [  # a gradient None counts as zero
-            torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
-            if p.grad is None
-            else p.grad.detach().reshape(-1).to(p.dtype)
+            torch.zeros_like(p) if p.grad is None else p.grad.detach().to(p.dtype)
             for p in self.params
         ]
-        grad = torch.cat(grads).unsqueeze(0)
+        grad = torch.cat([g.reshape(-1) for g in grads]).unsqueeze(0)
         if grad_scale is not None:
             grad.mul_(1.0 / grad_scale)
         if weight_decay:

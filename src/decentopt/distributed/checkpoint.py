@@ -8,9 +8,9 @@ The last two complete steps are kept. Payloads hold tensors and plain data only
 so a planted file cannot run code; a file without its manifest is never loaded.
 On resume, :func:`load_latest` takes the newest step whose file verifies on
 *every* rank; a truncated or altered file is reported with its path and the
-previous complete step is used instead, so a
-crash in the middle of writing, or a damaged disk block, never resumes ranks at
-different steps or from corrupt state. ``DIR`` must be visible to every rank.
+previous complete step is used instead, so a crash in the middle of writing, or a
+damaged disk block, never resumes ranks at different steps or from corrupt state.
+``DIR`` must be visible to every rank.
 """
 
 from __future__ import annotations
@@ -147,7 +147,8 @@ def load_checkpoint(root: str | Path, step: int) -> dict[str, Any]:
         raise ValueError(f"{path} has no manifest {manifest_path.name}; it is not loaded")
     try:
         manifest = json.loads(manifest_path.read_text())
-        size, digest = manifest["bytes"], manifest["sha256"]
+        size = manifest["bytes"]
+        digest = manifest["sha256"]
     except (json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
         why = "nested too deeply" if isinstance(exc, RecursionError) else exc
         raise ValueError(f"{manifest_path} is damaged ({type(exc).__name__}: {why})") from None
@@ -167,13 +168,11 @@ def load_latest(
 ) -> tuple[int, dict[str, Any]] | None:
     """The newest complete step that loads intact on every rank (``agree``: all ranks ok?)."""
     for step in _complete_steps(root):
+        payload: dict[str, Any] | None = None
         try:
             payload = load_checkpoint(root, step)
-            ok = True
         except (ValueError, FileNotFoundError, json.JSONDecodeError, KeyError) as exc:
             warnings.warn(f"{exc}; trying the previous checkpoint", RuntimeWarning, stacklevel=2)
-            payload = {}
-            ok = False
-        if agree(ok):
-            return step, payload
+        if agree(payload is not None):
+            return step, payload or {}
     return None

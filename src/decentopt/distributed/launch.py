@@ -23,7 +23,6 @@ torchrun directly for jobs across machines.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import socket
@@ -90,10 +89,6 @@ def _signals_exit() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-#: In each rank, before it runs: SIGTERM when the launcher dies, even by SIGKILL.
-_ranks_follow = functools.partial(die_with_parent, signal.SIGTERM)
 
 
 def _supervise(procs: list[subprocess.Popen], grace: float) -> tuple[int, int | None]:
@@ -170,7 +165,8 @@ def launch(
             with _signals_exit():
                 for rank in range(nproc):
                     env = base | common | {"RANK": str(rank), "LOCAL_RANK": str(rank)}
-                    procs.append(subprocess.Popen(command, env=env, preexec_fn=_ranks_follow))
+                    # SIGTERM when the launcher dies, even by SIGKILL
+                    procs.append(subprocess.Popen(command, env=env, preexec_fn=die_with_parent))
                 code, rank = _supervise(procs, grace)
         except (KeyboardInterrupt, SystemExit) as exc:  # the launcher goes: its ranks too
             _stop(procs, grace)

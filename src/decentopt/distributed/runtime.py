@@ -6,15 +6,13 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from decentopt.comm.distributed import PeerFailure
+from decentopt.comm.distributed import PeerFailure, through_host
 from decentopt.comm.leaving import leave
 
 __all__ = [
@@ -47,15 +45,17 @@ def _whole(name: str, default: str | None = None) -> int:
         ) from None
 
 
-def _check_environment() -> None:
-    """Every variable a rank needs, present and sensible, before anything waits on them."""
+def _check_environment() -> tuple[int, int, str, int]:
+    """Every variable a rank needs, present and sensible, before anything waits on them:
+    ``(rank, world, address, port)``."""
     missing = [k for k in _REQUIRED if k not in os.environ]
     if missing:
         raise StartupError(
             f"missing {', '.join(missing)} in the environment: start the script with "
             "`torchrun --nproc-per-node N script.py` or `decentopt launch -n N script.py`"
         )
-    world, rank = _whole("WORLD_SIZE"), _whole("RANK")
+    world = _whole("WORLD_SIZE")
+    rank = _whole("RANK")
     if world < 1:
         raise StartupError(f"WORLD_SIZE={world}: the number of processes must be >= 1")
     if not 0 <= rank < world:
@@ -73,16 +73,17 @@ def _check_environment() -> None:
             f"MASTER_ADDR={address!r} does not resolve ({exc}); give rank 0's host name or "
             "IP address (127.0.0.1 on one machine)"
         ) from None
+    return rank, world, address, port
 
 
-def _use_local_gpu() -> None:
+def _use_local_gpu(rank: int) -> None:
     """NCCL's one GPU per process: this process's is the LOCAL_RANK-th of its machine."""
     local = _whole("LOCAL_RANK", "0")
     gpus = torch.cuda.device_count()
     if local >= gpus:
         raise StartupError(
-            f"rank {os.environ['RANK']}: LOCAL_RANK {local} but this machine has {gpus} "
-            f"GPU(s); NCCL needs one GPU per process: start at most {gpus} process(es) per "
+            f"rank {rank}: LOCAL_RANK {local} but this machine has {gpus} GPU(s); NCCL "
+            f"needs one GPU per process: start at most {gpus} process(es) per "
             "machine, or use backend='gloo' (ranks may then share a GPU; tensors travel "
             "through host memory)"
         )
@@ -97,15 +98,13 @@ def init(backend: str = "auto", *, timeout: float = 300.0) -> tuple[int, int]:
     environment (a variable missing or malformed, a RANK outside the world, an address
     that does not resolve) is a :class:`StartupError` naming the variable, at once.
     """
-    _check_environment()
+    rank, world, address, port = _check_environment()
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        _use_local_gpu()
-    address = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-    rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
+        _use_local_gpu(rank)
     outcome: dict[str, BaseException] = {}
 
     def start() -> None:
@@ -123,17 +122,17 @@ def init(backend: str = "auto", *, timeout: float = 300.0) -> tuple[int, int]:
     waited = time.monotonic() - start_time
     if worker.is_alive():
         raise PeerFailure(
-            f"rank {rank}: start-up: no answer from {address} within {waited:.1f} s (timeout "
-            f"{timeout:g} s): rank 0 did not start, or another program listens on that port; "
-            "set MASTER_PORT to a free port (decentopt launch picks one)"
+            f"rank {rank}: start-up: no answer from {address}:{port} within {waited:.1f} s "
+            f"(timeout {timeout:g} s): rank 0 did not start, or another program listens on that "
+            "port; set MASTER_PORT to a free port (decentopt launch picks one)"
         )
     exc = outcome.get("error")
     if exc is not None:
         text = str(exc)
         if "EADDRINUSE" in text or "address already in use" in text.lower():
             raise PeerFailure(
-                f"rank {rank}: start-up: port {os.environ['MASTER_PORT']} is in use by another "
-                "program; set MASTER_PORT to a free port (decentopt launch picks one)"
+                f"rank {rank}: start-up: port {port} is in use by another program; "
+                "set MASTER_PORT to a free port (decentopt launch picks one)"
             ) from None
         if isinstance(exc, RuntimeError | dist.DistError):  # a rank never came, the store died
             raise PeerFailure(
@@ -152,16 +151,6 @@ def device_for_rank() -> torch.device:
     return torch.device("cpu")
 
 
-def _collective(tensor: torch.Tensor, op: Callable[[torch.Tensor], Any]) -> None:
-    """``op`` on ``tensor`` in place; gloo cannot take CUDA tensors: through host memory."""
-    if tensor.is_cuda and dist.get_backend() == "gloo":
-        host = tensor.detach().cpu()
-        op(host)
-        tensor.copy_(host)
-    else:
-        op(tensor)
-
-
 @torch.no_grad()
 def broadcast_parameters(model: torch.nn.Module, src: int = 0) -> None:
     """Give every rank rank ``src``'s parameters and buffers: a common start (the paper starts
@@ -169,7 +158,7 @@ def broadcast_parameters(model: torch.nn.Module, src: int = 0) -> None:
     if not dist.is_initialized():
         return
     for tensor in [*model.parameters(), *model.buffers()]:
-        _collective(tensor.data, lambda t: dist.broadcast(t, src))
+        through_host(tensor.data, lambda t: dist.broadcast(t, src))
 
 
 @torch.no_grad()
@@ -182,9 +171,9 @@ def average_buffers(model: torch.nn.Module) -> None:
     world = dist.get_world_size()
     for buffer in model.buffers():
         if buffer.is_floating_point():
-            _collective(buffer, lambda t: (dist.all_reduce(t), t.div_(world)))
+            through_host(buffer, lambda t: (dist.all_reduce(t), t.div_(world)))
         else:
-            _collective(buffer, lambda t: dist.all_reduce(t, op=dist.ReduceOp.MAX))
+            through_host(buffer, lambda t: dist.all_reduce(t, op=dist.ReduceOp.MAX))
 
 
 #: ``finalize()``: leave the job: record that this rank finished (and after how many gossip
