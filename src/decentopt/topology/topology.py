@@ -20,7 +20,7 @@ Entries must also be non-negative and the graph connected, otherwise
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar, TypeVar
@@ -65,16 +65,6 @@ def links(adjacency: object) -> np.ndarray:
         raise ValueError(f"the adjacency matrix must be square; got shape {A.shape}")
     A = (A != 0).astype(np.float64)
     np.fill_diagonal(A, 0.0)
-    return A
-
-
-def shift_links(n: int, offsets: Iterable[int]) -> np.ndarray:
-    """The links ``i -> i + o mod n`` of every offset ``o`` (``A[i, i + o] = 1``)."""
-    A = np.zeros((n, n))
-    idx = np.arange(n)
-    for o in offsets:
-        if o % n:
-            A[idx, (idx + o) % n] = 1.0
     return A
 
 
@@ -148,6 +138,11 @@ def check_assumption1(W: object, *, tol: float = _TOL) -> np.ndarray:
     return arr
 
 
+def _others(W: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """For each row ``i``, the columns ``j != i`` where it is non-zero."""
+    return tuple(tuple(int(j) for j in np.flatnonzero(row) if j != i) for i, row in enumerate(W))
+
+
 @dataclass(frozen=True, eq=False)
 class Graph:
     """What every static graph has: a mixing matrix ``W`` over ``n`` agents, who reads
@@ -200,18 +195,12 @@ class Graph:
     @cached_property
     def neighbors(self) -> tuple[tuple[int, ...], ...]:
         """For each agent, the other agents j whose rows it reads (w_ij != 0)."""
-        return tuple(
-            tuple(int(j) for j in np.flatnonzero(row) if j != i)
-            for i, row in enumerate(self.matrix())
-        )
+        return _others(self.matrix())
 
     @cached_property
     def out_neighbors(self) -> tuple[tuple[int, ...], ...]:
         """For each agent, the agents that read its row (w_ji != 0)."""
-        return tuple(
-            tuple(int(i) for i in np.flatnonzero(col) if i != j)
-            for j, col in enumerate(self.matrix().T)
-        )
+        return _others(self.matrix().T)
 
     @property
     def degrees(self) -> np.ndarray:
