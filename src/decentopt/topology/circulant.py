@@ -139,8 +139,7 @@ class CirculantTopology(Topology):
 
 def circulant_from_offsets(n: int, offsets: set[int], name: str, lazy: bool | str) -> Topology:
     """Metropolis weights on a regular circulant graph: ``1 / (1 + degree)`` per edge."""
-    offsets = {o % n for o in offsets} - {0}
-    offsets |= {(n - o) % n for o in offsets}
+    offsets = {sign * o % n for o in offsets for sign in (1, -1)} - {0}
     w = 1.0 / (1 + len(offsets))
     stencil = {o: w for o in offsets} | {0: 1.0 - w * len(offsets)}
     if lazy is True or (lazy == "auto" and spectrum(n, stencil).min() < -1e-10):
