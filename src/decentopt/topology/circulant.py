@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 import torch
 from scipy.linalg import circulant
 
-from decentopt.topology.topology import _TOL, AssumptionError, Topology
+from decentopt.topology.topology import _TOL, AssumptionError, Topology, lazily
 
 __all__ = [
     "DENSE_LIMIT",
@@ -142,11 +142,8 @@ def circulant_from_offsets(n: int, offsets: set[int], name: str, lazy: bool | st
     offsets = {sign * o % n for o in offsets for sign in (1, -1)} - {0}
     w = 1.0 / (1 + len(offsets))
     stencil = {o: w for o in offsets} | {0: 1.0 - w * len(offsets)}
-    if lazy is True or (lazy == "auto" and spectrum(n, stencil).min() < -1e-10):
-        stencil = {o: c / 2 for o, c in stencil.items()}
-        stencil[0] += 0.5
-        name = f"lazy({name})"
-    return CirculantTopology(n, stencil, name)
+    halved = {o: c / 2 for o, c in stencil.items()} | {0: stencil[0] / 2 + 0.5}
+    return lazily(partial(CirculantTopology, n), stencil, halved, name, lazy)
 
 
 def find_stencil(topology: object) -> tuple[tuple[int, float], ...] | None:

@@ -25,6 +25,7 @@ from decentopt.topology.topology import (
     Topology,
     _as_numpy,
     agents,
+    lazily,
     links,
 )
 
@@ -98,11 +99,7 @@ def from_adjacency(
     if not np.array_equal(A, A.T):
         raise ValueError("the adjacency matrix must be symmetric (an undirected graph)")
     W = _WEIGHTS[weights](A)
-    label = f"{name}[{weights}]"
-    if lazy is True or (lazy == "auto" and np.linalg.eigvalsh(W)[0] < -1e-10):
-        W = (W + np.eye(len(W))) / 2
-        label = f"lazy({label})"
-    return Topology(W, name=label)
+    return lazily(Topology, W, (W + np.eye(len(W))) / 2, f"{name}[{weights}]", lazy)
 
 
 def from_networkx(
@@ -133,14 +130,7 @@ def _sparse_graph(graph: nx.Graph, *, weights: Weights, lazy: Lazy, name: str) -
         w = np.full(len(rows), 1.0 / (1.0 + deg.max(initial=0.0)))
     off = sp.csr_matrix((w, (rows, cols)), shape=(n, n))
     W = off + sp.diags(1.0 - np.asarray(off.sum(axis=1)).ravel())
-    label = f"{name}[{weights}]"
-    try:
-        topology = SparseTopology(W, name=label)
-        return topology.lazy() if lazy is True else topology
-    except AssumptionError as exc:
-        if lazy == "auto" and "1(3)" in str(exc):
-            return SparseTopology((W + sp.identity(n)) / 2, name=f"lazy({label})")
-        raise
+    return lazily(SparseTopology, W, (W + sp.identity(n)) / 2, f"{name}[{weights}]", lazy)
 
 
 def from_matrix(
@@ -152,11 +142,9 @@ def from_matrix(
     repairs a zero diagonal entry or a negative eigenvalue (the error for such a
     ``W`` suggests it).
     """
-    if lazy:
-        arr = _as_numpy(W)
-        if arr.ndim == 2 and arr.shape[0] == arr.shape[1]:
-            return Topology((arr + np.eye(arr.shape[0])) / 2, name=f"lazy({name})")
-    return Topology(W, name=name)
+    arr = _as_numpy(W)
+    square = arr.ndim == 2 and arr.shape[0] == arr.shape[1]  # else Topology says what is wrong
+    return lazily(Topology, W, (arr + np.eye(len(arr))) / 2 if square else W, name, lazy)
 
 
 def ring(n: int, *, weights: Literal["paper"] | Weights = "paper", lazy: Lazy = "auto") -> Topology:

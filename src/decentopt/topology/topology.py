@@ -34,6 +34,7 @@ __all__ = ["AssumptionError", "Topology", "check_assumption1"]
 
 _TOL = 1e-10
 G = TypeVar("G", bound="Graph")
+T = TypeVar("T")
 
 
 class AssumptionError(ValueError):
@@ -94,6 +95,18 @@ def square_weights(W: object, tol: float, builders: str) -> np.ndarray:
             f"(use {builders} on the graph)"
         )
     return arr
+
+
+def lazily(build: Callable[[T, str], G], W: T, lazy_W: T, name: str, lazy: object) -> G:
+    """``build(W, name)``, or the lazy transform ``build(lazy_W, "lazy(name)")`` where
+    ``lazy`` is true, or ``"auto"`` and ``W`` fails Assumption 1(3) (a negative eigenvalue)."""
+    if lazy is not True:
+        try:
+            return build(W, name)
+        except AssumptionError as exc:
+            if lazy != "auto" or "1(3)" not in str(exc):
+                raise
+    return build(lazy_W, f"lazy({name})")
 
 
 @one_thread()
