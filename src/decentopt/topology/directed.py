@@ -133,10 +133,8 @@ def from_digraph(adjacency: object, *, name: str = "digraph") -> DirectedTopolog
     """Column-stochastic weights on a directed graph: ``adjacency[j, i] != 0`` means
     ``j`` sends to ``i``; agent ``j`` keeps and sends ``1 / (1 + out-degree_j)`` each."""
     A = links(adjacency)
-    share = 1.0 / (1.0 + A.sum(axis=1))  # per sender j
-    W = A.T * share[None, :]
-    W[np.diag_indices_from(W)] = share
-    return DirectedTopology(W, name=name)
+    share = 1.0 / (1.0 + A.sum(axis=1))  # per sender j, to each receiver and itself
+    return DirectedTopology((A + np.eye(len(A))).T * share[None, :], name=name)
 
 
 def directed_ring(n: int) -> DirectedTopology:
