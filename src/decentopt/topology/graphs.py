@@ -14,6 +14,7 @@ from typing import Literal
 
 import networkx as nx
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from decentopt._checks import as_count, as_real, unknown_name
@@ -105,21 +106,16 @@ def from_adjacency(
 def from_networkx(
     graph: nx.Graph, *, weights: Weights = "metropolis", lazy: Lazy = "auto", name: str = "graph"
 ) -> Topology:
-    """Mixing matrix of any undirected networkx graph (nodes taken in sorted order)."""
+    """Mixing matrix of any undirected networkx graph (nodes taken in sorted order); from
+    ``SPARSE_FROM`` nodes the weights are computed on the sparse adjacency (no n x n array)."""
     lazy = _options(weights, lazy)
     if graph.is_directed():
         raise ValueError("the graph must be undirected; use graph.to_undirected()")
-    if graph.number_of_nodes() >= SPARSE_FROM:
-        return _sparse_graph(graph, weights=weights, lazy=lazy, name=name)
-    A = nx.to_numpy_array(graph, nodelist=sorted(graph.nodes()), weight=None)
-    return from_adjacency(A, weights=weights, lazy=lazy, name=name)
-
-
-def _sparse_graph(graph: nx.Graph, *, weights: Weights, lazy: Lazy, name: str) -> Topology:
-    """Metropolis or max-degree weights computed on the sparse adjacency (no n x n array)."""
-    import scipy.sparse as sp
-
-    A = nx.to_scipy_sparse_array(graph, nodelist=sorted(graph.nodes()), weight=None, format="coo")
+    nodes = sorted(graph.nodes())
+    if len(nodes) < SPARSE_FROM:
+        A = nx.to_numpy_array(graph, nodelist=nodes, weight=None)
+        return from_adjacency(A, weights=weights, lazy=lazy, name=name)
+    A = nx.to_scipy_sparse_array(graph, nodelist=nodes, weight=None, format="coo")
     keep = A.row != A.col
     rows, cols = A.row[keep], A.col[keep]
     n = A.shape[0]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -34,7 +34,6 @@ __all__ = ["AssumptionError", "Topology", "check_assumption1"]
 
 _TOL = 1e-10
 G = TypeVar("G", bound="Graph")
-T = TypeVar("T")
 
 
 class AssumptionError(ValueError):
@@ -97,7 +96,7 @@ def square_weights(W: object, tol: float, builders: str) -> np.ndarray:
     return arr
 
 
-def lazily(build: Callable[[T, str], G], W: T, lazy_W: T, name: str, lazy: object) -> G:
+def lazily(build: Callable[[Any, str], G], W: Any, lazy_W: Any, name: str, lazy: object) -> G:
     """``build(W, name)``, or the lazy transform ``build(lazy_W, "lazy(name)")`` where
     ``lazy`` is true, or ``"auto"`` and ``W`` fails Assumption 1(3) (a negative eigenvalue)."""
     if lazy is not True:
