@@ -31,9 +31,8 @@ def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",
 
     count = min(network.period or 4, 8)  # the W_t of one period (a random schedule: 4)
     matrices = [network.at(t).matrix() for t in range(count)]
-    n = matrices[0].shape[0]
     fig, axes = new_figure(1, len(matrices), figsize=(2.6 * len(matrices), 2.8))
-    pos = nx.circular_layout(range(n))
+    pos = nx.circular_layout(range(network.n))
     for t, (ax, graph) in enumerate(zip(axes[0], graphs_of(matrices), strict=True)):
         widths = [0.6 + 3 * d["weight"] for _, _, d in graph.edges(data=True)]
         arrows = {"arrowstyle": "-|>", "connectionstyle": "arc3,rad=0.12"}  # sender -> receiver

@@ -81,10 +81,8 @@ class SparseTopology(Topology):
 
     @cached_property
     def neighbors(self) -> tuple[tuple[int, ...], ...]:
-        ptr, idx = self.csr.indptr, self.csr.indices
-        return tuple(
-            tuple(int(j) for j in sorted(idx[ptr[i] : ptr[i + 1]]) if j != i) for i in range(self.n)
-        )
+        rows = np.split(self.csr.indices, self.csr.indptr[1:-1])
+        return tuple(tuple(int(j) for j in sorted(row) if j != i) for i, row in enumerate(rows))
 
     @property
     def density(self) -> float:
