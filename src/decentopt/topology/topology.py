@@ -256,8 +256,7 @@ class Topology(Graph):
     @one_thread()
     def lam(self) -> float:
         """lambda = ||W - 11^T/n||_2, the paper's mixing rate (second largest |eigenvalue|)."""
-        J = np.full_like(self.matrix(), 1.0 / self.n)
-        return float(np.linalg.norm(self.matrix() - J, ord=2))
+        return float(np.linalg.norm(self.matrix() - 1.0 / self.n, ord=2))
 
     @property
     def spectral_gap(self) -> float:
