@@ -54,12 +54,11 @@ def plot_contraction(
     averages (exact averaging drops to round-off)."""
     fig, ((ax,),) = new_figure(1, 1, figsize=(5.6, 3.8))
     for i, network in enumerate(networks):
-        n = network.n
-        P = np.eye(n)
+        P = np.eye(network.n)
         values = [1.0]
         for t in range(rounds):
             P = network.at(t).matrix() @ P
-            values.append(max(float(np.linalg.norm(P - 1.0 / n, 2)), 1e-16))
+            values.append(max(float(np.linalg.norm(P - 1.0 / network.n, 2)), 1e-16))
         style = style_for(network.name, i)
         ax.plot(range(rounds + 1), values, label=network.name, markevery=5, **style)
     ax.set_yscale("log")
