@@ -42,8 +42,7 @@ FFT_FROM = 1 << 16
 
 
 def _row(n: int, stencil: Iterable[tuple[int, float]]) -> np.ndarray:
-    """``W``'s first row, ``c_o`` at ``o mod n`` (offsets equal mod ``n`` add up): ``W`` is
-    ``circulant(row).T``."""
+    """``W``'s first row, ``c_o`` at ``o mod n`` (offsets equal mod ``n`` add up)."""
     row = np.zeros(n)
     for o, c in stencil:
         row[int(o) % n] += c
@@ -101,7 +100,8 @@ class CirculantTopology(Topology):
                 f"{self.name}: a dense W would take {8 * self.n**2 / 2**30:.1f} GiB; use its "
                 "stencil, neighbours and spectrum, which need no dense matrix"
             )
-        return torch.from_numpy(circulant(_row(self.n, self.stencil)).T.copy())
+        # circulant(c)[i, j] = c[(i - j) mod n]: the first row reversed gives W, in one copy
+        return torch.from_numpy(circulant(np.roll(_row(self.n, self.stencil)[::-1], 1)))
 
     @cached_property
     def _spectrum(self) -> np.ndarray:
