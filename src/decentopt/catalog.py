@@ -67,7 +67,8 @@ def describe(name: str) -> MethodInfo:
     cls = registry.resolve(name)
     key = name.lower().replace("-", "_")
     doc = _doc(cls)
-    gossip = parse(ALIASES[key].gossip if key in ALIASES else "exact")
+    alias = ALIASES.get(key)
+    gossip = parse(alias.gossip if alias else "exact")
     fields = {f.name: f for part in (cls, type(gossip)) for f in dataclasses.fields(part)}
     hyperparams = {
         k: _default(fields[k]) for k in hyperparameters(key) if k not in ("gossip", "outer")
@@ -76,8 +77,7 @@ def describe(name: str) -> MethodInfo:
     reference = _reference(cls, doc)
     # what the method needs of the network: its rule's own needs and its gossip's
     needs = frozenset(getattr(cls, "requires", ())) | gossip.needs
-    if key in ALIASES:  # a published pair: its rule's fields and its gossip's
-        alias = ALIASES[key]
+    if alias:  # a published pair: its rule's fields and its gossip's
         fixed = "".join(f", {k}={v!r}" for k, v in alias.fixed.items())
         summary = f"{cls.name}{fixed} with {gossip.name} gossip"
         reference = alias.reference

@@ -31,9 +31,8 @@ def plot_network(network: Any, out: str | Path, formats: Sequence[str] = ("png",
 
     count = min(network.period or 4, 8)  # the W_t of one period (a random schedule: 4)
     matrices = [network.at(t).matrix() for t in range(count)]
-    n = matrices[0].shape[0]
     fig, axes = new_figure(1, len(matrices), figsize=(2.6 * len(matrices), 2.8))
-    pos = nx.circular_layout(range(n))
+    pos = nx.circular_layout(range(network.n))
     for t, (ax, graph) in enumerate(zip(axes[0], graphs_of(matrices), strict=True)):
         widths = [0.6 + 3 * d["weight"] for _, _, d in graph.edges(data=True)]
         arrows = {"arrowstyle": "-|>", "connectionstyle": "arc3,rad=0.12"}  # sender -> receiver
@@ -55,12 +54,11 @@ def plot_contraction(
     averages (exact averaging drops to round-off)."""
     fig, ((ax,),) = new_figure(1, 1, figsize=(5.6, 3.8))
     for i, network in enumerate(networks):
-        n = network.n
-        P = np.eye(n)
+        P = np.eye(network.n)
         values = [1.0]
         for t in range(rounds):
             P = network.at(t).matrix() @ P
-            values.append(max(float(np.linalg.norm(P - 1.0 / n, 2)), 1e-16))
+            values.append(max(float(np.linalg.norm(P - 1.0 / network.n, 2)), 1e-16))
         style = style_for(network.name, i)
         ax.plot(range(rounds + 1), values, label=network.name, markevery=5, **style)
     ax.set_yscale("log")

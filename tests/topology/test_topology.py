@@ -70,6 +70,13 @@ def test_lazy_is_applied_only_when_needed():
         dopt.topology.from_networkx(nx.cycle_graph(10), lazy=False)
 
 
+def test_lazy_true_takes_a_sparse_graph_whose_own_w_has_a_negative_eigenvalue():
+    auto = dopt.topology.hypercube(1024)  # stored sparse, its W with eigenvalue -9/11
+    forced = dopt.topology.hypercube(1024, lazy=True)
+    assert forced.name == auto.name == "lazy(hypercube(1024)[metropolis])"
+    assert (forced.csr != auto.csr).nnz == 0 and forced.lam_min == pytest.approx(1 / 11)
+
+
 def test_metropolis_and_max_degree_weights():
     A = nx.to_numpy_array(nx.star_graph(3))
     W = dopt.topology.metropolis_hastings_weights(A)

@@ -74,13 +74,12 @@ def dirichlet_split(
     rng = np.random.default_rng(seed)
     by_class = [rng.permutation(np.flatnonzero(labels == k)) for k in classes]
     for _ in range(max_tries):
-        parts: list[list[np.ndarray]] = [[] for _ in range(n)]
+        chunks = []  # per class, its n chunks
         for idx in by_class:
             props = rng.dirichlet(np.full(n, phi))
             cuts = (np.cumsum(props) * len(idx)).astype(int)[:-1]
-            for agent, chunk in enumerate(np.split(idx, cuts)):
-                parts[agent].append(chunk)
-        indices = tuple(np.sort(np.concatenate(p)) for p in parts)
+            chunks.append(np.split(idx, cuts))
+        indices = tuple(np.sort(np.concatenate(p)) for p in zip(*chunks, strict=True))
         if min(len(ix) for ix in indices) >= min_share:
             hist = np.array([[np.sum(labels[ix] == k) for k in classes] for ix in indices])
             return DirichletSplit(indices, hist, float(phi), int(seed))

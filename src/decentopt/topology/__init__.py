@@ -61,9 +61,10 @@ from decentopt.topology.trees import binary_tree, chain, spanning_tree
 Network = Topology | DirectedTopology | TopologySchedule
 
 #: Static undirected graphs a spanning tree can be taken of, by name.
-_SPANNED = {
-    f.__name__: f for f in (ring, complete, grid, torus, hypercube, exponential, erdos_renyi)
-}
+_SPANNED = Registry(
+    "graph to span",
+    [(f.__name__, f) for f in (ring, complete, grid, torus, hypercube, exponential, erdos_renyi)],
+)
 
 
 def spanning_tree_of(
@@ -72,9 +73,8 @@ def spanning_tree_of(
     """The breadth-first spanning tree of the graph ``graph`` over ``n`` agents (its
     options: ``p`` and ``seed`` for ``erdos_renyi``), for RelaySGD on a network's links:
     ``[topology] name = "spanning_tree", graph = "torus"`` in a specification."""
-    if graph not in _SPANNED:
-        raise ValueError(unknown_name("graph to span", graph, sorted(_SPANNED)))
-    base = erdos_renyi(n, p, seed=seed) if graph == "erdos_renyi" else _SPANNED[graph](n)
+    build = _SPANNED.find(graph)
+    base = erdos_renyi(n, p, seed=seed) if build is erdos_renyi else build(n)
     return spanning_tree(base, root=root)
 
 

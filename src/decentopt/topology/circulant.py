@@ -12,12 +12,14 @@ shifted copies of the state (linear in ``n``; see
 from __future__ import annotations
 
 import math
-from functools import cached_property
+from collections.abc import Iterable
+from functools import cached_property, partial
 
 import numpy as np
 import torch
+from scipy.linalg import circulant
 
-from decentopt.topology.topology import _TOL, AssumptionError, Topology
+from decentopt.topology.topology import _TOL, AssumptionError, Topology, lazily
 
 __all__ = [
     "DENSE_LIMIT",
@@ -39,6 +41,14 @@ CIRCULANT_CHECK_MAX = 1024
 FFT_FROM = 1 << 16
 
 
+def _row(n: int, stencil: Iterable[tuple[int, float]]) -> np.ndarray:
+    """``W``'s first row, ``c_o`` at ``o mod n`` (offsets equal mod ``n`` add up)."""
+    row = np.zeros(n)
+    for o, c in stencil:
+        row[int(o) % n] += c
+    return row
+
+
 def spectrum(n: int, stencil: dict[int, float] | tuple[tuple[int, float], ...]) -> np.ndarray:
     """Eigenvalues ``lambda_k = sum_o c_o cos(2 pi o k / n)``, k = 0 .. n-1 (unsorted).
 
@@ -47,10 +57,7 @@ def spectrum(n: int, stencil: dict[int, float] | tuple[tuple[int, float], ...]) 
     """
     items = list(stencil.items() if isinstance(stencil, dict) else stencil)
     if n > FFT_FROM:
-        row = np.zeros(n)
-        for o, c in items:
-            row[int(o) % n] += c
-        return np.fft.rfft(row).real
+        return np.fft.rfft(_row(n, items)).real
     k = np.arange(n)
     return np.asarray(sum(c * np.cos(2 * np.pi * o * k / n) for o, c in items), dtype=float)
 
@@ -60,10 +67,8 @@ class CirculantTopology(Topology):
     Assumption 1 in closed form."""
 
     def __init__(self, n: int, stencil: dict[int, float], name: str) -> None:
-        c: dict[int, float] = {}
-        for o, w in stencil.items():
-            c[int(o) % n] = c.get(int(o) % n, 0.0) + float(w)
-        c = {o: w for o, w in c.items() if w != 0}
+        row = _row(n, stencil.items())
+        c = {int(o): float(row[o]) for o in np.flatnonzero(row)}
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "_n", n)
         object.__setattr__(self, "stencil", tuple(sorted(c.items())))
@@ -95,11 +100,8 @@ class CirculantTopology(Topology):
                 f"{self.name}: a dense W would take {8 * self.n**2 / 2**30:.1f} GiB; use its "
                 "stencil, neighbours and spectrum, which need no dense matrix"
             )
-        idx = np.arange(self.n)
-        W = np.zeros((self.n, self.n))
-        for o, w in self.stencil:
-            W[idx, (idx + o) % self.n] += w
-        return torch.from_numpy(W)
+        # circulant(c)[i, j] = c[(i - j) mod n]: the first row reversed gives W, in one copy
+        return torch.from_numpy(circulant(np.roll(_row(self.n, self.stencil)[::-1], 1)))
 
     @cached_property
     def _spectrum(self) -> np.ndarray:
@@ -137,15 +139,11 @@ class CirculantTopology(Topology):
 
 def circulant_from_offsets(n: int, offsets: set[int], name: str, lazy: bool | str) -> Topology:
     """Metropolis weights on a regular circulant graph: ``1 / (1 + degree)`` per edge."""
-    offsets = {o % n for o in offsets} - {0}
-    offsets |= {(n - o) % n for o in offsets}
+    offsets = {sign * o % n for o in offsets for sign in (1, -1)} - {0}
     w = 1.0 / (1 + len(offsets))
     stencil = {o: w for o in offsets} | {0: 1.0 - w * len(offsets)}
-    if lazy is True or (lazy == "auto" and spectrum(n, stencil).min() < -1e-10):
-        stencil = {o: c / 2 for o, c in stencil.items()}
-        stencil[0] += 0.5
-        name = f"lazy({name})"
-    return CirculantTopology(n, stencil, name)
+    halved = {o: c / 2 for o, c in stencil.items()} | {0: stencil[0] / 2 + 0.5}
+    return lazily(partial(CirculantTopology, n), stencil, halved, name, lazy)
 
 
 def find_stencil(topology: object) -> tuple[tuple[int, float], ...] | None:
@@ -157,9 +155,7 @@ def find_stencil(topology: object) -> tuple[tuple[int, float], ...] | None:
     if type(topology) is not Topology or topology.n > CIRCULANT_CHECK_MAX:
         return None
     W = topology.W.numpy()
-    n = W.shape[0]
-    offsets = (np.arange(n)[None, :] - np.arange(n)[:, None]) % n
-    if not np.array_equal(W, W[0][offsets]):
+    if not np.array_equal(W, circulant(W[0]).T):
         return None
     return tuple((int(o), float(W[0, o])) for o in np.flatnonzero(W[0]))
 

@@ -43,7 +43,6 @@ from decentopt.topology.topology import (
     agents,
     components,
     links,
-    shift_links,
     square_weights,
 )
 
@@ -134,24 +133,22 @@ def from_digraph(adjacency: object, *, name: str = "digraph") -> DirectedTopolog
     """Column-stochastic weights on a directed graph: ``adjacency[j, i] != 0`` means
     ``j`` sends to ``i``; agent ``j`` keeps and sends ``1 / (1 + out-degree_j)`` each."""
     A = links(adjacency)
-    share = 1.0 / (1.0 + A.sum(axis=1))  # per sender j
-    W = A.T * share[None, :]
-    W[np.diag_indices_from(W)] = share
-    return DirectedTopology(W, name=name)
+    share = 1.0 / (1.0 + A.sum(axis=1))  # per sender j, to each receiver and itself
+    return DirectedTopology((A + np.eye(len(A))).T * share[None, :], name=name)
 
 
 def directed_ring(n: int) -> DirectedTopology:
     """Agent ``i`` sends to ``i + 1 mod n`` only: ``W = (I + P)/2`` (rows sum to one too)."""
     n = agents(n)
-    return from_digraph(shift_links(n, [1]), name=f"directed_ring({n})")
+    return from_digraph(np.roll(np.eye(n), 1, axis=1), name=f"directed_ring({n})")
 
 
 def directed_exponential(n: int) -> DirectedTopology:
     """Agent ``i`` sends to ``i + 2^k mod n`` for ``2^k < n``; uniform weights
     ``1/(1 + ceil(log2 n))`` (a static exponential graph, one direction)."""
     n = agents(n)
-    offsets = [2**k for k in range(max(0, math.ceil(math.log2(n))))] if n > 1 else []
-    return from_digraph(shift_links(n, offsets), name=f"directed_exponential({n})")
+    shifts = [np.roll(np.eye(n), 2**k, axis=1) for k in range(math.ceil(math.log2(n)))]
+    return from_digraph(sum(shifts, np.zeros((n, n))), name=f"directed_exponential({n})")
 
 
 def random_directed(n: int, p: float = 0.2, seed: int = 0) -> DirectedTopology:
@@ -162,7 +159,7 @@ def random_directed(n: int, p: float = 0.2, seed: int = 0) -> DirectedTopology:
     if not 0 <= p <= 1:
         raise ValueError(f"random_directed: p is a probability in [0, 1]; got {p}")
     rng = np.random.default_rng(seed)
-    A = (rng.random((n, n)) < p) + shift_links(n, [1])  # from_digraph takes A != 0
+    A = (rng.random((n, n)) < p) + np.roll(np.eye(n), 1, axis=1)  # from_digraph: A != 0
     return from_digraph(A, name=f"random_directed({n}, p={p:g})")
 
 

@@ -14,6 +14,7 @@ from typing import Literal
 
 import networkx as nx
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from decentopt._checks import as_count, as_real, unknown_name
@@ -25,6 +26,7 @@ from decentopt.topology.topology import (
     Topology,
     _as_numpy,
     agents,
+    lazily,
     links,
 )
 
@@ -98,31 +100,22 @@ def from_adjacency(
     if not np.array_equal(A, A.T):
         raise ValueError("the adjacency matrix must be symmetric (an undirected graph)")
     W = _WEIGHTS[weights](A)
-    label = f"{name}[{weights}]"
-    if lazy is True or (lazy == "auto" and np.linalg.eigvalsh(W)[0] < -1e-10):
-        W = (W + np.eye(len(W))) / 2
-        label = f"lazy({label})"
-    return Topology(W, name=label)
+    return lazily(Topology, W, (W + np.eye(len(W))) / 2, f"{name}[{weights}]", lazy)
 
 
 def from_networkx(
     graph: nx.Graph, *, weights: Weights = "metropolis", lazy: Lazy = "auto", name: str = "graph"
 ) -> Topology:
-    """Mixing matrix of any undirected networkx graph (nodes taken in sorted order)."""
+    """Mixing matrix of any undirected networkx graph (nodes taken in sorted order); from
+    ``SPARSE_FROM`` nodes the weights are computed on the sparse adjacency (no n x n array)."""
     lazy = _options(weights, lazy)
     if graph.is_directed():
         raise ValueError("the graph must be undirected; use graph.to_undirected()")
-    if graph.number_of_nodes() >= SPARSE_FROM:
-        return _sparse_graph(graph, weights=weights, lazy=lazy, name=name)
-    A = nx.to_numpy_array(graph, nodelist=sorted(graph.nodes()), weight=None)
-    return from_adjacency(A, weights=weights, lazy=lazy, name=name)
-
-
-def _sparse_graph(graph: nx.Graph, *, weights: Weights, lazy: Lazy, name: str) -> Topology:
-    """Metropolis or max-degree weights computed on the sparse adjacency (no n x n array)."""
-    import scipy.sparse as sp
-
-    A = nx.to_scipy_sparse_array(graph, nodelist=sorted(graph.nodes()), weight=None, format="coo")
+    nodes = sorted(graph.nodes())
+    if len(nodes) < SPARSE_FROM:
+        A = nx.to_numpy_array(graph, nodelist=nodes, weight=None)
+        return from_adjacency(A, weights=weights, lazy=lazy, name=name)
+    A = nx.to_scipy_sparse_array(graph, nodelist=nodes, weight=None, format="coo")
     keep = A.row != A.col
     rows, cols = A.row[keep], A.col[keep]
     n = A.shape[0]
@@ -133,14 +126,7 @@ def _sparse_graph(graph: nx.Graph, *, weights: Weights, lazy: Lazy, name: str) -
         w = np.full(len(rows), 1.0 / (1.0 + deg.max(initial=0.0)))
     off = sp.csr_matrix((w, (rows, cols)), shape=(n, n))
     W = off + sp.diags(1.0 - np.asarray(off.sum(axis=1)).ravel())
-    label = f"{name}[{weights}]"
-    try:
-        topology = SparseTopology(W, name=label)
-        return topology.lazy() if lazy is True else topology
-    except AssumptionError as exc:
-        if lazy == "auto" and "1(3)" in str(exc):
-            return SparseTopology((W + sp.identity(n)) / 2, name=f"lazy({label})")
-        raise
+    return lazily(SparseTopology, W, (W + sp.identity(n)) / 2, f"{name}[{weights}]", lazy)
 
 
 def from_matrix(
@@ -152,11 +138,9 @@ def from_matrix(
     repairs a zero diagonal entry or a negative eigenvalue (the error for such a
     ``W`` suggests it).
     """
-    if lazy:
-        arr = _as_numpy(W)
-        if arr.ndim == 2 and arr.shape[0] == arr.shape[1]:
-            return Topology((arr + np.eye(arr.shape[0])) / 2, name=f"lazy({name})")
-    return Topology(W, name=name)
+    arr = _as_numpy(W)
+    square = arr.ndim == 2 and arr.shape[0] == arr.shape[1]  # else Topology says what is wrong
+    return lazily(Topology, W, (arr + np.eye(len(arr))) / 2 if square else W, name, lazy)
 
 
 def ring(n: int, *, weights: Literal["paper"] | Weights = "paper", lazy: Lazy = "auto") -> Topology:

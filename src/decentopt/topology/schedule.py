@@ -249,11 +249,8 @@ class TopologySchedule:
 
     def matrices(self, count: int | None = None, start: int = 0) -> list[np.ndarray]:
         """Dense ``W_start .. W_{start+count-1}`` (one period by default)."""
-        count = count if count is not None else self._sample_length()
+        count = count if count is not None else (self.period or RANDOM_SAMPLE)
         return [self.at(start + t).matrix() for t in range(count)]
-
-    def _sample_length(self) -> int:
-        return self.period or RANDOM_SAMPLE
 
     # ---------------------------------------------------------------- spectra
     @one_thread()
@@ -291,12 +288,12 @@ class TopologySchedule:
     @cached_property
     def period_contraction(self) -> float:
         """``||prod_t W_t - 11^T/n||`` over one period (a random schedule: its first 64 rounds)."""
-        return self._contraction(self._sample_length())
+        return self._contraction(self.period or RANDOM_SAMPLE)
 
     @property
     def lam(self) -> float:
         """The per-round rate: the period's contraction to the power ``1 / period``."""
-        return self.period_contraction ** (1.0 / self._sample_length())
+        return self.period_contraction ** (1.0 / (self.period or RANDOM_SAMPLE))
 
     @property
     def spectral_gap(self) -> float:
@@ -314,12 +311,14 @@ class TopologySchedule:
         """Whether every ``W_t`` is positive semi-definite (Assumption 1(3)); sampled if random."""
         if self.directed:
             return False
-        return all(self.at(t).psd for t in range(self._sample_length()))
+        return all(self.at(t).psd for t in range(self.period or RANDOM_SAMPLE))
 
     @property
     def max_degree(self) -> int:
         """Most peers any agent has in one round."""
-        return max(int(self.at(t).messages.max(initial=0)) for t in range(self._sample_length()))
+        return max(
+            int(self.at(t).messages.max(initial=0)) for t in range(self.period or RANDOM_SAMPLE)
+        )
 
     def lazy(self) -> TopologySchedule:
         """Every ``W_t`` replaced by ``(W_t + I) / 2`` (positive semi-definite)."""

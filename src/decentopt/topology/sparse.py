@@ -14,12 +14,11 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 import torch
-from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import eigsh
 
 from decentopt.perf import one_thread
 from decentopt.topology.circulant import DENSE_LIMIT
-from decentopt.topology.topology import _TOL, AssumptionError, Topology
+from decentopt.topology.topology import _TOL, AssumptionError, Topology, components
 
 __all__ = ["SPARSE_FROM", "SparseTopology"]
 
@@ -50,7 +49,7 @@ class SparseTopology(Topology):
             raise AssumptionError(f"Assumption 1(2) fails: the rows of {name} do not sum to 1")
         if W.diagonal().min() <= 0:
             raise AssumptionError(f"Assumption 1(1) fails: a zero diagonal entry in {name}")
-        if connected_components(W, directed=False)[0] != 1:
+        if components(W) != 1:
             raise AssumptionError(f"the graph of {name} is not connected")
         if self.lam_min < -_TOL:
             raise AssumptionError(
@@ -82,10 +81,8 @@ class SparseTopology(Topology):
 
     @cached_property
     def neighbors(self) -> tuple[tuple[int, ...], ...]:
-        ptr, idx = self.csr.indptr, self.csr.indices
-        return tuple(
-            tuple(int(j) for j in sorted(idx[ptr[i] : ptr[i + 1]]) if j != i) for i in range(self.n)
-        )
+        rows = np.split(self.csr.indices, self.csr.indptr[1:-1])
+        return tuple(tuple(int(j) for j in sorted(row) if j != i) for i, row in enumerate(rows))
 
     @property
     def density(self) -> float:

@@ -20,10 +20,10 @@ Entries must also be non-negative and the graph connected, otherwise
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -68,16 +68,6 @@ def links(adjacency: object) -> np.ndarray:
     return A
 
 
-def shift_links(n: int, offsets: Iterable[int]) -> np.ndarray:
-    """The links ``i -> i + o mod n`` of every offset ``o`` (``A[i, i + o] = 1``)."""
-    A = np.zeros((n, n))
-    idx = np.arange(n)
-    for o in offsets:
-        if o % n:
-            A[idx, (idx + o) % n] = 1.0
-    return A
-
-
 def components(A: object, *, directed: bool = False) -> int:
     """How many (strongly, if ``directed``) connected components the non-zeros of ``A`` form."""
     import scipy.sparse as sp
@@ -104,6 +94,18 @@ def square_weights(W: object, tol: float, builders: str) -> np.ndarray:
             f"(use {builders} on the graph)"
         )
     return arr
+
+
+def lazily(build: Callable[[Any, str], G], W: Any, lazy_W: Any, name: str, lazy: object) -> G:
+    """``build(W, name)``, or the lazy transform ``build(lazy_W, "lazy(name)")`` where
+    ``lazy`` is true, or ``"auto"`` and ``W`` fails Assumption 1(3) (a negative eigenvalue)."""
+    if lazy is not True:
+        try:
+            return build(W, name)
+        except AssumptionError as exc:
+            if lazy != "auto" or "1(3)" not in str(exc):
+                raise
+    return build(lazy_W, f"lazy({name})")
 
 
 @one_thread()
@@ -146,6 +148,11 @@ def check_assumption1(W: object, *, tol: float = _TOL) -> np.ndarray:
             "agents cannot reach consensus; add edges between the components"
         )
     return arr
+
+
+def _others(W: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """For each row ``i``, the columns ``j != i`` where it is non-zero."""
+    return tuple(tuple(int(j) for j in np.flatnonzero(row) if j != i) for i, row in enumerate(W))
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,18 +207,12 @@ class Graph:
     @cached_property
     def neighbors(self) -> tuple[tuple[int, ...], ...]:
         """For each agent, the other agents j whose rows it reads (w_ij != 0)."""
-        return tuple(
-            tuple(int(j) for j in np.flatnonzero(row) if j != i)
-            for i, row in enumerate(self.matrix())
-        )
+        return _others(self.matrix())
 
     @cached_property
     def out_neighbors(self) -> tuple[tuple[int, ...], ...]:
         """For each agent, the agents that read its row (w_ji != 0)."""
-        return tuple(
-            tuple(int(i) for i in np.flatnonzero(col) if i != j)
-            for j, col in enumerate(self.matrix().T)
-        )
+        return _others(self.matrix().T)
 
     @property
     def degrees(self) -> np.ndarray:
@@ -255,8 +256,7 @@ class Topology(Graph):
     @one_thread()
     def lam(self) -> float:
         """lambda = ||W - 11^T/n||_2, the paper's mixing rate (second largest |eigenvalue|)."""
-        J = np.full_like(self.matrix(), 1.0 / self.n)
-        return float(np.linalg.norm(self.matrix() - J, ord=2))
+        return float(np.linalg.norm(self.matrix() - 1.0 / self.n, ord=2))
 
     @property
     def spectral_gap(self) -> float:

@@ -46,7 +46,6 @@ def spanning_tree(network: Topology, root: int = 0) -> Topology:
     n = network.n
     if not 0 <= root < n:
         raise ValueError(f"spanning_tree: root must be an agent in 0 .. {n - 1}; got {root}")
-    graph = nx.Graph([(i, j) for i, peers in enumerate(network.neighbors) for j in peers])
-    graph.add_node(root)
+    graph = nx.from_dict_of_lists(dict(enumerate(network.neighbors)))
     tree = nx.bfs_tree(graph, root, sort_neighbors=sorted).to_undirected()
     return from_networkx(tree, name=f"spanning_tree({network.name})")
