@@ -129,7 +129,7 @@ class _Loop:
         recorder = self.recorder
         recorder.records = [Record.from_dict(r) for r in saved["records"]]
         if recorder.records:  # the wall clock goes on from the last record
-            recorder.offset = recorder.records[-1].wall_seconds
+            recorder.started -= recorder.records[-1].wall_seconds
         recorder.losses = saved["losses"]
         self.guard.diverged_at = np.asarray(saved["diverged_at"], dtype=np.int64)
         self.timing = list(saved["timing"])
@@ -179,7 +179,7 @@ class _Loop:
         new = self.algorithm.step(state, grad, self.comm)
         if t == self.start_step:
             check_step(new, state, self.algorithm)
-        self.recorder.add_loss(loss)
+        self.recorder.add_loss(t, loss)
         self.sync()
         self.timing[0] += t1 - t0
         self.timing[1] += time.perf_counter() - t1
@@ -190,10 +190,9 @@ class _Loop:
         period = self.plan.period
         if step in self.recorded:
             state = self.guard.check(state, step)
-            self.recorder.note(step, state.x, self.timing, self.guard.blank)
+            self.recorder.note(step, state.x, self.timing, self.guard.diverged_at >= 0)
         elif step % CHECK_EVERY == 0 or (period and step % period == 0):
             state = self.guard.check(state, step)
-        self.recorder.end_of_step(step)
         self.watch.after(step - self.start_step)
         if self.saver is not None and self.saver.due(step):
             self.save(step, state)
@@ -208,7 +207,7 @@ class _Loop:
         """Every step from the start (or the resumed step) on; the state and the last step."""
         if self.start_step == 0 and 0 in self.recorded:
             state = self.guard.check(state, 0)
-            self.recorder.note(0, state.x, self.timing, self.guard.blank)
+            self.recorder.note(0, state.x, self.timing, self.guard.diverged_at >= 0)
         t = last = self.start_step
         while t < self.plan.iterations:
             last = self.block_end(t)  # t + 1 on the step path
