@@ -87,11 +87,17 @@ def check_step(new: object, old: Any, algorithm: Any) -> None:
     dtype or device than the one it was given (a user's method, most likely): one line
     naming the method and where it is defined, before the guard or the problem's metrics
     meet it. (Other fields may change shape: RelaySGD's buffers fill on the first step.)"""
+    cls = type(algorithm.rule)  # where an error of its step should look
+    try:
+        where = f"{cls.__name__}, {inspect.getsourcefile(cls)}"
+    except (TypeError, OSError):  # defined in __main__ or an interactive session
+        where = f"{cls.__name__}, module {cls.__module__}"
+    method = f"method {algorithm.name} ({where})"
     returned = type(new.rule)  # type: ignore[attr-defined]
     given = type(old.rule)
     if returned is not given:
         raise TypeError(
-            f"{_method(algorithm)}: step returned {returned.__name__}; it must return the "
+            f"{method}: step returned {returned.__name__}; it must return the "
             f"state it was given, a {given.__name__}, with every field updated"
         )
     x, before = new.x, old.x  # type: ignore[attr-defined]
@@ -102,20 +108,10 @@ def check_step(new: object, old: Any, algorithm: Any) -> None:
     else:
         return
     raise ValueError(
-        f"{_method(algorithm)}: step returned x of {found} for iterates of shape "
+        f"{method}: step returned x of {found} for iterates of shape "
         f"{tuple(before.shape)}, {before.dtype} on {before.device}; a step keeps the "
         "iterates' shape, dtype and device"
     )
-
-
-def _method(algorithm: Any) -> str:
-    """``method NAME (Class, path/to/file.py)``: where an error of its step should look."""
-    cls = type(algorithm.rule)
-    try:
-        where = f"{cls.__name__}, {inspect.getsourcefile(cls)}"
-    except (TypeError, OSError):  # defined in __main__ or an interactive session
-        where = f"{cls.__name__}, module {cls.__module__}"
-    return f"method {algorithm.name} ({where})"
 
 
 @dataclass(frozen=True)
