@@ -186,7 +186,7 @@ class _Loop:
         return new
 
     def after(self, step: int, state: Any) -> tuple[Any, bool]:
-        """Record, guard, checkpoint and report after ``step``; whether to stop."""
+        """Record, guard and checkpoint after ``step``; whether to stop."""
         period = self.plan.period
         if step in self.recorded:
             state = self.guard.check(state, step)
@@ -196,7 +196,6 @@ class _Loop:
         self.watch.after(step - self.start_step)
         if self.saver is not None and self.saver.due(step):
             self.save(step, state)
-        self.report(step, step + 1)
         if self.guard.alive == 0:
             self.options.log(f"{self.algorithm.name} diverged at step {step}; stopping this run")
             return state, True
@@ -213,9 +212,9 @@ class _Loop:
             last = self.block_end(t)  # t + 1 on the step path
             if self.block is None:
                 state = self.step(t, state, gradient)
-            else:  # the steps up to the next event in one call; their progress after it
+            else:  # the steps up to the next event in one call
                 state = self.block.run(self, state, t, last)
-                self.report(t + 1, last)
+            self.report(t + 1, last + 1)  # their progress
             state, stop = self.after(last, state)
             if stop:
                 break
