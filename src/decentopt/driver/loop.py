@@ -105,7 +105,7 @@ class _Loop:
         self.timing = [0.0, 0.0]  # gradient, everything else
         self.start_step = 0
         self.bar = None
-        self.block: BlockRunner | None = None  # the block path (decentopt.driver.block)
+        self.runner = BlockRunner("step")  # or a block path (decentopt.driver.block)
         self.watch = GossipWatch(comm, algorithm)  # a method that never gossips
         self.saver: Checkpointer | None = None
         if options.checkpoint_dir is not None:
@@ -210,10 +210,7 @@ class _Loop:
         t = last = self.start_step
         while t < self.plan.iterations:
             last = self.block_end(t)  # t + 1 on the step path
-            if self.block is None:
-                state = self.step(t, state, gradient)
-            else:  # the steps up to the next event in one call
-                state = self.block.run(self, state, t, last)
+            state = self.runner.run(self, state, t, last, gradient)  # up to the next event
             self.report(t + 1, last + 1)  # their progress
             state, stop = self.after(last, state)
             if stop:
@@ -232,7 +229,7 @@ class _Loop:
     def block_end(self, t: int) -> int:
         """The first step after ``t`` at which :meth:`after` does more than report progress:
         a recorded step, a divergence check, an epoch's or a checkpoint's end, the stop."""
-        end = min(self.plan.iterations, t + (self.block.limit if self.block else 1))
+        end = min(self.plan.iterations, t + self.runner.limit)
         later = bisect.bisect_right(self.record_order, t)
         if later < len(self.record_order):
             end = min(end, self.record_order[later])
@@ -258,7 +255,7 @@ class _Loop:
             resumed_from=self.start_step,
             labels=list(labels or []),
             period=self.plan.period,
-            path="step" if self.block is None else self.block.path,
+            path=self.runner.path,
         )
 
 
@@ -306,7 +303,7 @@ def run_loop(
     if options.monitor is not None:
         options.monitor.start(loop.start_step, list(labels or []))
     if gradient is None:  # a gradient given by the caller is called step by step
-        loop.block = choose(options.path, algorithm, problem, comm, state)
+        loop.runner = choose(options.path, algorithm, problem, comm, state)
     loop.open_bar()
     with intra_op_threads(options.threads, x.numel()):
         wall = time.perf_counter()
