@@ -229,16 +229,13 @@ class _Loop:
     def block_end(self, t: int) -> int:
         """The first step after ``t`` at which :meth:`after` does more than report progress:
         a recorded step, a divergence check, an epoch's or a checkpoint's end, the stop."""
-        end = min(self.plan.iterations, t + self.runner.limit)
-        later = bisect.bisect_right(self.record_order, t)
-        if later < len(self.record_order):
-            end = min(end, self.record_order[later])
         every = self.saver.every if self.saver is not None else None
-        for k in (CHECK_EVERY, self.plan.period, every):
-            if k:
-                end = min(end, (t // k + 1) * k)
-        stop = self.options.stop_after
-        return end if stop is None else min(end, max(stop, t + 1))
+        ends = [(t // k + 1) * k for k in (CHECK_EVERY, self.plan.period, every) if k]
+        later = bisect.bisect_right(self.record_order, t)
+        ends += self.record_order[later : later + 1]  # the next recorded step, if any
+        if self.options.stop_after is not None:
+            ends.append(max(self.options.stop_after, t + 1))
+        return min(self.plan.iterations, t + self.runner.limit, *ends)
 
     def finish(self, state: Any, wall: float, labels: list[dict[str, Any]] | None) -> Result:
         if self.bar is not None:
