@@ -183,7 +183,7 @@ def _native_parts(
     beta = float(getattr(algorithm.rule, fused.scalars[1])) if len(fused.scalars) > 1 else 0.0
     F = terms[1]
     runs = mixer.panel_runs(tuple(state.x.shape), F.shape[-1], state.x.element_size())
-    steps = partial(
+    return partial(
         mixer.quadratic_steps,
         fused.kind,
         (fused.nesterov, fused.dampening),
@@ -191,8 +191,7 @@ def _native_parts(
         beta=beta,
         runs=runs,
         lower=F.shape[-1] == F.shape[-2] and bool((F.triu(1) == 0).all()),
-    )
-    return steps, ""
+    ), ""
 
 
 def choose(

@@ -211,23 +211,19 @@ class _Loop:
         while t < self.plan.iterations:
             last = self.block_end(t)  # t + 1 on the step path
             state = self.runner.run(self, state, t, last, gradient)  # up to the next event
-            self.report(t + 1, last + 1)  # their progress
+            if self.bar is not None:  # the progress of steps t + 1 .. last
+                self.bar.update(last - t)
+            elif callable(self.options.progress):
+                for s in range(t + 1, last + 1):
+                    self.options.progress(s)
             state, stop = self.after(last, state)
             if stop:
                 break
             t = last
         return state, last
 
-    def report(self, first: int, stop: int) -> None:
-        """Progress of steps ``first`` to ``stop - 1``."""
-        if self.bar is not None:
-            self.bar.update(stop - first)
-        elif callable(self.options.progress):
-            for s in range(first, stop):
-                self.options.progress(s)
-
     def block_end(self, t: int) -> int:
-        """The first step after ``t`` at which :meth:`after` does more than report progress:
+        """The first step after ``t`` at which the loop does more than step (:meth:`after`):
         a recorded step, a divergence check, an epoch's or a checkpoint's end, the stop."""
         every = self.saver.every if self.saver is not None else None
         ends = [(t // k + 1) * k for k in (CHECK_EVERY, self.plan.period, every) if k]
