@@ -106,7 +106,6 @@ class _Loop:
         self.start_step = 0
         self.bar = None
         self.runner = BlockRunner("step")  # or a block path (decentopt.driver.block)
-        self.watch = GossipWatch(comm, algorithm)  # a method that never gossips
         self.saver: Checkpointer | None = None
         if options.checkpoint_dir is not None:
             self.saver = Checkpointer(
@@ -135,7 +134,6 @@ class _Loop:
         self.timing = list(saved["timing"])
         self.comm.stats.__dict__.update(saved["rounds"])  # W_t goes on from its round
         self.start_step = int(saved["step"])
-        self.watch = GossipWatch(self.comm, self.algorithm)
         self.options.log(f"resuming {self.algorithm.name} from step {self.start_step}")
         return state.replace(**saved["state"])
 
@@ -193,7 +191,6 @@ class _Loop:
             self.recorder.note(step, state.x, self.timing, self.guard.diverged_at >= 0)
         elif step % CHECK_EVERY == 0 or (period and step % period == 0):
             state = self.guard.check(state, step)
-        self.watch.after(step - self.start_step)
         if self.saver is not None and self.saver.due(step):
             self.save(step, state)
         if self.guard.alive == 0:
@@ -204,6 +201,7 @@ class _Loop:
 
     def steps(self, state: Any, gradient: Callable) -> tuple[Any, int]:
         """Every step from the start (or the resumed step) on; the state and the last step."""
+        watch = GossipWatch(self.comm, self.algorithm)  # a method that never gossips
         if self.start_step == 0 and 0 in self.recorded:
             state = self.guard.check(state, 0)
             self.recorder.note(0, state.x, self.timing, self.guard.diverged_at >= 0)
@@ -211,6 +209,7 @@ class _Loop:
         while t < self.plan.iterations:
             last = self.block_end(t)  # t + 1 on the step path
             state = self.runner.run(self, state, t, last, gradient)  # up to the next event
+            watch.after(last - self.start_step)
             if self.bar is not None:  # the progress of steps t + 1 .. last
                 self.bar.update(last - t)
             elif callable(self.options.progress):
