@@ -77,16 +77,11 @@ def _checked(
     return Plan(iterations, tuple(steps.tolist())), seed
 
 
-def _gradient(problem: StackedProblem) -> Callable | None:
-    """What ``run_loop`` takes as the gradient: None where the problem draws its own (in
-    blocks), else its gradient step by step."""
-    return None if isinstance(problem, BlockProblem) else partial(_stepwise, problem)
-
-
 def _stepwise(
     problem: StackedProblem, x: torch.Tensor, generator: torch.Generator
 ) -> tuple[torch.Tensor, None]:
-    """The problem's gradient as ``run_loop`` takes it step by step (no loss)."""
+    """The problem's gradient as ``run_loop`` takes it step by step (no loss); a
+    :class:`BlockProblem` is given none: it draws its own noise, in blocks where it can."""
     return problem.gradient(x, generator), None
 
 
@@ -144,7 +139,7 @@ def simulate(
         comm,
         plan,
         RunOptions(seed=seed, threads=threads, progress=progress, blowup=blowup, path=path),
-        gradient=_gradient(problem),
+        gradient=None if isinstance(problem, BlockProblem) else partial(_stepwise, problem),
         metrics=problem.metrics,
         x0=_broadcast_x0(x0, problem),
         labels=[{"run": r} for r in range(problem.repetitions)],

@@ -87,11 +87,17 @@ def check_step(new: object, old: Any, algorithm: Any) -> None:
     dtype or device than the one it was given (a user's method, most likely): one line
     naming the method and where it is defined, before the guard or the problem's metrics
     meet it. (Other fields may change shape: RelaySGD's buffers fill on the first step.)"""
+    cls = type(algorithm.rule)  # where an error of its step should look
+    try:
+        where = f"{cls.__name__}, {inspect.getsourcefile(cls)}"
+    except (TypeError, OSError):  # defined in __main__ or an interactive session
+        where = f"{cls.__name__}, module {cls.__module__}"
+    method = f"method {algorithm.name} ({where})"
     returned = type(new.rule)  # type: ignore[attr-defined]
     given = type(old.rule)
     if returned is not given:
         raise TypeError(
-            f"{_method(algorithm)}: step returned {returned.__name__}; it must return the "
+            f"{method}: step returned {returned.__name__}; it must return the "
             f"state it was given, a {given.__name__}, with every field updated"
         )
     x, before = new.x, old.x  # type: ignore[attr-defined]
@@ -102,57 +108,47 @@ def check_step(new: object, old: Any, algorithm: Any) -> None:
     else:
         return
     raise ValueError(
-        f"{_method(algorithm)}: step returned x of {found} for iterates of shape "
+        f"{method}: step returned x of {found} for iterates of shape "
         f"{tuple(before.shape)}, {before.dtype} on {before.device}; a step keeps the "
         "iterates' shape, dtype and device"
     )
 
 
-def _method(algorithm: Any) -> str:
-    """``method NAME (Class, path/to/file.py)``: where an error of its step should look."""
-    cls = type(algorithm.rule)
-    try:
-        where = f"{cls.__name__}, {inspect.getsourcefile(cls)}"
-    except (TypeError, OSError):  # defined in __main__ or an interactive session
-        where = f"{cls.__name__}, module {cls.__module__}"
-    return f"method {algorithm.name} ({where})"
-
-
 @dataclass(frozen=True)
 class BlockRunner:
-    """Runs steps ``[start, stop)`` of a method on a block problem: ``"block"`` (the method's
-    own step on gradients from noise drawn at once) or ``"native"`` (one C call)."""
+    """Runs steps ``[start, stop)`` of a loop's method on its problem: ``"step"`` (one step,
+    the gradient it is given), ``"block"`` (the method's own step on gradients from noise
+    drawn at once) or ``"native"`` (one C call)."""
 
     path: str
-    algorithm: Method
-    problem: Any
-    comm: Communicator
     #: the most steps in one block
-    limit: int
+    limit: int = 1
     #: the C loop with everything but the state, the noise and the step sizes given
     #: (``NativeMixer.quadratic_steps``)
     native: Callable[..., list[torch.Tensor]] | None = None
 
-    def run(self, loop: Any, state: Any, start: int, stop: int) -> Any:
+    def run(self, loop: Any, state: Any, start: int, stop: int, gradient: Callable) -> Any:
         """The state after step ``stop``, for ``loop`` (:class:`decentopt.driver.loop._Loop`):
-        its generator draws the noise, its timings grow, and on the ``"block"`` path its own
-        ``step`` takes each step's gradient from the block's noise."""
+        its generator draws the noise, its timings grow, and on the ``"step"`` and ``"block"``
+        paths its own ``step`` takes each step's gradient (from the block's noise)."""
+        if self.path == "step":
+            return loop.step(start, state, gradient)
         t0 = time.perf_counter()
-        z = self.problem.draw(stop - start, loop.generator)
-        terms = None if self.native is not None else self.problem.noise_terms(z)
+        z = loop.problem.draw(stop - start, loop.generator)
+        terms = None if self.native is not None else loop.problem.noise_terms(z)
         loop.timing[0] += time.perf_counter() - t0
         if self.native is not None:  # every step of the block in one C call
             t0 = time.perf_counter()
-            fields = ("x", *self.algorithm.fused.reads)  # type: ignore[union-attr]
+            fields = ("x", *loop.algorithm.fused.reads)
             tensors = state.tensors()
-            alphas = [float(self.algorithm.lr_at(t)) for t in range(start, stop)]
+            alphas = [float(loop.algorithm.lr_at(t)) for t in range(start, stop)]
             out = self.native([tensors[f] for f in fields], noise=z, alphas=alphas)
-            self.comm.add_rounds(stop - start, state.x[0].numel() * state.x.element_size())
+            loop.comm.add_rounds(stop - start, state.x[0].numel() * state.x.element_size())
             loop.timing[1] += time.perf_counter() - t0
             return state.replace(**dict(zip(fields, out, strict=True)), t=stop)
         for s in range(stop - start):
             term = None if terms is None else terms[s]
-            state = loop.step(start + s, state, partial(_from_terms, self.problem, term))
+            state = loop.step(start + s, state, partial(_from_terms, loop.problem, term))
         return state
 
 
@@ -187,7 +183,7 @@ def _native_parts(
     beta = float(getattr(algorithm.rule, fused.scalars[1])) if len(fused.scalars) > 1 else 0.0
     F = terms[1]
     runs = mixer.panel_runs(tuple(state.x.shape), F.shape[-1], state.x.element_size())
-    steps = partial(
+    return partial(
         mixer.quadratic_steps,
         fused.kind,
         (fused.nesterov, fused.dampening),
@@ -195,23 +191,22 @@ def _native_parts(
         beta=beta,
         runs=runs,
         lower=F.shape[-1] == F.shape[-2] and bool((F.triu(1) == 0).all()),
-    )
-    return steps, ""
+    ), ""
 
 
 def choose(
     path: str, algorithm: Method, problem: Any, comm: Communicator, state: Any
-) -> BlockRunner | None:
-    """The runner of ``path`` ("auto": the first that applies), None for the step path;
-    a ValueError saying why when a named path cannot run."""
+) -> BlockRunner:
+    """The runner of ``path`` ("auto": the first that applies); a ValueError saying why
+    when a named path cannot run."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {', '.join(PATHS)}; got {path!r}")
     if path == "step":
-        return None
+        return BlockRunner("step")
     limit = max(1, BLOCK_BYTES // (state.x.numel() * state.x.element_size()))
     if not isinstance(problem, BlockProblem) or state.x.shape[0] != problem.n:
         if path == "auto":
-            return None
+            return BlockRunner("step")
         raise ValueError(
             f"path={path!r}: {type(problem).__name__} cannot draw noise in blocks for this "
             "stack (it needs every agent's rows in one process)"
@@ -219,7 +214,7 @@ def choose(
     if path in ("auto", "native"):
         native, why = _native_parts(algorithm, problem, comm, state)
         if native is not None:
-            return BlockRunner("native", algorithm, problem, comm, limit, native)
+            return BlockRunner("native", limit, native)
         if path == "native":
             raise ValueError(f"path='native' cannot run: {why}")
-    return BlockRunner("block", algorithm, problem, comm, limit)
+    return BlockRunner("block", limit)

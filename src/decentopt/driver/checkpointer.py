@@ -26,7 +26,7 @@ class Checkpointer:
     ``CHECK_EVERY`` steps, agreed by every rank); finds the newest one intact on every rank.
     """
 
-    folder: Path  # (or its name)
+    folder: str | Path
     comm: Communicator
     _: KW_ONLY
     period: int | None
@@ -34,9 +34,6 @@ class Checkpointer:
     minutes: float | None = None
     device: torch.device | None = None  # of the ranks' agreement (None: the CPU)
     last: float = field(default_factory=time.monotonic, init=False)
-
-    def __post_init__(self) -> None:
-        self.folder = Path(self.folder)
 
     def _share(self, flag: bool) -> float:
         """The share of the ranks whose ``flag`` is true (1.0: all of them). ``comm.mean``

@@ -71,9 +71,3 @@ class DivergenceGuard:
             if value.ndim == 3:
                 zeroed[name] = torch.where(keep.to(value.device), value, 0.0)
         return state.replace(**zeroed)
-
-    def blank(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``values`` (one per column) with the stopped columns set to NaN."""
-        for v in values.values():
-            v[self.diverged_at >= 0] = np.nan
-        return values

@@ -105,8 +105,7 @@ class _Loop:
         self.timing = [0.0, 0.0]  # gradient, everything else
         self.start_step = 0
         self.bar = None
-        self.block: BlockRunner | None = None  # the block path (decentopt.driver.block)
-        self.watch = GossipWatch(comm, algorithm)  # a method that never gossips
+        self.runner = BlockRunner("step")  # or a block path (decentopt.driver.block)
         self.saver: Checkpointer | None = None
         if options.checkpoint_dir is not None:
             self.saver = Checkpointer(
@@ -129,13 +128,12 @@ class _Loop:
         recorder = self.recorder
         recorder.records = [Record.from_dict(r) for r in saved["records"]]
         if recorder.records:  # the wall clock goes on from the last record
-            recorder.offset = recorder.records[-1].wall_seconds
+            recorder.started -= recorder.records[-1].wall_seconds
         recorder.losses = saved["losses"]
         self.guard.diverged_at = np.asarray(saved["diverged_at"], dtype=np.int64)
         self.timing = list(saved["timing"])
         self.comm.stats.__dict__.update(saved["rounds"])  # W_t goes on from its round
         self.start_step = int(saved["step"])
-        self.watch = GossipWatch(self.comm, self.algorithm)
         self.options.log(f"resuming {self.algorithm.name} from step {self.start_step}")
         return state.replace(**saved["state"])
 
@@ -179,25 +177,22 @@ class _Loop:
         new = self.algorithm.step(state, grad, self.comm)
         if t == self.start_step:
             check_step(new, state, self.algorithm)
-        self.recorder.add_loss(loss)
+        self.recorder.add_loss(t, loss)
         self.sync()
         self.timing[0] += t1 - t0
         self.timing[1] += time.perf_counter() - t1
         return new
 
     def after(self, step: int, state: Any) -> tuple[Any, bool]:
-        """Record, guard, checkpoint and report after ``step``; whether to stop."""
+        """Record, guard and checkpoint after ``step``; whether to stop."""
         period = self.plan.period
         if step in self.recorded:
             state = self.guard.check(state, step)
-            self.recorder.note(step, state.x, self.timing, self.guard.blank)
+            self.recorder.note(step, state.x, self.timing, self.guard.diverged_at >= 0)
         elif step % CHECK_EVERY == 0 or (period and step % period == 0):
             state = self.guard.check(state, step)
-        self.recorder.end_of_step(step)
-        self.watch.after(step - self.start_step)
         if self.saver is not None and self.saver.due(step):
             self.save(step, state)
-        self.report(step, step + 1)
         if self.guard.alive == 0:
             self.options.log(f"{self.algorithm.name} diverged at step {step}; stopping this run")
             return state, True
@@ -206,44 +201,36 @@ class _Loop:
 
     def steps(self, state: Any, gradient: Callable) -> tuple[Any, int]:
         """Every step from the start (or the resumed step) on; the state and the last step."""
+        watch = GossipWatch(self.comm, self.algorithm)  # a method that never gossips
         if self.start_step == 0 and 0 in self.recorded:
             state = self.guard.check(state, 0)
-            self.recorder.note(0, state.x, self.timing, self.guard.blank)
+            self.recorder.note(0, state.x, self.timing, self.guard.diverged_at >= 0)
         t = last = self.start_step
         while t < self.plan.iterations:
             last = self.block_end(t)  # t + 1 on the step path
-            if self.block is None:
-                state = self.step(t, state, gradient)
-            else:  # the steps up to the next event in one call; their progress after it
-                state = self.block.run(self, state, t, last)
-                self.report(t + 1, last)
+            state = self.runner.run(self, state, t, last, gradient)  # up to the next event
+            watch.after(last - self.start_step)
+            if self.bar is not None:  # the progress of steps t + 1 .. last
+                self.bar.update(last - t)
+            elif callable(self.options.progress):
+                for s in range(t + 1, last + 1):
+                    self.options.progress(s)
             state, stop = self.after(last, state)
             if stop:
                 break
             t = last
         return state, last
 
-    def report(self, first: int, stop: int) -> None:
-        """Progress of steps ``first`` to ``stop - 1``."""
-        if self.bar is not None:
-            self.bar.update(stop - first)
-        elif callable(self.options.progress):
-            for s in range(first, stop):
-                self.options.progress(s)
-
     def block_end(self, t: int) -> int:
-        """The first step after ``t`` at which :meth:`after` does more than report progress:
+        """The first step after ``t`` at which the loop does more than step (:meth:`after`):
         a recorded step, a divergence check, an epoch's or a checkpoint's end, the stop."""
-        end = min(self.plan.iterations, t + (self.block.limit if self.block else 1))
-        later = bisect.bisect_right(self.record_order, t)
-        if later < len(self.record_order):
-            end = min(end, self.record_order[later])
         every = self.saver.every if self.saver is not None else None
-        for k in (CHECK_EVERY, self.plan.period, every):
-            if k:
-                end = min(end, (t // k + 1) * k)
-        stop = self.options.stop_after
-        return end if stop is None else min(end, max(stop, t + 1))
+        ends = [(t // k + 1) * k for k in (CHECK_EVERY, self.plan.period, every) if k]
+        later = bisect.bisect_right(self.record_order, t)
+        ends += self.record_order[later : later + 1]  # the next recorded step, if any
+        if self.options.stop_after is not None:
+            ends.append(max(self.options.stop_after, t + 1))
+        return min(self.plan.iterations, t + self.runner.limit, *ends)
 
     def finish(self, state: Any, wall: float, labels: list[dict[str, Any]] | None) -> Result:
         if self.bar is not None:
@@ -260,7 +247,7 @@ class _Loop:
             resumed_from=self.start_step,
             labels=list(labels or []),
             period=self.plan.period,
-            path="step" if self.block is None else self.block.path,
+            path=self.runner.path,
         )
 
 
@@ -308,7 +295,7 @@ def run_loop(
     if options.monitor is not None:
         options.monitor.start(loop.start_step, list(labels or []))
     if gradient is None:  # a gradient given by the caller is called step by step
-        loop.block = choose(options.path, algorithm, problem, comm, state)
+        loop.runner = choose(options.path, algorithm, problem, comm, state)
     loop.open_bar()
     with intra_op_threads(options.threads, x.numel()):
         wall = time.perf_counter()

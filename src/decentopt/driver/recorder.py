@@ -43,21 +43,18 @@ class Recorder:
     sink: Callable[[Record], None] | None = None  # given each record as it is written
     records: list[Record] = field(default_factory=list, init=False)
     losses: torch.Tensor | None = field(default=None, init=False)  # over the current epoch
+    #: when the run started (a resumed run's is moved back by its recorded wall seconds)
     started: float = field(default_factory=time.perf_counter, init=False)
-    offset: float = field(default=0.0, init=False)  # wall seconds of the run before a resume
 
-    def add_loss(self, loss: torch.Tensor | None) -> None:
+    def add_loss(self, t: int, loss: torch.Tensor | None) -> None:
+        """Add the losses of step ``t``; the first step of an epoch starts a new sum."""
         if loss is not None:
             loss = loss.detach()
-            self.losses = loss.clone() if self.losses is None else self.losses.add_(loss)
+            fresh = self.losses is None or (self.period and t % self.period == 0)
+            self.losses = loss.clone() if fresh else self.losses.add_(loss)
 
-    def end_of_step(self, t: int) -> None:
-        """After step ``t``: a new epoch starts a new loss sum."""
-        if self.period and t % self.period == 0:
-            self.losses = None
-
-    def note(self, t: int, x: torch.Tensor, timing: list[float], blank: Callable) -> None:
-        """Record the metrics of ``x`` at step ``t`` (stopped columns NaN)."""
+    def note(self, t: int, x: torch.Tensor, timing: list[float], stopped: np.ndarray) -> None:
+        """Record the metrics of ``x`` at step ``t`` (the ``stopped`` columns NaN)."""
         values = {k: column_values(v) for k, v in self.metrics(x).items()}
         if self.losses is not None and self.period:
             done = t - (t - 1) // self.period * self.period  # steps into the current epoch
@@ -65,9 +62,10 @@ class Recorder:
             mean = self.comm.mean((self.losses / done).reshape(rows, -1).float())
             agents = self.comm.topology.n  # in total; a rank holds fewer
             values["train_loss"] = agents * mean.reshape(-1).double().cpu().numpy()
-        values = blank(values)
+        for v in values.values():
+            v[stopped] = np.nan
         lr = float(self.lr_at(max(t - 1, 0)))
-        wall = self.offset + time.perf_counter() - self.started
+        wall = time.perf_counter() - self.started
         self.records.append(Record(t, values, lr, *timing, *counts(self.comm.stats), wall))
         if self.sink is not None:
             self.sink(self.records[-1])

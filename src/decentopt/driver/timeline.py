@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -233,7 +234,7 @@ def clock(
     if asynchronous:
         return _own_pace(model, n, steps, one)
     period = getattr(graph, "period", 1)  # None: a schedule that never repeats
-    reads: dict[int, np.ndarray] = {}
+    reads = cache(partial(_reads, graph))  # by round of the period
     T = np.zeros(n)
     ready = np.zeros((steps, n))
     out = np.zeros(steps + 1)
@@ -245,8 +246,7 @@ def clock(
             if kind == "all":  # every agent waits for the all-reduce
                 T = np.full(n, T.max() + everyone)
             elif kind == "gossip" and t >= lag:  # (before: the initial values, known to all)
-                key = t % period if period else t
-                mask = reads[key] if key in reads else reads.setdefault(key, _reads(graph, t))
+                mask = reads(t % period if period else t)
                 sending = mask.sum(axis=0) * one  # j's messages of the round, one after the other
                 arrive = np.where(mask, (ready[t - lag] + sending)[None, :], 0.0).max(axis=1)
                 T = np.maximum(T, arrive)
